@@ -1,0 +1,34 @@
+# The README's two commands: `make demo` and `make test`. Both set everything up on a fresh machine.
+PY      ?= python3.11
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+DEMO_DATA ?= data/psr-synth
+DEMO_OUT  ?= reports/demo
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup demo test lint clean
+
+$(STAMP): pyproject.toml constraints-cpu.txt
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -U pip
+	# CPU torch first, from the wheel on disk; the constraint keeps every later install from replacing it.
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -c constraints-cpu.txt -e '.[dev]'
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/python scripts/demo.py --data $(DEMO_DATA) --out $(DEMO_OUT)
+
+test: setup
+	$(BIN)/python -m pytest -q tests
+
+lint: setup
+	$(BIN)/ruff check .
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache build *.egg-info

@@ -1,0 +1,109 @@
+"""Precomputed features of a retrieval space: ``features/<space>/`` of a benchmark directory.
+
+Layout of one space directory::
+
+    meta.json                 {"space": NAME, "kind": "visual" | "semantic", "model": ID_OR_PATH, "dim": D, "normalized": true}
+    <table>.npy               float32; (n, D) for `corpus` and `states`, (n, 8, D) for `prefixes` (one token per frame)
+    <table>_ids.txt           one id per line, row i of the array belongs to line i
+
+Tables: ``corpus`` (segment ids; a visual space's middle-frame features), ``states`` (state ids; a semantic
+space's canonical state embeddings), ``prefixes`` (prefix ids; per-frame prefix tokens). A space holds any subset.
+Arrays are opened memory-mapped, so a 218,276 x 1,024 corpus costs nothing until read.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eval.io import FormatError, atomic_path, read_json, write_json
+
+TABLES = ("corpus", "states", "prefixes")
+
+
+@dataclass(frozen=True)
+class FeatureTable:
+    """One feature table: ``ids[i]`` labels ``array[i]``. ``array`` is float32 (memory-mapped when loaded)."""
+
+    ids: list[str]
+    array: np.ndarray
+
+    @property
+    def dim(self) -> int:
+        return int(self.array.shape[-1])
+
+    def index(self) -> dict[str, int]:
+        return {x: i for i, x in enumerate(self.ids)}
+
+
+def space_dir(root: str | os.PathLike, space: str) -> Path:
+    return Path(root) / "features" / space
+
+
+def list_spaces(root: str | os.PathLike) -> list[str]:
+    d = Path(root) / "features"
+    return sorted(p.name for p in d.iterdir() if p.is_dir()) if d.is_dir() else []
+
+
+def read_meta(root: str | os.PathLike, space: str) -> dict[str, Any]:
+    p = space_dir(root, space) / "meta.json"
+    if not p.exists():
+        raise FormatError(p, "missing (every space directory needs a meta.json)")
+    return read_json(p)
+
+
+def has_table(root: str | os.PathLike, space: str, table: str) -> bool:
+    return (space_dir(root, space) / f"{table}.npy").exists()
+
+
+def read_ids(path: Path) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f if line.strip()]
+
+
+def load_table(root: str | os.PathLike, space: str, table: str, *, mmap: bool = True) -> FeatureTable:
+    """Load one table; raises `FormatError` when files are missing or the row count disagrees with the ids."""
+    d = space_dir(root, space)
+    arr_p, ids_p = d / f"{table}.npy", d / f"{table}_ids.txt"
+    for p in (arr_p, ids_p):
+        if not p.exists():
+            raise FormatError(p, f"missing (space {space!r} has no {table!r} table)")
+    try:
+        arr = np.load(arr_p, mmap_mode="r" if mmap else None)
+    except ValueError as e:
+        raise FormatError(arr_p, f"not a readable .npy array ({e})") from None
+    ids = read_ids(ids_p)
+    if arr.shape[0] != len(ids):
+        raise FormatError(arr_p, f"{arr.shape[0]} rows but {ids_p.name} lists {len(ids)} ids")
+    return FeatureTable(ids, arr)
+
+
+def write_table(root: str | os.PathLike, space: str, table: str, ids: list[str], array: np.ndarray) -> None:
+    """Write one table atomically (array first, then ids: a reader never sees ids without their rows)."""
+    array = np.ascontiguousarray(array, dtype=np.float32)
+    if array.shape[0] != len(ids):
+        raise ValueError(f"{table}: {array.shape[0]} rows but {len(ids)} ids")
+    d = space_dir(root, space)
+    d.mkdir(parents=True, exist_ok=True)
+    with atomic_path(d / f"{table}.npy") as tmp, open(tmp, "wb") as f:
+        np.save(f, array)
+    with atomic_path(d / f"{table}_ids.txt") as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(x + "\n" for x in ids)
+
+
+def write_meta(root: str | os.PathLike, space: str, *, kind: str, dim: int, model: str, **extra: Any) -> None:
+    if kind not in ("visual", "semantic"):
+        raise ValueError(f"space kind must be 'visual' or 'semantic', got {kind!r}")
+    write_json(space_dir(root, space) / "meta.json",
+               {"space": space, "kind": kind, "model": model, "dim": int(dim), "normalized": True, **extra})
+
+
+def l2_normalize(x: np.ndarray, axis: int = -1, eps: float = 1e-12) -> np.ndarray:
+    """Return ``x / ||x||`` along ``axis`` as float32 (zero rows stay zero)."""
+    x = np.asarray(x, dtype=np.float32)
+    n = np.linalg.norm(x, axis=axis, keepdims=True)
+    return (x / np.maximum(n, eps)).astype(np.float32)

@@ -1,0 +1,96 @@
+"""File helpers shared by every job: JSONL reading with line numbers, atomic writes, clear format errors."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+class FormatError(ValueError):
+    """A malformed input file. The message names the file, the line (1-based) and the field when known."""
+
+    def __init__(self, path: str | os.PathLike, message: str, line: int | None = None, field: str | None = None):
+        self.path, self.line, self.field, self.reason = str(path), line, field, message
+        where = self.path + (f":{line}" if line is not None else "") + (f" field '{field}'" if field else "")
+        super().__init__(f"{where}: {message}")
+
+
+def iter_jsonl(path: str | os.PathLike, *, allow_torn_tail: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line_number, object)`` for each non-empty line of a JSONL file.
+
+    A line that is not a JSON object raises `FormatError` naming the line. With ``allow_torn_tail`` a last line
+    without a trailing newline that does not parse (a write torn by a crash) is skipped instead.
+    """
+    path = Path(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    torn_tail_possible = not data.endswith(b"\n")
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            if allow_torn_tail and torn_tail_possible and i == len(lines):
+                return
+            raise FormatError(path, f"not valid JSON ({e.msg if hasattr(e, 'msg') else e})", line=i) from None
+        if not isinstance(obj, dict):
+            raise FormatError(path, f"expected a JSON object, got {type(obj).__name__}", line=i)
+        yield i, obj
+
+
+def read_jsonl(path: str | os.PathLike, **kw) -> list[dict[str, Any]]:
+    return [obj for _, obj in iter_jsonl(path, **kw)]
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it is fsynced and renamed over ``path``.
+
+    On an exception the temporary file is removed, so a failed job never leaves a half-written output.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or path.suffix or ".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp_path.unlink()
+        raise
+
+
+def write_jsonl(path: str | os.PathLike, rows, *, sort_keys: bool = False) -> int:
+    """Write rows (dicts) as JSONL atomically; returns the number of rows."""
+    n = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for row in rows:
+            f.write(json.dumps(row, ensure_ascii=False, sort_keys=sort_keys) + "\n")
+            n += 1
+    return n
+
+
+def write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=indent, ensure_ascii=False, sort_keys=False)
+        f.write("\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    path = Path(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except json.JSONDecodeError as e:
+        raise FormatError(path, f"not valid JSON ({e.msg})", line=e.lineno) from None

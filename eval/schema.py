@@ -1,0 +1,313 @@
+"""Typed records of a PSR benchmark directory, and their Arrow schemas.
+
+A benchmark directory holds::
+
+    manifest.json            name, version, counts, domains, spaces (see `Manifest`)
+    queries.jsonl            one `Query` per line
+    corpus.jsonl             one `Segment` per line
+    states.jsonl             one `State` per line (canonical type2 states and their raw member phrasings)
+    frames/                  prefix frames and segment middle frames (paths in the records are relative to the directory)
+    features/<space>/        precomputed float32 features of one retrieval space (see `eval.features`)
+    sim/                     optional simulator record (synthetic benchmark only)
+
+This module is the one place that converts file rows to records (`Query.from_dict`, ...) and back (`to_dict`).
+It depends on nothing of ours.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+import datasets
+
+FORMAT_VERSION = "1.0"
+
+SPLITS = ("train", "val", "test")
+QUESTION_TYPES = ("Q1", "Q2", "Q3", "Q4", "Q5")
+QUESTION_TYPE_NAMES = {
+    "Q1": "next state",
+    "Q2": "end state",
+    "Q3": "state after k seconds",
+    "Q4": "intermediate state before a named state",
+    "Q5": "multi-object end states",
+}
+MIN_HORIZON, MAX_HORIZON = 1, 7
+#: The paper reports h1..h5 and folds the small h >= 6 tail into h = 5.
+REPORT_MAX_HORIZON = 5
+#: GT tiers, in the order of the paper. `in_video` is the self tier, excluded from the main pool.
+GT_TIERS = ("in_video", "in_dataset", "cross_dataset", "bge_similar", "consensus")
+#: Tiers whose union is the main (cross-instance) pool.
+MAIN_POOL_TIERS = ("in_dataset", "cross_dataset")
+#: Ground-truth definitions used for stratified scoring (App. N of the paper).
+GT_DEFINITIONS = ("type2-all", "type2-consensus", "type1-all")
+PREFIX_FRAMES = 8
+
+
+def report_horizon(h: int) -> int:
+    """The paper's reporting fold: horizons >= 6 are counted as 5."""
+    return min(int(h), REPORT_MAX_HORIZON)
+
+
+def _build(cls, row: dict[str, Any]):
+    """Build a dataclass from a dict, ignoring unknown keys (forward compatible)."""
+    names = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in row.items() if k in names})
+
+
+@dataclass(frozen=True)
+class TranscriptEntry:
+    """One observed state of the queried object: `state` holds from time `t` (seconds from video start)."""
+
+    t: float
+    state: str
+
+
+@dataclass(frozen=True)
+class GTPools:
+    """Ground-truth corpus segment ids of one query, by tier (type2, canonical-state definition).
+
+    - ``in_video``: the query's own video (self tier; excluded from the main pool).
+    - ``in_dataset``: a different video of the same source domain with the target canonical state.
+    - ``cross_dataset``: a segment of a different domain with the target canonical state.
+    - ``bge_similar``: segments whose state is an embedding neighbour of the target (looser, recall-oriented).
+    - ``consensus``: the high-precision subset (intersection of mining and verification).
+    """
+
+    in_video: tuple[str, ...] = ()
+    in_dataset: tuple[str, ...] = ()
+    cross_dataset: tuple[str, ...] = ()
+    bge_similar: tuple[str, ...] = ()
+    consensus: tuple[str, ...] = ()
+
+    @property
+    def main(self) -> tuple[str, ...]:
+        """The main pool: in-dataset + cross-dataset (cross-instance; the self tier excluded)."""
+        return self.in_dataset + self.cross_dataset
+
+    def tier(self, name: str) -> tuple[str, ...]:
+        if name not in GT_TIERS:
+            raise KeyError(f"unknown GT tier {name!r}; expected one of {GT_TIERS}")
+        return getattr(self, name)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> GTPools:
+        d = d or {}
+        return cls(**{t: tuple(d.get(t) or ()) for t in GT_TIERS})
+
+    def to_dict(self) -> dict[str, list[str]]:
+        return {t: list(getattr(self, t)) for t in GT_TIERS}
+
+
+@dataclass(frozen=True)
+class Query:
+    """One PSR query: a prefix of a video, a question about one object, and the ground truth.
+
+    Times are seconds from the start of the source video. ``horizon`` is the index (1-based) of the target
+    in the object's future trajectory after the prefix. ``transcript`` lists the object's observed states with
+    timestamps strictly before ``target_time`` (never the answer). ``fair`` is true when the main GT pool is
+    non-empty (the GT is present in the retrieval corpus).
+    """
+
+    id: str
+    prefix_id: str
+    video_id: str
+    domain: str
+    object_id: str
+    subject: str
+    qtype: str
+    horizon: int
+    question: str
+    target_state: str
+    target_state_id: str
+    target_state_type1: str
+    target_time: float
+    prefix_start: float
+    prefix_end: float
+    prefix_frames: tuple[str, ...]
+    transcript: tuple[TranscriptEntry, ...]
+    split: str
+    gt_pools: GTPools
+    gt_type1: tuple[str, ...] = ()
+    fair: bool = True
+    group_id: str | None = None
+    k_seconds: float | None = None
+    anchor_state: str | None = None
+
+    @property
+    def report_horizon(self) -> int:
+        return report_horizon(self.horizon)
+
+    def gt(self, definition: str = "type2-all") -> tuple[str, ...]:
+        """The ground-truth segment ids under one GT definition (self tier always excluded)."""
+        if definition == "type2-all":
+            return self.gt_pools.main
+        if definition == "type2-consensus":
+            return self.gt_pools.consensus
+        if definition == "type1-all":
+            return self.gt_type1
+        raise KeyError(f"unknown GT definition {definition!r}; expected one of {GT_DEFINITIONS}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Query:
+        d = dict(d)
+        d["prefix_frames"] = tuple(d.get("prefix_frames") or ())
+        d["transcript"] = tuple(TranscriptEntry(float(e["t"]), str(e["state"])) for e in d.get("transcript") or ())
+        d["gt_pools"] = GTPools.from_dict(d.get("gt_pools"))
+        d["gt_type1"] = tuple(d.get("gt_type1") or ())
+        return _build(cls, d)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["prefix_frames"] = list(self.prefix_frames)
+        d["transcript"] = [{"t": e.t, "state": e.state} for e in self.transcript]
+        d["gt_pools"] = self.gt_pools.to_dict()
+        d["gt_type1"] = list(self.gt_type1)
+        return d
+
+
+@dataclass(frozen=True)
+class Segment:
+    """One corpus item: a state segment of a video, represented for retrieval by its middle frame
+    (visual spaces) or its canonical state text (semantic spaces)."""
+
+    id: str
+    video_id: str
+    domain: str
+    object_id: str
+    subject: str
+    state: str
+    state_id: str
+    state_type1: str
+    start: float
+    end: float
+    frame: str
+    raw: str = ""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Segment:
+        return _build(cls, d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class State:
+    """A canonical predicate-level (type2) state and the raw phrasings canonicalized into it."""
+
+    id: str
+    text: str
+    members: tuple[str, ...] = ()
+    n_segments: int = 0
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> State:
+        d = dict(d)
+        d["members"] = tuple(d.get("members") or ())
+        return _build(cls, d)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["members"] = list(self.members)
+        return d
+
+
+@dataclass
+class Manifest:
+    """`manifest.json`: what the directory holds. ``spaces`` maps a space name to its metadata
+    (``kind``: "visual" | "semantic", ``dim``, ``model``)."""
+
+    name: str
+    version: str
+    counts: dict[str, int] = field(default_factory=dict)
+    spaces: dict[str, dict[str, Any]] = field(default_factory=dict)
+    domains: list[str] = field(default_factory=list)
+    format_version: str = FORMAT_VERSION
+    description: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Manifest:
+        return _build(cls, d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --- Arrow schemas (explicit, so optional fields and empty lists never confuse type inference) ---
+
+_ids = datasets.Sequence(datasets.Value("string"))
+
+QUERY_FEATURES = datasets.Features(
+    {
+        "id": datasets.Value("string"),
+        "prefix_id": datasets.Value("string"),
+        "video_id": datasets.Value("string"),
+        "domain": datasets.Value("string"),
+        "object_id": datasets.Value("string"),
+        "subject": datasets.Value("string"),
+        "qtype": datasets.Value("string"),
+        "horizon": datasets.Value("int32"),
+        "question": datasets.Value("string"),
+        "target_state": datasets.Value("string"),
+        "target_state_id": datasets.Value("string"),
+        "target_state_type1": datasets.Value("string"),
+        "target_time": datasets.Value("float64"),
+        "prefix_start": datasets.Value("float64"),
+        "prefix_end": datasets.Value("float64"),
+        "prefix_frames": _ids,
+        "transcript": datasets.List({"t": datasets.Value("float64"), "state": datasets.Value("string")}),
+        "split": datasets.Value("string"),
+        "gt_pools": {t: _ids for t in GT_TIERS},
+        "gt_type1": _ids,
+        "fair": datasets.Value("bool"),
+        "group_id": datasets.Value("string"),
+        "k_seconds": datasets.Value("float64"),
+        "anchor_state": datasets.Value("string"),
+    }
+)
+
+SEGMENT_FEATURES = datasets.Features(
+    {
+        "id": datasets.Value("string"),
+        "video_id": datasets.Value("string"),
+        "domain": datasets.Value("string"),
+        "object_id": datasets.Value("string"),
+        "subject": datasets.Value("string"),
+        "state": datasets.Value("string"),
+        "state_id": datasets.Value("string"),
+        "state_type1": datasets.Value("string"),
+        "start": datasets.Value("float64"),
+        "end": datasets.Value("float64"),
+        "frame": datasets.Value("string"),
+        "raw": datasets.Value("string"),
+    }
+)
+
+STATE_FEATURES = datasets.Features(
+    {
+        "id": datasets.Value("string"),
+        "text": datasets.Value("string"),
+        "members": _ids,
+        "n_segments": datasets.Value("int64"),
+    }
+)
+
+#: Required keys and their Python types, per file (used by the validator; optional keys may be null).
+REQUIRED_QUERY_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "id": str, "prefix_id": str, "video_id": str, "domain": str, "object_id": str, "subject": str,
+    "qtype": str, "horizon": int, "question": str, "target_state": str, "target_state_id": str,
+    "target_state_type1": str, "target_time": (int, float), "prefix_start": (int, float), "prefix_end": (int, float),
+    "prefix_frames": list, "transcript": list, "split": str, "gt_pools": dict,
+}
+OPTIONAL_QUERY_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "gt_type1": list, "fair": bool, "group_id": str, "k_seconds": (int, float), "anchor_state": str,
+}
+REQUIRED_SEGMENT_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "id": str, "video_id": str, "domain": str, "object_id": str, "subject": str, "state": str, "state_id": str,
+    "state_type1": str, "start": (int, float), "end": (int, float), "frame": str,
+}
+OPTIONAL_SEGMENT_FIELDS: dict[str, type | tuple[type, ...]] = {"raw": str}
+REQUIRED_STATE_FIELDS: dict[str, type | tuple[type, ...]] = {"id": str, "text": str}
+OPTIONAL_STATE_FIELDS: dict[str, type | tuple[type, ...]] = {"members": list, "n_segments": int}

@@ -1,0 +1,1 @@
+"""forecasters package of the PSR toolkit."""

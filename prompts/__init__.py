@@ -1,0 +1,1 @@
+"""Prompt templates (verbatim from the papers where marked) and a tiny loader/renderer. Depends on nothing."""

@@ -1,0 +1,1 @@
+"""retrieval package of the PSR toolkit."""
