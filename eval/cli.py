@@ -59,7 +59,7 @@ def validate(
         shown[p.kind] += 1
         if shown[p.kind] <= MAX_SHOWN_PER_KIND:
             (err.print if p.severity == "error" else console.print)(
-                f"[{'red' if p.severity == 'error' else 'yellow'}]{p}[/]", markup=True, highlight=False)
+                str(p), style="red" if p.severity == "error" else "yellow", markup=False, highlight=False)
     for kind, n in shown.items():
         if n > MAX_SHOWN_PER_KIND:
             err.print(f"... and {n - MAX_SHOWN_PER_KIND} more '{kind}' problems")
