@@ -1,0 +1,713 @@
+"""Streaming full-corpus scoring: score sources, the tile scorer `score_stream`, and `score_benchmark`.
+
+A *score source* gives the score of query ``i`` against corpus row ``j`` on demand, in blocks; nothing here ever
+holds an ``n_queries x n_corpus`` matrix. `score_stream` walks (query block x corpus chunk) tiles once and keeps,
+per query:
+
+- the top-k corpus rows of the ranking (own-video rows removed; ties broken by corpus row, ascending), and the
+  number of *unlisted* items tied with the k-th score;
+- per GT pool ``p`` the rank statistics that tie-aware metrics need (see `eval.metrics`), counted over the whole
+  corpus, never read from the top-k list, so nothing is capped at k:
+
+  ===============  ===========================================================================================
+  ``n_pos``        pool size (positives that take part in the ranking of ``p``)
+  ``n_above``      negatives scoring strictly above the best positive ``t = max_{j in P} s_j``
+  ``n_tie_neg``    negatives with score exactly ``t``
+  ``n_tie_pos``    positives with score exactly ``t`` (>= 1 when ``n_pos > 0``)
+  ``n_tie_neg_first``  tied negatives whose corpus row is below the lowest tied positive's row (row tie-break)
+  ``best``         ``t`` (float32, NaN when the pool is empty)
+  ===============  ===========================================================================================
+
+- for the tie-aware nDCG: every positive (of any pool, in the main ranking) scoring at least the k-th score, with
+  its pool-membership bitmask, the number of ranked items strictly above it and the size of its tie group; and
+  per query the counts of positives by bitmask (`RankedPositives`).
+
+Exact ties. Positives' scores are gathered from the very tiles in which the negatives are counted, so a positive
+and a negative with bitwise-equal scores are always recognised as tied. The best positive is first located with
+one call per query block on the union of positive rows ("pass A"), which fixes a narrow band
+``[t_A - tol, t_A + tol]``; the stream counts items above the band and records the (few) items inside it, and the
+final counts are resolved against the tile-gathered ``t``. State-space sources (`DenseSource` with ``item_rows``)
+compute each query block once at the state level and gather, so segments sharing a state receive bitwise
+identical scores in every call.
+
+Protocol (PSR paper §3.1, App. M): the query's own-video segments (``exclude``) are removed from the ranking of
+every cross-instance pool and from the top-k list; pools named in ``no_exclude_pools`` (the ``in_video`` tier)
+are ranked over the full corpus.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from eval.runs import RankedPositives
+
+#: Default tile: 512 queries x 16,384 corpus items (32 MiB of float32 scores).
+DEFAULT_Q_BLOCK = 512
+DEFAULT_C_CHUNK = 16384
+#: Half-width of the verification band around the pass-A best positive, relative to max(1, |t|).
+BAND_TOL = 1e-5
+#: Largest (query rows x samples) matrix multiplied at once by `DenseSource` for K > 1.
+_MAX_QK_ROWS = 1024
+
+#: Pool names `score_benchmark` scores, in report order.
+BENCHMARK_POOLS = ("type2-all", "type2-consensus", "type1-all", "in_dataset", "cross_dataset", "bge_similar",
+                   "in_video")
+#: Probe groups scored by `score_benchmark` for the triplet diagnostics (best score only, no rank counting).
+TRIPLET_PROBES = ("triplet_temporal", "triplet_semantic")
+STAT_FIELDS = ("n_pos", "n_above", "n_tie_neg", "n_tie_pos", "n_tie_neg_first", "best")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Score sources
+# --------------------------------------------------------------------------------------------------------------
+@runtime_checkable
+class ScoreSource(Protocol):
+    """Scores of queries against corpus rows, computed on demand.
+
+    ``scores(q, items)`` returns float32 ``(q.stop - q.start, n_sel)``: row ``a`` is query ``q.start + a``, column
+    ``b`` is corpus row ``items[b]`` (or ``items.start + b`` for a slice). Higher is better. A source must be
+    deterministic: the same (query, item) pair gets the same score whichever call computes it (up to float
+    rounding for plain dense sources, which `score_stream` tolerates; see the module docstring).
+
+    A source may also implement ``moments(q: slice) -> (mean, std)`` (float64, per query, over all ``n_items``)
+    when it has a closed form; `FusionSource` streams them otherwise.
+    """
+
+    n_queries: int
+    n_items: int
+
+    def scores(self, q: slice, items: slice | np.ndarray) -> np.ndarray: ...
+
+
+def _as_index(items: slice | np.ndarray, n: int) -> slice | np.ndarray:
+    if isinstance(items, slice):
+        start, stop, step = items.indices(n)
+        if step != 1:
+            return np.arange(start, stop, step, dtype=np.int64)
+        return slice(start, stop)
+    idx = np.asarray(items, dtype=np.int64)
+    if idx.ndim != 1:
+        raise ValueError(f"items must be a slice or a 1-d index array, got shape {idx.shape}")
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise IndexError(f"item rows out of range [0, {n})")
+    return idx
+
+
+def _n_sel(items: slice | np.ndarray) -> int:
+    return items.stop - items.start if isinstance(items, slice) else len(items)
+
+
+def _torch_view(a: np.ndarray) -> torch.Tensor:
+    """A zero-copy torch view of a float32 array (read-only memmaps included; we never write through it)."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "array is not writable": we only read
+        return torch.from_numpy(a)
+
+
+class DenseSource:
+    """Inner-product scores of query vectors against item vectors (cosine when both are L2-normalised).
+
+    - ``queries``: ``(n_q, d)`` or ``(n_q, K, d)`` float32; with K samples per query the score is
+      ``s(i, j) = max_k <q_{i,k}, x_j>`` (``reduce="max"``, LFTR's K samples, multi-phrase forecasters) or the mean
+      over samples (``reduce="mean"``).
+    - ``items``: ``(m, d)`` float32 (may be a read-only memmap: it is never copied as a whole).
+    - ``item_rows``: optional ``(n_corpus,)`` int array, corpus row -> row of ``items`` (state-space expansion:
+      every segment of a state gets its state's score). Scores are then computed for a whole query block against
+      all ``m`` items once (cached for the block) and gathered, so tied segments are bitwise identical.
+
+    ``n_items`` is ``n_corpus`` with ``item_rows``, else ``m``.
+    """
+
+    def __init__(self, queries: np.ndarray, items: np.ndarray, item_rows: np.ndarray | None = None,
+                 reduce: str = "max"):
+        q = np.asarray(queries, dtype=np.float32)
+        if q.ndim == 2:
+            q = q[:, None, :]
+        if q.ndim != 3:
+            raise ValueError(f"queries must be (n_q, d) or (n_q, K, d), got shape {np.shape(queries)}")
+        if items.ndim != 2 or items.shape[1] != q.shape[2]:
+            raise ValueError(f"items must be (m, {q.shape[2]}), got shape {items.shape}")
+        if reduce not in ("max", "mean"):
+            raise ValueError(f"reduce must be 'max' or 'mean', got {reduce!r}")
+        self._q = _torch_view(q)
+        self._items_np = items
+        self._items = _torch_view(items) if items.dtype == np.float32 and items.flags.c_contiguous else None
+        self.reduce = reduce
+        self.K = int(q.shape[1])
+        self.n_queries = int(q.shape[0])
+        self.m = int(items.shape[0])
+        if item_rows is not None:
+            item_rows = np.asarray(item_rows, dtype=np.int64)
+            if item_rows.ndim != 1:
+                raise ValueError("item_rows must be 1-d (n_corpus,)")
+            if item_rows.size and (item_rows.min() < 0 or item_rows.max() >= self.m):
+                raise ValueError(f"item_rows must index rows of items in [0, {self.m}); "
+                                 "map segments with unknown states explicitly")
+        self.item_rows = item_rows
+        self.n_items = int(len(item_rows)) if item_rows is not None else self.m
+        self._cache: tuple[tuple[int, int], np.ndarray] | None = None
+        self._moments: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _item_block(self, sel: slice | np.ndarray) -> torch.Tensor:
+        if self._items is not None:
+            return self._items[sel] if isinstance(sel, slice) else self._items[torch.from_numpy(sel)]
+        return _torch_view(np.asarray(self._items_np[sel], dtype=np.float32))
+
+    def _raw(self, q: slice, sel: slice | np.ndarray) -> np.ndarray:
+        """Scores against rows ``sel`` of ``items`` (no expansion): float32 (n_q, n_sel)."""
+        x = self._item_block(sel)
+        qv = self._q[q]
+        nq = qv.shape[0]
+        if self.K == 1:
+            return (qv[:, 0, :] @ x.T).numpy()
+        out = np.empty((nq, x.shape[0]), dtype=np.float32)
+        step = max(1, _MAX_QK_ROWS // self.K)
+        for a in range(0, nq, step):
+            b = min(nq, a + step)
+            s = (qv[a:b].reshape(-1, qv.shape[2]) @ x.T).view(b - a, self.K, -1)
+            out[a:b] = (s.amax(1) if self.reduce == "max" else s.mean(1)).numpy()
+        return out
+
+    def _state_block(self, q: slice) -> np.ndarray:
+        key = (q.start, q.stop)
+        if self._cache is None or self._cache[0] != key:
+            self._cache = None  # free the old block first
+            self._cache = (key, self._raw(q, slice(0, self.m)))
+        return self._cache[1]
+
+    def scores(self, q: slice, items: slice | np.ndarray) -> np.ndarray:
+        q = slice(*q.indices(self.n_queries)[:2])
+        items = _as_index(items, self.n_items)
+        if self.item_rows is None:
+            return self._raw(q, items)
+        return np.take(self._state_block(q), self.item_rows[items], axis=1)
+
+    def moments(self, q: slice) -> tuple[np.ndarray, np.ndarray]:
+        """Per-query mean and std of the scores over all ``n_items`` corpus rows, float64 (n_q,), exact for K = 1.
+
+        With ``c_r`` the number of corpus rows mapped to item ``r`` (1 without expansion), ``n = sum_r c_r``:
+        ``mu = (1/n) sum_r c_r x_r``, ``G = sum_r c_r x_r x_r^T`` (d x d), and for a query vector ``u``:
+        ``mean = <u, mu>``, ``E[s^2] = u^T G u / n``, ``std = sqrt(max(E[s^2] - mean^2, 0))``.
+        Only defined for K = 1 (a max over samples is not linear); `FusionSource` streams those.
+        """
+        if self.K != 1:
+            raise NotImplementedError("closed-form moments need K = 1; stream them instead")
+        if self._moments is None:
+            counts = (np.bincount(self.item_rows, minlength=self.m).astype(np.float64)
+                      if self.item_rows is not None else np.ones(self.m))
+            d = self._q.shape[2]
+            mu = np.zeros(d)
+            gram = np.zeros((d, d))
+            for a in range(0, self.m, DEFAULT_C_CHUNK):
+                b = min(self.m, a + DEFAULT_C_CHUNK)
+                x = self._item_block(slice(a, b))
+                w = torch.from_numpy(counts[a:b].astype(np.float32))
+                mu += (w @ x).double().numpy()
+                gram += (x.T @ (x * w[:, None])).double().numpy()
+            n = counts.sum()
+            self._moments = (mu / n, gram / n)
+        mu, g = self._moments
+        u = self._q[q][:, 0, :].double().numpy()
+        mean = u @ mu
+        second = np.einsum("id,de,ie->i", u, g, u)
+        return mean, np.sqrt(np.maximum(second - mean * mean, 0.0))
+
+
+def stream_moments(source: ScoreSource, q: slice, c_chunk: int = DEFAULT_C_CHUNK) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query mean and std (population) of ``source`` scores over all items, by one streaming pass (float64)."""
+    nq = q.stop - q.start
+    s1 = np.zeros(nq)
+    s2 = np.zeros(nq)
+    for a in range(0, source.n_items, c_chunk):
+        s = source.scores(q, slice(a, min(source.n_items, a + c_chunk))).astype(np.float64)
+        s1 += s.sum(1)
+        s2 += np.einsum("ij,ij->i", s, s)
+    n = source.n_items
+    mean = s1 / n
+    return mean, np.sqrt(np.maximum(s2 / n - mean * mean, 0.0))
+
+
+class FusionSource:
+    """Z-score fusion of several sources over the same queries and corpus.
+
+    ``s(i, j) = sum_k w_k (s_k(i, j) - mu_k(i)) / sigma_k(i)`` where ``mu_k(i)``, ``sigma_k(i)`` are the mean and
+    (population) std of source k's scores of query i over all ``n_items`` corpus rows (the PSR paper's score-level
+    fusion). Moments come from a source's closed form (``moments``) when it has one, otherwise from one streaming
+    pass over the corpus per query block. A source with ``sigma_k(i) = 0`` (constant scores) contributes 0.
+    ``weights`` default to 1. Computed elementwise in float32, so tied inputs stay tied.
+    """
+
+    def __init__(self, sources: Sequence[ScoreSource], weights: Sequence[float] | None = None,
+                 c_chunk: int = DEFAULT_C_CHUNK, q_block: int = DEFAULT_Q_BLOCK):
+        if not sources:
+            raise ValueError("FusionSource needs at least one source")
+        nq = {s.n_queries for s in sources}
+        ni = {s.n_items for s in sources}
+        if len(nq) != 1 or len(ni) != 1:
+            raise ValueError(f"sources disagree on shape: n_queries {sorted(nq)}, n_items {sorted(ni)}")
+        self.sources = list(sources)
+        self.weights = np.ones(len(sources)) if weights is None else np.asarray(weights, dtype=np.float64)
+        if self.weights.shape != (len(sources),):
+            raise ValueError(f"{len(sources)} sources but {self.weights.size} weights")
+        self.n_queries, self.n_items = nq.pop(), ni.pop()
+        self._c_chunk, self._q_block = c_chunk, q_block
+        self._coef: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _moments_of(self, src: ScoreSource) -> tuple[np.ndarray, np.ndarray]:
+        mean, std = np.empty(self.n_queries), np.empty(self.n_queries)
+        for a in range(0, self.n_queries, self._q_block):
+            q = slice(a, min(self.n_queries, a + self._q_block))
+            try:
+                m, s = src.moments(q)  # type: ignore[attr-defined]
+            except (AttributeError, NotImplementedError):
+                m, s = stream_moments(src, q, self._c_chunk)
+            mean[q], std[q] = m, s
+        return mean, std
+
+    def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(a, b)``: float32 (n_sources, n_q) slopes ``w_k / sigma_k`` and float32 (n_q,) offset
+        ``sum_k w_k mu_k / sigma_k``, so that ``s = sum_k a_k s_k - b``."""
+        if self._coef is None:
+            a = np.zeros((len(self.sources), self.n_queries))
+            b = np.zeros(self.n_queries)
+            for k, src in enumerate(self.sources):
+                mean, std = self._moments_of(src)
+                ok = std > 0
+                a[k, ok] = self.weights[k] / std[ok]
+                b += a[k] * mean
+            self._coef = (a.astype(np.float32), b.astype(np.float32))
+        return self._coef
+
+    def scores(self, q: slice, items: slice | np.ndarray) -> np.ndarray:
+        q = slice(*q.indices(self.n_queries)[:2])
+        a, b = self.coefficients()
+        out = None
+        for k, src in enumerate(self.sources):
+            s = src.scores(q, items)
+            s *= a[k, q][:, None]
+            out = s if out is None else np.add(out, s, out=out)
+        out -= b[q][:, None]
+        return out
+
+
+_M1, _M2, _GOLD = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    x = x + _GOLD
+    x = (x ^ (x >> np.uint64(30))) * _M1
+    x = (x ^ (x >> np.uint64(27))) * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+class RandomSource:
+    """The random baseline: ``s(i, j) = U[0, 1)`` from a counter-based hash of ``(seed, i, j)`` (splitmix64,
+    24-bit float32), so a query's scores do not depend on how the corpus is chunked."""
+
+    def __init__(self, n_queries: int, n_items: int, seed: int = 0):
+        self.n_queries, self.n_items, self.seed = int(n_queries), int(n_items), int(seed)
+        self._key = _splitmix64(np.array([self.seed], dtype=np.uint64))[0]
+
+    def scores(self, q: slice, items: slice | np.ndarray) -> np.ndarray:
+        q = slice(*q.indices(self.n_queries)[:2])
+        items = _as_index(items, self.n_items)
+        cols = (np.arange(items.start, items.stop, dtype=np.uint64) if isinstance(items, slice)
+                else items.astype(np.uint64))
+        rows = np.arange(q.start, q.stop, dtype=np.uint64) * np.uint64(self.n_items)
+        x = _splitmix64((rows[:, None] + cols[None, :]) ^ self._key)
+        return ((x >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -24)).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Streaming scorer
+# --------------------------------------------------------------------------------------------------------------
+@dataclass
+class StreamResult:
+    """What `score_stream` returns (also unpackable as ``topk_rows, topk_scores, stats``).
+
+    ``topk_rows`` int64 (n_q, k) (-1 pads a ranking shorter than k), ``topk_scores`` float32 (n_q, k) (-inf pads),
+    ``stats[pool][field]`` per query (fields in `STAT_FIELDS`; probes hold ``n_pos`` and ``best``),
+    ``kth_tie_unlisted`` int64 (n_q,): items tied with the k-th score that are not in the list,
+    ``ranked`` the tie-aware graded-metric information.
+    """
+
+    topk_rows: np.ndarray
+    topk_scores: np.ndarray
+    stats: dict[str, dict[str, np.ndarray]]
+    kth_tie_unlisted: np.ndarray
+    ranked: RankedPositives
+
+    def __iter__(self):
+        return iter((self.topk_rows, self.topk_scores, self.stats))
+
+
+def _flatten(lists: Sequence[np.ndarray], a: int, b: int, n_items: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of queries a..b-1 as (local query index, row), deduplicated, sorted by row."""
+    parts = [np.asarray(lists[i], dtype=np.int64).ravel() for i in range(a, b)]
+    sizes = np.fromiter((len(p) for p in parts), dtype=np.int64, count=b - a)
+    rows = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+    if rows.size and (rows.min() < 0 or rows.max() >= n_items):
+        bad = int(np.flatnonzero((rows < 0) | (rows >= n_items))[0])
+        qi = int(np.searchsorted(np.cumsum(sizes), bad, side="right")) + a
+        raise IndexError(f"query {qi}: corpus row {int(rows[bad])} out of range [0, {n_items})")
+    qloc = np.repeat(np.arange(b - a, dtype=np.int64), sizes)
+    key = np.unique(qloc * n_items + rows)
+    qloc, rows = key // n_items, key % n_items
+    order = np.argsort(rows, kind="stable")
+    return qloc[order], rows[order]
+
+
+class _Group:
+    """Rows of one pool (or the exclusion set) for one query block, sorted by corpus row."""
+
+    def __init__(self, qloc: np.ndarray, rows: np.ndarray, n_items: int):
+        self.qloc, self.rows = qloc, rows
+        self.keys = np.sort(qloc * n_items + rows)
+        self.vals = np.full(len(rows), -np.inf, dtype=np.float32)
+
+    def gather(self, s: np.ndarray, c0: int, c1: int) -> tuple[np.ndarray, np.ndarray]:
+        i0, i1 = np.searchsorted(self.rows, [c0, c1])
+        if i1 > i0:
+            self.vals[i0:i1] = s[self.qloc[i0:i1], self.rows[i0:i1] - c0]
+        return i0, i1
+
+    def contains(self, keys: np.ndarray) -> np.ndarray:
+        if not len(self.keys) or not len(keys):
+            return np.zeros(len(keys), dtype=bool)
+        pos = np.minimum(np.searchsorted(self.keys, keys), len(self.keys) - 1)
+        return self.keys[pos] == keys
+
+
+def _segment_max(qloc: np.ndarray, vals: np.ndarray, n: int) -> np.ndarray:
+    out = np.full(n, -np.inf, dtype=np.float32)
+    np.maximum.at(out, qloc, vals)
+    return out
+
+
+def score_stream(source: ScoreSource, pools: dict[str, Sequence[np.ndarray]], exclude: Sequence[np.ndarray] | None,
+                 k: int = 50, q_block: int = DEFAULT_Q_BLOCK, c_chunk: int = DEFAULT_C_CHUNK, progress: bool = True,
+                 no_exclude_pools: Sequence[str] = ("in_video",),
+                 probes: dict[str, Sequence[np.ndarray]] | None = None) -> StreamResult:
+    """Rank the whole corpus for every query in bounded memory; return the top-k and per-pool rank statistics.
+
+    ``pools[name][i]``: corpus rows of query i's positives in pool ``name``; ``exclude[i]``: corpus rows removed from
+    query i's ranking (own video) for every pool not in ``no_exclude_pools`` and from the top-k list.
+    ``probes[name][i]``: corpus rows whose best score is recorded (``best``, ``n_pos``) without rank counting
+    (triplet diagnostics); probes ignore ``exclude``.
+
+    Work: one ``source.scores`` call per tile (``q_block`` x ``c_chunk``) plus one per query block on the union of
+    its positive rows. Memory: O(q_block x c_chunk) plus the pools. A query with an empty pool gets ``n_pos = 0``
+    and zeros elsewhere (``best`` NaN).
+    """
+    from tqdm.auto import tqdm
+
+    nq, n_items = int(source.n_queries), int(source.n_items)
+    for name, lists in {**pools, **(probes or {})}.items():
+        if len(lists) != nq:
+            raise ValueError(f"pool {name!r} has {len(lists)} queries, the source has {nq}")
+    if exclude is not None and len(exclude) != nq:
+        raise ValueError(f"exclude has {len(exclude)} queries, the source has {nq}")
+    names, probe_names = list(pools), list(probes or {})
+    if len(names) > 62:
+        raise ValueError("at most 62 pools (they are bits of an int64 mask)")
+    k = int(min(k, n_items))
+    if k < 1:
+        raise ValueError("k must be >= 1 and the corpus non-empty")
+    q_block, c_chunk = max(1, int(q_block)), max(1, int(c_chunk))
+    stats = {n: {f: np.zeros(nq, np.int64) for f in STAT_FIELDS[:-1]} for n in names}
+    for n in names:
+        stats[n]["best"] = np.full(nq, np.nan, np.float32)
+    for n in probe_names:
+        stats[n] = {"n_pos": np.zeros(nq, np.int64), "best": np.full(nq, np.nan, np.float32)}
+    topk_rows = np.full((nq, k), -1, np.int64)
+    topk_scores = np.full((nq, k), -np.inf, np.float32)
+    unlisted = np.zeros(nq, np.int64)
+    ranked_parts: list[tuple] = []
+    n_chunks = math.ceil(n_items / c_chunk)
+    bar = tqdm(total=math.ceil(nq / q_block) * n_chunks, desc="scoring", unit="tile", disable=not progress)
+    for a in range(0, nq, q_block):
+        b = min(nq, a + q_block)
+        part = _score_block(source, pools, exclude, probes or {}, names, probe_names, set(no_exclude_pools),
+                            a, b, k, c_chunk, n_items, bar)
+        for n, d in part["stats"].items():
+            for f, v in d.items():
+                stats[n][f][a:b] = v
+        topk_rows[a:b], topk_scores[a:b], unlisted[a:b] = part["top"]
+        ranked_parts.append(part["ranked"])
+    bar.close()
+    return StreamResult(topk_rows, topk_scores, stats, unlisted, _concat_ranked(names, ranked_parts))
+
+
+def _score_block(source, pools, exclude, probes, names, probe_names, no_excl, a, b, k, c_chunk, n_items, bar):
+    nb = b - a
+    qs = slice(a, b)
+    ex = _Group(*_flatten(exclude, a, b, n_items), n_items) if exclude is not None else _Group(
+        np.zeros(0, np.int64), np.zeros(0, np.int64), n_items)
+    groups: dict[str, _Group] = {}
+    for n in names:
+        qloc, rows = _flatten(pools[n], a, b, n_items)
+        if n not in no_excl and len(ex.keys):
+            keep = ~ex.contains(qloc * n_items + rows)
+            qloc, rows = qloc[keep], rows[keep]
+        groups[n] = _Group(qloc, rows, n_items)
+    probe_groups = {n: _Group(*_flatten(probes[n], a, b, n_items), n_items) for n in probe_names}
+
+    # Pass A: locate each pool's best positive (fixes the verification band).
+    lo, hi = {}, {}
+    union = np.unique(np.concatenate([g.rows for g in groups.values()] + [np.zeros(0, np.int64)]))
+    t_a = {n: np.full(nb, -np.inf, np.float32) for n in names}
+    for u0 in range(0, len(union), c_chunk):
+        urows = union[u0:u0 + c_chunk]
+        sa = source.scores(qs, urows)
+        for n, g in groups.items():
+            i0, i1 = np.searchsorted(g.rows, [urows[0], urows[-1] + 1])
+            if i1 > i0:
+                v = sa[g.qloc[i0:i1], np.searchsorted(urows, g.rows[i0:i1])]
+                np.maximum.at(t_a[n], g.qloc[i0:i1], v)
+    for n in names:
+        fin = np.isfinite(t_a[n])
+        t = np.where(fin, t_a[n], 0.0)
+        w = BAND_TOL * np.maximum(1.0, np.abs(t))
+        lo[n] = np.where(fin, t - w, np.inf)
+        hi[n] = np.where(fin, t + w, np.inf)
+    count_floor = np.min(np.stack([lo[n] for n in names]), axis=0) if names else np.full(nb, np.inf)
+
+    gt = {n: np.zeros(nb, np.int64) for n in names}
+    band: dict[str, list] = {n: [] for n in names}
+    l_rows = np.full((nb, k), -1, np.int64)
+    l_s = np.full((nb, k), -np.inf, np.float32)
+    u = np.zeros(nb, np.int64)
+    for c0 in range(0, n_items, c_chunk):
+        c1 = min(n_items, c0 + c_chunk)
+        s = np.asarray(source.scores(qs, slice(c0, c1)), dtype=np.float32)
+        for g in (*groups.values(), *probe_groups.values()):
+            g.gather(s, c0, c1)
+        e0, e1 = ex.gather(s, c0, c1)
+        kth = l_s[:, -1]
+        if c0 == 0 and c1 - c0 >= k:
+            # seed the running k-th score from the first chunk (own-video rows masked) so few items are candidates
+            s0 = s.copy()
+            s0[ex.qloc[e0:e1], ex.rows[e0:e1] - c0] = -np.inf
+            kth = np.partition(s0, c1 - c0 - k, axis=1)[:, c1 - c0 - k]
+            del s0
+        thr = np.minimum(count_floor, kth).astype(np.float32)
+        r, j = np.nonzero(s >= thr[:, None])
+        v = s[r, j]
+        col = j + c0
+        for n in names:
+            if not np.isfinite(t_a[n]).any():
+                continue
+            lo_r, hi_r = lo[n][r], hi[n][r]
+            gt[n] += np.bincount(r, weights=v > hi_r, minlength=nb).astype(np.int64)
+            inb = (v >= lo_r) & (v <= hi_r)
+            if inb.any():
+                band[n].append((r[inb], col[inb], v[inb]))
+        # top-k merge (own-video rows never enter the list)
+        cand = v >= kth[r]
+        if len(ex.keys):
+            cand &= ~ex.contains(r * n_items + col)
+        l_rows, l_s, u = _merge_topk(l_rows, l_s, u, r[cand], col[cand], v[cand], k)
+        bar.update(1)
+
+    out_stats: dict[str, dict[str, np.ndarray]] = {}
+    for n, g in groups.items():
+        out_stats[n] = _resolve_pool(n, g, ex, n not in no_excl, gt[n], band[n], lo[n], hi[n], nb, n_items)
+    for n, g in probe_groups.items():
+        best = _segment_max(g.qloc, g.vals, nb)
+        out_stats[n] = {"n_pos": np.bincount(g.qloc, minlength=nb).astype(np.int64),
+                        "best": np.where(np.isfinite(best), best, np.nan).astype(np.float32)}
+    ranked = _ranked_block(names, groups, no_excl, l_s, u, nb, n_items)
+    return {"stats": out_stats, "top": (l_rows, l_s, u), "ranked": ranked}
+
+
+def _merge_topk(l_rows, l_s, u, r, col, v, k):
+    """Merge candidates into the running top-k (score desc, row asc) and update the unlisted tie count at the k-th."""
+    nb = l_rows.shape[0]
+    if not len(r):
+        return l_rows, l_s, u
+    old_kth = l_s[:, -1].copy()
+    qi = np.concatenate([np.repeat(np.arange(nb), k), r])
+    ss = np.concatenate([l_s.ravel(), v])
+    cc = np.concatenate([l_rows.ravel(), col])
+    # padding (-1 rows, -inf) sorts last; real rows sort by (score desc, row asc)
+    order = np.lexsort((np.where(cc < 0, np.iinfo(np.int64).max, cc), -ss.astype(np.float64), qi))
+    qi, ss, cc = qi[order], ss[order], cc[order]
+    starts = np.searchsorted(qi, np.arange(nb))
+    pos = np.arange(len(qi)) - starts[qi]
+    keep = pos < k
+    new_rows = cc[keep].reshape(nb, k)
+    new_s = ss[keep].reshape(nb, k)
+    new_kth = new_s[:, -1]
+    dropped = (~keep) & (cc >= 0) & (ss == new_kth[qi])
+    n_drop = np.bincount(qi[dropped], minlength=nb).astype(np.int64)
+    u = np.where(new_kth == old_kth, u + n_drop, n_drop)
+    return new_rows, new_s, u
+
+
+def _resolve_pool(name, g: _Group, ex: _Group, excluded: bool, gt, band, lo, hi, nb, n_items):
+    """Final counts of one pool against the tile-consistent best positive ``t`` (see the module docstring)."""
+    n_pos = np.bincount(g.qloc, minlength=nb).astype(np.int64)
+    t = _segment_max(g.qloc, g.vals, nb)
+    has = n_pos > 0
+    bad = has & ~((t >= lo) & (t <= hi))
+    if bad.any():
+        raise RuntimeError(f"pool {name!r}: a positive's score differs between two calls of the source by more than "
+                           f"the verification band ({BAND_TOL} relative); the source is not deterministic")
+    n_tie_pos = np.bincount(g.qloc, weights=g.vals == t[g.qloc], minlength=nb).astype(np.int64)
+    first_pos = np.full(nb, np.iinfo(np.int64).max)
+    tied = g.vals == t[g.qloc]
+    np.minimum.at(first_pos, g.qloc[tied], g.rows[tied])
+    n_above = gt.copy()
+    if excluded and len(ex.rows):
+        over = ex.vals > hi[ex.qloc]
+        n_above -= np.bincount(ex.qloc[over], minlength=nb).astype(np.int64)
+    n_tie_neg = np.zeros(nb, np.int64)
+    n_first = np.zeros(nb, np.int64)
+    if band:
+        br = np.concatenate([x[0] for x in band])
+        bc = np.concatenate([x[1] for x in band])
+        bv = np.concatenate([x[2] for x in band])
+        keys = br * n_items + bc
+        neg = ~g.contains(keys)
+        if excluded:
+            neg &= ~ex.contains(keys)
+        br, bc, bv = br[neg], bc[neg], bv[neg]
+        n_above += np.bincount(br, weights=bv > t[br], minlength=nb).astype(np.int64)
+        eq = bv == t[br]
+        n_tie_neg = np.bincount(br[eq], minlength=nb).astype(np.int64)
+        n_first = np.bincount(br[eq & (bc < first_pos[br])], minlength=nb).astype(np.int64)
+    z = np.zeros(nb, np.int64)
+    return {"n_pos": n_pos, "n_above": np.where(has, n_above, z), "n_tie_neg": np.where(has, n_tie_neg, z),
+            "n_tie_pos": n_tie_pos, "n_tie_neg_first": np.where(has, n_first, z),
+            "best": np.where(has, t, np.nan).astype(np.float32)}
+
+
+def _ranked_block(names, groups, no_excl, l_s, u, nb, n_items) -> tuple:
+    """Positives of the main ranking with their masks; those at or above the k-th score with (above, tie)."""
+    parts_k, parts_m, parts_v = [], [], []
+    for bit, n in enumerate(names):
+        if n in no_excl:
+            continue  # its positives are removed from the main ranking
+        g = groups[n]
+        parts_k.append(g.qloc * n_items + g.rows)
+        parts_m.append(np.full(len(g.rows), 1 << bit, np.int64))
+        parts_v.append(g.vals)
+    keys = np.concatenate(parts_k) if parts_k else np.zeros(0, np.int64)
+    masks = np.concatenate(parts_m) if parts_m else np.zeros(0, np.int64)
+    vals = np.concatenate(parts_v) if parts_v else np.zeros(0, np.float32)
+    order = np.argsort(keys, kind="stable")
+    keys, masks, vals = keys[order], masks[order], vals[order]
+    if len(keys):
+        first = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+        masks = np.bitwise_or.reduceat(masks, first)
+        keys, vals = keys[first], vals[first]
+    qloc = keys // n_items
+    # counts of positives by mask
+    pair = np.stack([qloc, masks], axis=1) if len(qloc) else np.zeros((0, 2), np.int64)
+    uniq, cnt = np.unique(pair, axis=0, return_counts=True) if len(pair) else (pair, np.zeros(0, np.int64))
+    count_q = uniq[:, 0] if len(uniq) else np.zeros(0, np.int64)
+    count_off = np.searchsorted(count_q, np.arange(nb + 1))
+    # positives in the top region
+    kth = l_s[:, -1]
+    top = vals >= kth[qloc]
+    tq, tm, tv = qloc[top], masks[top], vals[top]
+    above = (l_s[tq] > tv[:, None]).sum(1).astype(np.int64)
+    tie = (l_s[tq] == tv[:, None]).sum(1).astype(np.int64) + np.where(tv == kth[tq], u[tq], 0)
+    # ragged order: by query, then best first
+    o = np.lexsort((above, tq))
+    tq, tm, above, tie = tq[o], tm[o], above[o], tie[o]
+    top_off = np.searchsorted(tq, np.arange(nb + 1))
+    return (top_off, tm, above, tie, count_off, uniq[:, 1] if len(uniq) else np.zeros(0, np.int64), cnt)
+
+
+def _concat_ranked(names, parts) -> RankedPositives:
+    def cat(i_off, idx_vals):
+        offs, vals = [np.zeros(1, np.int64)], [[] for _ in idx_vals]
+        base = 0
+        for p in parts:
+            o = np.asarray(p[i_off], np.int64)
+            offs.append(o[1:] + base)
+            base += int(o[-1])
+            for slot, vi in enumerate(idx_vals):
+                vals[slot].append(np.asarray(p[vi], np.int64))
+        return (np.concatenate(offs), *[np.concatenate(v) if v else np.zeros(0, np.int64) for v in vals])
+    to, m, a, t = cat(0, (1, 2, 3))
+    co, pm, pc = cat(4, (5, 6))
+    return RankedPositives(list(names), to, m, a, t, co, pm, pc)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Benchmark scoring
+# --------------------------------------------------------------------------------------------------------------
+def benchmark_groups(bench: Any, queries: Sequence[Any]) -> tuple[dict[str, list[np.ndarray]], list[np.ndarray],
+                                                                   dict[str, list[np.ndarray]]]:
+    """The pools, own-video exclusions and triplet probes of ``queries`` in ``bench`` (all as corpus rows).
+
+    Pools: ``type2-all`` (main pool = in_dataset + cross_dataset), ``type2-consensus``, ``type1-all``, and the
+    tiers ``in_dataset``, ``cross_dataset``, ``bge_similar``, ``in_video``. Exclusion: every segment of the
+    query's own video. Probes (see `eval.triplets`): ``triplet_temporal`` = segments of the queried object
+    (same ``video_id`` and ``object_id``) in a state other than the target; ``triplet_semantic`` = segments of other videos in the
+    target (type2) state whose subject+predicate (type1) state differs from the target's.
+    """
+    pools = {
+        "type2-all": bench.gt_rows(queries, "type2-all"),
+        "type2-consensus": bench.gt_rows(queries, "type2-consensus"),
+        "type1-all": bench.gt_rows(queries, "type1-all"),
+    }
+    for tier in ("in_dataset", "cross_dataset", "bge_similar", "in_video"):
+        pools[tier] = bench.gt_rows(queries, tier=tier)
+    cds = bench.corpus_ds
+    video = np.asarray(cds["video_id"][:], dtype=object)
+    obj = np.asarray(cds["object_id"][:], dtype=object)
+    state = np.asarray(cds["state_id"][:], dtype=object)
+    type1 = np.asarray(cds["state_type1"][:], dtype=object)
+
+    def index(col: np.ndarray) -> dict[str, np.ndarray]:
+        uniq, inv = np.unique(col.astype(str), return_inverse=True)
+        order = np.argsort(inv, kind="stable")
+        bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+        return {str(x): order[bounds[i]:bounds[i + 1]] for i, x in enumerate(uniq)}
+
+    obj = np.asarray([f"{v}\x00{o}" for v, o in zip(video, obj, strict=True)], dtype=object)  # ids may be per-video
+    by_video, by_obj, by_state = index(video), index(obj), index(state)
+    empty = np.zeros(0, np.int64)
+    exclude, temporal, semantic = [], [], []
+    for q in queries:
+        exclude.append(by_video.get(q.video_id, empty))
+        o = by_obj.get(f"{q.video_id}\x00{q.object_id}", empty)
+        temporal.append(o[state[o] != q.target_state_id])
+        s = by_state.get(q.target_state_id, empty)
+        semantic.append(s[(video[s] != q.video_id) & (type1[s] != q.target_state_type1)])
+    return pools, exclude, {"triplet_temporal": temporal, "triplet_semantic": semantic}
+
+
+def score_benchmark(bench: Any, source: ScoreSource, query_rows: np.ndarray | Sequence[int], *, method: str,
+                    config: dict[str, Any] | None = None, k: int = 50, q_block: int = DEFAULT_Q_BLOCK,
+                    c_chunk: int = DEFAULT_C_CHUNK, progress: bool = True) -> Any:
+    """Score ``source`` on the benchmark queries at ``query_rows`` (source query i = benchmark row query_rows[i])
+    over the whole corpus, for every GT definition and tier (`BENCHMARK_POOLS`) plus the triplet probes, under
+    the PSR protocol (own video excluded except for ``in_video``). Returns an `eval.runs.Run`."""
+    from eval.runs import Run
+
+    query_rows = np.asarray(query_rows, dtype=np.int64)
+    if source.n_queries != len(query_rows):
+        raise ValueError(f"the source has {source.n_queries} queries but {len(query_rows)} query rows were given")
+    if source.n_items != len(bench.corpus_ds):
+        raise ValueError(f"the source scores {source.n_items} items but the corpus has {len(bench.corpus_ds)}")
+    queries = [type(bench.query(0)).from_dict(r) for r in bench.queries_ds.select(query_rows)]
+    pools, exclude, probes = benchmark_groups(bench, queries)
+    res = score_stream(source, pools, exclude, k=k, q_block=q_block, c_chunk=c_chunk, progress=progress,
+                       no_exclude_pools=("in_video",), probes=probes)
+    ids = np.asarray(bench.corpus_ids, dtype=object)
+    topk_ids = [[ids[r] if r >= 0 else "" for r in row] for row in res.topk_rows]
+    return Run(method=method, config=dict(config or {}), query_ids=[q.id for q in queries], topk_ids=topk_ids,
+               topk_scores=res.topk_scores, stats=res.stats, benchmark=bench.name,
+               kth_tie_unlisted=res.kth_tie_unlisted, ranked=res.ranked)

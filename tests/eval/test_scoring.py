@@ -1,0 +1,297 @@
+"""The streaming scorer against brute force on small corpora (full score matrices are fine at this size)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from eval.runs import Run, read_run, write_run
+from eval.scoring import DenseSource, FusionSource, RandomSource, score_stream, stream_moments
+
+
+def _lattice(rng, n, d, k=None):
+    """Small-integer vectors: dot products are exact in float32, so ties are frequent and exact."""
+    shape = (n, d) if k is None else (n, k, d)
+    return rng.integers(-2, 3, size=shape).astype(np.float32)
+
+
+def _random_groups(rng, nq, n_items, max_size, empty_rate=0.15):
+    out = []
+    for _ in range(nq):
+        size = 0 if rng.random() < empty_rate else int(rng.integers(1, max_size + 1))
+        out.append(rng.choice(n_items, size=size, replace=False).astype(np.int64))
+    return out
+
+
+def brute_stats(full, pools, exclude, no_excl, k):
+    """Reference: per query and pool, counts by definition from the full score matrix."""
+    nq, n = full.shape
+    stats = {p: {f: np.zeros(nq, np.int64) for f in ("n_pos", "n_above", "n_tie_neg", "n_tie_pos", "n_tie_neg_first")}
+             for p in pools}
+    top_rows = np.full((nq, k), -1, np.int64)
+    for i in range(nq):
+        ex = set(exclude[i].tolist()) if exclude is not None else set()
+        for p, lists in pools.items():
+            ranked = set(range(n)) if p in no_excl else set(range(n)) - ex
+            pos = set(lists[i].tolist()) & ranked
+            neg = np.array(sorted(ranked - pos), dtype=np.int64)
+            st = stats[p]
+            st["n_pos"][i] = len(pos)
+            if not pos:
+                continue
+            posa = np.array(sorted(pos))
+            t = full[i, posa].max()
+            st["n_above"][i] = int((full[i, neg] > t).sum())
+            st["n_tie_neg"][i] = int((full[i, neg] == t).sum())
+            st["n_tie_pos"][i] = int((full[i, posa] == t).sum())
+            first = posa[full[i, posa] == t].min()
+            st["n_tie_neg_first"][i] = int(((full[i, neg] == t) & (neg < first)).sum())
+        ranked = np.array(sorted(set(range(n)) - ex), dtype=np.int64)
+        order = np.lexsort((ranked, -full[i, ranked].astype(np.float64)))
+        sel = ranked[order][:k]
+        top_rows[i, :len(sel)] = sel
+    return stats, top_rows
+
+
+def _pools(rng, nq, n):
+    return {"a": _random_groups(rng, nq, n, 6), "b": _random_groups(rng, nq, n, 2), "self": _random_groups(rng, nq, n, 3)}
+
+
+@pytest.mark.parametrize("expanded", [False, True])
+@pytest.mark.parametrize("tile", [(7, 13), (64, 1000)])
+def test_stream_matches_brute_force(expanded, tile):
+    rng = np.random.default_rng(1 + expanded)
+    nq, n, d, m = 23, 157, 5, 31
+    q = _lattice(rng, nq, d)
+    if expanded:
+        items = _lattice(rng, m, d)
+        item_rows = rng.integers(0, m, size=n)
+        full = (q @ items.T)[:, item_rows]
+        src = DenseSource(q, items, item_rows=item_rows)
+    else:
+        items = _lattice(rng, n, d)
+        full = q @ items.T
+        src = DenseSource(q, items)
+    pools = _pools(rng, nq, n)
+    exclude = _random_groups(rng, nq, n, 12, empty_rate=0.2)
+    # positives may overlap the excluded rows; they then leave cross-instance pools but stay in "self"
+    pools["a"][0] = np.concatenate([pools["a"][0], exclude[0][:2]]) if len(exclude[0]) else pools["a"][0]
+    k = 10
+    res = score_stream(src, pools, exclude, k=k, q_block=tile[0], c_chunk=tile[1], progress=False,
+                       no_exclude_pools=("self",))
+    ref, ref_top = brute_stats(full, pools, exclude, {"self"}, k)
+    for p in pools:
+        for f, v in ref[p].items():
+            np.testing.assert_array_equal(res.stats[p][f], v, err_msg=f"{p}/{f}")
+    np.testing.assert_array_equal(res.topk_rows, ref_top)
+    np.testing.assert_array_equal(res.topk_scores, np.take_along_axis(full, ref_top, 1))
+    # unlisted ties at the k-th score
+    for i in range(nq):
+        ranked = np.setdiff1d(np.arange(n), exclude[i])
+        kth = res.topk_scores[i, -1]
+        assert res.kth_tie_unlisted[i] == int((full[i, ranked] == kth).sum()) - int((res.topk_scores[i] == kth).sum())
+    # ties really occur in this data (the test would be vacuous otherwise)
+    assert res.stats["a"]["n_tie_neg"].sum() > 0 and res.stats["a"]["n_tie_pos"].max() > 1
+    assert res.kth_tie_unlisted.sum() > 0
+
+
+def test_ranked_positives_match_brute_force():
+    rng = np.random.default_rng(5)
+    nq, n, d = 17, 90, 4
+    q, items = _lattice(rng, nq, d), _lattice(rng, n, d)
+    full = q @ items.T
+    pools = _pools(rng, nq, n)
+    exclude = _random_groups(rng, nq, n, 8)
+    k = 6
+    res = score_stream(DenseSource(q, items), pools, exclude, k=k, q_block=5, c_chunk=11, progress=False,
+                       no_exclude_pools=("self",))
+    r = res.ranked
+    assert r.pool_names == ["a", "b", "self"]
+    for i in range(nq):
+        ranked = np.setdiff1d(np.arange(n), exclude[i])
+        s = full[i, ranked]
+        kth = np.sort(s)[::-1][k - 1]
+        expect_top, expect_counts = [], {}
+        for row in ranked:
+            mask = sum(1 << b for b, p in enumerate(("a", "b")) if row in set(pools[p][i].tolist()))
+            if not mask:
+                continue
+            expect_counts[mask] = expect_counts.get(mask, 0) + 1
+            v = full[i, row]
+            if v >= kth:
+                expect_top.append((mask, int((s > v).sum()), int((s == v).sum())))
+        sl = slice(r.top_offsets[i], r.top_offsets[i + 1])
+        got = sorted(zip(r.mask[sl].tolist(), r.above[sl].tolist(), r.tie[sl].tolist(), strict=True))
+        assert got == sorted(expect_top)
+        sc = slice(r.count_offsets[i], r.count_offsets[i + 1])
+        assert dict(zip(r.pos_mask[sc].tolist(), r.pos_count[sc].tolist(), strict=True)) == expect_counts
+
+
+def test_multi_sample_queries_take_the_max():
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((9, 4, 8)).astype(np.float32)
+    items = rng.standard_normal((50, 8)).astype(np.float32)
+    src = DenseSource(q, items)
+    expect = np.einsum("qkd,nd->qkn", q, items).max(1)
+    np.testing.assert_allclose(src.scores(slice(2, 7), np.array([3, 1, 49])), expect[2:7, [3, 1, 49]], rtol=1e-5)
+    mean = DenseSource(q, items, reduce="mean").scores(slice(0, 9), slice(0, 50))
+    np.testing.assert_allclose(mean, np.einsum("qkd,nd->qkn", q, items).mean(1), rtol=1e-4, atol=1e-5)
+
+
+def test_expanded_ties_are_bitwise_identical_across_calls():
+    rng = np.random.default_rng(3)
+    q = rng.standard_normal((20, 16)).astype(np.float32)
+    items = rng.standard_normal((7, 16)).astype(np.float32)
+    item_rows = rng.integers(0, 7, size=300)
+    src = DenseSource(q, items, item_rows=item_rows)
+    a = src.scores(slice(0, 20), slice(0, 300))
+    b = np.concatenate([src.scores(slice(0, 20), slice(c, min(300, c + 37))) for c in range(0, 300, 37)], axis=1)
+    c = src.scores(slice(0, 20), np.arange(300)[::-1].copy())[:, ::-1]
+    assert np.array_equal(a, b) and np.array_equal(a, c)
+    same_state = item_rows[:, None] == item_rows[None, :]
+    for i in range(20):
+        eq = a[i][:, None] == a[i][None, :]
+        assert np.all(eq[same_state])
+
+
+def test_fusion_moments_closed_form_and_streamed():
+    rng = np.random.default_rng(4)
+    q = rng.standard_normal((11, 6)).astype(np.float32)
+    items = rng.standard_normal((9, 6)).astype(np.float32)
+    item_rows = rng.integers(0, 9, size=120)
+    dense = DenseSource(q, items, item_rows=item_rows)
+    full = (q.astype(np.float64) @ items.T.astype(np.float64))[:, item_rows]
+    mean, std = dense.moments(slice(0, 11))
+    np.testing.assert_allclose(mean, full.mean(1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(std, full.std(1), rtol=1e-5)
+    m2, s2 = stream_moments(dense, slice(0, 11), c_chunk=17)
+    np.testing.assert_allclose(m2, full.mean(1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(s2, full.std(1), rtol=1e-5)
+    # K = 3 samples (max): moments are streamed
+    qk = rng.standard_normal((11, 3, 6)).astype(np.float32)
+    vis = DenseSource(qk, rng.standard_normal((120, 6)).astype(np.float32))
+    fused = FusionSource([dense, vis], weights=[1.0, 0.5], c_chunk=29)
+    fv = vis.scores(slice(0, 11), slice(0, 120)).astype(np.float64)
+    expect = (full - full.mean(1, keepdims=True)) / full.std(1, keepdims=True) + \
+        0.5 * (fv - fv.mean(1, keepdims=True)) / fv.std(1, keepdims=True)
+    np.testing.assert_allclose(fused.scores(slice(0, 11), slice(0, 120)), expect, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(fused.scores(slice(3, 5), np.array([7, 2])), expect[3:5, [7, 2]], rtol=1e-4, atol=1e-4)
+
+
+def test_random_source_is_chunking_invariant():
+    src = RandomSource(10, 1000, seed=7)
+    a = src.scores(slice(0, 10), slice(0, 1000))
+    b = np.concatenate([src.scores(slice(0, 10), slice(c, c + 300)) for c in range(0, 1000, 300)], axis=1)
+    assert np.array_equal(a, b) and a.dtype == np.float32
+    assert np.array_equal(src.scores(slice(4, 5), np.array([999, 3])), a[4:5, [999, 3]])
+    assert 0.45 < a.mean() < 0.55 and a.min() >= 0 and a.max() < 1
+    assert not np.array_equal(a, RandomSource(10, 1000, seed=8).scores(slice(0, 10), slice(0, 1000)))
+
+
+def test_bad_rows_are_reported():
+    src = DenseSource(np.ones((2, 3), np.float32), np.ones((5, 3), np.float32))
+    with pytest.raises(IndexError, match="query 1: corpus row 9"):
+        score_stream(src, {"a": [np.array([0]), np.array([9])]}, None, k=2, progress=False)
+    with pytest.raises(ValueError, match="has 1 queries"):
+        score_stream(src, {"a": [np.array([0])]}, None, k=2, progress=False)
+
+
+def _small_run(rng, name="m"):
+    nq, n, d = 12, 60, 4
+    q, items = _lattice(rng, nq, d), _lattice(rng, n, d)
+    res = score_stream(DenseSource(q, items), _pools(rng, nq, n), _random_groups(rng, nq, n, 5), k=5,
+                       progress=False, no_exclude_pools=("self",), probes={"pr": _random_groups(rng, nq, n, 3)})
+    ids = [f"c{j:03d}" for j in range(n)]
+    return Run(method=name, config={"space": "x", "seed": 1}, query_ids=[f"q{i}" for i in range(nq)],
+               topk_ids=[[ids[j] for j in row] for row in res.topk_rows], topk_scores=res.topk_scores,
+               stats=res.stats, benchmark="toy", kth_tie_unlisted=res.kth_tie_unlisted, ranked=res.ranked)
+
+
+def test_run_round_trip(tmp_path):
+    run = _small_run(np.random.default_rng(6))
+    p = write_run(tmp_path / "run.parquet", run)
+    back = read_run(p)
+    assert (back.method, back.config, back.benchmark, back.query_ids, back.topk_ids) == \
+        (run.method, run.config, run.benchmark, run.query_ids, run.topk_ids)
+    np.testing.assert_array_equal(back.topk_scores, run.topk_scores)
+    assert back.stats.keys() == run.stats.keys()
+    for pool, d in run.stats.items():
+        for f, v in d.items():
+            np.testing.assert_array_equal(back.stats[pool][f], v)
+    for f in ("top_offsets", "mask", "above", "tie", "count_offsets", "pos_mask", "pos_count"):
+        np.testing.assert_array_equal(getattr(back.ranked, f), getattr(run.ranked, f))
+    sub = back.select(["q3", "q1"])
+    assert sub.query_ids == ["q3", "q1"] and sub.stats["a"]["n_above"][0] == run.stats["a"]["n_above"][3]
+    assert sub.ranked.top_offsets[-1] == (run.ranked.top_offsets[4] - run.ranked.top_offsets[3]
+                                          + run.ranked.top_offsets[2] - run.ranked.top_offsets[1])
+
+
+def test_read_run_errors(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from eval.io import FormatError
+
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"not parquet")
+    with pytest.raises(FormatError, match="bad.parquet"):
+        read_run(bad)
+    plain = tmp_path / "plain.parquet"
+    pq.write_table(pa.table({"query_id": ["q0"]}), plain)
+    with pytest.raises(FormatError, match="psr_run"):
+        read_run(plain)
+    run = _small_run(np.random.default_rng(7))
+    good = write_run(tmp_path / "good.parquet", run)
+    t = pq.read_table(good)
+    pq.write_table(t.drop_columns(["a/n_above"]), tmp_path / "drop.parquet")
+    with pytest.raises(FormatError, match="a/n_above"):
+        read_run(tmp_path / "drop.parquet")
+    assert not list(tmp_path.glob(".*"))  # atomic writes leave no temp files
+
+
+def _oracle_and_pixels(bench):
+    rows = bench.query_rows("test", fair_only=True)
+    qs = bench.queries_ds.select(rows)
+    eye = np.eye(len(bench.state_ids), dtype=np.float32)
+    oracle = DenseSource(eye[[bench.state_index[s] for s in qs["target_state_id"]]], eye,
+                         item_rows=bench.segment_state_rows)
+    pre, corp = bench.features("pixels", "prefixes"), bench.features("pixels", "corpus")
+    pidx = pre.index()
+    pixels = DenseSource(np.asarray(pre.array)[[pidx[p] for p in qs["prefix_id"]]], corp.array)
+    return rows, oracle, pixels
+
+
+def test_score_benchmark_protocol(synth_bench):
+    from eval.scoring import BENCHMARK_POOLS, benchmark_groups, score_benchmark
+
+    bench = synth_bench
+    rows, oracle, pixels = _oracle_and_pixels(bench)
+    queries = [bench.query(int(r)) for r in rows]
+    run = score_benchmark(bench, pixels, rows, method="pixels", config={"space": "pixels"}, k=8, progress=False,
+                          q_block=16, c_chunk=100)
+    assert run.query_ids == [q.id for q in queries] and run.benchmark == bench.name
+    assert set(BENCHMARK_POOLS) <= set(run.pools)
+    pools, exclude, probes = benchmark_groups(bench, queries)
+    full = pixels.scores(slice(0, len(rows)), slice(0, len(bench.corpus_ids)))
+    ref, ref_top = brute_stats(full, pools, exclude, {"in_video"}, 8)
+    for p in BENCHMARK_POOLS:
+        for f, v in ref[p].items():
+            np.testing.assert_array_equal(run.stats[p][f], v, err_msg=f"{p}/{f}")
+    ids = np.asarray(bench.corpus_ids)
+    assert run.topk_ids == ids[ref_top].tolist()
+    seg_video = np.asarray(bench.corpus_ds["video_id"][:])
+    for q, top in zip(queries, run.topk_ids, strict=True):
+        assert q.video_id not in set(seg_video[[bench.corpus_index[x] for x in top]])  # own video never ranked
+    # the main pool is in_dataset + cross_dataset, and the probes follow their definitions
+    assert (run.stats["type2-all"]["n_pos"] == run.stats["in_dataset"]["n_pos"] + run.stats["cross_dataset"]["n_pos"]).all()
+    seg_state = np.asarray(bench.corpus_ds["state_id"][:])
+    for q, tmp, sem in zip(queries, probes["triplet_temporal"], probes["triplet_semantic"], strict=True):
+        assert (seg_video[tmp] == q.video_id).all() and (seg_state[tmp] != q.target_state_id).all()
+        assert (seg_video[sem] != q.video_id).all() and (seg_state[sem] == q.target_state_id).all()
+
+    # the true-state oracle ranks a main-pool positive first: everything ties with it but nothing is above it
+    orun = score_benchmark(bench, oracle, rows, method="oracle", k=8, progress=False)
+    st = orun.stats["type2-all"]
+    assert (st["n_above"] == 0).all() and (st["n_tie_pos"] == st["n_pos"]).all() and (st["n_tie_neg"] == 0).all()
+    # type1 is stricter: same-state segments of other subjects tie with its positives as negatives
+    assert orun.stats["type1-all"]["n_tie_neg"].sum() > 0
