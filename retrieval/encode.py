@@ -1,0 +1,152 @@
+"""``python -m retrieval encode``: compute a space's feature tables for a benchmark directory.
+
+- semantic (a sentence-transformers model): table ``states`` = the canonical state strings, ``(n_states, d)``;
+- visual (an image encoder): table ``corpus`` = each segment's middle frame, ``(n_corpus, d)``, and table
+  ``prefixes`` = the 8 prefix frames of each prefix, ``(n_prefixes, 8, d)``.
+
+Work is done in chunks of ``chunk_size`` rows (items, or prefixes). Each finished chunk is saved under
+``features/<space>/.partial/<table>/`` next to a fingerprint of the job (model, table ids), so a crashed or killed
+job resumes from the last finished chunk; a job with a different fingerprint starts over. When every chunk of a
+table is done the table is assembled atomically (`eval.features.write_table`), the partial folder removed, and
+``meta.json`` plus ``encode_config.json`` (the resolved config) written last.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from eval.benchmark import Benchmark
+from eval.features import space_dir, write_meta, write_table
+from eval.io import FormatError, atomic_path, write_json
+from eval.schema import PREFIX_FRAMES
+from retrieval.encoders import (
+    TEXT_TOWER_MODEL_TYPES,
+    ImageEncoder,
+    TextEncoder,
+    is_vision_model,
+    pick_device,
+)
+
+
+@dataclass
+class EncodeConfig:
+    """Resolved config of one encode job (written to ``features/<space>/encode_config.json``)."""
+
+    data: str
+    space: str
+    model: str
+    kind: str = "auto"  # "semantic" | "visual" | "auto" (from the model's config)
+    tables: tuple[str, ...] = ()  # empty: all tables of the kind
+    batch_size: int = 64
+    chunk_size: int = 4096
+    device: str | None = None
+    query_prompt: str | None = None
+
+    def resolved(self) -> EncodeConfig:
+        kind = self.kind
+        if kind == "auto":
+            kind = "visual" if is_vision_model(self.model) else "semantic"
+        if kind not in ("semantic", "visual"):
+            raise ValueError(f"--kind must be semantic, visual or auto, got {kind!r}")
+        default = ("states",) if kind == "semantic" else ("corpus", "prefixes")
+        tables = tuple(self.tables) or default
+        bad = [t for t in tables if t not in default]
+        if bad:
+            raise ValueError(f"a {kind} space has tables {default}; cannot encode {bad}")
+        return EncodeConfig(**{**asdict(self), "kind": kind, "tables": tables, "device": pick_device(self.device)})
+
+
+def _fingerprint(cfg: EncodeConfig, table: str, ids: list[str]) -> str:
+    h = hashlib.sha256(json.dumps([cfg.model, cfg.kind, table, cfg.query_prompt, cfg.chunk_size]).encode())
+    for x in ids:
+        h.update(x.encode() + b"\n")
+    return h.hexdigest()[:16]
+
+
+def _encode_chunked(root: Path, space: str, table: str, ids: list[str], fingerprint: str, chunk_size: int,
+                    encode: Callable[[int, int], np.ndarray], progress: bool) -> np.ndarray:
+    """Run ``encode(start, stop)`` over ``ids`` chunk by chunk, keeping finished chunks on disk; return all rows."""
+    part = space_dir(root, space) / ".partial" / table
+    fp_file = part / "fingerprint.txt"
+    if part.exists() and (not fp_file.exists() or fp_file.read_text().strip() != fingerprint):
+        shutil.rmtree(part)  # a different job (model, ids, chunking) left these: start over
+    part.mkdir(parents=True, exist_ok=True)
+    fp_file.write_text(fingerprint + "\n")
+    starts = list(range(0, len(ids), chunk_size))
+    done = [s for s in starts if (part / f"{s:09d}.npy").exists()]
+    chunks: list[np.ndarray] = []
+    with tqdm(total=len(ids), desc=f"{space}/{table}", unit="row", disable=not progress) as bar:
+        bar.update(sum(min(chunk_size, len(ids) - s) for s in done))
+        for s in starts:
+            f = part / f"{s:09d}.npy"
+            if f.exists():
+                chunks.append(np.load(f))
+                continue
+            arr = np.ascontiguousarray(encode(s, min(s + chunk_size, len(ids))), dtype=np.float32)
+            with atomic_path(f) as tmp, open(tmp, "wb") as fh:
+                np.save(fh, arr)
+            chunks.append(arr)
+            bar.update(arr.shape[0])
+    return np.concatenate(chunks) if chunks else np.zeros((0,), np.float32)
+
+
+def _prefix_frames(bench: Benchmark) -> tuple[list[str], list[list[str]]]:
+    """Unique prefix ids (first-seen order) and their frame paths, from the queries."""
+    pids = bench.queries_ds["prefix_id"][:]
+    frames = bench.queries_ds["prefix_frames"][:]
+    seen: dict[str, list[str]] = {}
+    for line, (p, fr) in enumerate(zip(pids, frames, strict=True), start=1):
+        if p in seen:
+            continue
+        if len(fr) != PREFIX_FRAMES:
+            raise FormatError(bench.root / "queries.jsonl", f"expected {PREFIX_FRAMES} prefix frames, got {len(fr)}",
+                              line=line, field="prefix_frames")
+        seen[p] = list(fr)
+    return list(seen), list(seen.values())
+
+
+def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
+    """Encode the tables of one space (see the module docstring); returns the space directory."""
+    cfg = cfg.resolved()
+    bench = Benchmark.load(cfg.data)
+    root = bench.root
+    extra: dict = {}
+    if cfg.kind == "semantic":
+        enc = TextEncoder(cfg.model, device=cfg.device, batch_size=cfg.batch_size, query_prompt=cfg.query_prompt)
+        texts = bench.states_ds["text"][:]
+        ids = bench.state_ids
+        arr = _encode_chunked(root, cfg.space, "states", ids, _fingerprint(cfg, "states", ids), cfg.chunk_size,
+                              lambda s, e: enc.encode_items(texts[s:e]), progress)
+        write_table(root, cfg.space, "states", ids, arr.reshape(len(ids), enc.dim))
+        dim, extra = enc.dim, {"encoder": "sentence-transformers", "query_prompt": cfg.query_prompt}
+    else:
+        enc = ImageEncoder(cfg.model, device=cfg.device, batch_size=cfg.batch_size)
+        dim = enc.dim
+        if "corpus" in cfg.tables:
+            frames = [str(bench.path(f)) for f in bench.corpus_ds["frame"][:]]
+            ids = bench.corpus_ids
+            arr = _encode_chunked(root, cfg.space, "corpus", ids, _fingerprint(cfg, "corpus", ids), cfg.chunk_size,
+                                  lambda s, e: enc.encode_images(frames[s:e]), progress)
+            write_table(root, cfg.space, "corpus", ids, arr.reshape(len(ids), dim))
+        if "prefixes" in cfg.tables:
+            pids, pframes = _prefix_frames(bench)
+            flat = [str(bench.path(f)) for fr in pframes for f in fr]
+            step = max(1, cfg.chunk_size // PREFIX_FRAMES)
+            arr = _encode_chunked(root, cfg.space, "prefixes", pids, _fingerprint(cfg, "prefixes", pids), step,
+                                  lambda s, e: enc.encode_images(flat[s * PREFIX_FRAMES:e * PREFIX_FRAMES])
+                                  .reshape(e - s, PREFIX_FRAMES, dim), progress)
+            write_table(root, cfg.space, "prefixes", pids, arr.reshape(len(pids), PREFIX_FRAMES, dim))
+        has_text = enc.model_type in TEXT_TOWER_MODEL_TYPES
+        extra = {"encoder": enc.model_type, "text_tower": has_text}
+    shutil.rmtree(space_dir(root, cfg.space) / ".partial", ignore_errors=True)
+    write_json(space_dir(root, cfg.space) / "encode_config.json", asdict(cfg))
+    write_meta(root, cfg.space, kind=cfg.kind, dim=dim, model=cfg.model, **extra)
+    return space_dir(root, cfg.space)

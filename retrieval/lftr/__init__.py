@@ -1,0 +1,1 @@
+"""LFTR: the latent-rollout retriever head (config, model, data, training, prediction, jobs)."""

@@ -1,0 +1,153 @@
+"""LFTR configuration: one flat dataclass, loadable from YAML and overridable from the command line.
+
+The defaults are the paper's full configuration (App. "LFTR (full configuration)"): width 512, a 3-layer 8-head
+Transformer context encoder, a 3-layer transition MLP, rollout depth H=8, K=32 samples, a horizon-conditioned
+sigma head; multi-query max-similarity InfoNCE (tau 0.04) with 384 random + 128 hard negatives, grounding MSE
+(weight 0.5); AdamW (lr 3e-4, weight decay 1e-4), cosine schedule, 50 epochs, batch 256, best-val-R@5 checkpoint.
+
+Ablation switches (the paper's Tables 12, 13, 16, 17): ``rollout_depth: 1`` (H=1 horizon-conditioned read),
+``n_hard_negatives: 0``, ``grounding_weight: 0``, ``condition_question: false`` (no question type / question
+text), ``use_sigma: false`` (no sigma head: one sample, the mean), and ``read_rule`` in `READ_RULES`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from eval.io import atomic_path
+
+#: How the prediction is read off the rollout ``mu_1..mu_H``:
+#: ``matched`` reads step h (the query's horizon, clipped to H); ``fixed1`` reads step 1; ``best_step_oracle``
+#: reads, per query, the step whose ranking of the GT is best (needs the GT: an oracle, analysis only);
+#: ``multi_hypothesis`` scores an item by the max over all steps (and samples).
+READ_RULES = ("matched", "fixed1", "best_step_oracle", "multi_hypothesis")
+
+
+@dataclass
+class LFTRConfig:
+    # --- spaces ---
+    target_space: str = ""  # retrieval space the head reads into (semantic: states; visual: segments)
+    prefix_space: str = ""  # space whose `prefixes` table holds the 8 prefix tokens ("" = first space that has one)
+    question_space: str = ""  # semantic space whose text encoder embeds the question text ("" = none)
+    # --- model ---
+    d_model: int = 512
+    n_layers: int = 3
+    n_heads: int = 8
+    ff_mult: int = 4
+    dropout: float = 0.1
+    transition_depth: int = 3
+    rollout_depth: int = 8
+    n_samples: int = 32
+    use_sigma: bool = True
+    condition_question: bool = True  # question type (+ question text when question_space is set)
+    condition_horizon: bool = True
+    # --- objective ---
+    tau: float = 0.04
+    n_random_negatives: int = 384
+    n_hard_negatives: int = 128
+    grounding_weight: float = 0.5
+    # --- optimisation ---
+    epochs: int = 50
+    batch_size: int = 256
+    lr: float = 3e-4
+    weight_decay: float = 1e-4
+    grad_clip: float = 1.0
+    seed: int = 0
+    device: str = ""  # "" = cuda when available, else cpu
+    # --- evaluation ---
+    read_rule: str = "matched"
+    val_every: int = 1
+    val_k: int = 5  # checkpoint selection metric: R@val_k on the validation split
+    train_split: str = "train"
+    val_split: str = "val"
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        if self.read_rule not in READ_RULES:
+            raise ValueError(f"read_rule must be one of {READ_RULES}, got {self.read_rule!r}")
+        for name in ("d_model", "n_layers", "n_heads", "transition_depth", "rollout_depth", "n_samples", "epochs",
+                     "batch_size", "val_every", "val_k"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if self.tau <= 0:
+            raise ValueError(f"tau must be > 0, got {self.tau}")
+        if self.n_random_negatives < 0 or self.n_hard_negatives < 0:
+            raise ValueError("negative counts must be >= 0")
+
+    # --- I/O ---
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], *, source: str = "<config>") -> LFTRConfig:
+        names = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(d) - set(names))
+        if unknown:
+            raise ValueError(f"{source}: unknown LFTR config key(s) {unknown}; known keys: {sorted(names)}")
+        return cls(**d)
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> LFTRConfig:
+        """The defaults with the keys of one YAML file applied."""
+        return cls().with_overrides(read_yaml(path))
+
+    def with_overrides(self, overrides: list[str] | dict[str, Any]) -> LFTRConfig:
+        """Apply ``key=value`` strings (values parsed as YAML scalars) or a dict; unknown keys raise."""
+        d = asdict(self)
+        items = overrides.items() if isinstance(overrides, dict) else (_split(o) for o in overrides)
+        types = {f.name: f.type for f in fields(self)}
+        for k, v in items:
+            if k not in d:
+                raise ValueError(f"unknown LFTR config key {k!r} in override; known keys: {sorted(d)}")
+            if isinstance(v, str) and types[k] != "str":
+                v = yaml.safe_load(v)
+            d[k] = v
+        return LFTRConfig.from_dict(d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def save(self, path: str | Path) -> None:
+        with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+            yaml.safe_dump(self.to_dict(), f, sort_keys=False)
+
+    def training_hash(self) -> str:
+        """Hash of everything that changes the trained weights (not evaluation-only keys): resume guard."""
+        d = {k: v for k, v in self.to_dict().items() if k not in ("read_rule", "device", "val_every")}
+        return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """The key/value mapping of a config file; unknown keys raise `ValueError` naming the file."""
+    with open(path, encoding="utf-8") as f:
+        d = yaml.safe_load(f) or {}
+    if not isinstance(d, dict):
+        raise ValueError(f"{path}: expected a mapping of config keys, got {type(d).__name__}")
+    known = {f.name for f in fields(LFTRConfig)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown LFTR config key(s) {unknown}; known keys: {sorted(known)}")
+    return d
+
+
+def _split(s: str) -> tuple[str, str]:
+    if "=" not in s:
+        raise ValueError(f"override {s!r} is not of the form key=value")
+    k, v = s.split("=", 1)
+    return k.strip(), v.strip()
+
+
+def load_config(paths: list[str | Path] | None = None, overrides: list[str] | None = None, **fixed: Any) -> LFTRConfig:
+    """Defaults <- each YAML file in order <- ``fixed`` (CLI options that are set) <- ``key=value`` overrides."""
+    cfg = LFTRConfig()
+    for p in paths or []:
+        cfg = cfg.with_overrides(read_yaml(p))
+    cfg = cfg.with_overrides({k: v for k, v in fixed.items() if v is not None})
+    return cfg.with_overrides(overrides or [])

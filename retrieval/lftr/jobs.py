@@ -1,0 +1,143 @@
+"""Whole LFTR jobs: predict a run from a checkpoint, the multi-seed study, and the demo pipeline."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from eval.benchmark import Benchmark
+from eval.io import write_json
+from eval.runs import Run, read_run
+from retrieval.encoders import pick_device
+from retrieval.lftr.config import LFTRConfig, load_config
+from retrieval.lftr.predict import predict_query_vectors, validation_recall
+from retrieval.lftr.train import load_checkpoint, prepare, train
+from retrieval.runs import score_query_vectors
+
+#: The LFTR config the demo uses on the synthetic benchmark (a few small epochs; see the file).
+SYNTH_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "lftr" / "synth.yaml"
+#: Cutoffs of the multi-seed summary.
+SUMMARY_KS = (1, 5, 10, 20, 50)
+
+
+def predict_run(bench: Benchmark, ckpt: str | Path, out: str | Path, *, split: str = "test",
+                read_rule: str | None = None, method: str = "", k: int = 50, device: str | None = None,
+                progress: bool = True) -> Run:
+    """Load a checkpoint, predict the queries of ``split`` under ``read_rule`` and write the run to ``out``."""
+    device = pick_device(device)
+    model, cfg, ck = load_checkpoint(ckpt, device)
+    rule = read_rule or cfg.read_rule
+    ckpt_dir = Path(ckpt) if Path(ckpt).is_dir() else Path(ckpt).parent
+    prep = prepare(bench, cfg, ckpt_dir, device)
+    rows = bench.query_rows(split)
+    t0 = time.time()
+    qv = predict_query_vectors(model, prep, rows, rule=rule, seed=cfg.seed, progress=progress)
+    name = method or f"lftr[{cfg.target_space}]" + ("" if rule == "matched" else f"/{rule}")
+    config = {**cfg.to_dict(), "read_rule": rule, "checkpoint": str(ckpt), "epoch": ck.get("epoch"),
+              "val": ck.get("val"), "split": split, "predict_seconds": round(time.time() - t0, 3)}
+    return score_query_vectors(bench, qv, prep.target, out, method=name, config=config, k=k, progress=progress)
+
+
+def run_metrics(run: Run, ks: tuple[int, ...] = SUMMARY_KS) -> dict[str, float]:
+    """R@k and MRR of the main pool (type2-all) over the fair queries of a run (eval's tie-aware metrics)."""
+    from eval.metrics import mrr, recall_at_k
+
+    st = run.stats["type2-all"]
+    out = {f"R@{k}": float(recall_at_k(st, k)) for k in ks}
+    out["MRR"] = float(mrr(st))
+    return out
+
+
+def multi_seed(bench: Benchmark, cfg: LFTRConfig, seeds: list[int], out: str | Path, *, split: str = "test",
+               log: Callable[[str], None] = print, progress: bool = True) -> dict:
+    """Train and predict one LFTR per seed into ``out/seed<S>/`` (each resumable) and summarise mean +- std
+    (sample std, ddof=1) of R@k and MRR in ``out/summary.json`` and ``out/summary.md``."""
+    out = Path(out)
+    per_seed: dict[int, dict[str, float]] = {}
+    for s in seeds:
+        d = out / f"seed{s}"
+        c = cfg.with_overrides({"seed": s})
+        train(bench, c, d, validate=validation_recall, log=log, progress=progress)
+        run_path = d / "run.parquet"
+        run = read_run(run_path) if run_path.exists() else predict_run(bench, d, run_path, split=split,
+                                                                         progress=progress)
+        per_seed[s] = run_metrics(run)
+        log(f"seed {s}: " + ", ".join(f"{k} {v * 100:.2f}" for k, v in per_seed[s].items()))
+    keys = list(next(iter(per_seed.values())))
+    mean = {k: float(np.mean([m[k] for m in per_seed.values()])) for k in keys}
+    std = {k: float(np.std([m[k] for m in per_seed.values()], ddof=1)) if len(seeds) > 1 else 0.0 for k in keys}
+    md = ["| metric | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std |",
+          "|---|" + "---|" * len(seeds) + "---|"]
+    for k in keys:
+        md.append(f"| {k} | " + " | ".join(f"{per_seed[s][k] * 100:.2f}" for s in seeds)
+                  + f" | {mean[k] * 100:.2f} ± {std[k] * 100:.2f} |")
+    summary = {"config": cfg.to_dict(), "seeds": seeds, "split": split, "per_seed": per_seed, "mean": mean,
+               "std": std, "markdown": "\n".join(md)}
+    write_json(out / "summary.json", summary)
+    (out / "summary.md").write_text(summary["markdown"] + "\n", encoding="utf-8")
+    return summary
+
+
+def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, semantic_space: str = "minilm",
+             visual_space: str = "pixels", configs: list[Path] | None = None, seed: int = 0, split: str = "test",
+             log: Callable[[str], None] = print, progress: bool = True) -> list[Path]:
+    """Every baseline, oracle, LFTR (semantic and visual) and their fusion into ``out/<method>.parquet``.
+
+    Encodes the semantic space first when it is missing. A run whose file exists is skipped (resumable); LFTR
+    checkpoints live in ``out/lftr-<space>/``.
+    """
+    from retrieval.encode import EncodeConfig, encode_space
+    from retrieval.methods import method_query_vectors
+    from retrieval.runs import fuse_runs
+    from retrieval.spaces import Space
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if semantic_space not in bench.spaces:
+        log(f"encoding semantic space {semantic_space!r} with {text_model}")
+        encode_space(EncodeConfig(str(bench.root), semantic_space, text_model, kind="semantic"), progress=progress)
+    sem, vis = Space.load(bench, semantic_space), Space.load(bench, visual_space)
+    rows = bench.query_rows(split)
+    plan = [("random", "random", None), ("question-only", "question-only", sem), ("knn-future", "knn-future", sem),
+            ("persistence", "persistence", vis), ("zero-shot", "zero-shot", vis),
+            ("oracle-semantic-text", "semantic-text", sem), ("oracle-state-prototype", "state-prototype", vis),
+            ("oracle-independent-appearance", "independent-appearance", vis)]
+    paths: list[Path] = []
+    timings: dict[str, float] = {}
+    for fname, name, space in plan:
+        p = out / f"{fname}.parquet"
+        paths.append(p)
+        if p.exists():
+            continue
+        t0 = time.time()
+        qv = method_query_vectors(bench, name, space, rows, prefix_space=visual_space, seed=seed)
+        label = name if space is None else f"{name}[{space.name}]"
+        score_query_vectors(bench, qv, space, p, method=label, config={"split": split}, progress=progress)
+        timings[fname] = time.time() - t0
+        log(f"{fname}: {timings[fname]:.1f}s")
+    cfg = load_config(configs or [SYNTH_CONFIG], seed=seed, prefix_space=visual_space,
+                      question_space=semantic_space)
+    lftr_runs = []
+    for space in (semantic_space, visual_space):
+        p = out / f"lftr-{space}.parquet"
+        lftr_runs.append(p)
+        paths.append(p)
+        if p.exists():
+            continue
+        t0 = time.time()
+        ck = out / f"lftr-{space}"
+        train(bench, cfg.with_overrides({"target_space": space}), ck, validate=validation_recall, log=log,
+              progress=progress)
+        predict_run(bench, ck, p, split=split, method=f"lftr[{space}]", progress=progress)
+        timings[f"lftr-{space}"] = time.time() - t0
+        log(f"lftr-{space}: {timings[f'lftr-{space}']:.1f}s")
+    p = out / f"lftr-fusion-{semantic_space}+{visual_space}.parquet"
+    paths.append(p)
+    if not p.exists():
+        fuse_runs(bench, lftr_runs, p, method=f"lftr-fusion[{semantic_space}+{visual_space}]", progress=progress)
+    if timings:
+        write_json(out / "demo_timings.json", timings)
+    return paths

@@ -1,0 +1,127 @@
+"""The LFTR head: a question- and horizon-conditioned latent rollout read into a frozen retrieval space.
+
+Shapes (B queries, F=8 prefix frames, D = ``d_model``, H = ``rollout_depth``, K = ``n_samples``):
+
+1. context: prefix tokens ``(B, F, d_in)`` -> linear -> ``(B, F, D)`` + frame position; prepended by a learned
+   context token and the conditioning tokens (question type, horizon, projected question-text embedding);
+   a pre-norm Transformer encoder (``n_layers``, ``n_heads``, feed-forward ``ff_mult * D``); ``c`` = the output
+   at the context token, ``(B, D)``.
+2. rollout: ``z_0 = c``; ``z_t = z_{t-1} + Phi([z_{t-1}; e_t])`` for t = 1..H, with ``Phi`` an MLP of
+   ``transition_depth`` layers and ``e_t`` a learned step embedding; ``mu_t = z_t``; ``mu`` is ``(B, H, D)``.
+3. read: ``mu_r`` at the read step r (the query's horizon clipped to H for the matched read).
+4. samples: ``sigma_r = softplus(S([mu_r; e_h])) + 1e-4`` (horizon-conditioned sigma head); ``z_k = mu_r + sigma_r *
+   eps_k`` with ``eps_1 = 0`` (the mean is always a sample) and ``eps_k ~ N(0, I)`` otherwise, k = 1..K;
+   without the sigma head K = 1.
+5. projection: ``y_k = normalise(P(z_k))`` into the target space, ``(B, K, d_out)``; the score of an item x is
+   ``max_k <y_k, x>`` (cosine; items are L2-normalised).
+
+At the paper's sizes (d_in = d_out = 1024, D = 512) this is about 12M parameters (`count_parameters`).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from eval.schema import MAX_HORIZON, PREFIX_FRAMES, QUESTION_TYPES
+from retrieval.lftr.config import LFTRConfig
+
+
+def _mlp(d_in: int, d_hidden: int, d_out: int, depth: int) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    d = d_in
+    for _ in range(depth - 1):
+        layers += [nn.Linear(d, d_hidden), nn.GELU()]
+        d = d_hidden
+    layers.append(nn.Linear(d, d_out))
+    return nn.Sequential(*layers)
+
+
+class LFTR(nn.Module):
+    """LFTR head (see the module docstring). ``d_in``: prefix token width; ``d_out``: target space width;
+    ``d_text``: question-text embedding width (0 = no question text)."""
+
+    def __init__(self, cfg: LFTRConfig, d_in: int, d_out: int, d_text: int = 0):
+        super().__init__()
+        self.cfg, self.d_in, self.d_out, self.d_text = cfg, d_in, d_out, d_text
+        D = cfg.d_model
+        self.in_proj = nn.Linear(d_in, D)
+        self.frame_pos = nn.Parameter(torch.zeros(1, PREFIX_FRAMES, D))
+        self.ctx_token = nn.Parameter(torch.zeros(1, 1, D))
+        self.qtype_emb = nn.Embedding(len(QUESTION_TYPES), D)
+        self.horizon_emb = nn.Embedding(MAX_HORIZON + 1, D)  # index = horizon (1..7); 0 unused
+        self.text_proj = nn.Linear(d_text, D) if d_text else None
+        layer = nn.TransformerEncoderLayer(D, cfg.n_heads, cfg.ff_mult * D, cfg.dropout, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, cfg.n_layers, enable_nested_tensor=False)
+        self.ctx_norm = nn.LayerNorm(D)
+        self.step_emb = nn.Parameter(torch.zeros(cfg.rollout_depth, D))
+        self.transition = _mlp(2 * D, D, D, cfg.transition_depth)
+        self.sigma_head = _mlp(2 * D, D, D, 2) if cfg.use_sigma else None
+        self.out_proj = nn.Sequential(nn.LayerNorm(D), nn.Linear(D, d_out))
+        for p in (self.frame_pos, self.ctx_token, self.step_emb):
+            nn.init.normal_(p, std=0.02)
+
+    @property
+    def n_samples(self) -> int:
+        return self.cfg.n_samples if self.cfg.use_sigma else 1
+
+    def context(self, prefix: torch.Tensor, qtype: torch.Tensor, horizon: torch.Tensor,
+                question: torch.Tensor | None = None) -> torch.Tensor:
+        """``(B, F, d_in)`` prefix tokens, ``(B,)`` question type index, ``(B,)`` horizon -> ``(B, D)`` context."""
+        B = prefix.shape[0]
+        tokens = [self.ctx_token.expand(B, -1, -1)]
+        if self.cfg.condition_question:
+            tokens.append(self.qtype_emb(qtype)[:, None])
+            if self.text_proj is not None and question is not None:
+                tokens.append(self.text_proj(question)[:, None])
+        if self.cfg.condition_horizon:
+            tokens.append(self.horizon_emb(horizon)[:, None])
+        tokens.append(self.in_proj(prefix) + self.frame_pos)
+        h = self.encoder(torch.cat(tokens, dim=1))
+        return self.ctx_norm(h[:, 0])
+
+    def rollout(self, c: torch.Tensor) -> torch.Tensor:
+        """``(B, D)`` context -> ``(B, H, D)`` latent trajectory ``mu_1..mu_H``."""
+        z, mus = c, []
+        for t in range(self.cfg.rollout_depth):
+            z = z + self.transition(torch.cat([z, self.step_emb[t].expand_as(z)], dim=-1))
+            mus.append(z)
+        return torch.stack(mus, dim=1)
+
+    def read_step(self, horizon: torch.Tensor, rule: str) -> torch.Tensor:
+        """``(B,)`` 0-based rollout step read for each query under a horizon-only rule (matched / fixed1)."""
+        if rule == "fixed1":
+            return torch.zeros_like(horizon)
+        return (horizon.clamp(min=1) - 1).clamp(max=self.cfg.rollout_depth - 1)
+
+    def sample(self, mu: torch.Tensor, horizon: torch.Tensor, n_samples: int | None = None,
+               generator: torch.Generator | None = None) -> torch.Tensor:
+        """``(B, D)`` read latent -> ``(B, K, d_out)`` L2-normalised samples in the target space (``eps_1 = 0``)."""
+        K = n_samples or self.n_samples
+        if self.sigma_head is None or K == 1:
+            z = mu[:, None]
+        else:
+            e_h = self.horizon_emb(horizon)
+            sigma = F.softplus(self.sigma_head(torch.cat([mu, e_h], dim=-1))) + 1e-4
+            eps = torch.randn(mu.shape[0], K, mu.shape[1], device=mu.device, dtype=mu.dtype, generator=generator)
+            eps[:, 0] = 0
+            z = mu[:, None] + sigma[:, None] * eps
+        return F.normalize(self.out_proj(z), dim=-1)
+
+    def project_mean(self, mu: torch.Tensor) -> torch.Tensor:
+        """``(..., D)`` latents -> ``(..., d_out)`` L2-normalised target-space vectors (no sampling)."""
+        return F.normalize(self.out_proj(mu), dim=-1)
+
+    def forward(self, prefix, qtype, horizon, question=None, *, rule: str = "matched",
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Returns ``(samples (B, K, d_out), mu_read (B, D))`` for a horizon-only read rule."""
+        mu = self.rollout(self.context(prefix, qtype, horizon, question))
+        step = self.read_step(horizon, rule)
+        mu_r = mu[torch.arange(mu.shape[0], device=mu.device), step]
+        return self.sample(mu_r, horizon, generator=generator), mu_r
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

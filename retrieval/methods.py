@@ -1,0 +1,51 @@
+"""Name -> method dispatch for the baselines and oracles (used by the CLI and the demo).
+
+`method_query_vectors` returns the `QueryVectors` of one named baseline or oracle for the queries at ``rows``;
+`retrieval.runs.score_query_vectors` turns them into a run.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from eval.benchmark import Benchmark
+from retrieval import baselines, oracles
+from retrieval.encoders import query_text_encoder
+from retrieval.lftr.data import pick_prefix_space
+from retrieval.queries import QueryVectors
+from retrieval.spaces import Space
+
+BASELINES = ("random", "question-only", "knn-future", "persistence", "zero-shot")
+ORACLES = ("semantic-text", "state-prototype", "independent-appearance")
+#: The space kind each method needs ("any": semantic or visual).
+NEEDS = {"random": "any", "question-only": "text", "knn-future": "any", "persistence": "visual",
+         "zero-shot": "visual", "semantic-text": "text", "state-prototype": "any", "independent-appearance": "any"}
+
+
+def method_query_vectors(bench: Benchmark, name: str, space: Space | None, rows: np.ndarray, *,
+                         prefix_space: str = "", seed: int = 0, reduce: str = "first", device: str | None = None,
+                         train_split: str = "train") -> QueryVectors:
+    """Query vectors of baseline / oracle ``name`` in ``space`` (see `retrieval.baselines`, `retrieval.oracles`)."""
+    if name not in BASELINES + ORACLES:
+        raise ValueError(f"unknown method {name!r}; baselines: {BASELINES}; oracles: {ORACLES}")
+    if name == "random":
+        return baselines.random_baseline(bench, rows, seed=seed, space=space.name if space else "")
+    if space is None:
+        raise ValueError(f"{name} needs --space")
+    need = NEEDS[name]
+    if need == "visual" and space.kind != "visual":
+        raise ValueError(f"{name} retrieves with prefix tokens in a visual space; {space.name!r} is {space.kind}")
+    if need == "text":
+        enc = query_text_encoder(space.meta, device=device)
+        fn = baselines.question_only if name == "question-only" else oracles.semantic_text
+        return fn(bench, rows, space, enc)
+    if name == "knn-future":
+        pspace = Space.load(bench, pick_prefix_space(bench, prefix_space))
+        return baselines.knn_future(bench, rows, pspace, space, train_split=train_split)
+    if name == "persistence":
+        return baselines.persistence(bench, rows, space)
+    if name == "zero-shot":
+        return baselines.zero_shot(bench, rows, space)
+    if name == "state-prototype":
+        return oracles.state_prototype(bench, rows, space)
+    return oracles.independent_appearance(bench, rows, space, reduce=reduce)

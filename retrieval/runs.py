@@ -1,0 +1,108 @@
+"""From query vectors to run files, through eval's streaming scorer (never a dense queries x corpus matrix).
+
+``score_query_vectors`` builds the score source of a method (``DenseSource`` over the space's items, with the
+state -> segment expansion of semantic spaces; ``RandomSource`` for the random baseline), scores it with
+`eval.scoring.score_benchmark`, writes the query vectors beside the run (``RUN.qvec.npz``) and then the run
+(``RUN.parquet``; the run file is written last, so its existence means the method finished). ``fuse_runs``
+z-score-fuses runs that share a corpus from their saved query vectors (eval's ``FusionSource``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eval.benchmark import Benchmark
+from eval.runs import Run, write_run
+from eval.scoring import DenseSource, FusionSource, RandomSource, score_benchmark
+from retrieval.queries import QueryVectors, load_query_vectors, save_query_vectors, sidecar_path
+from retrieval.spaces import Space
+
+
+def make_source(bench: Benchmark, qv: QueryVectors, space: Space | None):
+    """The eval score source of ``qv`` (``space`` is unused for the random baseline)."""
+    if qv.kind == "random":
+        return RandomSource(len(qv.query_ids), len(bench.corpus_ids), qv.seed)
+    if space is None or space.name != qv.space:
+        raise ValueError(f"query vectors of space {qv.space!r} need that space loaded")
+    if qv.vectors.shape[2] != space.dim:
+        raise ValueError(f"query vectors are {qv.vectors.shape[2]}-d but space {space.name!r} is {space.dim}-d")
+    return DenseSource(qv.vectors, space.items, space.item_rows, reduce="max")
+
+
+def query_rows_of(bench: Benchmark, query_ids: list[str]) -> np.ndarray:
+    idx = bench.query_index
+    missing = [q for q in query_ids if q not in idx]
+    if missing:
+        raise KeyError(f"{len(missing)} query id(s) are not in the benchmark {bench.root}, e.g. {missing[0]!r}")
+    return np.fromiter((idx[q] for q in query_ids), np.int64, count=len(query_ids))
+
+
+def score_query_vectors(bench: Benchmark, qv: QueryVectors, space: Space | None, out: str | os.PathLike, *,
+                        method: str, config: dict[str, Any] | None = None, k: int = 50,
+                        progress: bool = True) -> Run:
+    """Score ``qv`` over the whole corpus and write ``out`` (Parquet run) plus its query-vector sidecar."""
+    cfg = {"space": qv.space, "n_samples": int(qv.vectors.shape[1]) if qv.kind == "dense" else 0,
+           "misses": qv.n_misses, **(config or {})}
+    run = score_benchmark(bench, make_source(bench, qv, space), query_rows_of(bench, qv.query_ids), method=method,
+                          config=cfg, k=k, progress=progress)
+    save_query_vectors(sidecar_path(out), qv, method=method)
+    write_run(out, run)
+    return run
+
+
+def load_fusable(bench: Benchmark, run_paths: list[str | os.PathLike]) -> list[QueryVectors]:
+    """Query vectors of each run, restricted to the query ids common to all runs (in the first run's order)."""
+    qvs = [load_query_vectors(sidecar_path(p)) for p in run_paths]
+    common = set(qvs[0].query_ids)
+    for q in qvs[1:]:
+        common &= set(q.query_ids)
+    if not common:
+        raise ValueError("the runs share no query ids")
+    ids = [q for q in qvs[0].query_ids if q in common]
+    out = []
+    for qv in qvs:
+        if qv.query_ids == ids:
+            out.append(qv)
+            continue
+        pos = {q: i for i, q in enumerate(qv.query_ids)}
+        sel = np.fromiter((pos[q] for q in ids), np.int64, count=len(ids))
+        vec = qv.vectors[sel] if qv.kind == "dense" else qv.vectors
+        out.append(QueryVectors(ids, vec, qv.space, kind=qv.kind, seed=qv.seed, miss=qv.miss[sel]))
+    return out
+
+
+def fuse_query_vectors(bench: Benchmark, qvs: list[QueryVectors], out: str | os.PathLike, *, method: str,
+                       weights: list[float] | None = None, config: dict[str, Any] | None = None, k: int = 50,
+                       progress: bool = True, inputs: list[str] | None = None) -> Run:
+    """Z-score fusion ``s = sum_k w_k (s_k - mu_k) / sigma_k`` (per query, over the corpus) of query-vector sets
+    that cover the same queries; writes the fused run to ``out``."""
+    if len(qvs) < 2:
+        raise ValueError("fusion needs at least two inputs")
+    ids = qvs[0].query_ids
+    if any(q.query_ids != ids for q in qvs[1:]):
+        raise ValueError("fusion inputs must cover the same queries in the same order (use load_fusable)")
+    spaces: dict[str, Space] = {}
+    for qv in qvs:
+        if qv.kind == "dense" and qv.space not in spaces:
+            spaces[qv.space] = Space.load(bench, qv.space)
+    sources = [make_source(bench, qv, spaces.get(qv.space)) for qv in qvs]
+    fused = FusionSource(sources, weights)
+    cfg = {"fusion": "z-score", "spaces": [q.space for q in qvs], "weights": list(weights or [1.0] * len(qvs)),
+           "inputs": inputs or [], **(config or {})}
+    run = score_benchmark(bench, fused, query_rows_of(bench, ids), method=method, config=cfg, k=k,
+                          progress=progress)
+    write_run(out, run)
+    return run
+
+
+def fuse_runs(bench: Benchmark, run_paths: list[str | os.PathLike], out: str | os.PathLike, *, method: str = "",
+              weights: list[float] | None = None, k: int = 50, progress: bool = True) -> Run:
+    """Fuse runs written by ``python -m retrieval`` (they carry query-vector sidecars) into ``out``."""
+    qvs = load_fusable(bench, run_paths)
+    name = method or "fusion(" + "+".join(Path(p).name.split(".")[0] for p in run_paths) + ")"
+    return fuse_query_vectors(bench, qvs, out, method=name, weights=weights, k=k, progress=progress,
+                              inputs=[str(p) for p in run_paths])
