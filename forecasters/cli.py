@@ -1,0 +1,220 @@
+"""Command line of the `forecasters` package: ``python -m forecasters --help``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(help="Forecasters: multimodal-LLM / text-only / student phrase predictors as resumable batch jobs.",
+                  no_args_is_help=True, add_completion=False)
+console = Console()
+err = Console(stderr=True)
+
+
+def _load_yaml(path: Path | None) -> dict:
+    if path is None:
+        return {}
+    import yaml
+
+    with open(path, encoding="utf-8") as f:
+        d = yaml.safe_load(f) or {}
+    if not isinstance(d, dict):
+        raise typer.BadParameter(f"{path}: expected a mapping of run options")
+    from forecasters.runner import RunConfig
+
+    names = {f.name for f in dataclasses.fields(RunConfig)}
+    unknown = sorted(set(d) - names)
+    if unknown:
+        raise typer.BadParameter(f"{path}: unknown option(s) {unknown}")
+    return d
+
+
+def _summary_table(s) -> Table:
+    t = Table(title=f"forecast run -> {s.out}", show_header=False)
+    rows = [("selected", s.selected), ("already done (skipped)", s.skipped_done), ("attempted", s.attempted),
+            ("ok (phrase parsed)", s.ok), ("failed requests", s.failed), ("parse failures", s.parse_failures),
+            ("outside 2-5 words", s.length_flags), ("completion tokens/s", f"{s.tokens_per_s:.1f}"),
+            ("queries/s", f"{s.queries_per_s:.2f}"), ("wall time", f"{s.wall_s:.1f} s"), ("engine", s.engine),
+            ("config hash", s.config_hash)]
+    if s.error_kinds:
+        rows.append(("errors by kind", json.dumps(s.error_kinds)))
+    if s.aborted:
+        rows.append(("ABORTED", s.aborted))
+    for k, v in rows:
+        t.add_row(k, str(v))
+    return t
+
+
+@app.command()
+def run(
+    ctx: typer.Context,
+    data: Path = typer.Option(..., "--data", help="benchmark directory"),
+    out: Path = typer.Option(..., "--out", help="phrase file to write / resume (JSONL), e.g. runs/m3.jsonl"),
+    forecaster: str = typer.Option("m3", "--forecaster", "-f", help="m3 | text-only | llava | llava-video | student"),
+    backend: str = typer.Option("hf", "--backend", "-b", help="hf | vllm | openai"),
+    model: str = typer.Option(None, "--model", "-m", help="preset (m3, text-only, llava, ...), HF id, local path, "
+                                                          "or served model name (openai); default: the forecaster's"),
+    adapter: str = typer.Option(None, "--adapter", help="LoRA adapter dir (hf/vllm, unmerged) or served adapter name "
+                                                        "(openai)"),
+    prompt: str = typer.Option(None, "--prompt", help="override the template: a prompts id or a .txt template file"),
+    split: str = typer.Option("test", "--split", help="train | val | test | all"),
+    fair_only: bool = typer.Option(False, "--fair-only", help="only queries whose GT is in the corpus"),
+    qtypes: list[str] = typer.Option(None, "--qtype", help="restrict to question types (repeatable: --qtype Q1)"),
+    shard: str = typer.Option("0/1", "--shard", help="i/n: this job takes shard i (0-based) of n, split by prefix"),
+    limit: int = typer.Option(None, "--limit", min=1, help="only the first N queries of the shard (smoke tests)"),
+    samples: int = typer.Option(1, "--samples", min=1, help="K phrases per query (needs --temperature > 0)"),
+    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 = greedy (the paper)"),
+    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="default: 24 (baselines), 512 (student)"),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    seed: int = typer.Option(0, "--seed"),
+    frames: int = typer.Option(None, "--frames", min=1, help="use K of the 8 prefix frames (evenly spaced)"),
+    max_pixels: int = typer.Option(None, "--max-pixels", help="cap pixels per frame (resize; Qwen-VL processor cap)"),
+    min_pixels: int = typer.Option(None, "--min-pixels"),
+    dtype: str = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16"),
+    device: str = typer.Option("auto", "--device", help="hf backend: auto | cpu | cuda"),
+    batch_size: int = typer.Option(None, "--batch-size", min=1, help="requests per engine call / per written chunk "
+                                                                     "(default hf 8, vllm 256, openai 4 x concurrency)"),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, help="openai: requests in flight"),
+    base_url: str = typer.Option(None, "--base-url", help="openai: server URL, e.g. http://127.0.0.1:8000/v1"),
+    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="env var holding the API key"),
+    timeout_s: float = typer.Option(120.0, "--timeout", help="openai: per-request timeout (s)"),
+    max_attempts: int = typer.Option(6, "--max-attempts", min=1, help="calls per request, retries included"),
+    wait_initial: float = typer.Option(1.0, "--wait-initial", help="first backoff cap (s), doubling per retry"),
+    wait_max: float = typer.Option(60.0, "--wait-max", help="largest backoff (s)"),
+    tensor_parallel_size: int = typer.Option(None, "--tp", help="vllm: tensor parallel size"),
+    max_model_len: int = typer.Option(None, "--max-model-len", help="vllm: context cap"),
+    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-mem", help="vllm: fraction of GPU memory"),
+    enforce_eager: bool = typer.Option(None, "--eager/--no-eager", help="vllm: no CUDA graphs (default: on for CPU)"),
+    max_lora_rank: int = typer.Option(16, "--max-lora-rank"),
+    trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
+    redo_failed: bool = typer.Option(False, "--redo-failed", help="rerun queries whose line recorded an error"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="discard an existing --out file"),
+    max_consecutive_failures: int = typer.Option(100, "--max-consecutive-failures", min=1,
+                                                 help="stop after this many transient failures in a row"),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+    config: Path = typer.Option(None, "--config", help="YAML file of run options (command-line values win)"),
+    verbose: bool = typer.Option(False, "--verbose", "-v"),
+) -> None:
+    """Run a forecaster over a benchmark split: one phrase-file line per query, resumable, shardable.
+
+    Writes OUT (JSONL, eval.phrases format), OUT's .config.json (resolved config) and .summary.json.
+    Exit code 0 when done, 2 on bad input, 3 when stopped early by a run of failures (rerun to resume).
+    """
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from click.core import ParameterSource
+
+    from forecasters.runner import RunConfig
+    from forecasters.runner import run as run_job
+
+    values = _load_yaml(config)
+    cli = {k: v for k, v in ctx.params.items() if k not in ("config", "verbose")}
+    for k, v in cli.items():
+        if k not in values or ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE:
+            values[k] = v
+    values["data"], values["out"] = str(values["data"]), str(values["out"])
+    if values.get("split") == "all":
+        values["split"] = None
+    values["qtypes"] = list(values["qtypes"]) if values.get("qtypes") else None
+    try:
+        cfg = RunConfig(**values)
+        summary = run_job(cfg)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        err.print(f"[red]error:[/] {e}")
+        raise typer.Exit(2) from None
+    console.print(_summary_table(summary))
+    if summary.aborted:
+        raise typer.Exit(3)
+
+
+@app.command()
+def merge(
+    inputs: list[Path] = typer.Argument(..., help="shard phrase files of one run"),
+    out: Path = typer.Option(..., "--out", help="merged phrase file"),
+    data: Path = typer.Option(None, "--data", help="benchmark directory: order by it and check coverage"),
+    split: str = typer.Option("test", "--split", help="with --data: the split the run covered (all = every query)"),
+    require_complete: bool = typer.Option(False, "--require-complete", help="exit 1 if a query of the split is missing"),
+    allow_mixed: bool = typer.Option(False, "--allow-mixed", help="merge lines of different configs"),
+) -> None:
+    """Merge shard phrase files into one (each query once; the last successful line wins)."""
+    from eval.io import FormatError
+    from forecasters.phrasefile import merge_phrase_files
+
+    expected = None
+    if data is not None:
+        from eval.benchmark import Benchmark
+
+        bench = Benchmark.load(data)
+        expected = [q.id for q in bench.queries(None if split == "all" else split)]
+    try:
+        rep = merge_phrase_files(inputs, out, expected_ids=expected, allow_mixed=allow_mixed)
+    except FormatError as e:
+        err.print(f"[red]error:[/] {e}")
+        raise typer.Exit(2) from None
+    console.print(f"merged {rep.n_inputs} file(s), {rep.n_lines} line(s) -> {out}: {rep.n_queries} queries "
+                  f"({rep.n_ok} ok, {rep.n_failed} failed), config {rep.config_hash}")
+    if rep.missing:
+        err.print(f"[yellow]{len(rep.missing)} quer(ies) of the split missing[/], e.g. {rep.missing[:5]}")
+    if rep.unexpected:
+        err.print(f"[yellow]{len(rep.unexpected)} line(s) for queries outside the split[/], e.g. {rep.unexpected[:5]}")
+    if require_complete and rep.missing:
+        raise typer.Exit(1)
+
+
+@app.command("tiny-model")
+def tiny_model(
+    out: Path = typer.Option(..., "--out", help="directory to write the model into"),
+    kind: str = typer.Option("qwen2", "--kind", help="qwen2 | qwen3 | qwen2_vl | qwen2_5_vl | qwen3_vl | llava"),
+    seed: int = typer.Option(0, "--seed"),
+    fit_data: Path = typer.Option(None, "--fit-data", help="benchmark dir: fit the tiny model on its train split so "
+                                                           "it answers with state phrases (plumbing checks)"),
+    forecaster: str = typer.Option("text-only", "--fit-forecaster", help="whose prompts to fit on"),
+    steps: int = typer.Option(60, "--fit-steps", min=1),
+) -> None:
+    """Build a tiny random-weight model (a few MB, no download) for plumbing checks; optionally fit it briefly."""
+    from forecasters.tiny_models import TINY_KINDS, build_tiny_model
+
+    if kind not in TINY_KINDS:
+        raise typer.BadParameter(f"--kind must be one of {TINY_KINDS}")
+    path = build_tiny_model(out, kind, seed=seed)
+    if fit_data is not None:
+        from forecasters.tiny_fit import fit_on_benchmark
+
+        loss = fit_on_benchmark(path, fit_data, forecaster=forecaster, steps=steps, seed=seed)
+        console.print(f"fitted {steps} steps on {fit_data} ({forecaster} prompts): final loss {loss:.3f}")
+    console.print(f"[green]wrote[/] {path}")
+
+
+@app.command("list")
+def list_all() -> None:
+    """Forecasters, backends, model presets and prompt templates."""
+    import prompts
+    from forecasters.backends import BACKENDS
+    from forecasters.presets import PRESETS
+    from forecasters.registry import FORECASTERS
+
+    t = Table(title="forecasters")
+    for c in ("name", "prompt", "default model", "media", "max tokens", "description"):
+        t.add_column(c)
+    for s in FORECASTERS.values():
+        t.add_row(s.name, s.prompt, s.default_model, s.media_as, str(s.max_tokens), s.description)
+    console.print(t)
+    console.print("backends: " + ", ".join(BACKENDS))
+    p = Table(title="model presets")
+    p.add_column("preset")
+    p.add_column("model")
+    for k, v in PRESETS.items():
+        p.add_row(k, v)
+    console.print(p)
+    pt = Table(title="prompt templates")
+    for c in ("id", "hash", "verbatim", "placeholders"):
+        pt.add_column(c)
+    for i in prompts.list_templates():
+        tt = prompts.load(i)
+        pt.add_row(i, tt.hash, "yes" if tt.verbatim else "", ", ".join(tt.placeholders))
+    console.print(pt)

@@ -1,0 +1,71 @@
+"""Loading prefix frames (and other images) once and sharing them across the queries of a prefix.
+
+`FrameCache` maps an image path to one `ImagePart` (RGB, optionally downscaled to at most ``max_pixels`` pixels,
+aspect ratio kept), in an LRU of ``size`` images. The runner sorts queries by prefix, so the 8 frames of a prefix
+are read and (for the ``openai`` backend) base64-encoded once, however many questions ask about that prefix.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+
+from forecasters.backends.base import ImagePart
+
+
+def subsample(paths: Sequence[str], k: int | None) -> tuple[str, ...]:
+    """``k`` evenly spaced items of ``paths`` in order, always including the last (the frame nearest the future);
+    all of them when ``k`` is None or ``k >= len(paths)``. Indices: ``round(j * (n - 1) / (k - 1))``, j = 0..k-1."""
+    paths = tuple(paths)
+    n = len(paths)
+    if k is None or k >= n:
+        return paths
+    if k < 1:
+        raise ValueError(f"frames must be >= 1, got {k}")
+    if k == 1:
+        return (paths[-1],)
+    return tuple(paths[round(j * (n - 1) / (k - 1))] for j in range(k))
+
+
+class FrameCache:
+    """LRU cache of loaded images: ``get(path) -> ImagePart`` (the same object for the same path while cached)."""
+
+    def __init__(self, root: str | os.PathLike, *, max_pixels: int | None = None, size: int = 256):
+        self.root = Path(root)
+        self.max_pixels = max_pixels
+        self.size = size
+        self._cache: OrderedDict[str, ImagePart] = OrderedDict()
+        self.loads = 0  # images read from disk (for tests and the summary)
+
+    def path(self, rel: str) -> Path:
+        p = Path(rel)
+        return p if p.is_absolute() else self.root / p
+
+    def _load(self, rel: str) -> ImagePart:
+        from PIL import Image
+
+        p = self.path(rel)
+        with Image.open(p) as im:
+            img = im.convert("RGB")
+        if self.max_pixels and img.width * img.height > self.max_pixels:
+            s = math.sqrt(self.max_pixels / (img.width * img.height))
+            img = img.resize((max(1, int(img.width * s)), max(1, int(img.height * s))), Image.Resampling.BICUBIC)
+        self.loads += 1
+        return ImagePart(img, source=str(rel))
+
+    def get(self, rel: str) -> ImagePart:
+        part = self._cache.get(rel)
+        if part is not None:
+            self._cache.move_to_end(rel)
+            return part
+        part = self._load(rel)
+        self._cache[rel] = part
+        if len(self._cache) > self.size:
+            self._cache.popitem(last=False)
+        return part
+
+    def get_many(self, rels: Sequence[str]) -> list[ImagePart]:
+        return [self.get(r) for r in rels]

@@ -1,0 +1,201 @@
+"""Writing phrase files crash-safely, resuming them, and merging shards (the format is `eval.phrases`).
+
+Crash safety. The runner appends whole lines only: each chunk of records is encoded first, then written with
+``os.write`` on an ``O_APPEND`` descriptor and ``fsync``-ed before the next chunk is generated. A crash (even
+``kill -9``) can therefore lose at most the chunk in flight and tear at most the last line. On resume:
+
+1. an exclusive ``flock`` on ``<out>.lock`` keeps a second job off the same file;
+2. a torn tail (the file does not end in a newline) is cut back to the last newline;
+3. lines of another config (a different ``config_hash``) stop the job unless ``--overwrite``;
+4. when a query id appears more than once, or failed queries are to be redone (``--redo-failed``), the file is
+   rewritten atomically (temp file + fsync + rename) keeping the last line per done query, in file order.
+
+So after any crash and rerun, each query id appears exactly once.
+
+Merging shards (`merge_phrase_files`): all inputs must share one ``config_hash``; the last successful line of each
+query wins; the output is written atomically; coverage against an expected id list is reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from eval.io import FormatError, atomic_path, iter_jsonl
+from eval.phrases import PhraseRecord
+
+
+def record_failed(d: dict) -> bool:
+    """A line whose request failed (an ``error``), as opposed to a result (possibly a parse failure)."""
+    return d.get("error") is not None
+
+
+@dataclass
+class ExistingOutput:
+    """What a phrase file already holds: ``last`` line per query id (file order of first appearance)."""
+
+    path: Path
+    last: dict[str, dict] = field(default_factory=dict)
+    n_lines: int = 0
+    torn_tail: bool = False
+    config_hashes: Counter = field(default_factory=Counter)
+
+    @property
+    def duplicates(self) -> bool:
+        return self.n_lines > len(self.last)
+
+    def done_ids(self, config_hash: str, *, redo_failed: bool) -> set[str]:
+        """Query ids not to run again: lines of this config, minus failed ones when ``redo_failed``."""
+        return {q for q, d in self.last.items()
+                if d.get("config_hash") == config_hash and not (redo_failed and record_failed(d))}
+
+
+def scan(path: str | os.PathLike) -> ExistingOutput:
+    """Read an existing phrase file (a missing file is empty). A torn tail (bytes after the last newline) is noted,
+    not read; any other malformed line raises `FormatError` naming the line."""
+    path = Path(path)
+    out = ExistingOutput(path)
+    if not path.exists():
+        return out
+    data = path.read_bytes()
+    keep = data.rfind(b"\n") + 1
+    out.torn_tail = keep < len(data)
+    for i, raw in enumerate(data[:keep].split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            d = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise FormatError(path, f"not valid JSON ({e})", line=i) from None
+        if not isinstance(d, dict):
+            raise FormatError(path, f"expected a JSON object, got {type(d).__name__}", line=i)
+        rec = PhraseRecord.from_dict(d, path=str(path), line=i)  # validates the required fields
+        out.n_lines += 1
+        out.config_hashes[rec.config_hash] += 1
+        out.last[rec.query_id] = d
+    return out
+
+
+def cut_torn_tail(path: str | os.PathLike) -> int:
+    """Truncate ``path`` after its last newline; returns the number of bytes removed."""
+    with open(path, "rb+") as f:
+        data = f.read()
+        keep = data.rfind(b"\n") + 1
+        removed = len(data) - keep
+        if removed:
+            f.truncate(keep)
+            f.flush()
+            os.fsync(f.fileno())
+    return removed
+
+
+def rewrite(path: str | os.PathLike, lines: Iterable[dict]) -> int:
+    """Atomically replace ``path`` with ``lines`` (JSONL); returns the number of lines."""
+    n = 0
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        for d in lines:
+            f.write(json.dumps(d, ensure_ascii=False) + "\n")
+            n += 1
+    return n
+
+
+@contextlib.contextmanager
+def locked(path: str | os.PathLike):
+    """Hold an exclusive lock on ``<path>.lock`` (released on exit or process death)."""
+    lock_path = Path(str(path) + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"{path}: another job is writing this file (lock {lock_path} is held)") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+class PhraseWriter:
+    """Append-only writer of whole lines: ``append(records)`` writes them in one ``os.write`` and fsyncs."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def append(self, records: Sequence[dict]) -> None:
+        if not records:
+            return
+        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+@dataclass
+class MergeReport:
+    n_inputs: int
+    n_lines: int
+    n_queries: int
+    n_ok: int
+    n_failed: int
+    config_hash: str
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+
+
+def merge_phrase_files(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *,
+                       expected_ids: Sequence[str] | None = None, allow_mixed: bool = False) -> MergeReport:
+    """Merge shard phrase files into ``out`` (atomic). The last successful line of each query wins; lines are
+    ordered as ``expected_ids`` when given, else by query id. Raises `FormatError` for mixed configs (unless
+    ``allow_mixed``)."""
+    best: dict[str, dict] = {}
+    hashes: Counter = Counter()
+    n_lines = 0
+    for p in inputs:
+        for line, d in iter_jsonl(p, allow_torn_tail=True):
+            rec = PhraseRecord.from_dict(d, path=str(p), line=line)
+            n_lines += 1
+            hashes[rec.config_hash] += 1
+            prev = best.get(rec.query_id)
+            if prev is not None and rec.config_hash != prev.get("config_hash") and not allow_mixed:
+                raise FormatError(p, f"query {rec.query_id} has lines of two configs "
+                                     f"({prev.get('config_hash')} and {rec.config_hash})", line=line, field="config_hash")
+            if prev is None or not (PhraseRecord.from_dict(prev).ok and not rec.ok):
+                best[rec.query_id] = d
+    if len(hashes) > 1 and not allow_mixed:
+        raise FormatError(inputs[0], f"inputs hold different configs {dict(hashes)}; merge shards of one run only "
+                                     "(or pass --allow-mixed)", field="config_hash")
+    if expected_ids is not None:
+        order = [q for q in expected_ids if q in best]
+        missing = [q for q in expected_ids if q not in best]
+        exp = set(expected_ids)
+        unexpected = sorted(q for q in best if q not in exp)
+        order += unexpected
+    else:
+        order, missing, unexpected = sorted(best), [], []
+    rewrite(out, (best[q] for q in order))
+    n_ok = sum(PhraseRecord.from_dict(best[q]).ok for q in order)
+    return MergeReport(n_inputs=len(inputs), n_lines=n_lines, n_queries=len(order), n_ok=n_ok,
+                       n_failed=sum(record_failed(best[q]) for q in order),
+                       config_hash=next(iter(hashes), "") if len(hashes) == 1 else "mixed",
+                       missing=missing, unexpected=unexpected)

@@ -1,0 +1,106 @@
+"""Forecasters (phrase sources): what goes into the prompt for a query, how the output is parsed.
+
+A forecaster is one `ForecasterSpec` in `FORECASTERS`. Adding one is a registry entry::
+
+    def _paraphrase_inputs(query, bench):
+        return PromptInput(values={"state": query.target_state})
+
+    register(ForecasterSpec(name="paraphrase", prompt="paraphrase", build=_paraphrase_inputs,
+                            default_model="text-only", description="paraphrase oracle (App. U)"))
+
+``build(query, bench)`` returns the text values of the template's placeholders and, per media placeholder, the image
+paths (relative to the benchmark directory) that fill it; ``media_as`` says whether those images go in as separate
+images or as one video. The runner renders the template, loads the images (`forecasters.media.FrameCache`), sends
+the request and applies ``parse`` to each output.
+
+Built in: ``m3`` (8 prefix frames + question, the paper's M3 prompt), ``text-only`` (timed transcript strictly before
+the target time + question, the paper's text-only prompt), ``llava`` (M3 prompt, images), ``llava-video`` (M3 prompt,
+the frames as one video), ``student`` (our student prompt; parses the ``Answer:`` line).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from forecasters.parsing import ParsedPhrase, parse_answer_line, parse_phrase
+from prompts import format_transcript
+
+
+@dataclass(frozen=True)
+class PromptInput:
+    """Inputs of one prompt: ``values`` for text placeholders; ``media`` maps a media placeholder to image paths."""
+
+    values: dict[str, str]
+    media: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ForecasterSpec:
+    """One phrase source. ``prompt`` is a template id of `prompts` (or a path to a template file); ``default_model``
+    a preset name or model id; ``max_tokens`` its default generation budget (the paper's baselines: 24)."""
+
+    name: str
+    prompt: str
+    build: Callable[[Any, Any], PromptInput]
+    default_model: str
+    parse: Callable[[str], ParsedPhrase] = parse_phrase
+    media_as: Literal["images", "video"] = "images"
+    max_tokens: int = 24
+    system: str | None = None
+    description: str = ""
+
+
+# --- built-in forecasters ---
+def prefix_frames_inputs(query, bench=None) -> PromptInput:
+    """M3-style input: the question, and the prefix frames in the ``frames`` slot."""
+    return PromptInput(values={"question": query.question}, media={"frames": tuple(query.prefix_frames)})
+
+
+def transcript_inputs(query, bench=None) -> PromptInput:
+    """Text-only input: subject, the transcript cut strictly before ``target_time``, the question."""
+    return PromptInput(values={"subject": query.subject, "question": query.question,
+                               "transcript": format_transcript(query.transcript, query.target_time)})
+
+
+def student_inputs(query, bench=None) -> PromptInput:
+    return PromptInput(values={"question": query.question, "subject": query.subject},
+                       media={"frames": tuple(query.prefix_frames)})
+
+
+BUILTIN = (
+    ForecasterSpec(
+        name="m3", prompt="m3", build=prefix_frames_inputs, default_model="m3",
+        description="M3: the 8 prefix frames + the question (paper prompt, verbatim); temperature 0, 24 tokens"),
+    ForecasterSpec(
+        name="text-only", prompt="text_only", build=transcript_inputs, default_model="text-only",
+        description="text-only predictor: the timed state transcript before the target time + the question"),
+    ForecasterSpec(
+        name="llava", prompt="m3", build=prefix_frames_inputs, default_model="llava",
+        description="LLaVA-1.6 with the M3 prompt, frames as images"),
+    ForecasterSpec(
+        name="llava-video", prompt="m3", build=prefix_frames_inputs, default_model="llava-video-7b",
+        media_as="video", description="LLaVA-NeXT-Video with the M3 prompt, the frames as one video"),
+    ForecasterSpec(
+        name="student", prompt="student_answer", build=student_inputs, default_model="student-8b",
+        parse=parse_answer_line, max_tokens=512,
+        description="distilled student (--adapter PATH): reasons, then 'Answer: <state phrase>'"),
+)
+
+#: name -> spec; `register` adds to it (the extension point for other phrase sources).
+FORECASTERS: dict[str, ForecasterSpec] = {s.name: s for s in BUILTIN}
+
+
+def register(spec: ForecasterSpec, *, replace: bool = False) -> ForecasterSpec:
+    """Add a forecaster to the registry (``replace=True`` to override an existing name)."""
+    if spec.name in FORECASTERS and not replace:
+        raise ValueError(f"forecaster {spec.name!r} is already registered")
+    FORECASTERS[spec.name] = spec
+    return spec
+
+
+def get_forecaster(name: str) -> ForecasterSpec:
+    if name not in FORECASTERS:
+        raise ValueError(f"unknown forecaster {name!r}; expected one of {sorted(FORECASTERS)}")
+    return FORECASTERS[name]

@@ -1,0 +1,62 @@
+"""Fit a tiny model for a few steps so it answers with state phrases (plumbing checks, not a baseline).
+
+A random tiny model (`forecasters.tiny_models`) emits noise, which parses to nothing; for an end-to-end check of
+forecaster -> phrase file -> retrieval -> report it helps when the tiny model says something state-like. This fits it
+on the benchmark's train split with the forecaster's own prompt: input = the rendered prompt (through the ``hf``
+backend's chat template and processor, images included), target = the query's canonical target state (the student
+prompt: ``"Answer: <state>"``) + end of turn; loss = cross-entropy on the target tokens only; AdamW, one example a
+step. A few dozen steps on CPU take seconds and produce in-vocabulary state phrases.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+
+def fit_on_benchmark(model_dir: str | os.PathLike, data: str | os.PathLike, *, forecaster: str = "text-only",
+                     steps: int = 60, lr: float = 3e-3, seed: int = 0, split: str = "train") -> float:
+    """Fit the model in ``model_dir`` in place; returns the mean loss of the last 10 steps."""
+    import torch
+
+    import prompts
+    from eval.benchmark import Benchmark
+    from forecasters.backends import BackendConfig, SamplingParams
+    from forecasters.backends.hf import HFBackend
+    from forecasters.media import FrameCache
+    from forecasters.registry import get_forecaster
+    from forecasters.runner import render_request
+
+    bench = Benchmark.load(data)
+    spec = get_forecaster(forecaster)
+    template = prompts.load(spec.prompt)
+    queries = bench.queries(split) or bench.queries()
+    backend = HFBackend(BackendConfig(model=str(model_dir), device="cpu", dtype="float32"))
+    model, tok = backend.model, backend.tokenizer
+    end = tok.eos_token or ""
+    frames = FrameCache(bench.root)
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    losses = []
+    for _ in range(steps):
+        q = rng.choice(queries)
+        req = render_request(spec, template, q, bench, frames, sampling=SamplingParams())
+        answer = (f"Answer: {q.target_state}" if spec.name == "student" else q.target_state) + end
+        prompt_text = backend._prompt(req)
+        enc = backend._encode([req])
+        full = backend._encode_texts([req], [prompt_text + answer])
+        n_prompt = enc["input_ids"].shape[1]
+        labels = full["input_ids"].clone()
+        labels[:, :n_prompt] = -100
+        loss = model(**full, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(float(loss))
+    model.eval()
+    model.save_pretrained(Path(model_dir))
+    tail = losses[-10:]
+    return sum(tail) / len(tail)
