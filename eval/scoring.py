@@ -23,12 +23,13 @@ per query:
   per query the counts of positives by bitmask (`RankedPositives`).
 
 Exact ties. Positives' scores are gathered from the very tiles in which the negatives are counted, so a positive
-and a negative with bitwise-equal scores are always recognised as tied. The best positive is first located with
-one call per query block on the union of positive rows ("pass A"), which fixes a narrow band
-``[t_A - tol, t_A + tol]``; the stream counts items above the band and records the (few) items inside it, and the
-final counts are resolved against the tile-gathered ``t``. State-space sources (`DenseSource` with ``item_rows``)
-compute each query block once at the state level and gather, so segments sharing a state receive bitwise
-identical scores in every call.
+and a negative with bitwise-equal scores are always recognised as tied. Each query block first scores the union of
+its positive rows in one call ("pass A") to fix the thresholds (best positive per pool); the stream then counts
+against them in one fused pass per tile (`eval._tile`). If a positive's tile score differs from its pass-A score
+in any bit (a BLAS path that rounds differently), the block is streamed again with the thresholds taken from the
+tiles, so counts always refer to one consistent set of scores. State-space sources (`DenseSource` with
+``item_rows``) compute each query block once at the state level and gather, so segments sharing a state receive
+bitwise identical scores in every call.
 
 Protocol (PSR paper §3.1, App. M): the query's own-video segments (``exclude``) are removed from the ranking of
 every cross-instance pool and from the top-k list; pools named in ``no_exclude_pools`` (the ``in_video`` tier)
@@ -51,8 +52,6 @@ from eval.runs import RankedPositives
 #: Default tile: 512 queries x 16,384 corpus items (32 MiB of float32 scores).
 DEFAULT_Q_BLOCK = 512
 DEFAULT_C_CHUNK = 16384
-#: Half-width of the verification band around the pass-A best positive, relative to max(1, |t|).
-BAND_TOL = 1e-5
 #: Largest (query rows x samples) matrix multiplied at once by `DenseSource` for K > 1.
 _MAX_QK_ROWS = 1024
 
@@ -460,130 +459,99 @@ def _score_block(source, pools, exclude, probes, names, probe_names, no_excl, a,
         groups[n] = _Group(qloc, rows, n_items)
     probe_groups = {n: _Group(*_flatten(probes[n], a, b, n_items), n_items) for n in probe_names}
 
-    # Pass A: locate each pool's best positive (fixes the verification band).
-    lo, hi = {}, {}
+    # Pass A: the positives' scores from one call on their union fix the thresholds of the stream.
     union = np.unique(np.concatenate([g.rows for g in groups.values()] + [np.zeros(0, np.int64)]))
-    t_a = {n: np.full(nb, -np.inf, np.float32) for n in names}
+    vals_a = {n: np.full(len(g.rows), -np.inf, np.float32) for n, g in groups.items()}
     for u0 in range(0, len(union), c_chunk):
         urows = union[u0:u0 + c_chunk]
-        sa = source.scores(qs, urows)
+        sa = np.asarray(source.scores(qs, urows), dtype=np.float32)
         for n, g in groups.items():
             i0, i1 = np.searchsorted(g.rows, [urows[0], urows[-1] + 1])
             if i1 > i0:
-                v = sa[g.qloc[i0:i1], np.searchsorted(urows, g.rows[i0:i1])]
-                np.maximum.at(t_a[n], g.qloc[i0:i1], v)
-    for n in names:
-        fin = np.isfinite(t_a[n])
-        t = np.where(fin, t_a[n], 0.0)
-        w = BAND_TOL * np.maximum(1.0, np.abs(t))
-        lo[n] = np.where(fin, t - w, np.inf)
-        hi[n] = np.where(fin, t + w, np.inf)
-    count_floor = np.min(np.stack([lo[n] for n in names]), axis=0) if names else np.full(nb, np.inf)
-
-    gt = {n: np.zeros(nb, np.int64) for n in names}
-    band: dict[str, list] = {n: [] for n in names}
-    l_rows = np.full((nb, k), -1, np.int64)
-    l_s = np.full((nb, k), -np.inf, np.float32)
-    u = np.zeros(nb, np.int64)
-    for c0 in range(0, n_items, c_chunk):
-        c1 = min(n_items, c0 + c_chunk)
-        s = np.asarray(source.scores(qs, slice(c0, c1)), dtype=np.float32)
-        for g in (*groups.values(), *probe_groups.values()):
-            g.gather(s, c0, c1)
-        e0, e1 = ex.gather(s, c0, c1)
-        kth = l_s[:, -1]
-        if c0 == 0 and c1 - c0 >= k:
-            # seed the running k-th score from the first chunk (own-video rows masked) so few items are candidates
-            s0 = s.copy()
-            s0[ex.qloc[e0:e1], ex.rows[e0:e1] - c0] = -np.inf
-            kth = np.partition(s0, c1 - c0 - k, axis=1)[:, c1 - c0 - k]
-            del s0
-        thr = np.minimum(count_floor, kth).astype(np.float32)
-        r, j = np.nonzero(s >= thr[:, None])
-        v = s[r, j]
-        col = j + c0
-        for n in names:
-            if not np.isfinite(t_a[n]).any():
-                continue
-            lo_r, hi_r = lo[n][r], hi[n][r]
-            gt[n] += np.bincount(r, weights=v > hi_r, minlength=nb).astype(np.int64)
-            inb = (v >= lo_r) & (v <= hi_r)
-            if inb.any():
-                band[n].append((r[inb], col[inb], v[inb]))
-        # top-k merge (own-video rows never enter the list)
-        cand = v >= kth[r]
-        if len(ex.keys):
-            cand &= ~ex.contains(r * n_items + col)
-        l_rows, l_s, u = _merge_topk(l_rows, l_s, u, r[cand], col[cand], v[cand], k)
-        bar.update(1)
-
-    out_stats: dict[str, dict[str, np.ndarray]] = {}
-    for n, g in groups.items():
-        out_stats[n] = _resolve_pool(n, g, ex, n not in no_excl, gt[n], band[n], lo[n], hi[n], nb, n_items)
+                vals_a[n][i0:i1] = sa[g.qloc[i0:i1], np.searchsorted(urows, g.rows[i0:i1])]
+    ex_off = np.searchsorted(ex.keys // n_items, np.arange(nb + 1)).astype(np.int64)
+    ex_rows = ex.keys % n_items
+    for _attempt in range(2):
+        counts, top = _stream_block(source, qs, groups, probe_groups, ex, ex_off, ex_rows, vals_a, names, k,
+                                    c_chunk, n_items, bar)
+        if all(np.array_equal(groups[n].vals, vals_a[n]) for n in names):
+            break
+        # the source gave a positive a different score in the union call than in its tile (last-bit BLAS
+        # differences): re-stream the block with thresholds taken from the tiles themselves
+        vals_a = {n: groups[n].vals.copy() for n in names}
+    else:
+        raise RuntimeError("the score source is not deterministic: a positive's score changed between two "
+                           "identical passes over the corpus")
+    l_s, l_r, u = top
+    out_stats = {n: _resolve_pool(groups[n], ex, n not in no_excl, counts, p, nb) for p, n in enumerate(names)}
     for n, g in probe_groups.items():
         best = _segment_max(g.qloc, g.vals, nb)
         out_stats[n] = {"n_pos": np.bincount(g.qloc, minlength=nb).astype(np.int64),
                         "best": np.where(np.isfinite(best), best, np.nan).astype(np.float32)}
     ranked = _ranked_block(names, groups, no_excl, l_s, u, nb, n_items)
-    return {"stats": out_stats, "top": (l_rows, l_s, u), "ranked": ranked}
+    return {"stats": out_stats, "top": (l_r, l_s, u), "ranked": ranked}
 
 
-def _merge_topk(l_rows, l_s, u, r, col, v, k):
-    """Merge candidates into the running top-k (score desc, row asc) and update the unlisted tie count at the k-th."""
-    nb = l_rows.shape[0]
-    if not len(r):
-        return l_rows, l_s, u
-    old_kth = l_s[:, -1].copy()
-    qi = np.concatenate([np.repeat(np.arange(nb), k), r])
-    ss = np.concatenate([l_s.ravel(), v])
-    cc = np.concatenate([l_rows.ravel(), col])
-    # padding (-1 rows, -inf) sorts last; real rows sort by (score desc, row asc)
-    order = np.lexsort((np.where(cc < 0, np.iinfo(np.int64).max, cc), -ss.astype(np.float64), qi))
-    qi, ss, cc = qi[order], ss[order], cc[order]
-    starts = np.searchsorted(qi, np.arange(nb))
-    pos = np.arange(len(qi)) - starts[qi]
-    keep = pos < k
-    new_rows = cc[keep].reshape(nb, k)
-    new_s = ss[keep].reshape(nb, k)
-    new_kth = new_s[:, -1]
-    dropped = (~keep) & (cc >= 0) & (ss == new_kth[qi])
-    n_drop = np.bincount(qi[dropped], minlength=nb).astype(np.int64)
-    u = np.where(new_kth == old_kth, u + n_drop, n_drop)
-    return new_rows, new_s, u
+def _thresholds(groups, vals, names, nb):
+    """Per query and pool: the best positive score ``t`` (+inf without positives) and the lowest corpus row among
+    the positives scoring ``t``."""
+    t = np.full((nb, max(1, len(names))), np.inf, np.float32)
+    first = np.full((nb, max(1, len(names))), np.iinfo(np.int64).max, np.int64)
+    for p, n in enumerate(names):
+        g = groups[n]
+        best = _segment_max(g.qloc, vals[n], nb)
+        has = np.isfinite(best)
+        t[has, p] = best[has]
+        tied = vals[n] == t[g.qloc, p]
+        np.minimum.at(first[:, p], g.qloc[tied], g.rows[tied])
+    return t, first
 
 
-def _resolve_pool(name, g: _Group, ex: _Group, excluded: bool, gt, band, lo, hi, nb, n_items):
-    """Final counts of one pool against the tile-consistent best positive ``t`` (see the module docstring)."""
+def _stream_block(source, qs, groups, probe_groups, ex, ex_off, ex_rows, vals_a, names, k, c_chunk, n_items, bar):
+    from eval._tile import tile_pass
+
+    nb = qs.stop - qs.start
+    t, first_row = _thresholds(groups, vals_a, names, nb)
+    floor = t.min(axis=1)
+    shape = t.shape
+    gt, eq, first = np.zeros(shape, np.int64), np.zeros(shape, np.int64), np.zeros(shape, np.int64)
+    l_s = np.full((nb, k), -np.inf, np.float32)
+    l_r = np.full((nb, k), -1, np.int64)
+    unlisted = np.zeros(nb, np.int64)
+    ex_ptr = ex_off[:-1].copy()
+    nan_count = np.zeros(nb, np.int64)
+    for c0 in range(0, n_items, c_chunk):
+        c1 = min(n_items, c0 + c_chunk)
+        s = np.ascontiguousarray(source.scores(qs, slice(c0, c1)), dtype=np.float32)
+        if s.shape != (nb, c1 - c0):
+            raise ValueError(f"the source returned scores of shape {s.shape}, expected {(nb, c1 - c0)}")
+        for g in (*groups.values(), *probe_groups.values(), ex):
+            g.gather(s, c0, c1)
+        tile_pass(s, np.arange(c0, c1, dtype=np.int64), t, first_row, floor, gt, eq, first, l_s, l_r, unlisted,
+                  ex_off, ex_rows, ex_ptr, nan_count)
+        if nan_count.any():
+            raise ValueError(f"the source returned NaN scores for query {qs.start + int(np.flatnonzero(nan_count)[0])}")
+        bar.update(1)
+    return {"t": t, "first_row": first_row, "gt": gt, "eq": eq, "first": first}, (l_s, l_r, unlisted)
+
+
+def _resolve_pool(g: _Group, ex: _Group, excluded: bool, counts: dict, p: int, nb: int) -> dict[str, np.ndarray]:
+    """A pool's statistics: the tile counts minus the positives' and (for cross-instance pools) the own-video
+    rows' contributions, both known from their gathered scores."""
     n_pos = np.bincount(g.qloc, minlength=nb).astype(np.int64)
-    t = _segment_max(g.qloc, g.vals, nb)
     has = n_pos > 0
-    bad = has & ~((t >= lo) & (t <= hi))
-    if bad.any():
-        raise RuntimeError(f"pool {name!r}: a positive's score differs between two calls of the source by more than "
-                           f"the verification band ({BAND_TOL} relative); the source is not deterministic")
-    n_tie_pos = np.bincount(g.qloc, weights=g.vals == t[g.qloc], minlength=nb).astype(np.int64)
-    first_pos = np.full(nb, np.iinfo(np.int64).max)
-    tied = g.vals == t[g.qloc]
-    np.minimum.at(first_pos, g.qloc[tied], g.rows[tied])
-    n_above = gt.copy()
+    t, fr = counts["t"][:, p], counts["first_row"][:, p]
+    pos_tie = g.vals == t[g.qloc]
+    n_tie_pos = np.bincount(g.qloc[pos_tie], minlength=nb).astype(np.int64)
+    n_above = counts["gt"][:, p].copy()  # positives never score above t
+    n_tie_neg = counts["eq"][:, p] - n_tie_pos
+    n_first = counts["first"][:, p].copy()  # no tied positive lies below the first tied positive
     if excluded and len(ex.rows):
-        over = ex.vals > hi[ex.qloc]
-        n_above -= np.bincount(ex.qloc[over], minlength=nb).astype(np.int64)
-    n_tie_neg = np.zeros(nb, np.int64)
-    n_first = np.zeros(nb, np.int64)
-    if band:
-        br = np.concatenate([x[0] for x in band])
-        bc = np.concatenate([x[1] for x in band])
-        bv = np.concatenate([x[2] for x in band])
-        keys = br * n_items + bc
-        neg = ~g.contains(keys)
-        if excluded:
-            neg &= ~ex.contains(keys)
-        br, bc, bv = br[neg], bc[neg], bv[neg]
-        n_above += np.bincount(br, weights=bv > t[br], minlength=nb).astype(np.int64)
-        eq = bv == t[br]
-        n_tie_neg = np.bincount(br[eq], minlength=nb).astype(np.int64)
-        n_first = np.bincount(br[eq & (bc < first_pos[br])], minlength=nb).astype(np.int64)
+        te = t[ex.qloc]
+        n_above -= np.bincount(ex.qloc[ex.vals > te], minlength=nb)
+        tie_e = ex.vals == te
+        n_tie_neg -= np.bincount(ex.qloc[tie_e], minlength=nb)
+        n_first -= np.bincount(ex.qloc[tie_e & (ex.rows < fr[ex.qloc])], minlength=nb)
     z = np.zeros(nb, np.int64)
     return {"n_pos": n_pos, "n_above": np.where(has, n_above, z), "n_tie_neg": np.where(has, n_tie_neg, z),
             "n_tie_pos": n_tie_pos, "n_tie_neg_first": np.where(has, n_first, z),

@@ -1,0 +1,135 @@
+"""The fused per-tile kernel of `eval.scoring.score_stream` (numba; compiled once, cached on disk).
+
+One pass over a (queries x corpus chunk) score tile does everything the stream needs, so the scorer costs little
+more than the matrix product that made the tile:
+
+- rank counting: for every pool p with threshold ``t[i, p]`` (the query's best positive score), count items with
+  score ``> t`` (``gt``), ``== t`` (``eq``) and ``== t`` with corpus row below ``first_row[i, p]`` (``first``).
+  Positives and own-video rows are counted too; the caller subtracts them from their gathered scores.
+- the running top-k per query, sorted by (score desc, corpus row asc), skipping own-video rows, with ``unlisted``
+  = number of seen items tied with the k-th score that did not fit.
+
+Work is organised in blocks of `BLOCK` columns so that the common cases are branch-free vectorised counts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+
+@njit(cache=True, nogil=True)
+def _insert(ls, lr, i, v, col, unlisted):
+    """Insert (v, col) into row i of the sorted top-k (col is larger than every row already seen)."""
+    k = ls.shape[1]
+    kth = ls[i, k - 1]
+    if lr[i, k - 1] >= 0 and v <= kth:
+        if v == kth:
+            unlisted[i] += 1
+        return
+    pos = k - 1
+    while pos > 0 and ls[i, pos - 1] < v:
+        pos -= 1
+    dropped, dropped_row = ls[i, k - 1], lr[i, k - 1]
+    for m in range(k - 1, pos, -1):
+        ls[i, m] = ls[i, m - 1]
+        lr[i, m] = lr[i, m - 1]
+    ls[i, pos] = v
+    lr[i, pos] = col
+    if dropped_row >= 0:
+        if ls[i, k - 1] == dropped:
+            unlisted[i] += 1
+        else:
+            unlisted[i] = 0
+
+
+NEG_INF = np.float32(-np.inf)
+POS_INF = np.float32(np.inf)
+#: Columns examined together: a block is skipped after one vectorised count when nothing in it can matter.
+BLOCK = 256
+
+
+@njit(cache=True, nogil=True)
+def _count_ge(blk, x):
+    c = np.int32(0)  # int32 accumulation of comparisons over range(len) is what LLVM vectorises
+    for j in range(blk.shape[0]):
+        c += np.int32(blk[j] >= x)
+    return c
+
+
+@njit(cache=True, nogil=True)
+def _count_ge_lt(blk, x):
+    """(#items >= x, #items < x); a NaN is in neither."""
+    a = np.int32(0)
+    b = np.int32(0)
+    for j in range(blk.shape[0]):
+        v = blk[j]
+        a += np.int32(v >= x)
+        b += np.int32(v < x)
+    return a, b
+
+
+@njit(cache=True, nogil=True)
+def _count_gt_eq(blk, x):
+    g = np.int32(0)
+    e = np.int32(0)
+    for j in range(blk.shape[0]):
+        v = blk[j]
+        g += np.int32(v > x)
+        e += np.int32(v == x)
+    return g, e
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def tile_pass(s, cols, t, first_row, floor, gt, eq, first, ls, lr, unlisted, ex_off, ex_rows, ex_ptr, nan_count):
+    """Process one tile. ``s`` float32 C-contiguous (nb, nc); ``cols`` int64 (nc,) corpus rows of the columns
+    (increasing); ``t``, ``first_row`` (nb, P); ``floor`` (nb,) = min_p t (+inf when no pool has positives);
+    ``gt``, ``eq``, ``first`` int64 (nb, P) accumulators; ``ls``/``lr`` (nb, k) running top-k; ``unlisted`` (nb,);
+    ``ex_off``/``ex_rows`` CSR of sorted own-video rows per query with cursor ``ex_ptr`` (nb,); ``nan_count`` (nb,).
+
+    Per block of `BLOCK` columns: one vectorised count of items >= min(floor, kth) (and of NaNs); if any, one
+    vectorised (> t, == t) count per pool, a scalar pass for the row tie-break only when some item equals t, and
+    a scalar top-k insertion pass only when some item reaches the k-th score.
+    """
+    nb, nc = s.shape
+    n_pools = t.shape[1]
+    k = ls.shape[1]
+    for i in prange(nb):
+        row = s[i]
+        fl = floor[i]
+        ptr = ex_ptr[i]
+        end = ex_off[i + 1]
+        for j0 in range(0, nc, BLOCK):
+            j1 = min(nc, j0 + BLOCK)
+            kth = ls[i, k - 1] if lr[i, k - 1] >= 0 else NEG_INF
+            blk = row[j0:j1]
+            n_ge, n_lt = _count_ge_lt(blk, min(fl, kth))
+            nan_count[i] += blk.shape[0] - n_ge - n_lt
+            if n_ge == 0:
+                continue
+            for p in range(n_pools):
+                tp = t[i, p]
+                if tp == POS_INF:
+                    continue
+                g, e = _count_gt_eq(blk, tp)
+                gt[i, p] += g
+                if e:
+                    eq[i, p] += e
+                    fr = first_row[i, p]
+                    for j in range(j0, j1):
+                        if row[j] == tp and cols[j] < fr:
+                            first[i, p] += 1
+            if _count_ge(blk, kth) == 0:
+                continue
+            for j in range(j0, j1):
+                v = row[j]
+                if not v >= kth:
+                    continue
+                col = cols[j]
+                while ptr < end and ex_rows[ptr] < col:
+                    ptr += 1
+                if ptr < end and ex_rows[ptr] == col:
+                    continue
+                _insert(ls, lr, i, v, col, unlisted)
+                kth = ls[i, k - 1] if lr[i, k - 1] >= 0 else NEG_INF
+        ex_ptr[i] = ptr
