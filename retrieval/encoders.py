@@ -108,7 +108,7 @@ class TextEncoder:
 
     def encode_queries(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         """Query-side strings -> ``(n, dim)`` float32, L2-normalised (see the class docstring for prompts)."""
-        kw = {"prompt": self.query_prompt} if self.query_prompt and "query" not in self.model.prompts else {}
+        kw = {"prompt": self.query_prompt} if self.query_prompt and not self.model.prompts.get("query") else {}
         return self._encode(self.model.encode_query, texts, progress, **kw)
 
 
@@ -184,11 +184,12 @@ class ClipTextEncoder:
 
         self.model_id, self.device, self.batch_size = model, pick_device(device), batch_size
         path = resolve_model(model)
+        mtype = model_type(path)
+        if mtype not in TEXT_TOWER_MODEL_TYPES:
+            raise ValueError(f"{model}: model type {mtype!r} has no text tower "
+                             f"(expected one of {sorted(TEXT_TOWER_MODEL_TYPES)})")
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModel.from_pretrained(path, dtype=torch.float32).to(self.device).eval()
-        if not hasattr(self.model, "get_text_features"):
-            raise ValueError(f"{model}: model type {self.model.config.model_type!r} has no text tower "
-                             f"(expected one of {sorted(TEXT_TOWER_MODEL_TYPES)})")
         cfg = getattr(self.model.config, "text_config", self.model.config)
         self.max_length = int(min(getattr(cfg, "max_position_embeddings", 77), self.tokenizer.model_max_length))
         self.padding = "max_length" if self.model.config.model_type.startswith("siglip") else True

@@ -1,0 +1,96 @@
+"""Fixtures of the retrieval tests: a tiny hand-built benchmark, tiny random image models, the packaged MiniLM."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+from retrieval_tiny_bench import build_tiny
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    """A tiny benchmark with a `pixels` space and a `minilm` semantic space (treat as read-only)."""
+    from retrieval.encode import EncodeConfig, encode_space
+    from retrieval.encoders import PACKAGED_MINILM
+
+    d = build_tiny(tmp_path_factory.mktemp("tiny") / "bench")
+    encode_space(EncodeConfig(str(d), "minilm", PACKAGED_MINILM, kind="semantic"), progress=False)
+    return d
+
+
+@pytest.fixture
+def tiny_copy(tiny_dir, tmp_path):
+    """A private copy of the tiny benchmark for tests that write into it."""
+    return shutil.copytree(tiny_dir, tmp_path / "bench", ignore=shutil.ignore_patterns(".cache"))
+
+
+@pytest.fixture(scope="session")
+def tiny_bench(tiny_dir):
+    from eval.benchmark import Benchmark
+
+    return Benchmark.load(tiny_dir)
+
+
+@pytest.fixture(scope="session")
+def text_encoder():
+    from retrieval.encoders import PACKAGED_MINILM, TextEncoder
+
+    return TextEncoder(PACKAGED_MINILM)
+
+
+def _tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tk = Tokenizer(models.BPE(unk_token="<unk>"))
+    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tk.decoder = decoders.ByteLevel()
+    tr = trainers.BpeTrainer(vocab_size=300, special_tokens=["<pad>", "<unk>", "<s>", "</s>"],
+                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tk.train_from_iterator(["the red ball falls off the table", "a box slides down the ramp", "rolling",
+                            "resting on the floor", "bouncing"] * 4, tr)
+    return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", unk_token="<unk>", bos_token="<s>",
+                                   eos_token="</s>", model_max_length=16)
+
+
+@pytest.fixture(scope="session")
+def tiny_image_models(tmp_path_factory):
+    """Random-weight CLIP, SigLIP and DINOv2 saved with their image processors (and tokenizers): name -> dir."""
+    import torch
+    from transformers import (
+        BitImageProcessor,
+        CLIPConfig,
+        CLIPImageProcessor,
+        CLIPModel,
+        Dinov2Config,
+        Dinov2Model,
+        SiglipConfig,
+        SiglipImageProcessor,
+        SiglipModel,
+    )
+
+    root = tmp_path_factory.mktemp("image-models")
+    tok = _tokenizer()
+    tower = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
+    text = dict(vocab_size=len(tok), max_position_embeddings=16, pad_token_id=0, bos_token_id=2, eos_token_id=3,
+                **tower)
+    torch.manual_seed(0)
+    out = {}
+    d = root / "clip"
+    CLIPModel(CLIPConfig(text_config=text, vision_config=dict(image_size=32, patch_size=8, **tower),
+                         projection_dim=24)).save_pretrained(d)
+    CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(d)
+    tok.save_pretrained(d)
+    out["clip"] = d
+    d = root / "siglip"
+    SiglipModel(SiglipConfig(text_config=text, vision_config=dict(image_size=32, patch_size=8, **tower))
+                ).save_pretrained(d)
+    SiglipImageProcessor(size={"height": 32, "width": 32}).save_pretrained(d)
+    tok.save_pretrained(d)
+    out["siglip"] = d
+    d = root / "dinov2"
+    Dinov2Model(Dinov2Config(image_size=32, patch_size=8, **tower)).save_pretrained(d)
+    BitImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(d)
+    out["dinov2"] = d
+    return out

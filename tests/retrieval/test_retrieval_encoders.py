@@ -1,0 +1,116 @@
+"""Encoders and the encode job: real models (packaged MiniLM, tiny random CLIP / SigLIP / DINOv2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from eval.benchmark import Benchmark
+from eval.features import load_table, read_meta
+
+
+def test_text_encoder_normalised_and_semantic(text_encoder):
+    items = text_encoder.encode_items(["falling", "sliced", "tumbling down"])
+    q = text_encoder.encode_queries(["falling"])
+    assert items.shape == (3, 384) and items.dtype == np.float32
+    assert np.allclose(np.linalg.norm(items, axis=1), 1, atol=1e-5)
+    sims = (q @ items.T)[0]
+    assert sims[0] > 0.99  # a query equals its item without a prompt
+    assert sims[2] > sims[1] + 0.2  # a synonym beats an unrelated state
+
+
+def test_text_encoder_query_prompt_changes_only_queries():
+    from retrieval.encoders import BGE_QUERY_INSTRUCTION, PACKAGED_MINILM, TextEncoder
+
+    enc = TextEncoder(PACKAGED_MINILM, query_prompt=BGE_QUERY_INSTRUCTION)
+    plain = enc.encode_items(["falling"])
+    prompted = enc.encode_queries(["falling"])
+    assert float((plain @ prompted.T)[0, 0]) < 0.99  # the instruction is prepended to queries ...
+    assert np.allclose(enc.encode_items(["falling"]), plain)  # ... never to items
+
+
+@pytest.mark.parametrize("name", ["clip", "siglip", "dinov2"])
+def test_image_encoder_loads_by_path(tiny_image_models, tiny_bench, name):
+    from retrieval.encoders import ImageEncoder, is_vision_model
+
+    path = str(tiny_image_models[name])
+    assert is_vision_model(path)
+    enc = ImageEncoder(path, batch_size=3)
+    frames = [tiny_bench.path(f) for f in tiny_bench.corpus_ds["frame"][:7]]
+    x = enc.encode_images(frames)
+    assert x.shape == (7, enc.dim) and np.allclose(np.linalg.norm(x, axis=1), 1, atol=1e-5)
+    # deterministic, and batching does not change the result
+    assert np.allclose(ImageEncoder(path, batch_size=7).encode_images(frames), x, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["clip", "siglip"])
+def test_clip_text_tower_matches_image_space(tiny_image_models, name):
+    from retrieval.encoders import ClipTextEncoder, ImageEncoder
+
+    path = str(tiny_image_models[name])
+    t = ClipTextEncoder(path).encode_queries(["red ball falling", "a box"])
+    assert t.shape == (2, ImageEncoder(path).dim)
+    assert np.allclose(np.linalg.norm(t, axis=1), 1, atol=1e-5)
+
+
+def test_dinov2_has_no_text_tower(tiny_image_models):
+    from retrieval.encoders import ClipTextEncoder
+
+    with pytest.raises(ValueError, match="no text tower"):
+        ClipTextEncoder(str(tiny_image_models["dinov2"]))
+
+
+def test_encode_cli_visual_end_to_end(tiny_copy, tiny_image_models):
+    from typer.testing import CliRunner
+
+    from retrieval.cli import app
+
+    res = CliRunner().invoke(app, ["encode", "--data", str(tiny_copy), "--space", "clip", "--model",
+                                   str(tiny_image_models["clip"]), "--batch-size", "16", "--chunk-size", "40"])
+    assert res.exit_code == 0, res.output
+    bench = Benchmark.load(tiny_copy)
+    meta = read_meta(tiny_copy, "clip")
+    assert meta["kind"] == "visual" and meta["text_tower"] is True and meta["dim"] == 24
+    corpus, prefixes = load_table(tiny_copy, "clip", "corpus"), load_table(tiny_copy, "clip", "prefixes")
+    assert corpus.ids == bench.corpus_ids and corpus.array.shape == (len(bench.corpus_ids), 24)
+    assert prefixes.array.shape[1:] == (8, 24)
+    assert not (tiny_copy / "features" / "clip" / ".partial").exists()
+    # the stored row equals a direct encode of that segment's frame
+    from retrieval.encoders import ImageEncoder
+
+    direct = ImageEncoder(str(tiny_image_models["clip"])).encode_images([bench.path(bench.segment(5).frame)])
+    assert np.allclose(corpus.array[5], direct[0], atol=1e-5)
+    # and the validator accepts the new space
+    from eval.validate import validate
+
+    assert validate(tiny_copy, check_frames=False).ok
+
+
+def test_encode_resumes_from_finished_chunks(tiny_copy):
+    from retrieval.encode import _encode_chunked
+
+    ids = [f"x{i}" for i in range(10)]
+    data = np.arange(10 * 3, dtype=np.float32).reshape(10, 3)
+    calls: list[tuple[int, int]] = []
+
+    def crashing(s, e):
+        if len(calls) == 2:
+            raise RuntimeError("killed")
+        calls.append((s, e))
+        return data[s:e]
+
+    with pytest.raises(RuntimeError, match="killed"):
+        _encode_chunked(tiny_copy, "sp", "corpus", ids, "fp1", 3, crashing, progress=False)
+    calls_after: list[tuple[int, int]] = []
+
+    def ok(s, e):
+        calls_after.append((s, e))
+        return data[s:e]
+
+    out = _encode_chunked(tiny_copy, "sp", "corpus", ids, "fp1", 3, ok, progress=False)
+    assert calls_after == [(6, 9), (9, 10)]  # the two finished chunks were not recomputed
+    assert np.array_equal(out, data)
+    # a different job (fingerprint) does not reuse them
+    calls_after.clear()
+    _encode_chunked(tiny_copy, "sp", "corpus", ids, "fp2", 3, ok, progress=False)
+    assert calls_after == [(0, 3), (3, 6), (6, 9), (9, 10)]
