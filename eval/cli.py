@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -83,3 +84,106 @@ def synth(
 
     path = build_benchmark(out, videos=videos, seed=seed, workers=workers or None, progress=True)
     console.print(f"[green]wrote[/] {path}")
+
+
+# --- evaluation: score one run, report many (owned by the evaluator; see eval/report.py) ---
+
+def _parse_gains(text: str | None) -> dict[str, float] | None:
+    """``"in_dataset=1,cross_dataset=1,bge_similar=0.5"`` -> dict (None = the defaults)."""
+    if not text:
+        return None
+    out = {}
+    for part in text.split(","):
+        name, sep, val = part.partition("=")
+        try:
+            out[name.strip()] = float(val)
+        except ValueError:
+            raise typer.BadParameter(f"expected TIER=GAIN pairs separated by commas, got {part!r}") from None
+        if not sep:
+            raise typer.BadParameter(f"expected TIER=GAIN, got {part!r}")
+    return out
+
+
+def _report_config(data: Path, runs: list[Path], reference: str | None, tie: str, ndcg_k: int, gains: str | None,
+                   resamples: int, seed: int):
+    from eval.metrics import TIE_MODES
+    from eval.report import ReportConfig
+
+    if tie not in TIE_MODES:
+        raise typer.BadParameter(f"--tie must be one of {TIE_MODES}")
+    return ReportConfig(tie=tie, ndcg_k=ndcg_k, gains=_parse_gains(gains), reference=reference, n_resamples=resamples,
+                        seed=seed, data=str(data), runs=[str(r) for r in runs])
+
+
+def _load_runs(paths: list[Path]):
+    from eval.runs import read_run
+
+    runs = [read_run(p) for p in paths]
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):  # two files with the same run name: tell them apart by file name
+        for r, p in zip(runs, paths, strict=True):
+            r.name = p.stem
+    return runs
+
+
+@contextlib.contextmanager
+def _clean_errors():
+    """Bad input (a malformed run, an unknown reference, a run of another benchmark) exits 1 with one line."""
+    from eval.io import FormatError
+
+    try:
+        yield
+    except (FormatError, FileNotFoundError, KeyError, ValueError) as e:
+        err.print(f"[red]error:[/] {e.args[0] if isinstance(e, KeyError) and e.args else e}", highlight=False)
+        raise typer.Exit(1) from None
+
+
+_TIE_HELP = "ties: expected (exact mean over random order of tied items), row, optimistic or pessimistic"
+_GAINS_HELP = "nDCG tier gains, e.g. in_dataset=1,cross_dataset=1,bge_similar=0.5 (the default)"
+
+
+@app.command()
+def score(
+    data: Path = typer.Option(..., "--data", help="benchmark directory the run was scored on"),
+    run: Path = typer.Option(..., "--run", help="run file (.parquet, written by eval.runs.write_run)"),
+    out: Path = typer.Option(..., "--out", help="report directory"),
+    tie: str = typer.Option("expected", "--tie", help=_TIE_HELP),
+    ndcg_k: int = typer.Option(10, "--ndcg-k", help="cut-off of the tier-weighted nDCG"),
+    gains: str = typer.Option(None, "--gains", help=_GAINS_HELP),
+    seed: int = typer.Option(0, "--seed", help="seed of the bootstrap CIs in the plots"),
+) -> None:
+    """Evaluate one run: every metric and stratum, tables (md/csv/tex), plots and report.json in OUT."""
+    from eval.benchmark import Benchmark
+    from eval.report import build_report
+
+    cfg = _report_config(data, [run], None, tie, ndcg_k, gains, 10_000, seed)
+    with _clean_errors():
+        doc = build_report(_load_runs([run]), Benchmark.load(data), out, cfg, progress=True)
+    main = next(iter(doc["runs"].values()))["main"]
+    console.print(" ".join(f"{k}={100 * v:.2f}" for k, v in main.items() if k.startswith(("R@", "MRR", "macro"))
+                           and v is not None) + f"  n={main['n']}")
+    console.print(f"[green]wrote[/] {out}")
+
+
+@app.command()
+def report(
+    runs: list[Path] = typer.Argument(..., help="run files (.parquet); seed variants NAME-seedN are grouped"),
+    data: Path = typer.Option(..., "--data", help="benchmark directory the runs were scored on"),
+    out: Path = typer.Option(..., "--out", help="report directory"),
+    reference: str = typer.Option(None, "--reference", help="run (or seed group) name to test every run against"),
+    tie: str = typer.Option("expected", "--tie", help=_TIE_HELP),
+    ndcg_k: int = typer.Option(10, "--ndcg-k", help="cut-off of the tier-weighted nDCG"),
+    gains: str = typer.Option(None, "--gains", help=_GAINS_HELP),
+    resamples: int = typer.Option(10_000, "--resamples", min=100, help="paired bootstrap resamples"),
+    seed: int = typer.Option(0, "--seed", help="bootstrap seed"),
+) -> None:
+    """Paper-shaped tables for many runs (main, by horizon, question type, tier, GT definition, domain, triplets,
+    significance vs --reference) as md/csv/tex, PNG plots and report.json in OUT."""
+    from eval.benchmark import Benchmark
+    from eval.report import build_report
+
+    cfg = _report_config(data, runs, reference, tie, ndcg_k, gains, resamples, seed)
+    with _clean_errors():
+        build_report(_load_runs(runs), Benchmark.load(data), out, cfg, progress=True)
+    console.print((out / "main.md").read_text(encoding="utf-8"))
+    console.print(f"[green]wrote[/] {out}")

@@ -1,0 +1,151 @@
+"""Stratified evaluation, triplet diagnostics, reports and the `score` / `report` commands on the synthetic benchmark."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from eval.cli import app
+from eval.evaluate import QueryLabels, evaluate_run
+from eval.metrics import RankStats, recall_at_k
+from eval.report import group_entries, seed_group
+from eval.runs import write_run
+from eval.scoring import DenseSource, RandomSource, score_benchmark
+from eval.triplets import ORDERS, TripletScores, order_probabilities, per_query_triplets, triplet_summary
+
+
+# ---------------------------------------------------------------- triplets
+def test_triplet_ties_equal_enumeration():
+    vals = [0.0, 1.0, 2.0]
+    cases = list(itertools.product(vals, repeat=3))
+    ts = TripletScores(*(np.array([c[i] for c in cases]) for i in range(3)))
+    probs = order_probabilities(ts)
+    per = per_query_triplets(ts)
+    for row, (m, t, s) in enumerate(cases):
+        score = {"main": m, "temp": t, "sem": s}
+        # enumerate the 6 orders of the three items with random tie-breaking: sort by (-score, random key)
+        counts = dict.fromkeys(ORDERS, 0)
+        for keys in itertools.permutations(range(3)):
+            key = dict(zip(("main", "temp", "sem"), keys, strict=True))
+            counts[tuple(sorted(score, key=lambda c: (-score[c], key[c])))] += 1
+        expect = np.array([counts[o] / 6 for o in ORDERS])
+        np.testing.assert_allclose(probs[row], expect, atol=1e-12)
+        assert per["acc_tri"][row] == pytest.approx(sum(counts[o] for o in ORDERS if o[0] == "main") / 6)
+        assert per["acc_temp"][row] == pytest.approx(
+            sum(counts[o] for o in ORDERS if o.index("main") < o.index("temp")) / 6)
+
+
+def test_triplet_summary_counts_incomplete():
+    ts = TripletScores(np.array([3.0, 1.0, np.nan]), np.array([1.0, 2.0, 1.0]), np.array([2.0, 0.0, 0.0]))
+    s = triplet_summary(ts)
+    assert (s["n"], s["n_incomplete"]) == (2, 1)
+    assert s["acc_temp"] == 0.5 and s["acc_sem"] == 1.0 and s["acc_tri"] == 0.5
+    assert s["orders"]["main > sem > temp"]["count"] == 1 and s["orders"]["temp > main > sem"]["count"] == 1
+
+
+# ---------------------------------------------------------------- seed groups
+def test_seed_grouping_rule():
+    assert seed_group("lftr-fusion-seed3") == ("lftr-fusion", 3)
+    assert seed_group("lftr_fusion.seed=12") == ("lftr_fusion", 12)
+    assert seed_group("m3") == ("m3", None) and seed_group("seed3") == ("seed3", None)
+    entries = group_entries(["m3", "lftr-seed1", "lftr-seed0", "oracle-seed0", "lftr-seed2"])
+    assert [e.label for e in entries] == ["m3", "lftr (3 seeds)", "oracle-seed0"]
+    assert entries[1].names == ["lftr-seed0", "lftr-seed1", "lftr-seed2"] and entries[1].seeds == [0, 1, 2]
+
+
+# ---------------------------------------------------------------- runs on the synthetic benchmark
+@pytest.fixture(scope="module")
+def synth_runs(synth_bench, tmp_path_factory):
+    bench = synth_bench
+    rows = bench.query_rows("test", fair_only=True)
+    qs = bench.queries_ds.select(rows)
+    eye = np.eye(len(bench.state_ids), dtype=np.float32)
+    oracle = DenseSource(eye[[bench.state_index[s] for s in qs["target_state_id"]]], eye,
+                         item_rows=bench.segment_state_rows)
+    pre, corp = bench.features("pixels", "prefixes"), bench.features("pixels", "corpus")
+    pidx = pre.index()
+    pixels = DenseSource(np.asarray(pre.array)[[pidx[p] for p in qs["prefix_id"]]], corp.array)
+    runs = [score_benchmark(bench, oracle, rows, method="oracle", config={"space": "state one-hot"}, progress=False),
+            score_benchmark(bench, pixels, rows, method="persistence", config={"space": "pixels"}, progress=False)]
+    for s in range(3):
+        r = score_benchmark(bench, RandomSource(len(rows), len(bench.corpus_ids), seed=s), rows, method="random",
+                            config={"seed": s}, progress=False)
+        r.name = f"random-seed{s}"
+        runs.append(r)
+    d = tmp_path_factory.mktemp("runs")
+    paths = [write_run(d / f"{r.name}.parquet", r) for r in runs]
+    return runs, paths
+
+
+def test_evaluate_strata_are_consistent(synth_bench, synth_runs):
+    runs, _ = synth_runs
+    pix = runs[1]
+    labels = QueryLabels.from_benchmark(synth_bench, pix.query_ids)
+    res = evaluate_run(pix, labels)
+    main = res["main"]
+    r5 = recall_at_k(RankStats.from_run(pix, "type2-all"), 5)
+    assert main["R@5"] == pytest.approx(np.nanmean(r5)) and main["n"] == np.isfinite(r5).sum()
+    for section in ("by_horizon", "by_qtype", "by_domain"):
+        assert sum(v["n"] for v in res[section].values()) == main["n"]
+        weighted = sum(v["R@5"] * v["n"] for v in res[section].values()) / main["n"]
+        assert weighted == pytest.approx(main["R@5"])
+    per_h = [res["by_horizon"][h]["R@5"] for h in res["by_horizon"]]
+    assert main["macro"] == pytest.approx(np.mean(per_h))
+    assert set(res["by_tier"]) == {"in_video", "in_dataset", "cross_dataset", "bge_similar"}
+    assert set(res["by_gt_definition"]) == {"type2-all", "type2-consensus", "type1-all"}
+    assert res["by_gt_definition"]["type2-all"]["R@5"] == main["R@5"]
+    assert res["triplets"]["all"]["n"] + res["triplets"]["all"]["n_incomplete"] == pix.n
+    # the oracle: a perfect main-pool ranking; its semantic negatives share the target state, so they tie
+    o = evaluate_run(runs[0], QueryLabels.from_benchmark(synth_bench, runs[0].query_ids))
+    assert o["main"]["R@1"] == 1.0 and o["main"]["MedR"] == 1.0
+    assert o["triplets"]["all"]["acc_temp"] == 1.0 and o["triplets"]["all"]["acc_sem"] == 0.5
+
+
+def test_report_command_writes_every_table_and_plot(synth_dir, synth_runs, tmp_path):
+    runs, paths = synth_runs
+    out = tmp_path / "report"
+    res = CliRunner().invoke(app, ["report", *map(str, paths), "--data", str(synth_dir), "--out", str(out),
+                                   "--reference", "persistence", "--resamples", "500"])
+    assert res.exit_code == 0, res.output
+    for name in ("main", "by_horizon", "by_qtype", "by_tier", "by_gt_definition", "by_domain", "triplets",
+                 "significance"):
+        for ext in ("md", "csv", "tex"):
+            assert (out / f"{name}.{ext}").stat().st_size > 0, f"{name}.{ext}"
+    for png in ("r5_by_horizon.png", "tiers.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    doc = json.loads((out / "report.json").read_text())
+    assert [e["label"] for e in doc["entries"]] == ["oracle", "persistence", "random (3 seeds)"]
+    main_md = (out / "main.md").read_text()
+    assert "random (3 seeds)" in main_md and "±" in main_md
+    # the seed group's cell is the mean of its seeds
+    r5 = [doc["runs"][f"random-seed{s}"]["main"]["R@5"] for s in range(3)]
+    row = next(r for r in doc["tables"]["main"]["rows"] if r[0] == "random (3 seeds)")
+    assert row[2] == f"{100 * np.mean(r5):.2f}±{100 * np.std(r5, ddof=1):.2f}"
+    sig = {s["run"]: s for s in doc["significance"] if "run" in s}
+    assert set(sig) == {"oracle", "random-seed0", "random-seed1", "random-seed2"}
+    o = sig["oracle"]
+    assert o["bootstrap"]["delta"] == pytest.approx(doc["runs"]["oracle"]["main"]["R@5"]
+                                                    - doc["runs"]["persistence"]["main"]["R@5"])
+    assert o["bootstrap"]["p_value"] < 0.01 and o["mcnemar"]["c"] == 0
+    assert r"\toprule" in (out / "by_horizon.tex").read_text()
+    assert json.loads((out / "report_config.json").read_text())["reference"] == "persistence"
+
+
+def test_score_command_and_clear_errors(synth_dir, synth_runs, tmp_path):
+    _, paths = synth_runs
+    runner = CliRunner()
+    res = runner.invoke(app, ["score", "--data", str(synth_dir), "--run", str(paths[1]), "--out", str(tmp_path / "s")])
+    assert res.exit_code == 0, res.output
+    assert "R@5=" in res.output and (tmp_path / "s" / "by_tier.md").exists()
+    assert not (tmp_path / "s" / "significance.md").exists()
+    res = runner.invoke(app, ["report", str(paths[0]), "--data", str(synth_dir), "--out", str(tmp_path / "r"),
+                              "--reference", "nope"])
+    assert res.exit_code == 1 and "reference 'nope'" in res.output
+    bad = tmp_path / "bad.parquet"
+    bad.write_text("garbage")
+    res = runner.invoke(app, ["score", "--data", str(synth_dir), "--run", str(bad), "--out", str(tmp_path / "b")])
+    assert res.exit_code == 1 and "bad.parquet" in res.output
