@@ -81,9 +81,10 @@ def _count_gt_eq(blk, x):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def tile_pass(s, cols, t, first_row, floor, gt, eq, first, ls, lr, unlisted, ex_off, ex_rows, ex_ptr, nan_count):
+def tile_pass(s, cols, t, order, first_row, floor, gt, eq, first, ls, lr, unlisted, ex_off, ex_rows, ex_ptr,
+              nan_count):
     """Process one tile. ``s`` float32 C-contiguous (nb, nc); ``cols`` int64 (nc,) corpus rows of the columns
-    (increasing); ``t``, ``first_row`` (nb, P); ``floor`` (nb,) = min_p t (+inf when no pool has positives);
+    (increasing); ``t``, ``first_row`` (nb, P); ``order`` (nb, P) pools by ascending ``t``; ``floor`` (nb,) = min_p t (+inf when no pool has positives);
     ``gt``, ``eq``, ``first`` int64 (nb, P) accumulators; ``ls``/``lr`` (nb, k) running top-k; ``unlisted`` (nb,);
     ``ex_off``/``ex_rows`` CSR of sorted own-video rows per query with cursor ``ex_ptr`` (nb,); ``nan_count`` (nb,).
 
@@ -107,11 +108,14 @@ def tile_pass(s, cols, t, first_row, floor, gt, eq, first, ls, lr, unlisted, ex_
             nan_count[i] += blk.shape[0] - n_ge - n_lt
             if n_ge == 0:
                 continue
-            for p in range(n_pools):
+            for pi in range(n_pools):  # pools by ascending threshold: stop at the first with nothing >= t
+                p = order[i, pi]
                 tp = t[i, p]
                 if tp == POS_INF:
-                    continue
+                    break
                 g, e = _count_gt_eq(blk, tp)
+                if g == 0 and e == 0:
+                    break
                 gt[i, p] += g
                 if e:
                     eq[i, p] += e

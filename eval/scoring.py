@@ -52,6 +52,8 @@ from eval.runs import RankedPositives
 #: Default tile: 512 queries x 16,384 corpus items (32 MiB of float32 scores).
 DEFAULT_Q_BLOCK = 512
 DEFAULT_C_CHUNK = 16384
+#: Queries per pass-A call for sources without a per-block cache (see `_pass_a`).
+PASS_A_QUERIES = 64
 #: Largest (query rows x samples) matrix multiplied at once by `DenseSource` for K > 1.
 _MAX_QK_ROWS = 1024
 
@@ -152,6 +154,8 @@ class DenseSource:
                                  "map segments with unknown states explicitly")
         self.item_rows = item_rows
         self.n_items = int(len(item_rows)) if item_rows is not None else self.m
+        #: a query block's state-level scores are cached: calls on any rows of the same block cost a gather
+        self.cached_blocks = item_rows is not None
         self._cache: tuple[tuple[int, int], np.ndarray] | None = None
         self._moments: tuple[np.ndarray, np.ndarray] | None = None
 
@@ -258,6 +262,7 @@ class FusionSource:
             raise ValueError(f"{len(sources)} sources but {self.weights.size} weights")
         self.n_queries, self.n_items = nq.pop(), ni.pop()
         self._c_chunk, self._q_block = c_chunk, q_block
+        self.cached_blocks = any(getattr(s, "cached_blocks", False) for s in self.sources)
         self._coef: tuple[np.ndarray, np.ndarray] | None = None
 
     def _moments_of(self, src: ScoreSource) -> tuple[np.ndarray, np.ndarray]:
@@ -459,16 +464,7 @@ def _score_block(source, pools, exclude, probes, names, probe_names, no_excl, a,
         groups[n] = _Group(qloc, rows, n_items)
     probe_groups = {n: _Group(*_flatten(probes[n], a, b, n_items), n_items) for n in probe_names}
 
-    # Pass A: the positives' scores from one call on their union fix the thresholds of the stream.
-    union = np.unique(np.concatenate([g.rows for g in groups.values()] + [np.zeros(0, np.int64)]))
-    vals_a = {n: np.full(len(g.rows), -np.inf, np.float32) for n, g in groups.items()}
-    for u0 in range(0, len(union), c_chunk):
-        urows = union[u0:u0 + c_chunk]
-        sa = np.asarray(source.scores(qs, urows), dtype=np.float32)
-        for n, g in groups.items():
-            i0, i1 = np.searchsorted(g.rows, [urows[0], urows[-1] + 1])
-            if i1 > i0:
-                vals_a[n][i0:i1] = sa[g.qloc[i0:i1], np.searchsorted(urows, g.rows[i0:i1])]
+    vals_a = _pass_a(source, qs, groups, c_chunk)
     ex_off = np.searchsorted(ex.keys // n_items, np.arange(nb + 1)).astype(np.int64)
     ex_rows = ex.keys % n_items
     for _attempt in range(2):
@@ -492,6 +488,32 @@ def _score_block(source, pools, exclude, probes, names, probe_names, no_excl, a,
     return {"stats": out_stats, "top": (l_r, l_s, u), "ranked": ranked}
 
 
+def _pass_a(source, qs: slice, groups: dict, c_chunk: int) -> dict[str, np.ndarray]:
+    """The positives' scores from calls on the union of their rows; they fix the thresholds of the stream.
+
+    The cost is (queries x union of their positives); for sources without a per-block cache it is paid in
+    sub-blocks of `PASS_A_QUERIES` queries, whose unions are much smaller than the whole block's."""
+    nb = qs.stop - qs.start
+    vals = {n: np.full(len(g.rows), -np.inf, np.float32) for n, g in groups.items()}
+    step = nb if getattr(source, "cached_blocks", False) else PASS_A_QUERIES
+    bounds = list(range(0, nb, step)) + [nb]
+    if len(bounds) > 2 and bounds[-1] - bounds[-2] < PASS_A_QUERIES // 4:
+        del bounds[-2]  # no tiny last sub-block (BLAS may round a 1-2 row product differently)
+    for s0, s1 in zip(bounds[:-1], bounds[1:], strict=True):
+        sel = {n: np.flatnonzero((g.qloc >= s0) & (g.qloc < s1)) for n, g in groups.items()}
+        union = np.unique(np.concatenate([groups[n].rows[i] for n, i in sel.items()] + [np.zeros(0, np.int64)]))
+        for u0 in range(0, len(union), c_chunk):
+            urows = union[u0:u0 + c_chunk]
+            sa = np.asarray(source.scores(slice(qs.start + s0, qs.start + s1), urows), dtype=np.float32)
+            for n, idx in sel.items():
+                g = groups[n]
+                rows = g.rows[idx]
+                inside = (rows >= urows[0]) & (rows <= urows[-1])
+                j = idx[inside]
+                vals[n][j] = sa[g.qloc[j] - s0, np.searchsorted(urows, g.rows[j])]
+    return vals
+
+
 def _thresholds(groups, vals, names, nb):
     """Per query and pool: the best positive score ``t`` (+inf without positives) and the lowest corpus row among
     the positives scoring ``t``."""
@@ -513,6 +535,7 @@ def _stream_block(source, qs, groups, probe_groups, ex, ex_off, ex_rows, vals_a,
     nb = qs.stop - qs.start
     t, first_row = _thresholds(groups, vals_a, names, nb)
     floor = t.min(axis=1)
+    order = np.argsort(t, axis=1, kind="stable").astype(np.int64)
     shape = t.shape
     gt, eq, first = np.zeros(shape, np.int64), np.zeros(shape, np.int64), np.zeros(shape, np.int64)
     l_s = np.full((nb, k), -np.inf, np.float32)
@@ -527,7 +550,7 @@ def _stream_block(source, qs, groups, probe_groups, ex, ex_off, ex_rows, vals_a,
             raise ValueError(f"the source returned scores of shape {s.shape}, expected {(nb, c1 - c0)}")
         for g in (*groups.values(), *probe_groups.values(), ex):
             g.gather(s, c0, c1)
-        tile_pass(s, np.arange(c0, c1, dtype=np.int64), t, first_row, floor, gt, eq, first, l_s, l_r, unlisted,
+        tile_pass(s, np.arange(c0, c1, dtype=np.int64), t, order, first_row, floor, gt, eq, first, l_s, l_r, unlisted,
                   ex_off, ex_rows, ex_ptr, nan_count)
         if nan_count.any():
             raise ValueError(f"the source returned NaN scores for query {qs.start + int(np.flatnonzero(nan_count)[0])}")

@@ -1,0 +1,164 @@
+"""Benchmark the streaming scorer at PSR scale against a bare chunked matmul measured in the same process.
+
+    python scripts/bench_scoring.py                       # 2,430 queries x 218,276 items, 384-d and 1,024-d
+    python scripts/bench_scoring.py --dims 384 --repeats 3 --out reports/bench_scoring.json
+
+Data: random L2-normalised float32 vectors; per query, positives drawn at random for the seven pools that
+`eval.scoring.score_benchmark` scores (type2-all of 1-40 rows, split into in_dataset / cross_dataset, consensus and
+type1 subsets, 0-60 bge_similar rows, 1-3 in_video rows inside the query's own "video" of 45 excluded rows) plus
+the two triplet probes, k = 50. Each dimension runs in a fresh subprocess so its peak memory is its own.
+
+Reported per dimension: ``bare_s`` (the minimum over repeats of ``for q-block, c-chunk: Q[q] @ X[c].T`` with the
+scorer's tile sizes, torch, same threads), ``ours_s`` (minimum over repeats of `score_stream` with `DenseSource`),
+``ratio = ours_s / bare_s``, ``peak_rss_mb`` (the process's peak resident memory, data included), ``data_mb``
+(queries + items) and ``scorer_extra_mb`` (peak RSS during scoring minus RSS before it, sampled every 10 ms).
+Targets (issue 3): ratio <= 1.5 and peak < 2 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def make_data(nq: int, n: int, d: int, seed: int):
+    rng = np.random.default_rng(seed)
+    q = rng.standard_normal((nq, d), dtype=np.float32)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    x = np.empty((n, d), dtype=np.float32)
+    for a in range(0, n, 65536):  # generate in chunks: no float64 copy of the whole corpus
+        b = min(n, a + 65536)
+        x[a:b] = rng.standard_normal((b - a, d), dtype=np.float32)
+        x[a:b] /= np.linalg.norm(x[a:b], axis=1, keepdims=True)
+    video = rng.integers(0, n - 45, size=nq)
+    exclude = [np.arange(v, v + 45) for v in video]
+    main, ind, cross, cons, t1, bge, self_, temp, sem = ([] for _ in range(9))
+    for i in range(nq):
+        m = rng.choice(n, size=int(rng.integers(1, 41)), replace=False)
+        m = m[(m < video[i]) | (m >= video[i] + 45)]
+        cut = int(rng.integers(0, len(m) + 1))
+        main.append(m)
+        ind.append(m[:cut])
+        cross.append(m[cut:])
+        cons.append(m[rng.random(len(m)) < 0.7])
+        t1.append(m[rng.random(len(m)) < 0.2])
+        sem.append(np.setdiff1d(m, t1[-1]))
+        bge.append(rng.choice(n, size=int(rng.integers(0, 61)), replace=False))
+        self_.append(video[i] + rng.choice(45, size=int(rng.integers(1, 4)), replace=False))
+        temp.append(video[i] + rng.choice(45, size=int(rng.integers(2, 7)), replace=False))
+    pools = {"type2-all": main, "type2-consensus": cons, "type1-all": t1, "in_dataset": ind, "cross_dataset": cross,
+             "bge_similar": bge, "in_video": self_}
+    return q, x, pools, exclude, {"triplet_temporal": temp, "triplet_semantic": sem}
+
+
+class RssSampler:
+    """Peak resident memory of this process over a window, sampled every 10 ms (psutil)."""
+
+    def __init__(self):
+        import psutil
+
+        self.proc, self.peak, self._stop = psutil.Process(), 0, threading.Event()
+
+    def __enter__(self):
+        self.start = self.peak = self.proc.memory_info().rss
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            time.sleep(0.01)
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self.thread.join()
+        self.peak = max(self.peak, self.proc.memory_info().rss)
+
+
+def run_one(args) -> dict:
+    import torch
+
+    from eval.scoring import DenseSource, score_stream
+
+    torch.set_num_threads(args.threads)
+    import numba
+
+    numba.set_num_threads(args.threads)
+    q, x, pools, exclude, probes = make_data(args.queries, args.items, args.dim, args.seed)
+    # compile the tile kernel outside the timed region (a one-off per installation, cached on disk)
+    score_stream(DenseSource(q[:4], x[:1000]), {"a": [np.arange(3)] * 4}, [np.arange(3, 9)] * 4, k=5, progress=False)
+    qt, xt = torch.from_numpy(q), torch.from_numpy(x)
+    bare, ours = [], []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        for a in range(0, len(q), args.q_block):
+            for c in range(0, len(x), args.c_chunk):
+                s = qt[a:a + args.q_block] @ xt[c:c + args.c_chunk].T
+                del s
+        bare.append(time.perf_counter() - t0)
+        with RssSampler() as mem:
+            t0 = time.perf_counter()
+            res = score_stream(DenseSource(q, x), pools, exclude, k=args.k, q_block=args.q_block,
+                               c_chunk=args.c_chunk, progress=False, probes=probes)
+            ours.append(time.perf_counter() - t0)
+    hit5 = float(np.mean(res.stats["type2-all"]["n_above"] < 5))
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    return {"dim": args.dim, "queries": len(q), "items": len(x), "k": args.k, "q_block": args.q_block,
+            "c_chunk": args.c_chunk, "threads": args.threads, "repeats": args.repeats,
+            "bare_s": min(bare), "ours_s": min(ours), "ratio": min(ours) / min(bare), "bare_all_s": bare,
+            "ours_all_s": ours, "peak_rss_mb": peak, "data_mb": (q.nbytes + x.nbytes) / 2**20,
+            "scorer_extra_mb": (mem.peak - mem.start) / 2**20, "sanity_r5": hit5,
+            "torch": torch.__version__, "numba": numba.__version__}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--queries", type=int, default=2430)
+    p.add_argument("--items", type=int, default=218276)
+    p.add_argument("--dims", type=int, nargs="+", default=[384, 1024])
+    p.add_argument("--k", type=int, default=50)
+    p.add_argument("--q-block", type=int, default=512)
+    p.add_argument("--c-chunk", type=int, default=16384)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=None, help="JSON file for the results (config written beside it)")
+    p.add_argument("--dim", type=int, default=None, help=argparse.SUPPRESS)  # child process
+    args = p.parse_args()
+    if args.dim is not None:
+        print(json.dumps(run_one(args)))
+        return
+    results = []
+    for d in args.dims:
+        cmd = [sys.executable, __file__, "--dim", str(d)] + [
+            f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("dims", "out", "dim")]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False,
+                              env={**__import__("os").environ, "PYTHONPATH": str(ROOT)})
+        if proc.returncode != 0:
+            sys.exit(f"benchmark for dim {d} failed:\n{proc.stderr}")
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        results.append(r)
+        print(f"{r['queries']} x {r['items']} x {d}-d: bare matmul {r['bare_s']:.2f} s, scorer {r['ours_s']:.2f} s, "
+              f"ratio {r['ratio']:.2f}; peak RSS {r['peak_rss_mb']:.0f} MB (data {r['data_mb']:.0f} MB, scorer "
+              f"+{r['scorer_extra_mb']:.0f} MB)", flush=True)
+    if args.out:
+        from eval.io import write_json
+
+        write_json(args.out, {"results": results})
+        write_json(args.out.with_name(args.out.stem + "_config.json"), {k: str(v) if isinstance(v, Path) else v
+                                                                      for k, v in vars(args).items()})
+
+
+if __name__ == "__main__":
+    main()
