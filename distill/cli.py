@@ -1,0 +1,120 @@
+"""Command line of the `distill` package: ``python -m distill <command> [--config PRESET] [--<field> VALUE ...]``.
+
+Every command is one stage of the recipe with a config dataclass; ``--config`` reads the stage's section of a preset
+(``configs/distill/*.yaml``) and ``--<field> VALUE`` overrides any field (``python -m distill <command> --help``).
+Exit codes: 0 done, 1 check failed (``validate``), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, is_dataclass
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "predicates": ("distill.predicates:PredicatesConfig", "oracle -> qualitative predicates (JSONL), one set per query"),
+    "validate": ("distill.validator:ValidateConfig", "check a rationale file for numbers, leaks, length, answer line"),
+    "narrate": ("distill.narrate:NarrateConfig", "predicates -> validated rationales (teacher or template narrator)"),
+    "sft": ("distill.sft:SFTBuildConfig", "rationales -> CoT and answer-only SFT datasets (TRL VLM format)"),
+    "train": ("distill.train:TrainConfig", "LoRA / QLoRA SFT of a student (same as python -m distill.train)"),
+    "faithfulness": ("distill.faithfulness:FaithfulnessConfig", "SCOTT-style check: perturb rationales, watch answers"),
+    "answers": ("distill.answers:AnswersConfig", "answer accuracy of phrase files + McNemar / bootstrap vs a reference"),
+    "config-get": ("", "print one value of a preset: --config FILE --section train --key model"),
+}
+SECTIONS = {"predicates": "predicates", "validate": "validate", "narrate": "narrate", "sft": "sft", "train": "train",
+            "faithfulness": "faithfulness", "answers": "answers"}
+
+
+def _import(spec: str):
+    import importlib
+
+    module, name = spec.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _runner(command: str) -> Callable:
+    if command == "predicates":
+        from distill.predicates import write_predicates
+        return write_predicates
+    if command == "validate":
+        from distill.validator import validate_file
+        return validate_file
+    if command == "narrate":
+        from distill.narrate import run_narration
+        return run_narration
+    if command == "sft":
+        from distill.sft import build_sft
+        return build_sft
+    if command == "faithfulness":
+        from distill.faithfulness import run_faithfulness
+        return run_faithfulness
+    if command == "answers":
+        from distill.answers import compare_answers
+        return compare_answers
+    raise KeyError(command)
+
+
+def _usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = [__doc__.strip(), "", "commands:"]
+    lines += [f"  {name.ljust(width)}  {desc}" for name, (_, desc) in COMMANDS.items()]
+    return "\n".join(lines)
+
+
+def _config_get(argv: list[str]) -> int:
+    import argparse
+
+    from distill.config import load_section
+
+    ap = argparse.ArgumentParser(prog="python -m distill config-get", description=COMMANDS["config-get"][1])
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--section", required=True)
+    ap.add_argument("--key", required=True)
+    a = ap.parse_args(argv)
+    section = load_section(a.config, a.section)
+    if a.key not in section:
+        print(f"error: {a.config}: section '{a.section}' has no key '{a.key}'", file=sys.stderr)
+        return 2
+    v = section[a.key]
+    print(v if isinstance(v, str) else json.dumps(v))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from distill.config import parse
+    from eval.io import FormatError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"error: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    if command == "config-get":
+        return _config_get(rest)
+    if command == "train":
+        from distill.train import main as train_main
+        return train_main(rest)
+    cls = _import(COMMANDS[command][0])
+    try:
+        cfg = parse(cls, SECTIONS[command], rest, prog=f"python -m distill {command}",
+                    description=COMMANDS[command][1] + "\n\n" + (cls.__doc__ or ""))
+        result = _runner(command)(cfg)
+    except (FormatError, ValueError, FileNotFoundError, KeyError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if is_dataclass(result):
+        result = asdict(result)
+    if command == "validate":
+        shown = {k: v for k, v in result.items() if k != "rejections"}
+        print(json.dumps(shown, indent=2))
+        for r in result["rejections"][:20]:
+            print(f"{r['query_id']}: " + "; ".join(f"{x['code']}: {x['detail']}" for x in r["reasons"]))
+        return 1 if result["rejected"] else 0
+    print(json.dumps(result, indent=2, default=str))
+    return 0

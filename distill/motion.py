@@ -1,0 +1,212 @@
+"""Motion predicates from the synthetic benchmark's simulator record (DynaPix's recipe, paper 004, appendix
+"Rationale construction"): direction and relative speed, speed trend, collision course, support now and at the
+target moment. Every statement is qualitative; the thresholds are the named constants below (world units of
+`eval.synth.record`: a 2D world about 400 x 300 units, y up; speeds in units/s).
+
+Windows (frame ``f = round(t * fps)``):
+
+- *observation window*: the last `COURSE_FRAMES` frames of the prefix, ending at ``f_end = round(prefix_end * fps)``
+  (DynaPix inspects the 5 frames before its cut). Velocity ``v`` = the mean of the record's velocities over it;
+  speed ``|v|``.
+- *future window*: frames ``f_end + 1 .. f_target``, where the target moment is ``prefix_end + k`` for Q3 and the
+  middle of the target segment otherwise (`target_moment`). Nothing after it is used, so no statement reaches past the
+  question's horizon.
+
+Rules:
+
+- direction: not moving when ``|v| < STATIONARY_SPEED`` (the labeller's moving threshold; DynaPix: 0.05 in CLEVRER
+  units); else horizontal when ``|v_y| < DIAGONAL_RATIO |v_x|``, vertical when ``|v_x| < DIAGONAL_RATIO |v_y|``,
+  diagonal otherwise (image left/right = world x, up = world +y);
+- relative speed: against the fastest other moving object: faster when the ratio of speeds ``>= SPEED_RATIO``,
+  slower when ``<= 1 / SPEED_RATIO``, about as fast otherwise; "the only object moving" when no other moves;
+- speed trend: speeding up when the speed at the end of the window is ``>= TREND_UP`` times the speed at its start,
+  getting slower when ``<= TREND_DOWN`` times (only for moving objects);
+- collision course: another object is on a collision course when their centre distance shrinks by at least
+  `APPROACH_MIN` units over the observation window *and* they touch during the future window (the record's
+  ``touch``); "no other object is on a collision course" when it touches none in the future window;
+- support: what holds it up at ``f_end`` and at the target moment (the record's ``support``; for another object,
+  the touching object below it is named); "nothing holds it up" for airborne frames.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from distill.predicates import Fact
+
+STATIONARY_SPEED = 12.0
+"""Below this speed (units/s) an object is not moving (= `eval.synth.states.MOVING_SPEED`)."""
+COURSE_FRAMES = 5
+"""Frames at the end of the prefix that direction, speed and collision course are read from (DynaPix: 5)."""
+DIAGONAL_RATIO = 0.4
+"""A velocity is horizontal (vertical) when its other component is below this fraction of it; else diagonal."""
+SPEED_RATIO = 1.5
+"""Speed ratio from which one object counts as faster than another (its inverse: slower)."""
+TREND_UP = 1.25
+"""End-of-window / start-of-window speed ratio from which an object is speeding up."""
+TREND_DOWN = 0.8
+"""End-of-window / start-of-window speed ratio up to which an object is getting slower."""
+APPROACH_MIN = 2.0
+"""Decrease of the centre distance (units) over the observation window that counts as approaching."""
+
+_SUPPORT_NAMES = {1: "the floor", 2: "the table", 3: "the ramp", 4: "the bottom of the container",
+                  6: "the pusher", 7: "the wall", 8: "the gate"}
+_SUPPORT_OBJECT = 5
+
+
+def frame_of(rec, t: float) -> int:
+    """The record frame of time ``t`` (seconds), clipped to the record."""
+    return int(np.clip(round(t * rec.fps), 0, rec.n_frames - 1))
+
+
+def target_moment(query, segment: tuple[float, float] | None) -> float:
+    """The time (s) the question asks about: ``prefix_end + k`` for Q3, else the middle of the target segment
+    (its start when the segment's end is unknown)."""
+    if query.qtype == "Q3" and query.k_seconds is not None:
+        return float(query.prefix_end) + float(query.k_seconds)
+    if segment is not None:
+        return 0.5 * (segment[0] + segment[1])
+    return float(query.target_time)
+
+
+def direction_text(v: np.ndarray) -> str | None:
+    """``"to the right"``, ``"downward"``, ``"down and to the left"``...; None below `STATIONARY_SPEED`."""
+    vx, vy = float(v[0]), float(v[1])
+    if np.hypot(vx, vy) < STATIONARY_SPEED:
+        return None
+    horiz = "to the right" if vx > 0 else "to the left"
+    vert = "upward" if vy > 0 else "downward"
+    if abs(vy) < DIAGONAL_RATIO * abs(vx):
+        return horiz
+    if abs(vx) < DIAGONAL_RATIO * abs(vy):
+        return vert
+    return ("up and " if vy > 0 else "down and ") + horiz
+
+
+def _window(rec, f_end: int) -> slice:
+    return slice(max(0, f_end - COURSE_FRAMES + 1), f_end + 1)
+
+
+def _support_name(rec, f: int, k: int) -> str | None:
+    code = int(rec.support[f, k])
+    if code == _SUPPORT_OBJECT:
+        others = [j for j in np.flatnonzero(rec.touch[f, k]) if j != k and rec.pos[f, j, 1] < rec.pos[f, k, 1]]
+        return f"the {rec.subjects[others[0]]}" if others else "another object"
+    return _SUPPORT_NAMES.get(code)
+
+
+def _speed_facts(rec, k: int, subject: str, w: slice) -> list[Fact]:
+    v = rec.vel[w].mean(axis=0)  # (N, 2)
+    speed = np.hypot(v[:, 0], v[:, 1])
+    facts = []
+    d = direction_text(v[k])
+    if d is None:
+        facts.append(Fact("direction", f"The {subject} is not moving at the end of the clip.", "motion"))
+    else:
+        facts.append(Fact("direction", f"At the end of the clip the {subject} is moving {d}.", "motion"))
+        s0, s1 = np.hypot(*rec.vel[w.start, k]), np.hypot(*rec.vel[w.stop - 1, k])
+        if s1 >= TREND_UP * max(s0, 1e-6):
+            facts.append(Fact("speed_trend", "It is speeding up.", "motion"))
+        elif s1 <= TREND_DOWN * s0:
+            facts.append(Fact("speed_trend", "It is getting slower.", "motion"))
+    others = [j for j in range(rec.n_objects) if j != k and not rec.held[w.stop - 1, j]]
+    moving = [j for j in others if speed[j] >= STATIONARY_SPEED]
+    if speed[k] >= STATIONARY_SPEED:
+        if not moving:
+            if others:
+                facts.append(Fact("relative_speed", f"The {subject} is the only object that is moving.", "motion"))
+        else:
+            j = max(moving, key=lambda i: speed[i])
+            r = speed[k] / speed[j]
+            rel = "faster than" if r >= SPEED_RATIO else "slower than" if r <= 1 / SPEED_RATIO else "about as fast as"
+            facts.append(Fact("relative_speed", f"It is moving {rel} the {rec.subjects[j]}.", "motion"))
+    elif moving:
+        j = max(moving, key=lambda i: speed[i])
+        facts.append(Fact("relative_speed", f"The {rec.subjects[j]} is moving while the {subject} stays still.",
+                          "motion"))
+    return facts
+
+
+def _collision_facts(rec, k: int, subject: str, w: slice, f_end: int, f_target: int) -> list[Fact]:
+    others = [j for j in range(rec.n_objects) if j != k]
+    if not others:
+        return []
+    future = slice(f_end + 1, max(f_end + 1, f_target + 1))
+    facts = []
+    touched = False
+    for j in others:
+        contact = bool(rec.touch[future, k, j].any())
+        touched |= contact
+        d0 = np.hypot(*(rec.pos[w.start, k] - rec.pos[w.start, j]))
+        d1 = np.hypot(*(rec.pos[w.stop - 1, k] - rec.pos[w.stop - 1, j]))
+        if contact and d0 - d1 >= APPROACH_MIN and not rec.held[w.stop - 1, j]:
+            sk, sj = np.hypot(*rec.vel[w.stop - 1, k]), np.hypot(*rec.vel[w.stop - 1, j])
+            mover = f"the {subject} is heading toward the {rec.subjects[j]}" if sk >= sj else \
+                f"the {rec.subjects[j]} is heading toward the {subject}"
+            facts.append(Fact("collision_course", f"The {subject} and the {rec.subjects[j]} are on a collision "
+                                                  f"course: {mover}.", "motion"))
+    if not touched:
+        facts.append(Fact("collision_course", f"No other object is on a collision course with the {subject}.",
+                          "motion"))
+    return facts
+
+
+def _support_facts(rec, k: int, subject: str, f_end: int, f_target: int) -> list[Fact]:
+    facts = []
+    if rec.held[f_end, k]:
+        facts.append(Fact("support_now", f"The {subject} is held by the gripper above the scene.", "scene"))
+    else:
+        now = _support_name(rec, f_end, k)
+        facts.append(Fact("support_now", f"The {subject} is supported by {now}." if now else
+                          f"Nothing is holding the {subject} up at the end of the clip.", "scene"))
+    later = _support_name(rec, f_target, k) if not rec.held[f_target, k] else None
+    if rec.held[f_target, k]:
+        text = f"At the moment the question asks about, the {subject} is still held by the gripper."
+    elif later is None:
+        text = f"At the moment the question asks about, nothing holds the {subject} up."
+    else:
+        text = f"At the moment the question asks about, the {subject} is supported by {later}."
+    facts.append(Fact("support_reached", text, "prediction"))
+    return facts
+
+
+def _scene_facts(rec, k: int, subject: str, f_end: int) -> list[Fact]:
+    n = rec.n_objects
+    names = [str(s) for j, s in enumerate(rec.subjects) if j != k]
+    facts = []
+    if names:
+        listed = names[0] if len(names) == 1 else ", ".join(f"the {x}" for x in names[:-1]) + f" and the {names[-1]}"
+        if len(names) == 1:
+            listed = f"the {listed}"
+        facts.append(Fact("scene_objects", f"Besides the {subject}, the scene holds {listed}.", "scene"))
+    elif n == 1:
+        facts.append(Fact("scene_objects", f"The {subject} is the only object in the scene.", "scene"))
+    x, y = rec.pos[f_end, k]
+    for ex, ey, direction in rec.edges:
+        ahead = (ex - x) * direction > 0
+        if rec.support[f_end, k] == 2 and y > ey and ahead and rec.vel[f_end, k, 0] * direction >= STATIONARY_SPEED:
+            facts.append(Fact("edge", f"The {subject} is moving toward the edge of the table.", "motion"))
+            break
+    c = rec.container
+    if np.isfinite(c).all() and c[0] <= x <= c[1] and y > c[3]:
+        facts.append(Fact("container", f"The {subject} is above the opening of the container.", "scene"))
+    return facts
+
+
+def motion_facts(rec, query, moment: float) -> list[Fact]:
+    """The motion predicates of one query's object from its video's simulator record (empty when the object is
+    not in the record)."""
+    ids = [str(x) for x in rec.object_ids]
+    if query.object_id not in ids:
+        return []
+    k = ids.index(query.object_id)
+    subject = query.subject
+    f_end = frame_of(rec, query.prefix_end)
+    f_target = max(frame_of(rec, moment), f_end)
+    w = _window(rec, f_end)
+    facts = _scene_facts(rec, k, subject, f_end)
+    facts += _support_facts(rec, k, subject, f_end, f_target)
+    if not rec.held[f_end, k]:
+        facts += _speed_facts(rec, k, subject, w)
+    facts += _collision_facts(rec, k, subject, w, f_end, f_target)
+    return facts
