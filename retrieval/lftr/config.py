@@ -60,6 +60,7 @@ class LFTRConfig:
     grad_clip: float = 1.0
     seed: int = 0
     device: str = ""  # "" = cuda when available, else cpu
+    threads: int = 0  # CPU threads of torch during the job (0 = leave torch's default)
     # --- evaluation ---
     read_rule: str = "matched"
     val_every: int = 1
@@ -120,7 +121,7 @@ class LFTRConfig:
 
     def training_hash(self) -> str:
         """Hash of everything that changes the trained weights (not evaluation-only keys): resume guard."""
-        d = {k: v for k, v in self.to_dict().items() if k not in ("read_rule", "device", "val_every")}
+        d = {k: v for k, v in self.to_dict().items() if k not in ("read_rule", "device", "val_every", "threads")}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -6,15 +6,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 from eval.benchmark import Benchmark
 from eval.io import write_json
 from eval.runs import Run, read_run
+from eval.stats import seed_summary
 from retrieval.encoders import pick_device
 from retrieval.lftr.config import LFTRConfig, load_config
 from retrieval.lftr.predict import predict_query_vectors, validation_recall
-from retrieval.lftr.train import load_checkpoint, prepare, train
+from retrieval.lftr.train import load_checkpoint, prepare, torch_threads, train
 from retrieval.runs import score_query_vectors
 
 #: The LFTR config the demo uses on the synthetic benchmark (a few small epochs; see the file).
@@ -29,6 +28,12 @@ def predict_run(bench: Benchmark, ckpt: str | Path, out: str | Path, *, split: s
     """Load a checkpoint, predict the queries of ``split`` under ``read_rule`` and write the run to ``out``."""
     device = pick_device(device)
     model, cfg, ck = load_checkpoint(ckpt, device)
+    with torch_threads(cfg.threads):
+        return _predict_run(bench, model, cfg, ck, ckpt, out, split=split, read_rule=read_rule, method=method, k=k,
+                            device=device, progress=progress)
+
+
+def _predict_run(bench, model, cfg, ck, ckpt, out, *, split, read_rule, method, k, device, progress) -> Run:
     rule = read_rule or cfg.read_rule
     ckpt_dir = Path(ckpt) if Path(ckpt).is_dir() else Path(ckpt).parent
     prep = prepare(bench, cfg, ckpt_dir, device)
@@ -42,12 +47,12 @@ def predict_run(bench: Benchmark, ckpt: str | Path, out: str | Path, *, split: s
 
 
 def run_metrics(run: Run, ks: tuple[int, ...] = SUMMARY_KS) -> dict[str, float]:
-    """R@k and MRR of the main pool (type2-all) over the fair queries of a run (eval's tie-aware metrics)."""
-    from eval.metrics import mrr, recall_at_k
+    """Micro R@k and MRR of the main pool (type2-all) over the queries with GT (eval's tie-aware metrics)."""
+    from eval.metrics import mean_valid, per_query_metrics
 
-    st = run.stats["type2-all"]
-    out = {f"R@{k}": float(recall_at_k(st, k)) for k in ks}
-    out["MRR"] = float(mrr(st))
+    pq = per_query_metrics(run, "type2-all", ks=ks, ndcg_k=None)
+    out = {f"R@{k}": mean_valid(pq[f"R@{k}"])[0] for k in ks}
+    out["MRR"] = mean_valid(pq["RR"])[0]
     return out
 
 
@@ -62,13 +67,14 @@ def multi_seed(bench: Benchmark, cfg: LFTRConfig, seeds: list[int], out: str | P
         c = cfg.with_overrides({"seed": s})
         train(bench, c, d, validate=validation_recall, log=log, progress=progress)
         run_path = d / "run.parquet"
-        run = read_run(run_path) if run_path.exists() else predict_run(bench, d, run_path, split=split,
-                                                                         progress=progress)
+        run = read_run(run_path) if run_path.exists() else predict_run(
+            bench, d, run_path, split=split, method=f"lftr[{c.target_space}]-seed{s}", progress=progress)
         per_seed[s] = run_metrics(run)
         log(f"seed {s}: " + ", ".join(f"{k} {v * 100:.2f}" for k, v in per_seed[s].items()))
     keys = list(next(iter(per_seed.values())))
-    mean = {k: float(np.mean([m[k] for m in per_seed.values()])) for k in keys}
-    std = {k: float(np.std([m[k] for m in per_seed.values()], ddof=1)) if len(seeds) > 1 else 0.0 for k in keys}
+    agg = {k: seed_summary({s: m[k] for s, m in per_seed.items()}) for k in keys}
+    mean = {k: agg[k].mean for k in keys}
+    std = {k: agg[k].std for k in keys}
     md = ["| metric | " + " | ".join(f"seed {s}" for s in seeds) + " | mean ± std |",
           "|---|" + "---|" * len(seeds) + "---|"]
     for k in keys:

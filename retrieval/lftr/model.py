@@ -96,17 +96,25 @@ class LFTR(nn.Module):
             return torch.zeros_like(horizon)
         return (horizon.clamp(min=1) - 1).clamp(max=self.cfg.rollout_depth - 1)
 
-    def sample(self, mu: torch.Tensor, horizon: torch.Tensor, n_samples: int | None = None,
+    def noise(self, batch: int, device, dtype=torch.float32, generator: torch.Generator | None = None
+              ) -> torch.Tensor:
+        """``(B, K, D)`` standard normal sampling noise with ``eps[:, 0] = 0`` (sample 1 is the mean)."""
+        eps = torch.randn(batch, self.n_samples, self.cfg.d_model, dtype=dtype, generator=generator)
+        eps[:, 0] = 0
+        return eps.to(device)
+
+    def sample(self, mu: torch.Tensor, horizon: torch.Tensor, eps: torch.Tensor | None = None,
                generator: torch.Generator | None = None) -> torch.Tensor:
-        """``(B, D)`` read latent -> ``(B, K, d_out)`` L2-normalised samples in the target space (``eps_1 = 0``)."""
-        K = n_samples or self.n_samples
-        if self.sigma_head is None or K == 1:
+        """``(B, D)`` read latent -> ``(B, K, d_out)`` L2-normalised samples ``normalise(P(mu + sigma * eps_k))``.
+
+        ``eps`` ``(B, K, D)`` defaults to fresh `noise`; without the sigma head the only sample is the mean."""
+        if self.sigma_head is None or self.n_samples == 1:
             z = mu[:, None]
         else:
+            if eps is None:
+                eps = self.noise(mu.shape[0], mu.device, mu.dtype, generator)
             e_h = self.horizon_emb(horizon)
             sigma = F.softplus(self.sigma_head(torch.cat([mu, e_h], dim=-1))) + 1e-4
-            eps = torch.randn(mu.shape[0], K, mu.shape[1], device=mu.device, dtype=mu.dtype, generator=generator)
-            eps[:, 0] = 0
             z = mu[:, None] + sigma[:, None] * eps
         return F.normalize(self.out_proj(z), dim=-1)
 

@@ -6,11 +6,12 @@ Read rules (`retrieval.lftr.config.READ_RULES`), with ``mu_1..mu_H`` the rollout
 - ``fixed1``: the K samples around ``mu_1``;
 - ``multi_hypothesis``: the H step means ``P(mu_1)..P(mu_H)`` at once (an item scores its max over steps);
 - ``best_step_oracle``: per query, the K samples of the step whose ranking puts the main-pool GT highest
-  (smallest expected rank of the best positive, ``n_above + n_tie_neg / 2``); it reads the GT, so it is an
-  analysis oracle, never a method.
+  (smallest tie-aware expected rank of the first GT item, `eval.metrics.first_rank`); it reads the GT, so it is
+  an analysis oracle, never a method.
 
-Sampling noise at inference is drawn from a generator seeded with the config's seed, so predictions are
-deterministic; sample 1 is always the mean.
+Sampling noise at inference is drawn once per query from a generator seeded with the config's seed and shared by
+every rollout step, so predictions are deterministic and the step-``t`` vectors of every rule are identical;
+sample 1 is always the mean.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from eval.metrics import RankStats, first_rank
 from eval.scoring import DenseSource, benchmark_groups, score_stream
 from retrieval.lftr.model import LFTR
 from retrieval.lftr.train import Prepared
@@ -39,20 +41,21 @@ def step_vectors(model: LFTR, prep: Prepared, rows: np.ndarray, *, steps: str = 
     ``steps="means"`` -> ``(n, H, d)`` projected step means; ``steps="all"`` -> ``(n, H, K, d)`` samples per step."""
     model.eval()
     device = next(model.parameters()).device.type
-    gen = torch.Generator(device=device).manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
     out = []
     for s in range(0, len(rows), batch):
         prefix, qtype, horizon, question = _inputs(prep, rows[s:s + batch], device)
         mu = model.rollout(model.context(prefix, qtype, horizon, question))  # (B, H, D)
+        eps = model.noise(mu.shape[0], mu.device, generator=gen)  # one draw per query, shared by every step
         if steps == "means":
             out.append(model.project_mean(mu).cpu().numpy())
         elif steps == "all":
-            per = [model.sample(mu[:, t], horizon, generator=gen) for t in range(mu.shape[1])]
+            per = [model.sample(mu[:, t], horizon, eps) for t in range(mu.shape[1])]
             out.append(torch.stack(per, 1).cpu().numpy())
         else:
             step = model.read_step(horizon, rule)
             mu_r = mu[torch.arange(mu.shape[0], device=mu.device), step]
-            out.append(model.sample(mu_r, horizon, generator=gen).cpu().numpy())
+            out.append(model.sample(mu_r, horizon, eps).cpu().numpy())
     if not out:
         return np.zeros((0, 1, prep.data.items.shape[1]), np.float32)
     return np.concatenate(out).astype(np.float32)
@@ -70,10 +73,11 @@ def main_pool_stats(prep: Prepared, rows: np.ndarray, vectors: np.ndarray, *, pr
 
 
 def recall_at_k(stats: dict, k: int) -> float:
-    """Micro-averaged tie-aware R@k over queries with a non-empty pool (eval's metric)."""
-    from eval.metrics import recall_at_k as eval_recall
+    """Micro tie-aware R@k (expected hit@k) over the queries with a non-empty pool (`eval.metrics`)."""
+    from eval.metrics import RankStats, mean_valid
+    from eval.metrics import recall_at_k as per_query_recall
 
-    return float(eval_recall(stats, k))
+    return mean_valid(per_query_recall(RankStats.from_arrays(stats), k))[0]
 
 
 def validation_recall(model: LFTR, prep: Prepared) -> float:
@@ -99,8 +103,7 @@ def predict_query_vectors(model: LFTR, prep: Prepared, rows: np.ndarray, *, rule
         cost = np.full((len(rows), per_step.shape[1]), np.inf)
         for t in range(per_step.shape[1]):
             st = main_pool_stats(prep, rows, per_step[:, t], progress=progress)
-            has = st["n_pos"] > 0
-            cost[has, t] = st["n_above"][has] + 0.5 * st["n_tie_neg"][has]
+            cost[:, t] = np.nan_to_num(first_rank(RankStats.from_arrays(st)), nan=np.inf)
         best = np.where(np.isfinite(cost).any(1), cost.argmin(1), 0)
         vec = per_step[np.arange(len(rows)), best]
     else:

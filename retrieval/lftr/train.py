@@ -23,6 +23,7 @@ Checkpoint folder::
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
@@ -50,6 +51,18 @@ from retrieval.lftr.data import (
 )
 from retrieval.lftr.model import LFTR, count_parameters
 from retrieval.spaces import Space
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Run the block with ``n`` torch CPU threads (0: unchanged); small heads on a shared CPU train fastest on one."""
+    old = torch.get_num_threads()
+    if n > 0:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def seed_everything(seed: int) -> None:
@@ -189,6 +202,11 @@ def train(bench: Benchmark, cfg: LFTRConfig, out: str | Path, *, validate: Calla
     ``validate(model, prepared) -> float`` returns the validation R@k used to select ``best.pt``.
     ``stop_after``: run at most this many epochs in this call (a wall-time slice; the next call resumes).
     """
+    with torch_threads(cfg.threads):
+        return _train(bench, cfg, out, validate=validate, progress=progress, log=log, stop_after=stop_after)
+
+
+def _train(bench: Benchmark, cfg: LFTRConfig, out: str | Path, *, validate, progress: bool, log, stop_after) -> dict:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     device = pick_device(cfg.device or None)

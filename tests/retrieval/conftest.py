@@ -94,3 +94,43 @@ def tiny_image_models(tmp_path_factory):
     BitImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(d)
     out["dinov2"] = d
     return out
+
+
+#: LFTR settings of the tests: the paper's architecture and objective, small and few epochs (CPU seconds).
+TEST_LFTR = {"d_model": 128, "n_layers": 2, "n_heads": 4, "n_samples": 8, "epochs": 8, "batch_size": 64,
+             "lr": 1.0e-3, "n_random_negatives": 128, "n_hard_negatives": 64, "threads": 1}
+
+
+@pytest.fixture(scope="session")
+def lftr_test_config(tmp_path_factory):
+    import yaml
+
+    p = tmp_path_factory.mktemp("lftr-config") / "test.yaml"
+    p.write_text(yaml.safe_dump(TEST_LFTR))
+    return p
+
+
+@pytest.fixture(scope="session")
+def synth_sem_dir(synth_dir, tmp_path_factory):
+    """The session's synthetic benchmark (no frames) plus a `minilm` semantic space (packaged MiniLM)."""
+    from retrieval.encode import EncodeConfig, encode_space
+    from retrieval.encoders import PACKAGED_MINILM
+
+    d = tmp_path_factory.mktemp("synth-sem") / "bench"
+    shutil.copytree(synth_dir, d, ignore=shutil.ignore_patterns("frames", "sim", ".cache"))
+    encode_space(EncodeConfig(str(d), "minilm", PACKAGED_MINILM, kind="semantic"), progress=False)
+    return d
+
+
+@pytest.fixture(scope="session")
+def synth_demo(synth_sem_dir, lftr_test_config, tmp_path_factory):
+    """`retrieval demo` on the session's synthetic benchmark: every baseline, oracle, LFTR and the fusion."""
+    from eval.benchmark import Benchmark
+    from eval.runs import read_run
+    from retrieval.encoders import PACKAGED_MINILM
+    from retrieval.lftr.jobs import run_demo
+
+    out = tmp_path_factory.mktemp("demo-runs")
+    paths = run_demo(Benchmark.load(synth_sem_dir), out, text_model=PACKAGED_MINILM, configs=[lftr_test_config],
+                     log=lambda s: None, progress=False)
+    return {p.name.removesuffix(".parquet"): read_run(p) for p in paths}
