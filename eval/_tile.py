@@ -108,12 +108,16 @@ def tile_pass(s, cols, t, order, first_row, floor, gt, eq, first, ls, lr, unlist
             nan_count[i] += blk.shape[0] - n_ge - n_lt
             if n_ge == 0:
                 continue
+            prev = NEG_INF
+            g = e = np.int32(0)
             for pi in range(n_pools):  # pools by ascending threshold: stop at the first with nothing >= t
                 p = order[i, pi]
                 tp = t[i, p]
                 if tp == POS_INF:
                     break
-                g, e = _count_gt_eq(blk, tp)
+                if pi == 0 or tp != prev:  # pools sharing a threshold share its counts
+                    g, e = _count_gt_eq(blk, tp)
+                    prev = tp
                 if g == 0 and e == 0:
                     break
                 gt[i, p] += g

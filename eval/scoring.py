@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 from eval.runs import RankedPositives
+from eval.schema import Query
 
 #: Default tile: 512 queries x 16,384 corpus items (32 MiB of float32 scores).
 DEFAULT_Q_BLOCK = 512
@@ -160,9 +161,11 @@ class DenseSource:
         self._moments: tuple[np.ndarray, np.ndarray] | None = None
 
     def _item_block(self, sel: slice | np.ndarray) -> torch.Tensor:
-        if self._items is not None:
-            return self._items[sel] if isinstance(sel, slice) else self._items[torch.from_numpy(sel)]
-        return _torch_view(np.asarray(self._items_np[sel], dtype=np.float32))
+        if self._items is not None and isinstance(sel, slice):
+            return self._items[sel]
+        # numpy's row gather is ~50x faster than torch indexing on CPU
+        rows = self._items_np[sel] if isinstance(sel, slice) else np.take(self._items_np, sel, axis=0)
+        return _torch_view(np.asarray(rows, dtype=np.float32))
 
     def _raw(self, q: slice, sel: slice | np.ndarray) -> np.ndarray:
         """Scores against rows ``sel`` of ``items`` (no expansion): float32 (n_q, n_sel)."""
@@ -693,7 +696,7 @@ def score_benchmark(bench: Any, source: ScoreSource, query_rows: np.ndarray | Se
         raise ValueError(f"the source has {source.n_queries} queries but {len(query_rows)} query rows were given")
     if source.n_items != len(bench.corpus_ds):
         raise ValueError(f"the source scores {source.n_items} items but the corpus has {len(bench.corpus_ds)}")
-    queries = [type(bench.query(0)).from_dict(r) for r in bench.queries_ds.select(query_rows)]
+    queries = [Query.from_dict(r) for r in bench.queries_ds.select(query_rows)]
     pools, exclude, probes = benchmark_groups(bench, queries)
     res = score_stream(source, pools, exclude, k=k, q_block=q_block, c_chunk=c_chunk, progress=progress,
                        no_exclude_pools=("in_video",), probes=probes)

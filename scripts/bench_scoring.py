@@ -153,6 +153,7 @@ def main() -> None:
               f"ratio {r['ratio']:.2f}; peak RSS {r['peak_rss_mb']:.0f} MB (data {r['data_mb']:.0f} MB, scorer "
               f"+{r['scorer_extra_mb']:.0f} MB)", flush=True)
     if args.out:
+        sys.path.insert(0, str(ROOT))
         from eval.io import write_json
 
         write_json(args.out, {"results": results})

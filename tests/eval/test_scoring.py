@@ -295,3 +295,57 @@ def test_score_benchmark_protocol(synth_bench):
     assert (st["n_above"] == 0).all() and (st["n_tie_pos"] == st["n_pos"]).all() and (st["n_tie_neg"] == 0).all()
     # type1 is stricter: same-state segments of other subjects tie with its positives as negatives
     assert orun.stats["type1-all"]["n_tie_neg"].sum() > 0
+
+
+class _Wobbly:
+    """A dense source whose calls on index arrays (pass A) round differently in the last bit from slice calls."""
+
+    def __init__(self, inner):
+        self.inner, self.n_queries, self.n_items = inner, inner.n_queries, inner.n_items
+        self.calls = 0
+
+    def scores(self, q, items):
+        s = self.inner.scores(q, items)
+        if not isinstance(items, slice):
+            s = np.nextafter(s, np.float32(np.inf))
+        self.calls += 1
+        return s
+
+
+def test_pass_a_disagreement_is_resolved_from_the_tiles():
+    rng = np.random.default_rng(8)
+    nq, n, d = 12, 80, 3
+    q, items = _lattice(rng, nq, d), _lattice(rng, n, d)
+    full = q @ items.T
+    pools = _pools(rng, nq, n)
+    exclude = _random_groups(rng, nq, n, 6)
+    src = _Wobbly(DenseSource(q, items))
+    res = score_stream(src, pools, exclude, k=4, q_block=nq, c_chunk=32, progress=False, no_exclude_pools=("self",))
+    ref, _ = brute_stats(full, pools, exclude, {"self"}, 4)
+    for p in pools:
+        for f, v in ref[p].items():
+            np.testing.assert_array_equal(res.stats[p][f], v, err_msg=f"{p}/{f}")
+    assert src.calls > 2 * 3  # the block was streamed twice (3 chunks each)
+
+
+def test_unstable_or_nan_sources_are_errors():
+    rng = np.random.default_rng(9)
+
+    class Noisy:
+        n_queries, n_items = 4, 50
+
+        def scores(self, q, items):
+            return rng.random((q.stop - q.start, len(np.arange(self.n_items)[items]))).astype(np.float32)
+
+    pools = {"a": [np.array([1, 2])] * 4}
+    with pytest.raises(RuntimeError, match="not deterministic"):
+        score_stream(Noisy(), pools, None, k=3, progress=False)
+
+    class WithNaN(Noisy):
+        def scores(self, q, items):
+            s = np.zeros((q.stop - q.start, len(np.arange(self.n_items)[items])), np.float32)
+            s[:, -1] = np.nan
+            return s
+
+    with pytest.raises(ValueError, match="NaN"):
+        score_stream(WithNaN(), pools, None, k=3, progress=False)
