@@ -13,6 +13,10 @@ from rich.table import Table
 
 app = typer.Typer(help="Forecasters: multimodal-LLM / text-only / student phrase predictors as resumable batch jobs.",
                   no_args_is_help=True, add_completion=False)
+
+from forecasters.probes import app as probes_app  # noqa: E402  (canonicalization probes without a model)
+
+app.add_typer(probes_app, name="probes")
 console = Console()
 err = Console(stderr=True)
 
@@ -97,6 +101,7 @@ def run(
     overwrite: bool = typer.Option(False, "--overwrite", help="discard an existing --out file"),
     max_consecutive_failures: int = typer.Option(100, "--max-consecutive-failures", min=1,
                                                  help="stop after this many transient failures in a row"),
+    num_threads: int = typer.Option(None, "--threads", min=1, help="hf: torch CPU threads"),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
     config: Path = typer.Option(None, "--config", help="YAML file of run options (command-line values win)"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
@@ -174,7 +179,7 @@ def tiny_model(
     fit_data: Path = typer.Option(None, "--fit-data", help="benchmark dir: fit the tiny model on its train split so "
                                                            "it answers with state phrases (plumbing checks)"),
     forecaster: str = typer.Option("text-only", "--fit-forecaster", help="whose prompts to fit on"),
-    steps: int = typer.Option(60, "--fit-steps", min=1),
+    steps: int = typer.Option(60, "--fit-steps", min=1, help="steps of 8 examples (about 0.2 s each on CPU)"),
 ) -> None:
     """Build a tiny random-weight model (a few MB, no download) for plumbing checks; optionally fit it briefly."""
     from forecasters.tiny_models import TINY_KINDS, build_tiny_model

@@ -104,3 +104,7 @@ def get_forecaster(name: str) -> ForecasterSpec:
     if name not in FORECASTERS:
         raise ValueError(f"unknown forecaster {name!r}; expected one of {sorted(FORECASTERS)}")
     return FORECASTERS[name]
+
+
+# The canonicalization probes (``paraphrase``, ``describe``) register themselves from their own module.
+import forecasters.probes  # noqa: E402,F401

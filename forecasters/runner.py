@@ -99,6 +99,7 @@ class RunConfig:
     redo_failed: bool = False
     overwrite: bool = False
     max_consecutive_failures: int = 100
+    num_threads: int | None = None
     progress: bool = True
 
     @property
@@ -297,7 +298,7 @@ def backend_config(cfg: RunConfig, model: str) -> BackendConfig:
         max_lora_rank=cfg.max_lora_rank, batch_size=cfg.default_batch_size(), concurrency=cfg.concurrency,
         base_url=cfg.base_url, api_key=os.environ.get(cfg.api_key_env), timeout_s=cfg.timeout_s,
         retry=RetryPolicy(max_attempts=cfg.max_attempts, wait_initial=cfg.wait_initial, wait_max=cfg.wait_max),
-        seed=cfg.seed)
+        seed=cfg.seed, num_threads=cfg.num_threads)
 
 
 def render_request(spec: ForecasterSpec, template: prompts.Template, query, bench, frames: FrameCache, *,

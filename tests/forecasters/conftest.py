@@ -1,0 +1,129 @@
+"""Fixtures of the forecaster tests: tiny models, the real vLLM server (one per session), the fault proxy.
+
+The vLLM server serves one tiny random Qwen2-VL (`tiny_models.build_tiny_vlm`), which takes both text-only and
+image prompts: one server instead of two (measured on 2 shared cores: one starts in ~35 s, two at once in 85-110 s).
+When any collected test uses ``vllm_server``, the server starts in the background at the first test of this
+directory, so its start-up overlaps the CPU-only tests; tests that need it block until it answers.
+
+Without ``.venv-vllm`` those tests skip, unless ``PSR_REQUIRE_VLLM=1`` (``make test``), where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+if str(TESTS) not in sys.path:  # tests/ helpers (tiny_models, vllm_server, fault_proxy)
+    sys.path.insert(0, str(TESTS))
+
+from fault_proxy import FaultProxy  # noqa: E402
+from tiny_models import TinyModels  # noqa: E402
+from vllm_server import VLLMServer, require_vllm, vllm_available  # noqa: E402
+
+REPO = TESTS.parent
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny models run fastest on one thread; on 2 busy cores two threads contend (measured 7x slower forwards)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def hf_backends(tiny):
+    """Loaded hf backends by tiny model kind, shared by the runner tests (loading costs more than generating)."""
+    from forecasters.backends import BackendConfig, get_backend
+
+    cache = {}
+
+    def get(kind: str):
+        if kind not in cache:
+            cache[kind] = get_backend("hf", BackendConfig(model=str(tiny[kind]), batch_size=8))
+        return cache[kind]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> TinyModels:
+    """Tiny random models by kind, built on first use: ``tiny["qwen2"]``, ``tiny["qwen2_vl"]``, ..."""
+    return TinyModels(tmp_path_factory.mktemp("tiny-models"))
+
+
+class _ServerHandle:
+    """Starts the server in a thread; `get` waits for it (or raises the start-up error)."""
+
+    def __init__(self, tiny: TinyModels, log_dir: Path):
+        self.server: VLLMServer | None = None
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        self._tiny, self._log_dir = tiny, log_dir
+        self._thread = threading.Thread(target=self._start, daemon=True, name="vllm-server-start")
+        self._thread.start()
+
+    def _start(self) -> None:
+        try:
+            self.server = VLLMServer(self._tiny["qwen2_vl"], served_name="tiny-vl",
+                                     log_path=self._log_dir / "vllm-server.log").start()
+            self.server.wait_ready(timeout_s=float(os.environ.get("PSR_VLLM_START_TIMEOUT", "420")))
+        except BaseException as e:  # reported to the tests that need the server
+            self.error = e
+        finally:
+            self._done.set()
+
+    def get(self) -> VLLMServer:
+        self._done.wait()
+        if self.error is not None:
+            raise self.error
+        return self.server
+
+    def stop(self) -> None:
+        self._done.wait()
+        if self.server is not None:
+            self.server.stop()
+
+
+@pytest.fixture(scope="session")
+def _vllm_handle(tiny, tmp_path_factory):
+    if not vllm_available():
+        if require_vllm():
+            pytest.fail("PSR_REQUIRE_VLLM=1 but the vLLM venv is missing: run `make vllm-venv`")
+        pytest.skip("no .venv-vllm (run `make vllm-venv`); vLLM tests skipped")
+    handle = _ServerHandle(tiny, tmp_path_factory.mktemp("vllm-logs"))
+    yield handle
+    handle.stop()  # SIGTERM
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _start_vllm_early(request):
+    """Kick off the server start at the first test here, if any collected test will need it."""
+    if vllm_available() and any("vllm_server" in getattr(it, "fixturenames", ()) for it in request.session.items):
+        request.getfixturevalue("_vllm_handle")
+
+
+@pytest.fixture(scope="session")
+def vllm_server(_vllm_handle) -> VLLMServer:
+    """The session's running vLLM server (tiny Qwen2-VL served as ``tiny-vl`` on 127.0.0.1)."""
+    try:
+        return _vllm_handle.get()
+    except BaseException as e:
+        if require_vllm():
+            pytest.fail(f"vLLM server did not start: {e}")
+        pytest.skip(f"vLLM server did not start: {e}")
+
+
+@pytest.fixture
+def fault_proxy(vllm_server):
+    """A fresh fault-injection proxy in front of the session's server."""
+    with FaultProxy(f"http://127.0.0.1:{vllm_server.port}") as proxy:
+        yield proxy
