@@ -1,0 +1,147 @@
+"""Benchmark LFTR at PSR shape on random data: training seconds per epoch and inference ms per query.
+
+PSR shape: 14,390 training queries, 5,061 prefixes of 8 x 1,024 prefix tokens, a 218,276-segment visual corpus
+of 1,024-d targets, the paper's full configuration (width 512, 3 layers, 8 heads, H=8, K=32, 384 random + 128
+hard negatives, batch 256). Random features (L2-normalised Gaussian) stand in for encoder outputs: the cost does not
+depend on the values.
+
+- training: ``--epochs`` timed epochs (after one warm-up step) of the real training step (`Trainer.loss`,
+  AdamW, cosine schedule) over all training queries; reports seconds per epoch (mean of the timed epochs);
+- inference: for ``--infer-queries`` queries, the LFTR forward (K = 32 samples at the matched step) plus exact
+  retrieval over all 218,276 items (top-50 by max over the K samples: FAISS ``IndexFlatIP``); reports ms per query
+  for the forward, the retrieval and both.
+
+Usage::
+
+    python scripts/bench_lftr.py                      # full PSR shape, CPU (writes bench_lftr.json)
+    python scripts/bench_lftr.py --epochs 1 --train-queries 2048 --items 50000   # a quicker look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from eval.io import write_json
+from retrieval.index import FlatIPIndex
+from retrieval.lftr.config import LFTRConfig
+from retrieval.lftr.data import LFTRData
+from retrieval.lftr.model import LFTR, count_parameters
+from retrieval.lftr.train import Trainer
+
+
+def random_data(n_train: int, n_prefixes: int, n_items: int, dim: int, n_states: int, seed: int) -> LFTRData:
+    rng = np.random.default_rng(seed)
+
+    def unit(*shape):
+        x = rng.standard_normal(shape, dtype=np.float32)
+        return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+    n_pos = 8
+    items = unit(n_items, dim)
+    pos_items = rng.integers(0, n_items, n_train * n_pos)
+    return LFTRData(
+        prefix=unit(n_prefixes, 8, dim), prefix_row=rng.integers(0, n_prefixes, n_train),
+        qtype=rng.integers(0, 4, n_train), horizon=rng.integers(1, 8, n_train), question=unit(n_train, 384),
+        target_state=rng.integers(0, n_states, n_train), pos_ptr=np.arange(0, n_train * n_pos + 1, n_pos),
+        pos_items=pos_items, centroid=unit(n_train, dim), items=items,
+        item_state=rng.integers(0, n_states, n_items), split=np.asarray(["train"] * n_train))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--train-queries", type=int, default=14_390)
+    ap.add_argument("--prefixes", type=int, default=5_061)
+    ap.add_argument("--items", type=int, default=218_276)
+    ap.add_argument("--dim", type=int, default=1024, help="prefix token and target width")
+    ap.add_argument("--states", type=int, default=51_362)
+    ap.add_argument("--epochs", type=int, default=1, help="timed epochs")
+    ap.add_argument("--infer-queries", type=int, default=512, help="queries of the inference benchmark")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=Path("bench_lftr.json"))
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    cfg = LFTRConfig(target_space="bench", device=args.device)
+    data = random_data(args.train_queries, args.prefixes, args.items, args.dim, args.states, args.seed)
+    rows = np.arange(args.train_queries)
+    hard = np.random.default_rng(args.seed).integers(0, args.items, (args.train_queries, cfg.n_hard_negatives))
+    trainer = Trainer(cfg, data, hard, rows, args.device)
+    model = LFTR(cfg, args.dim, args.dim, 384).to(args.device)
+    n_params = count_parameters(model)
+    print(f"LFTR {n_params:,} parameters; {args.train_queries:,} training queries; {args.items:,} items x {args.dim}; "
+          f"device {args.device}, {torch.get_num_threads()} threads")
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    steps = int(np.ceil(args.train_queries / cfg.batch_size))
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps * max(1, args.epochs))
+    gen = torch.Generator().manual_seed(args.seed)
+
+    def step(batch_rows):
+        loss, _ = trainer.loss(model, trainer.batch(batch_rows, gen), gen)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        sched.step()
+        return float(loss.detach())
+
+    def sync():
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    model.train()
+    step(rows[:cfg.batch_size])  # warm-up
+    epoch_s = []
+    for e in range(args.epochs):
+        perm = rows[torch.randperm(len(rows), generator=gen).numpy()]
+        sync()
+        t0 = time.perf_counter()
+        for s in range(0, len(perm), cfg.batch_size):
+            step(perm[s:s + cfg.batch_size])
+        sync()
+        epoch_s.append(time.perf_counter() - t0)
+        print(f"epoch {e + 1}: {epoch_s[-1]:.1f} s ({steps} steps, {epoch_s[-1] / steps * 1000:.0f} ms/step)")
+
+    # inference: forward (K samples at the matched step) + exact retrieval over all items
+    model.eval()
+    nq = args.infer_queries
+    q_rows = rows[:nq] if nq <= len(rows) else np.arange(nq) % len(rows)
+    index = FlatIPIndex(data.items)
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        vecs = []
+        for s in range(0, nq, 512):
+            r = torch.from_numpy(q_rows[s:s + 512])
+            b = trainer.batch(r.numpy(), gen)
+            samples, _ = model(b.prefix, b.qtype, b.horizon, b.question)
+            vecs.append(samples.float().cpu().numpy())
+        sync()
+    t_fwd = time.perf_counter() - t0
+    q = np.concatenate(vecs)
+    t0 = time.perf_counter()
+    index.search(q, 50)
+    t_ret = time.perf_counter() - t0
+    res = {
+        "parameters": n_params, "train_queries": args.train_queries, "items": args.items, "dim": args.dim,
+        "batch_size": cfg.batch_size, "n_samples": cfg.n_samples, "negatives": [cfg.n_random_negatives,
+                                                                                  cfg.n_hard_negatives],
+        "device": args.device, "threads": torch.get_num_threads(), "cpu": platform.processor() or platform.machine(),
+        "torch": torch.__version__, "seconds_per_epoch": float(np.mean(epoch_s)), "epochs_timed": args.epochs,
+        "infer_queries": nq, "ms_per_query_forward": 1000 * t_fwd / nq, "ms_per_query_retrieval": 1000 * t_ret / nq,
+        "ms_per_query_total": 1000 * (t_fwd + t_ret) / nq, "faiss_gpu": index.on_gpu,
+    }
+    write_json(args.out, res)
+    print(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    main()
