@@ -93,7 +93,9 @@ def prob_first_after(m: np.ndarray, n_tie_neg: np.ndarray, n_tie_pos: np.ndarray
     if small.any():
         ms, ns, ts = m[small], n[small].astype(np.float64), t[small].astype(np.float64)
         i = np.arange(int(ms.max()), dtype=np.float64)
-        ratio = np.where(i[None, :] < ms[:, None], (ns[:, None] - i) / (ns[:, None] + ts[:, None] - i), 1.0)
+        active = i[None, :] < ms[:, None]  # padded positions beyond m multiply by 1 (their denominators may be 0)
+        denom = np.where(active, ns[:, None] + ts[:, None] - i, 1.0)
+        ratio = np.where(active, (ns[:, None] - i) / denom, 1.0)
         out[small] = np.prod(ratio, axis=1)
     big = mid & ~small
     if big.any():

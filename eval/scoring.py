@@ -38,10 +38,14 @@ are ranked over the full corpus.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import os
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -402,7 +406,8 @@ def _segment_max(qloc: np.ndarray, vals: np.ndarray, n: int) -> np.ndarray:
 def score_stream(source: ScoreSource, pools: dict[str, Sequence[np.ndarray]], exclude: Sequence[np.ndarray] | None,
                  k: int = 50, q_block: int = DEFAULT_Q_BLOCK, c_chunk: int = DEFAULT_C_CHUNK, progress: bool = True,
                  no_exclude_pools: Sequence[str] = ("in_video",),
-                 probes: dict[str, Sequence[np.ndarray]] | None = None) -> StreamResult:
+                 probes: dict[str, Sequence[np.ndarray]] | None = None, checkpoint: str | os.PathLike | None = None,
+                 fingerprint: str = "") -> StreamResult:
     """Rank the whole corpus for every query in bounded memory; return the top-k and per-pool rank statistics.
 
     ``pools[name][i]``: corpus rows of query i's positives in pool ``name``; ``exclude[i]``: corpus rows removed from
@@ -413,6 +418,12 @@ def score_stream(source: ScoreSource, pools: dict[str, Sequence[np.ndarray]], ex
     Work: one ``source.scores`` call per tile (``q_block`` x ``c_chunk``) plus one per query block on the union of
     its positive rows. Memory: O(q_block x c_chunk) plus the pools. A query with an empty pool gets ``n_pos = 0``
     and zeros elsewhere (``best`` NaN).
+
+    Resuming: with ``checkpoint`` (a directory), each finished query block is saved there atomically and a rerun
+    loads the finished blocks instead of scoring them again. ``fingerprint`` (e.g. a hash of the method's config)
+    is stored with the shapes, pool names and a hash of the pools; a checkpoint written for anything else is an
+    error, never silently reused. The scores themselves cannot be checked: change the fingerprint when the source
+    changes.
     """
     from tqdm.auto import tqdm
 
@@ -440,10 +451,20 @@ def score_stream(source: ScoreSource, pools: dict[str, Sequence[np.ndarray]], ex
     ranked_parts: list[tuple] = []
     n_chunks = math.ceil(n_items / c_chunk)
     bar = tqdm(total=math.ceil(nq / q_block) * n_chunks, desc="scoring", unit="tile", disable=not progress)
+    ckpt = _Checkpoint(checkpoint, {"fingerprint": fingerprint, "n_queries": nq, "n_items": n_items, "k": k,
+                                    "q_block": q_block, "pools": names, "probes": probe_names,
+                                    "no_exclude_pools": sorted(no_exclude_pools),
+                                    "groups": _groups_hash(pools, exclude, probes or {})}) if checkpoint else None
     for a in range(0, nq, q_block):
         b = min(nq, a + q_block)
-        part = _score_block(source, pools, exclude, probes or {}, names, probe_names, set(no_exclude_pools),
-                            a, b, k, c_chunk, n_items, bar)
+        part = ckpt.load(a, b, names, probe_names) if ckpt else None
+        if part is None:
+            part = _score_block(source, pools, exclude, probes or {}, names, probe_names, set(no_exclude_pools),
+                                a, b, k, c_chunk, n_items, bar)
+            if ckpt:
+                ckpt.save(a, b, part)
+        else:
+            bar.update(n_chunks)
         for n, d in part["stats"].items():
             for f, v in d.items():
                 stats[n][f][a:b] = v
@@ -451,6 +472,62 @@ def score_stream(source: ScoreSource, pools: dict[str, Sequence[np.ndarray]], ex
         ranked_parts.append(part["ranked"])
     bar.close()
     return StreamResult(topk_rows, topk_scores, stats, unlisted, _concat_ranked(names, ranked_parts))
+
+
+def _groups_hash(*groups) -> str:
+    h = hashlib.sha256()
+    for g in groups:
+        items = g.items() if isinstance(g, dict) else [("exclude", g if g is not None else [])]
+        for name, lists in items:
+            h.update(name.encode())
+            for x in lists:
+                a = np.asarray(x, np.int64)
+                h.update(len(a).to_bytes(8, "little"))
+                h.update(a.tobytes())
+    return h.hexdigest()[:16]
+
+
+class _Checkpoint:
+    """Finished query blocks of one `score_stream` call: ``meta.json`` + ``block_<a>_<b>.npz`` (atomic writes)."""
+
+    _RANKED = ("top_off", "mask", "above", "tie", "count_off", "pos_mask", "pos_count")
+
+    def __init__(self, root: str | os.PathLike, meta: dict):
+        from eval.io import read_json, write_json
+
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        meta_path = self.root / "meta.json"
+        if meta_path.exists():
+            old = read_json(meta_path)
+            if old != meta:
+                diff = sorted(k for k in set(old) | set(meta) if old.get(k) != meta.get(k))
+                raise ValueError(f"checkpoint {self.root} was written for another scoring job (differs in {diff}); "
+                                 "delete it or use another directory")
+        else:
+            write_json(meta_path, meta)
+
+    def _path(self, a: int, b: int) -> Path:
+        return self.root / f"block_{a:08d}_{b:08d}.npz"
+
+    def save(self, a: int, b: int, part: dict) -> None:
+        from eval.io import atomic_path
+
+        arrays = {f"stats/{n}/{f}": v for n, d in part["stats"].items() for f, v in d.items()}
+        arrays.update(dict(zip(("top/rows", "top/scores", "top/unlisted"), part["top"], strict=True)))
+        arrays.update({f"ranked/{n}": v for n, v in zip(self._RANKED, part["ranked"], strict=True)})
+        with atomic_path(self._path(a, b)) as tmp, open(tmp, "wb") as f:
+            np.savez(f, **arrays)
+
+    def load(self, a: int, b: int, names, probe_names) -> dict | None:
+        p = self._path(a, b)
+        if not p.exists():
+            return None
+        with np.load(p) as z:
+            stats = {n: {f: z[f"stats/{n}/{f}"] for f in (STAT_FIELDS if n in names else ("n_pos", "best"))}
+                     for n in (*names, *probe_names)}
+            return {"stats": stats, "top": (z["top/rows"], z["top/scores"], z["top/unlisted"]),
+                    "ranked": tuple(z[f"ranked/{n}"] for n in self._RANKED)}
 
 
 def _score_block(source, pools, exclude, probes, names, probe_names, no_excl, a, b, k, c_chunk, n_items, bar):
@@ -685,10 +762,12 @@ def benchmark_groups(bench: Any, queries: Sequence[Any]) -> tuple[dict[str, list
 
 def score_benchmark(bench: Any, source: ScoreSource, query_rows: np.ndarray | Sequence[int], *, method: str,
                     config: dict[str, Any] | None = None, k: int = 50, q_block: int = DEFAULT_Q_BLOCK,
-                    c_chunk: int = DEFAULT_C_CHUNK, progress: bool = True) -> Any:
+                    c_chunk: int = DEFAULT_C_CHUNK, progress: bool = True,
+                    checkpoint: str | os.PathLike | None = None) -> Any:
     """Score ``source`` on the benchmark queries at ``query_rows`` (source query i = benchmark row query_rows[i])
     over the whole corpus, for every GT definition and tier (`BENCHMARK_POOLS`) plus the triplet probes, under
-    the PSR protocol (own video excluded except for ``in_video``). Returns an `eval.runs.Run`."""
+    the PSR protocol (own video excluded except for ``in_video``). Returns an `eval.runs.Run`. With ``checkpoint``
+    (a directory) finished query blocks are kept there and a rerun of the same method + config resumes."""
     from eval.runs import Run
 
     query_rows = np.asarray(query_rows, dtype=np.int64)
@@ -698,8 +777,10 @@ def score_benchmark(bench: Any, source: ScoreSource, query_rows: np.ndarray | Se
         raise ValueError(f"the source scores {source.n_items} items but the corpus has {len(bench.corpus_ds)}")
     queries = [Query.from_dict(r) for r in bench.queries_ds.select(query_rows)]
     pools, exclude, probes = benchmark_groups(bench, queries)
+    fingerprint = hashlib.sha256(json.dumps({"method": method, "config": config or {}, "benchmark": bench.name},
+                                            sort_keys=True, default=str).encode()).hexdigest()[:16]
     res = score_stream(source, pools, exclude, k=k, q_block=q_block, c_chunk=c_chunk, progress=progress,
-                       no_exclude_pools=("in_video",), probes=probes)
+                       no_exclude_pools=("in_video",), probes=probes, checkpoint=checkpoint, fingerprint=fingerprint)
     ids = np.asarray(bench.corpus_ids, dtype=object)
     topk_ids = [[ids[r] if r >= 0 else "" for r in row] for row in res.topk_rows]
     return Run(method=method, config=dict(config or {}), query_ids=[q.id for q in queries], topk_ids=topk_ids,

@@ -349,3 +349,35 @@ def test_unstable_or_nan_sources_are_errors():
 
     with pytest.raises(ValueError, match="NaN"):
         score_stream(WithNaN(), pools, None, k=3, progress=False)
+
+
+def test_checkpoint_resumes_finished_blocks(tmp_path):
+    rng = np.random.default_rng(10)
+    nq, n, d = 20, 70, 3
+    inner = DenseSource(_lattice(rng, nq, d), _lattice(rng, n, d))
+    calls = []
+
+    class Counted:
+        n_queries, n_items = nq, n
+
+        def scores(self, q, items):
+            calls.append(q.start)
+            return inner.scores(q, items)
+
+    pools = _pools(rng, nq, n)
+    kw = dict(k=4, q_block=8, c_chunk=32, progress=False, no_exclude_pools=("self",), checkpoint=tmp_path / "ck",
+              fingerprint="m1")
+    first = score_stream(Counted(), pools, None, **kw)
+    assert sorted(p.name for p in (tmp_path / "ck").glob("block_*.npz")) == [
+        "block_00000000_00000008.npz", "block_00000008_00000016.npz", "block_00000016_00000020.npz"]
+    calls.clear()
+    (tmp_path / "ck" / "block_00000008_00000016.npz").unlink()  # as if the job died in the second block
+    again = score_stream(Counted(), pools, None, **kw)
+    assert set(calls) == {8}  # only the missing block was scored again
+    np.testing.assert_array_equal(again.topk_rows, first.topk_rows)
+    for p in pools:
+        for f, v in first.stats[p].items():
+            np.testing.assert_array_equal(again.stats[p][f], v)
+    np.testing.assert_array_equal(again.ranked.mask, first.ranked.mask)
+    with pytest.raises(ValueError, match="fingerprint"):
+        score_stream(Counted(), pools, None, **{**kw, "fingerprint": "m2"})
