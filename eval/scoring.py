@@ -106,10 +106,6 @@ def _as_index(items: slice | np.ndarray, n: int) -> slice | np.ndarray:
     return idx
 
 
-def _n_sel(items: slice | np.ndarray) -> int:
-    return items.stop - items.start if isinstance(items, slice) else len(items)
-
-
 def _torch_view(a: np.ndarray) -> torch.Tensor:
     """A zero-copy torch view of a float32 array (read-only memmaps included; we never write through it)."""
     a = np.ascontiguousarray(a, dtype=np.float32)
