@@ -50,6 +50,9 @@ LANGUAGE_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up
 #: Modules LoRA never touches: vision towers and projectors of Qwen-VL (``visual``) and LLaVA (``vision_tower``,
 #: ``multi_modal_projector``). Their names end in q_proj/... in some families (Qwen2.5-VL's vision MLP), hence the regex.
 VISION_MODULES_REGEX = r".*(?:visual|vision_tower|vision_model|multi_modal_projector).*"
+#: Modules the 4-bit load leaves unquantized (transformers matches each as a name prefix, regex or suffix): the frozen
+#: vision tower and projector keep their precision, and so does the output head.
+QUANT_SKIP_MODULES = (r".*visual", r".*vision_tower", r".*multi_modal_projector", "lm_head")
 
 
 @dataclass
@@ -65,8 +68,8 @@ class TrainConfig:
     bnb_4bit_compute_dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | dtype"})
     bnb_4bit_quant_storage: str | None = field(default=None, metadata={
         "help": "storage dtype of 4-bit weights; bfloat16 for FSDP (set automatically under FSDP)"})
-    quant_skip_modules: list[str] = field(default_factory=lambda: ["visual", "vision_tower", "lm_head"], metadata={
-        "help": "modules kept in full precision when loading in 4-bit"})
+    quant_skip_modules: list[str] = field(default_factory=lambda: list(QUANT_SKIP_MODULES), metadata={
+        "help": "modules kept unquantized in 4-bit loading (prefix, suffix or regex of module names)"})
     lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
     lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha"})
     lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout"})
@@ -280,6 +283,8 @@ def prepare_dataset(cfg: TrainConfig, processor):
         bad = set(rep.overlong)
         ds = ds.filter(lambda q: q not in bad, input_columns=["query_id"])
         log.warning("dropped %d example(s) longer than %d tokens", len(bad), cfg.max_length)
+        if len(ds) == 0:
+            raise ValueError(f"{cfg.dataset}: every example is longer than max_length={cfg.max_length} tokens")
     ds = ds.select_columns(["images", "messages"])
     if cfg.repeat > 1:
         ds = datasets.concatenate_datasets([ds] * cfg.repeat)

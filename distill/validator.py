@@ -13,7 +13,7 @@ code                rejects
                     state's phrasings in ``states.jsonl``)
 ``number``          any digit (coordinates, timestamps, speeds, counts written in digits), a spelled number with a
                     unit (``two seconds``, ``half a second``, ``five frames``), a spelled decimal (``one point five``)
-``coordinate``      a coordinate or time variable (``x =``, ``y:``, ``t =``) or an ``(a, b)`` pair
+``coordinate``      a coordinate or time variable (``x =``, ``y:``, ``t =``) or a ``(x, y)`` tuple
 ``future_leak``     a phrasing of a state the object enters only after the target (see
                     `distill.predicates.PredicateSet.after_horizon_states`); phrasings of allowed states are masked
                     first, so ``falling over`` (tipping over, allowed) never counts as ``falling`` (forbidden)
@@ -44,7 +44,7 @@ _UNITS = (r"seconds?|secs?|milliseconds?|ms|minutes?|frames?|fps|units?|pixels?|
 _SPELLED_MEASURE = re.compile(rf"\b(?:{_NUMBER_WORDS})(?:[\s-]+(?:and\s+)?(?:a|an|{_NUMBER_WORDS}))*[\s-]+(?:{_UNITS})\b",
                               re.I)
 _SPELLED_DECIMAL = re.compile(rf"\b(?:{_NUMBER_WORDS})\s+point\s+(?:{_NUMBER_WORDS})\b", re.I)
-_COORD = re.compile(r"(?<![\w'])[xyzt]\s*[=:]|\(\s*[\w.+-]+\s*,\s*[\w.+-]+\s*\)", re.I)
+_COORD = re.compile(r"(?<![\w'])[xyzt]\s*[=:]|\(\s*[xyzt]\s*,\s*[xyzt]\s*(?:,\s*[xyzt]\s*)?\)", re.I)
 _ANSWER = re.compile(r"^\W*answer\s*[:：]\s*(.*)$", re.I)
 _WORD = re.compile(r"[A-Za-z0-9']+")
 

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# The chain-of-thought distillation recipe end to end (DynaPix §5.1 applied to PSR):
+#   predicates -> narration -> SFT sets -> train CoT + answer-only students -> forecast (zero-shot base, answer-only,
+#   CoT) -> retrieve -> eval report (comparison table + paired significance) -> answer accuracy -> faithfulness.
+# Every step is a package command (logged before it runs); the jobs resume, so rerunning continues where it stopped.
+#
+# GPU (student 8B, teacher Qwen3-32B through in-process vLLM):
+#   bash scripts/distill.sh --data data/psr --out runs/distill-8b --preset configs/distill/qwen3-vl-8b.yaml \
+#        --accelerate configs/accelerate/single_gpu.yaml
+# CPU demo (tiny random Qwen3-VL, template narrator, a few QLoRA steps, a handful of test queries):
+#   bash scripts/distill.sh --cpu-demo --out reports/distill-demo [--data data/psr-synth]
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: scripts/distill.sh [options]
+  --data DIR             benchmark directory (required unless --cpu-demo, which builds a 40-video synthetic one)
+  --out DIR              output directory                                   [runs/distill]
+  --preset FILE          distillation preset (configs/distill/*.yaml)       [configs/distill/qwen3-vl-8b.yaml]
+  --model ID|DIR         student base model (default: the preset's train.model)
+  --accelerate FILE      accelerate config (configs/accelerate/*.yaml)      [configs/accelerate/single_gpu.yaml]
+  --num-processes N      accelerate processes (GPUs)                        [the config's]
+  --narrator NAME        teacher | template                                 [the preset's]
+  --teacher-url URL      narrate through a served teacher (OpenAI-compatible, e.g. vllm serve Qwen/Qwen3-32B)
+  --forecast-backend B   vllm | hf                                          [vllm]
+  --space NAME           semantic retrieval space                           [bge]
+  --space-model ID       its text encoder                                   [BAAI/bge-small-en-v1.5]
+  --limit N              forecast only the first N test queries (smoke runs)
+  --max-tokens N         student generation budget                          [512]
+  --cpu-demo             tiny CPU variant: tiny Qwen3-VL, template narrator, packaged MiniLM space, hf backend
+  --python PY            interpreter                                        [.venv/bin/python if present, else python]
+EOF
+}
+
+PY=""; DATA=""; OUT="runs/distill"; PRESET="configs/distill/qwen3-vl-8b.yaml"; MODEL=""; ACCEL="configs/accelerate/single_gpu.yaml"
+NPROC=""; NARRATOR=""; TEACHER_URL=""; FB="vllm"; SPACE="bge"; SPACE_MODEL="BAAI/bge-small-en-v1.5"; LIMIT=""
+MAX_TOKENS="512"; DEMO=0; SFT_LIMIT=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --data) DATA="$2"; shift 2;;
+    --out) OUT="$2"; shift 2;;
+    --preset) PRESET="$2"; shift 2;;
+    --model) MODEL="$2"; shift 2;;
+    --accelerate) ACCEL="$2"; shift 2;;
+    --num-processes) NPROC="$2"; shift 2;;
+    --narrator) NARRATOR="$2"; shift 2;;
+    --teacher-url) TEACHER_URL="$2"; shift 2;;
+    --forecast-backend) FB="$2"; shift 2;;
+    --space) SPACE="$2"; shift 2;;
+    --space-model) SPACE_MODEL="$2"; shift 2;;
+    --limit) LIMIT="$2"; shift 2;;
+    --max-tokens) MAX_TOKENS="$2"; shift 2;;
+    --cpu-demo) DEMO=1; shift;;
+    --python) PY="$2"; shift 2;;
+    -h|--help) usage; exit 0;;
+    *) echo "unknown option $1" >&2; usage >&2; exit 2;;
+  esac
+done
+if [[ -z "$PY" ]]; then
+  if [[ -x .venv/bin/python ]]; then PY=.venv/bin/python; else PY=python; fi
+fi
+export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-0}" TOKENIZERS_PARALLELISM=false
+
+run() { echo; echo "\$ $*"; local t0=$SECONDS; "$@"; echo "  ($((SECONDS - t0)) s)"; }
+
+mkdir -p "$OUT"
+T_START=$SECONDS
+if [[ $DEMO == 1 ]]; then
+  # Tiny CPU variant: everything local and offline; numbers are plumbing checks, not results.
+  export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+  PRESET="configs/distill/tiny-cpu.yaml"; NARRATOR="template"; FB="hf"; SPACE="minilm"
+  SPACE_MODEL="packaged:all-MiniLM-L6-v2"; LIMIT="${LIMIT:-8}"; MAX_TOKENS="48"
+  if [[ -z "$DATA" ]]; then
+    DATA="$OUT/psr-synth"
+    [[ -f "$DATA/manifest.json" ]] || run "$PY" -m eval synth --out "$DATA" --videos 40 --seed 0 --workers 1
+  fi
+  if [[ -z "$MODEL" ]]; then
+    MODEL="$OUT/tiny-qwen3-vl"
+    [[ -f "$MODEL/config.json" ]] || run "$PY" -m forecasters tiny-model --kind qwen3_vl --out "$MODEL"
+  fi
+  TRAIN=("$PY" -m distill.train --max_steps 8)
+  SFT_LIMIT=(--limit 32)
+else
+  TRAIN=(accelerate launch --config_file "$ACCEL")
+  [[ -n "$NPROC" ]] && TRAIN+=(--num_processes "$NPROC")
+  TRAIN+=(-m distill.train)
+fi
+[[ -n "$DATA" ]] || { echo "--data is required" >&2; usage >&2; exit 2; }
+cfg() { "$PY" -m distill config-get --config "$PRESET" --section "$1" --key "$2"; }
+[[ -n "$MODEL" ]] || MODEL="$(cfg train model)"
+FRAMES="$(cfg sft frames)"; MAX_PIXELS="$(cfg sft max_pixels)"
+NARRATE=(--config "$PRESET" --data "$DATA" --predicates "$OUT/predicates.jsonl")
+[[ -n "$NARRATOR" ]] && NARRATE+=(--narrator "$NARRATOR")
+[[ -n "$TEACHER_URL" ]] && NARRATE+=(--backend openai --base_url "$TEACHER_URL")
+LIMIT_ARGS=(); [[ -n "$LIMIT" ]] && LIMIT_ARGS=(--limit "$LIMIT")
+
+# 1. oracle -> predicates (every split: train for SFT, test for the faithfulness check)
+run "$PY" -m distill predicates --config "$PRESET" --data "$DATA" --out "$OUT/predicates.jsonl"
+# 2. narration: the teacher (or the template narrator) phrases the train predicates; every output is validated
+run "$PY" -m distill narrate "${NARRATE[@]}" --split train --out "$OUT/rationales"
+#    gold rationales of test queries for the faithfulness check (deterministic template narrator)
+run "$PY" -m distill narrate --config "$PRESET" --data "$DATA" --predicates "$OUT/predicates.jsonl" \
+    --narrator template --split test --out "$OUT/rationales-test"
+# 3. SFT sets: CoT and answer-only, same queries and prompts (skipped when built; delete $OUT/sft to rebuild)
+[[ -f "$OUT/sft/sft.summary.json" ]] || \
+  run "$PY" -m distill sft --config "$PRESET" --data "$DATA" --rationales "$OUT/rationales" --out "$OUT/sft" "${SFT_LIMIT[@]}"
+# 4. students: LoRA on a 4-bit base, one per variant (an interrupted run resumes from its newest checkpoint;
+#    a finished one, with adapter/ written, is skipped)
+for V in cot answer; do
+  [[ -f "$OUT/students/$V/adapter/adapter_config.json" ]] || \
+    run "${TRAIN[@]}" --config "$PRESET" --model "$MODEL" --dataset "$OUT/sft/$V" --output_dir "$OUT/students/$V"
+done
+# 5. forecast the test split: zero-shot base (same prompt, no adapter), answer-only student, CoT student
+declare -A ADAPTER=([zero-shot]="" [answer-only]="$OUT/students/answer/adapter" [cot]="$OUT/students/cot/adapter")
+for NAME in zero-shot answer-only cot; do
+  A=(); [[ -n "${ADAPTER[$NAME]}" ]] && A=(--adapter "${ADAPTER[$NAME]}")
+  run "$PY" -m forecasters run --data "$DATA" --split test --forecaster student --backend "$FB" --model "$MODEL" \
+      "${A[@]}" --frames "$FRAMES" --max-pixels "$MAX_PIXELS" --max-tokens "$MAX_TOKENS" "${LIMIT_ARGS[@]}" \
+      --out "$OUT/phrases/$NAME.jsonl" --no-progress
+done
+# 6. retrieve: embed each phrase file in the semantic space, rank the corpus
+[[ -f "$DATA/features/$SPACE/meta.json" ]] || \
+  run "$PY" -m retrieval encode --data "$DATA" --space "$SPACE" --model "$SPACE_MODEL" --kind semantic
+for NAME in zero-shot answer-only cot; do
+  run "$PY" -m retrieval search --data "$DATA" --phrases "$OUT/phrases/$NAME.jsonl" --space "$SPACE" --split test \
+      --method "$NAME" --out "$OUT/runs/$NAME.parquet"
+done
+# 7. evaluate: the comparison table with paired significance vs the zero-shot base, and CoT vs answer-only
+#    (retrieval names a run METHOD[SPACE])
+run "$PY" -m eval report "$OUT/runs/zero-shot.parquet" "$OUT/runs/answer-only.parquet" "$OUT/runs/cot.parquet" \
+    --data "$DATA" --out "$OUT/report" --reference "zero-shot[$SPACE]"
+run "$PY" -m eval report "$OUT/runs/answer-only.parquet" "$OUT/runs/cot.parquet" \
+    --data "$DATA" --out "$OUT/report-cot-vs-answer-only" --reference "answer-only[$SPACE]"
+run "$PY" -m distill answers --data "$DATA" --reference zero-shot --out "$OUT/answers" \
+    --phrases "[$OUT/phrases/zero-shot.jsonl, $OUT/phrases/answer-only.jsonl, $OUT/phrases/cot.jsonl]" \
+    --names "[zero-shot, answer-only, cot]"
+# 8. faithfulness of the CoT student (SCOTT-style: perturb the rationale, does the answer move?)
+run "$PY" -m distill faithfulness --config "$PRESET" --data "$DATA" --model "$MODEL" \
+    --adapter "$OUT/students/cot/adapter" --rationales "$OUT/rationales-test" --out "$OUT/faithfulness"
+
+echo; echo "== comparison (retrieval, $SPACE space) =="; cat "$OUT/report/main.md"
+[[ -f "$OUT/report/significance.md" ]] && cat "$OUT/report/significance.md"
+[[ -f "$OUT/report-cot-vs-answer-only/significance.md" ]] && cat "$OUT/report-cot-vs-answer-only/significance.md"
+echo; echo "== answer accuracy =="; cat "$OUT/answers/answers.md"
+echo; echo "== faithfulness =="; cat "$OUT/faithfulness/faithfulness.md"
+echo; echo "distill recipe done in $((SECONDS - T_START)) s: $OUT"

@@ -1,0 +1,104 @@
+"""Fixtures of the distillation tests: predicates and template rationales of the session's synthetic benchmark,
+tiny random models (built once), a small SFT set and one trained QLoRA student shared by the serving tests."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread():
+    """Tiny models run fastest on one thread; two threads on two busy cores contend."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def oracle(synth_bench):
+    from distill.predicates import OracleIndex
+
+    return OracleIndex(synth_bench)
+
+
+@pytest.fixture(scope="session")
+def pred_sets(synth_bench):
+    """{query id: PredicateSet} for every query of the synthetic benchmark."""
+    from distill.predicates import build_predicates
+
+    return {ps.query_id: ps for ps in build_predicates(synth_bench, synth_bench.queries())}
+
+
+@pytest.fixture(scope="session")
+def validator(synth_bench):
+    from distill.validator import validator_for
+
+    return validator_for(synth_bench)
+
+
+@pytest.fixture(scope="session")
+def pred_file(synth_dir, tmp_path_factory):
+    from distill.predicates import PredicatesConfig, write_predicates
+
+    out = tmp_path_factory.mktemp("pred") / "predicates.jsonl"
+    write_predicates(PredicatesConfig(data=str(synth_dir), out=str(out), progress=False))
+    return out
+
+
+@pytest.fixture(scope="session")
+def template_rationales(synth_dir, pred_file, tmp_path_factory):
+    """Template narration of the train split (directory with rationales.jsonl)."""
+    from distill.narrate import NarrateConfig, run_narration
+
+    out = tmp_path_factory.mktemp("rationales")
+    run_narration(NarrateConfig(data=str(synth_dir), predicates=str(pred_file), out=str(out), narrator="template",
+                                split=None, progress=False))
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm(tmp_path_factory):
+    """A tiny random Qwen3-VL (the DynaPix student family)."""
+    from forecasters.tiny_models import build_tiny_vlm
+
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny") / "qwen3_vl", "qwen3_vl", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_lm(tmp_path_factory):
+    """A tiny random Qwen2 text model (a stand-in teacher)."""
+    from forecasters.tiny_models import build_tiny_qwen2
+
+    return build_tiny_qwen2(tmp_path_factory.mktemp("tiny") / "qwen2", seed=0)
+
+
+@pytest.fixture(scope="session")
+def sft_dir(synth_dir, template_rationales, tmp_path_factory):
+    """CoT and answer-only SFT sets of 4 train queries, 2 frames each (short sequences keep CPU steps fast)."""
+    from distill.sft import SFTBuildConfig, build_sft
+
+    out = tmp_path_factory.mktemp("sft")
+    build_sft(SFTBuildConfig(data=str(synth_dir), rationales=str(template_rationales), out=str(out), frames=2,
+                             limit=4, progress=False))
+    return out
+
+
+@pytest.fixture(scope="session")
+def qlora_student(tiny_vlm, sft_dir, tmp_path_factory):
+    """A QLoRA student (4-bit NF4 base on CPU) trained 2 steps on the CoT set, checkpointed at step 2.
+
+    Returns (output_dir, metrics)."""
+    import torch
+
+    from distill.train import TrainConfig, train
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("student") / "cot"
+    cfg = TrainConfig(model=str(tiny_vlm), dataset=str(sft_dir / "cot"), output_dir=str(out), load_in_4bit=True,
+                      learning_rate=2e-3, max_steps=2, gradient_accumulation_steps=1, gradient_checkpointing=False,
+                      precision="fp32", warmup_ratio=0.0, logging_steps=1, save_steps=2, save_total_limit=1,
+                      max_train_samples=2, device="cpu", seed=0)
+    return out, train(cfg)
