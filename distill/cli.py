@@ -21,10 +21,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("distill.train:TrainConfig", "LoRA / QLoRA SFT of a student (same as python -m distill.train)"),
     "faithfulness": ("distill.faithfulness:FaithfulnessConfig", "SCOTT-style check: perturb rationales, watch answers"),
     "answers": ("distill.answers:AnswersConfig", "answer accuracy of phrase files + McNemar / bootstrap vs a reference"),
+    "merge": ("distill.merge:MergeConfig", "merge a LoRA adapter into bf16 base weights (never into 4-bit)"),
     "config-get": ("", "print one value of a preset: --config FILE --section train --key model"),
 }
 SECTIONS = {"predicates": "predicates", "validate": "validate", "narrate": "narrate", "sft": "sft", "train": "train",
-            "faithfulness": "faithfulness", "answers": "answers"}
+            "faithfulness": "faithfulness", "answers": "answers", "merge": "merge"}
 
 
 def _import(spec: str):
@@ -53,6 +54,9 @@ def _runner(command: str) -> Callable:
     if command == "answers":
         from distill.answers import compare_answers
         return compare_answers
+    if command == "merge":
+        from distill.merge import merge_adapter
+        return merge_adapter
     raise KeyError(command)
 
 

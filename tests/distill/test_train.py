@@ -157,3 +157,27 @@ def test_accelerate_launch_entry(tiny_vlm, sft_dir, tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     m = json.loads((tmp_path / "metrics.json").read_text())
     assert m["global_step"] == 1 and (tmp_path / "adapter" / "adapter_config.json").exists()
+
+
+def test_merge_into_full_precision_matches_the_unmerged_adapter(qlora_student, tiny_vlm, tmp_path):
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForImageTextToText
+
+    from distill.cli import main
+
+    adapter = qlora_student[0] / "adapter"
+    out = tmp_path / "merged"
+    assert main(["merge", "--model", str(tiny_vlm), "--adapter", str(adapter), "--out", str(out),
+                 "--dtype", "float32"]) == 0
+    assert main(["merge", "--model", str(tiny_vlm), "--adapter", str(adapter), "--out", str(out),
+                 "--dtype", "int4"]) == 2
+    ids = torch.tensor([[1, 20, 30, 40, 50, 2]])
+    merged = AutoModelForImageTextToText.from_pretrained(str(out)).eval()
+    unmerged = PeftModel.from_pretrained(AutoModelForImageTextToText.from_pretrained(str(tiny_vlm)),
+                                         str(adapter)).eval()
+    base = AutoModelForImageTextToText.from_pretrained(str(tiny_vlm)).eval()
+    with torch.no_grad():
+        a, b, c = (m(input_ids=ids).logits for m in (merged, unmerged, base))
+    assert torch.allclose(a, b, atol=1e-4) and not torch.allclose(a, c, atol=1e-4)
+    assert json.loads((out / "psr_merge.json").read_text())["dtype"] == "float32"

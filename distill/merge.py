@@ -1,0 +1,62 @@
+"""Merge a student's LoRA adapter into full-precision base weights (for engines that serve without LoRA support).
+
+The base is loaded unquantized in ``dtype`` (bf16 by default) -- never in 4-bit: merging into 4-bit weights would
+re-quantize the sum and lose the adapter's update. ``W' = W + (alpha / r) B A`` per adapted projection
+(`peft.PeftModel.merge_and_unload`). The merged model and the base's processor are written to ``out`` (built in a
+temporary directory beside it, then moved into place), with ``psr_merge.json`` recording base, adapter and dtype.
+Serving the adapter unmerged (``python -m forecasters run --forecaster student --adapter DIR``) needs no merge.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class MergeConfig:
+    """``python -m distill merge``: base + LoRA adapter -> merged full-precision weights."""
+
+    model: str = field(metadata={"help": "base model (HF id or path), loaded unquantized"})
+    adapter: str = field(metadata={"help": "LoRA adapter directory (distill.train: <output_dir>/adapter)"})
+    out: str = field(metadata={"help": "directory for the merged model"})
+    dtype: str = field(default="bfloat16", metadata={"help": "bfloat16 | float16 | float32 (never 4-bit)"})
+
+    def __post_init__(self):
+        if self.dtype not in ("bfloat16", "float16", "float32"):
+            raise ValueError(f"dtype must be bfloat16, float16 or float32 (merging into 4-bit is not allowed), "
+                             f"got {self.dtype!r}")
+
+
+def merge_adapter(cfg: MergeConfig) -> dict:
+    import torch
+    from peft import PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from eval.io import write_json
+    from forecasters.backends.hf_loading import is_vision_config, load_processor
+
+    if not (Path(cfg.adapter) / "adapter_config.json").exists():
+        raise FileNotFoundError(f"{cfg.adapter}: no adapter_config.json (not a LoRA adapter directory)")
+    auto = AutoModelForImageTextToText if is_vision_config(AutoConfig.from_pretrained(cfg.model)) \
+        else AutoModelForCausalLM
+    base = auto.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype))
+    merged = PeftModel.from_pretrained(base, cfg.adapter).merge_and_unload()
+    out = Path(cfg.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.merging-", dir=out.parent))
+    try:
+        merged.save_pretrained(stage)
+        load_processor(cfg.model).save_pretrained(stage)
+        info = {"base_model": cfg.model, "adapter": cfg.adapter, "dtype": cfg.dtype}
+        write_json(stage / "psr_merge.json", info)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(stage, out)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return {**info, "out": str(out)}
