@@ -2,6 +2,8 @@
 
 Each incoming request is matched against `Rule`s in order; the first rule whose ``match`` substring occurs in the
 request body (``None`` matches everything) and has ``times`` left fires its action, else the request is forwarded.
+``every=k`` fires on every k-th matching request; ``per_request=k`` on the first k attempts of each distinct request
+body, optionally only for bodies selected by ``select=(m, r)`` (``crc32(body) % m == r``): a deterministic storm.
 
 Actions:
 - ``"500"``, ``"503"``, ``"429"``, ``"400"``: answer with that status (429 carries ``Retry-After: <retry_after>``);
@@ -22,6 +24,7 @@ import contextlib
 import json
 import threading
 import time
+import zlib
 from dataclasses import dataclass, field
 
 import httpx
@@ -33,11 +36,14 @@ class Rule:
     match: str | None = None
     times: int = 1
     every: int = 0  # with every=k > 0: fire on every k-th matching request (times is ignored)
+    per_request: int = 0  # with per_request=k > 0: fire on the first k attempts of each distinct body (times ignored)
+    select: tuple[int, int] | None = None  # (m, r): only bodies with crc32(body) % m == r
     retry_after: float = 0.0
     hang_s: float = 30.0
     down_s: float | None = 1.0
     delay_s: float = 0.0
     _seen: int = 0
+    _per_body: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -134,6 +140,14 @@ class FaultProxy:
         with self._lock:
             for r in self.rules:
                 if r.match is not None and r.match not in body:
+                    continue
+                if r.select is not None and zlib.crc32(body.encode()) % r.select[0] != r.select[1]:
+                    continue
+                if r.per_request:
+                    n = r._per_body.get(body, 0)
+                    if n < r.per_request:
+                        r._per_body[body] = n + 1
+                        return r
                     continue
                 if r.every:
                     r._seen += 1

@@ -106,9 +106,76 @@ def _vllm_handle(tiny, tmp_path_factory):
 
 @pytest.fixture(autouse=True, scope="session")
 def _start_vllm_early(request):
-    """Kick off the server start at the first test here, if any collected test will need it."""
-    if vllm_available() and any("vllm_server" in getattr(it, "fixturenames", ()) for it in request.session.items):
-        request.getfixturevalue("_vllm_handle")
+    """Kick off the vLLM jobs (server, in-process runs) at the first test here, if a collected test needs them,
+    so their start-up overlaps the CPU-only tests."""
+    if not vllm_available():
+        return
+    needed = {name for it in request.session.items for name in getattr(it, "fixturenames", ())}
+    for fixture, handle in (("vllm_server", "_vllm_handle"), ("vllm_inprocess_runs", "vllm_inprocess_runs")):
+        if fixture in needed:
+            request.getfixturevalue(handle)
+
+
+class InProcessRuns:
+    """``python -m forecasters run --backend vllm`` commands, run in the vLLM venv in the background
+    (`vllm_cli_driver.py`: one process, so vllm is imported once). `wait` returns the finished process."""
+
+    def __init__(self, commands: list[list[str]], outs: dict[str, Path], adapter: Path, model: Path):
+        import json
+        import subprocess
+
+        from vllm_server import VLLM_PYTHON, vllm_env
+
+        self.outs, self.adapter, self.model = outs, adapter, model
+        env = dict(vllm_env(), PYTHONPATH=str(REPO))
+        self.proc = subprocess.Popen([str(VLLM_PYTHON), str(TESTS / "forecasters" / "vllm_cli_driver.py"),
+                                      json.dumps(commands)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+
+    def wait(self, timeout_s: float = 600):
+        out, errs = self.proc.communicate(timeout=timeout_s)
+        return self.proc.returncode, out, errs
+
+
+def _random_lora(model_dir: Path, out: Path) -> Path:
+    """A random LoRA adapter (r 8) on the language model of a tiny VLM, strong enough to change its outputs."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(model_dir)
+    peft_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, init_lora_weights=False,
+                                                  target_modules=r".*language_model.*\.(q_proj|v_proj)"))
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.5)
+    peft_model.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def vllm_inprocess_runs(tiny, synth_dir, tmp_path_factory):
+    """Three CLI runs of the in-process vllm backend on the tiny Qwen2-VL (m3 images, llava-video as video, m3 with
+    a LoRA adapter), 6 test queries each, started in the background."""
+    if not vllm_available():
+        if require_vllm():
+            pytest.fail("PSR_REQUIRE_VLLM=1 but the vLLM venv is missing: run `make vllm-venv`")
+        pytest.skip("no .venv-vllm (run `make vllm-venv`); vLLM tests skipped")
+    root = tmp_path_factory.mktemp("vllm-inprocess")
+    model = tiny["qwen2_vl"]
+    adapter = _random_lora(model, root / "adapter")
+    common = ["--data", str(synth_dir), "--backend", "vllm", "--model", str(model), "--limit", "6",
+              "--max-model-len", "2048", "--no-progress"]
+    outs = {k: root / f"{k}.jsonl" for k in ("m3", "video", "lora")}
+    commands = [["run", "--forecaster", "m3", "--out", str(outs["m3"]), *common],
+                ["run", "--forecaster", "llava-video", "--out", str(outs["video"]), *common],
+                ["run", "--forecaster", "m3", "--adapter", str(adapter), "--out", str(outs["lora"]), *common]]
+    runs = InProcessRuns(commands, outs, adapter, model)
+    yield runs
+    if runs.proc.poll() is None:
+        runs.proc.kill()
+        runs.proc.wait()
 
 
 @pytest.fixture(scope="session")
