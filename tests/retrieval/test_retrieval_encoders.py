@@ -84,6 +84,24 @@ def test_encode_cli_visual_end_to_end(tiny_copy, tiny_image_models):
     from eval.validate import validate
 
     assert validate(tiny_copy, check_frames=False).ok
+    # CLIP text -> image: phrases are encoded by the text tower and ranked against the image features
+    import json
+
+    from eval.runs import read_run
+    from retrieval.encoders import ClipTextEncoder
+    from retrieval.queries import load_query_vectors, sidecar_path
+
+    q = bench.query_ids[int(bench.query_rows("test")[0])]
+    (tiny_copy / "p.jsonl").write_text(json.dumps({"query_id": q, "phrase": "red ball falling"}) + "\n")
+    res = CliRunner().invoke(app, ["search", "--data", str(tiny_copy), "--phrases", str(tiny_copy / "p.jsonl"),
+                                   "--space", "clip", "--out", str(tiny_copy / "clip.parquet")])
+    assert res.exit_code == 0, res.output
+    qv = load_query_vectors(sidecar_path(tiny_copy / "clip.parquet"))
+    text = ClipTextEncoder(str(tiny_image_models["clip"])).encode_queries(["red ball falling"])
+    assert np.allclose(qv.vectors[qv.query_ids.index(q), 0], text[0], atol=1e-5)
+    run = read_run(tiny_copy / "clip.parquet")
+    other = np.asarray(bench.corpus_ds["video_id"][:]) != bench.query(q).video_id  # own video is excluded
+    assert np.isclose(run.topk_scores[run.query_ids.index(q), 0], (corpus.array[other] @ text[0]).max(), atol=1e-5)
 
 
 def test_encode_resumes_from_finished_chunks(tiny_copy):
