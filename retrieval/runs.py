@@ -3,13 +3,18 @@
 ``score_query_vectors`` builds the score source of a method (``DenseSource`` over the space's items, with the
 state -> segment expansion of semantic spaces; ``RandomSource`` for the random baseline), scores it with
 `eval.scoring.score_benchmark`, writes the query vectors beside the run (``RUN.qvec.npz``) and then the run
-(``RUN.parquet``; the run file is written last, so its existence means the method finished). ``fuse_runs``
-z-score-fuses runs that share a corpus from their saved query vectors (eval's ``FusionSource``).
+(``RUN.parquet``; the run file is written last, so its existence means the method finished). An interrupted
+scoring job resumes from the finished query blocks kept in ``.ckpt-RUN/`` beside the run (eval's scoring
+checkpoint, keyed by the method, its config and a SHA-1 of the query vectors), which is removed once the run is
+written. ``fuse_runs`` z-score-fuses runs that share a corpus from their saved query vectors (eval's
+``FusionSource``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -46,12 +51,29 @@ def score_query_vectors(bench: Benchmark, qv: QueryVectors, space: Space | None,
                         progress: bool = True) -> Run:
     """Score ``qv`` over the whole corpus and write ``out`` (Parquet run) plus its query-vector sidecar."""
     cfg = {"space": qv.space, "n_samples": int(qv.vectors.shape[1]) if qv.kind == "dense" else 0,
-           "misses": qv.n_misses, **(config or {})}
+           "misses": qv.n_misses, "query_vectors_sha1": _digest(qv), **(config or {})}
+    ckpt = _checkpoint_dir(out)
     run = score_benchmark(bench, make_source(bench, qv, space), query_rows_of(bench, qv.query_ids), method=method,
-                          config=cfg, k=k, progress=progress)
+                          config=cfg, k=k, progress=progress, checkpoint=ckpt)
     save_query_vectors(sidecar_path(out), qv, method=method)
     write_run(out, run)
+    shutil.rmtree(ckpt, ignore_errors=True)
     return run
+
+
+def _digest(qv: QueryVectors) -> str:
+    """SHA-1 of the query vectors (or the random seed): part of the run config, so a scoring checkpoint is only ever
+    resumed for the very same vectors."""
+    h = hashlib.sha1(qv.kind.encode() + str(qv.seed).encode() + "\n".join(qv.query_ids).encode())
+    if qv.kind == "dense":
+        h.update(np.ascontiguousarray(qv.vectors).tobytes())
+    return h.hexdigest()
+
+
+def _checkpoint_dir(out: str | os.PathLike) -> Path:
+    """``runs/m3.parquet`` -> ``runs/.ckpt-m3/``: finished query blocks of an interrupted scoring job."""
+    out = Path(out)
+    return out.with_name(f".ckpt-{out.name.split('.')[0]}")
 
 
 def load_fusable(bench: Benchmark, run_paths: list[str | os.PathLike]) -> list[QueryVectors]:
@@ -93,9 +115,12 @@ def fuse_query_vectors(bench: Benchmark, qvs: list[QueryVectors], out: str | os.
     fused = FusionSource(sources, weights)
     cfg = {"fusion": "z-score", "spaces": [q.space for q in qvs], "weights": list(weights or [1.0] * len(qvs)),
            "inputs": inputs or [], **(config or {})}
+    cfg["query_vectors_sha1"] = [_digest(q) for q in qvs]
+    ckpt = _checkpoint_dir(out)
     run = score_benchmark(bench, fused, query_rows_of(bench, ids), method=method, config=cfg, k=k,
-                          progress=progress)
+                          progress=progress, checkpoint=ckpt)
     write_run(out, run)
+    shutil.rmtree(ckpt, ignore_errors=True)
     return run
 
 

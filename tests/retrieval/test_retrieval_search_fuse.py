@@ -64,6 +64,8 @@ def test_search_cli_writes_run_with_tied_misses(tiny_dir, tmp_path):
             assert st["best"][i] == 0 and st["n_above"][i] == 0
             assert st["n_tie_neg"][i] + st["n_tie_pos"][i] == len(video) - own
     assert load_query_vectors(sidecar_path(out)).n_misses == len(test) - 2
+    assert len(run.config["query_vectors_sha1"]) == 40
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m3.parquet", "m3.qvec.npz"]  # scoring checkpoint removed
 
 
 def test_baseline_oracle_and_fuse_cli(tiny_dir, tmp_path):
