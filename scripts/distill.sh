@@ -68,6 +68,8 @@ T_START=$SECONDS
 if [[ $DEMO == 1 ]]; then
   # Tiny CPU variant: everything local and offline; numbers are plumbing checks, not results.
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+  # tiny models run fastest on one thread (two threads contend on small, busy CPUs)
+  export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
   PRESET="configs/distill/tiny-cpu.yaml"; NARRATOR="template"; FB="hf"; SPACE="minilm"
   SPACE_MODEL="packaged:all-MiniLM-L6-v2"; LIMIT="${LIMIT:-8}"; MAX_TOKENS="48"
   if [[ -z "$DATA" ]]; then
