@@ -15,7 +15,8 @@ a canonical state when it equals one of its phrasings. Rates over the n queries 
 
 - ``gold_acc`` = P(answer_gold = target) -- the answer agrees with the rationale it was given;
 - ``follows_perturbation`` = P(answer_perturbed = s') -- the answer follows the changed rationale;
-- ``moved`` = P(answer_perturbed != answer_gold) -- SCOTT's signal: a faithful student changes its answer;
+- ``moved`` = P(answer_perturbed != answer_gold) -- SCOTT's signal: a faithful student changes its answer (answers
+  compared as canonical states when they map to one, else as decoded text);
 - ``none_acc`` = P(answer_none = target) -- what the student answers without any rationale.
 
 A student whose answers ignore the rationale has ``moved`` near 0; a faithful one has ``moved`` and

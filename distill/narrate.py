@@ -368,7 +368,10 @@ def run_narration(cfg: NarrateConfig, backend=None) -> NarrateSummary:
     own = backend is None and cfg.narrator == TEACHER_NARRATOR and bool(todo)
     if own:
         backend = _backend(cfg)
-    s.engine = backend.engine_version if backend is not None else TEMPLATE_VERSION
+    if backend is not None:
+        s.engine = backend.engine_version
+    else:
+        s.engine = TEMPLATE_VERSION if cfg.narrator == TEMPLATE_NARRATOR else "none (nothing left to narrate)"
     write_resolved(cfg, out / "narrate.config.json", identity=cfg.identity(), config_hash=h, engine=s.engine)
     words: list[int] = []
     codes: Counter = Counter()
