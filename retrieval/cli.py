@@ -13,6 +13,9 @@ app = typer.Typer(help="PSR retrieval: encode spaces, baselines, oracles, phrase
 lftr_app = typer.Typer(help="LFTR, the latent-rollout retriever: train, predict, multi-seed.", no_args_is_help=True,
                        add_completion=False)
 app.add_typer(lftr_app, name="lftr")
+from retrieval.canon.cli import app as canon_app  # noqa: E402  (canonicalization probes)
+
+app.add_typer(canon_app, name="canon")
 console = Console()
 
 DATA = typer.Option(..., "--data", help="benchmark directory")
@@ -63,6 +66,12 @@ def search(
     max_samples: int = typer.Option(0, "--max-samples", min=0, help="use at most this many phrases per query (0: all)"),
     k: int = K,
     device: str = typer.Option(None, "--device"),
+    canonicalize: int = typer.Option(0, "--canonicalize", min=0, metavar="TOP_M",
+                                     help="snap each phrase to its TOP_M nearest canonical states (by their member "
+                                          "phrasings) before the state expansion (retrieval.canon.snap); 0: off"),
+    canonicalize_holdout: Path = typer.Option(None, "--canonicalize-holdout",
+                                              help="holdout.json of `canon finetune`: leave the held-out states' "
+                                                   "phrasings out of the snap index"),
 ) -> None:
     """Embed a phrase file's phrases in a space and rank the corpus (max over a query's phrases; misses tie)."""
     from eval.benchmark import Benchmark
@@ -80,8 +89,14 @@ def search(
         console.print(f"[yellow]{stats.missing_lines} queries without a line and {stats.failed} failed/unparsed "
                       f"lines are scored as misses[/]")
     name = method or phrases.name.split(".")[0]
+    snap = {}
+    if canonicalize:
+        from retrieval.canon.snap import canonicalize_phrases
+
+        qv, snap = canonicalize_phrases(bench, sp, enc, qv, canonicalize, canonicalize_holdout)
+        name = method or f"{name}+snap{canonicalize}"
     run = score_query_vectors(bench, qv, sp, out, method=f"{name}[{space}]", k=k,
-                              config={"phrases": str(phrases), "split": split, **stats.to_dict()})
+                              config={"phrases": str(phrases), "split": split, **stats.to_dict(), **snap})
     _done(out, run)
 
 

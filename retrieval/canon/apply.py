@@ -1,0 +1,323 @@
+"""``python -m retrieval canon apply``: canonicalize a benchmark's raw state vocabulary at one threshold and write a
+re-keyed benchmark (PSR appendix: "every corpus segment and query target is re-keyed to its canonical state; all
+retrieval and ground truth are defined at this canonical level").
+
+1. Cluster the corpus's raw phrases (`retrieval.canon.vocab.from_benchmark`) with the greedy rule
+   (`retrieval.canon.cluster`); cluster ``c`` becomes canonical state ``c<c:06d>`` whose ``text`` is its seed (its
+   most frequent phrase) and whose ``members`` are its phrases, most frequent first.
+2. Re-key every segment to the state of its raw phrase (``state``, ``state_id``; ``state_type1`` =
+   ``"<subject> <state>"``).
+3. Re-key every query target to the state of its target segment: the segment of the same video and object that
+   starts at ``target_time`` (the single-prefix protocol). A query without such a segment is re-keyed through its
+   ``target_state`` text, canonicalized with the same rule against the seeds (`retrieval.canon.cluster.assign`); a
+   text that joins no seed becomes a state of its own with no segments (the query is then not ``fair``).
+   Transcript entries are re-keyed the same way (the object's segment starting at ``t``, else their text).
+   The question, ``anchor_state`` and everything else are kept.
+4. Recompute the GT pools of each query from the re-keyed corpus, with the tier definitions of `eval.schema`:
+   ``in_video`` / ``in_dataset`` / ``cross_dataset`` by video and domain; ``consensus`` = the main pool's
+   segments that were in some consensus pool of the source benchmark (their verification status carries over);
+   ``bge_similar`` = other videos' segments whose canonical state is an embedding neighbour of the target's
+   (seed cosine >= ``similar_threshold``; default ``threshold - 0.10``: seeds of one clustering are below the
+   threshold apart by construction); ``gt_type1`` = other videos' segments with the same subject and state;
+   ``fair`` = main pool non-empty.
+5. Write the benchmark beside ``out`` and move it into place: the three JSONL files, ``manifest.json`` (name
+   ``<name>+canon<T>``, counts, ``extra.canonicalization``), ``phrase_map.jsonl`` (raw phrase -> state, count,
+   similarity to the seed), ``canon_config.json`` (the resolved config), and links to the source's ``frames/``,
+   ``sim/`` and visual feature spaces (segment and prefix ids are unchanged). Semantic spaces embed the old
+   states and are not carried over: encode the new states with ``python -m retrieval encode``.
+
+The output passes ``python -m eval validate``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from eval.benchmark import Benchmark
+from eval.features import list_spaces, read_meta
+from eval.io import write_json, write_jsonl
+from eval.schema import GT_TIERS
+from retrieval.canon._files import staged_dir
+from retrieval.canon.cluster import Clustering, assign, greedy_cluster, similar_pairs, to_grid, visit_order
+from retrieval.canon.metrics import partition_scores, vocabulary_stats
+from retrieval.canon.vocab import PhraseVocab, from_benchmark, segment_phrases
+
+
+@dataclass
+class ApplyConfig:
+    """Resolved config of one ``canon apply`` job (written to ``canon_config.json``)."""
+
+    data: str
+    out: str
+    threshold: float = 0.85
+    model: str = "BAAI/bge-small-en-v1.5"
+    similar_threshold: float | None = None
+    batch_size: int = 128
+    device: str | None = None
+    copy: bool = False  # copy frames / visual features instead of linking them
+
+    def resolved_similar(self) -> float:
+        return self.threshold - 0.10 if self.similar_threshold is None else self.similar_threshold
+
+
+@dataclass
+class Canonical:
+    """Canonical states from a clustering: ``texts[c]``, ``members[c]`` (phrases, visiting order), ``grid`` the
+    seed embeddings ``(n_states, d)`` on the similarity grid, and ``phrase_state`` (vocab row -> state)."""
+
+    texts: list[str]
+    members: list[list[str]]
+    grid: np.ndarray
+    phrase_state: np.ndarray
+
+    @property
+    def ids(self) -> list[str]:
+        return [f"c{c:06d}" for c in range(len(self.texts))]
+
+    def add_state(self, text: str, vec: np.ndarray) -> int:
+        """Append a state with no raw phrase (a target text that joined no seed); returns its index."""
+        self.texts.append(text)
+        self.members.append([text])
+        self.grid = np.vstack([self.grid, to_grid(vec[None])])
+        return len(self.texts) - 1
+
+
+def canonical_states(vocab: PhraseVocab, emb: np.ndarray, cl: Clustering) -> Canonical:
+    grid = to_grid(emb)
+    members = [[vocab.phrases[i] for i in rows] for rows in cl.members()]
+    return Canonical([m[0] for m in members], members, grid[cl.seeds], cl.labels.copy())
+
+
+def _phrase_rows(vocab: PhraseVocab, phrases: list[str]) -> np.ndarray:
+    """Vocabulary row of each phrase (vectorised lookup; every phrase must be in the vocabulary)."""
+    voc = np.asarray(vocab.phrases, dtype=object)
+    srt = np.argsort(voc)
+    q = np.asarray(phrases, dtype=object)
+    pos = np.searchsorted(voc[srt], q)
+    pos = np.minimum(pos, len(voc) - 1)
+    rows = srt[pos]
+    if len(q) and not (voc[rows] == q).all():
+        bad = q[voc[rows] != q][0]
+        raise KeyError(f"phrase {bad!r} is not in the vocabulary")
+    return rows
+
+
+class _TextCanonicalizer:
+    """Canonical state of free texts (targets, transcript entries): the state of a known raw phrase, else the
+    clustering rule against the seeds, else a new state. Texts are embedded once, in batches."""
+
+    def __init__(self, vocab: PhraseVocab, canon: Canonical, encoder, threshold: float):
+        self.vocab_index, self.canon, self.encoder, self.threshold = vocab.index, canon, encoder, threshold
+        self.cache: dict[str, int] = {}
+        self.by_rule = self.new_states = 0
+
+    def resolve(self, texts) -> None:
+        todo = sorted({t for t in texts if t not in self.cache})
+        known = [t for t in todo if t in self.vocab_index]
+        for t in known:
+            self.cache[t] = int(self.canon.phrase_state[self.vocab_index[t]])
+        rest = [t for t in todo if t not in self.vocab_index]
+        if not rest:
+            return
+        emb = self.encoder.encode_items(rest)
+        idx, _ = assign(emb, self.canon.grid, self.threshold)
+        for t, i, e in zip(rest, idx, emb, strict=True):
+            if i >= 0:
+                self.cache[t] = int(i)
+                self.by_rule += 1
+            else:
+                self.cache[t] = self.canon.add_state(t, e)
+                self.new_states += 1
+
+    def __getitem__(self, text: str) -> int:
+        return self.cache[text]
+
+
+def _lookup_segments(corpus: pd.DataFrame, video, obj, t) -> np.ndarray:
+    """Corpus row of the segment with this (video, object, start), -1 when none (vectorised merge)."""
+    key = pd.DataFrame({"video_id": video, "object_id": obj, "start": np.asarray(t, np.float64),
+                        "_i": np.arange(len(video))})
+    m = key.merge(corpus[["video_id", "object_id", "start", "_row"]].drop_duplicates(["video_id", "object_id", "start"]),
+                  on=["video_id", "object_id", "start"], how="left")
+    out = np.full(len(video), -1, np.int64)
+    hit = m["_row"].notna().to_numpy()
+    out[m["_i"].to_numpy()[hit]] = m["_row"].to_numpy()[hit].astype(np.int64)
+    return out
+
+
+@dataclass
+class _Groups:
+    """Corpus rows grouped by a key (CSR): rows of key k are ``rows[off[k]:off[k+1]]``, ascending."""
+
+    rows: np.ndarray
+    off: np.ndarray
+
+    @classmethod
+    def of(cls, keys: np.ndarray, n_keys: int) -> _Groups:
+        order = np.argsort(keys, kind="stable")
+        off = np.zeros(n_keys + 1, np.int64)
+        np.cumsum(np.bincount(keys, minlength=n_keys), out=off[1:])
+        return cls(order.astype(np.int64), off)
+
+    def get(self, k: int) -> np.ndarray:
+        return self.rows[self.off[k]:self.off[k + 1]]
+
+
+def mine_pools(seg_state: np.ndarray, seg_video: np.ndarray, seg_domain: np.ndarray, seg_type1: np.ndarray,
+               clear: np.ndarray, neighbours: list[np.ndarray], n_states: int, n_type1: int,
+               q_state: np.ndarray, q_video: np.ndarray, q_domain: np.ndarray, q_type1: np.ndarray) -> list[dict]:
+    """GT pools (corpus rows) per query from integer-coded corpus and query arrays (see the module docstring, 4)."""
+    by_state, by_type1 = _Groups.of(seg_state, n_states), _Groups.of(seg_type1, n_type1)
+    out = []
+    for s, v, d, t1 in zip(q_state, q_video, q_domain, q_type1, strict=True):  # per query: numpy over its groups
+        same = by_state.get(s)
+        sv, sd = seg_video[same], seg_domain[same]
+        in_video, in_dataset, cross = same[sv == v], same[(sv != v) & (sd == d)], same[sd != d]
+        main = np.sort(np.concatenate([in_dataset, cross]))
+        near = [by_state.get(n) for n in neighbours[s]]
+        near = np.sort(np.concatenate(near)) if near else np.zeros(0, np.int64)
+        near = near[seg_video[near] != v]
+        t1rows = by_type1.get(t1) if t1 >= 0 else np.zeros(0, np.int64)
+        out.append({"in_video": in_video, "in_dataset": in_dataset, "cross_dataset": cross, "bge_similar": near,
+                    "consensus": main[clear[main]], "gt_type1": t1rows[seg_video[t1rows] != v]})
+    return out
+
+
+def _codes(values) -> tuple[np.ndarray, list]:
+    uniq, inv = np.unique(np.asarray(values, dtype=object), return_inverse=True)
+    return inv.astype(np.int64), list(uniq)
+
+
+def rekey(bench: Benchmark, vocab: PhraseVocab, canon: Canonical, encoder, cfg: ApplyConfig) -> dict:
+    """Re-key corpus, queries and transcripts; returns ``{"segments", "queries", "states", "stats"}`` as JSON rows."""
+    cds, qds = bench.corpus_ds, bench.queries_ds
+    corpus = pd.DataFrame({c: cds[c][:] for c in ("video_id", "object_id", "start", "domain", "subject")})
+    corpus["_row"] = np.arange(len(corpus))
+    seg_state = canon.phrase_state[_phrase_rows(vocab, segment_phrases(cds["raw"][:], cds["state"][:]))]
+    texts = _TextCanonicalizer(vocab, canon, encoder, cfg.threshold)
+    # query targets: their target segment, else their text
+    target_row = _lookup_segments(corpus, qds["video_id"][:], qds["object_id"][:], qds["target_time"][:])
+    q_text = qds["target_state"][:]
+    texts.resolve([q_text[i] for i in np.flatnonzero(target_row < 0)])
+    q_state = np.array([seg_state[r] if r >= 0 else texts[t] for r, t in zip(target_row, q_text, strict=True)],
+                       np.int64)
+    # transcripts: the object's segment starting at t, else the entry's text
+    transcripts = qds["transcript"][:]
+    flat = [(i, e["t"], e["state"]) for i, tr in enumerate(transcripts) for e in tr]
+    q_video, q_obj = qds["video_id"][:], qds["object_id"][:]
+    tr_rows = _lookup_segments(corpus, [q_video[i] for i, _, _ in flat], [q_obj[i] for i, _, _ in flat],
+                               [t for _, t, _ in flat]) if flat else np.zeros(0, np.int64)
+    texts.resolve([s for (_, _, s), r in zip(flat, tr_rows, strict=True) if r < 0])
+    n_states = len(canon.texts)
+    # integer codes for mining
+    vid_codes, vids = _codes(list(corpus["video_id"]) + list(q_video))
+    dom_codes, _ = _codes(list(corpus["domain"]) + list(qds["domain"][:]))
+    nc = len(corpus)
+    subj = list(corpus["subject"]) + list(qds["subject"][:])
+    t1_codes, _ = _codes([f"{s}\x00{st}" for s, st in zip(subj, np.concatenate([seg_state, q_state]), strict=True)])
+    clear = np.zeros(nc, bool)  # segments verified in the source (in some consensus pool)
+    verified = [np.asarray(p.get("consensus") or [], dtype=object) for p in qds["gt_pools"][:]]
+    if verified:
+        rows = pd.Index(bench.corpus_ids).get_indexer(np.unique(np.concatenate(verified)))
+        clear[rows[rows >= 0]] = True
+    i, j = similar_pairs(canon.grid, cfg.resolved_similar()) if n_states > 1 else (np.zeros(0, int), np.zeros(0, int))
+    neighbours = np.split(j, np.searchsorted(i, np.arange(1, n_states)))
+    pools = mine_pools(seg_state, vid_codes[:nc], dom_codes[:nc], t1_codes[:nc], clear, neighbours, n_states,
+                       int(t1_codes.max()) + 1 if len(t1_codes) else 0, q_state, vid_codes[nc:], dom_codes[nc:],
+                       t1_codes[nc:])
+    ids = np.asarray(bench.corpus_ids, dtype=object)
+    state_ids = canon.ids
+    # rows
+    segments = []
+    for r, row in enumerate(cds):
+        s = int(seg_state[r])
+        row.update(state=canon.texts[s], state_id=state_ids[s], state_type1=f"{row['subject']} {canon.texts[s]}")
+        segments.append(row)
+    queries = []
+    tr_iter = iter(zip(flat, tr_rows, strict=True))
+    for qi, row in enumerate(qds):
+        s = int(q_state[qi])
+        p = pools[qi]
+        new_tr = []
+        for _ in row["transcript"]:
+            (_, t, text), r = next(tr_iter)
+            new_tr.append({"t": t, "state": canon.texts[int(seg_state[r]) if r >= 0 else texts[text]]})
+        row.update(target_state=canon.texts[s], target_state_id=state_ids[s],
+                   target_state_type1=f"{row['subject']} {canon.texts[s]}", transcript=new_tr,
+                   gt_pools={t: list(ids[p[t]]) for t in GT_TIERS}, gt_type1=list(ids[p["gt_type1"]]),
+                   fair=bool(len(p["in_dataset"]) + len(p["cross_dataset"])))
+        queries.append(row)
+    n_seg = np.bincount(seg_state, minlength=n_states)
+    states = [{"id": state_ids[c], "text": canon.texts[c], "members": canon.members[c], "n_segments": int(n_seg[c])}
+              for c in range(n_states)]
+    stats = {"targets_by_segment": int((target_row >= 0).sum()), "targets_by_text": int((target_row < 0).sum()),
+             "texts_by_rule": texts.by_rule, "new_states_from_texts": texts.new_states,
+             "transcript_by_segment": int((tr_rows >= 0).sum()), "transcript_by_text": int((tr_rows < 0).sum()),
+             "fair_queries": int(sum(q["fair"] for q in queries)), "videos": len(set(vids))}
+    return {"segments": segments, "queries": queries, "states": states, "stats": stats}
+
+
+def _link_or_copy(src: Path, dst: Path, copy: bool) -> None:
+    if copy:
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
+    else:
+        os.symlink(src.resolve(), dst, target_is_directory=src.is_dir())
+
+
+def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print, encoder=None) -> Path:
+    """Run the job of the module docstring; returns the output directory. ``encoder``: an already loaded text
+    encoder of ``cfg.model`` (else it is loaded)."""
+    from retrieval.encoders import TextEncoder
+
+    src = Path(cfg.data)
+    if Path(cfg.out).resolve() == src.resolve():
+        raise ValueError("--out must differ from --data (the source benchmark is read, never modified)")
+    bench = Benchmark.load(src)
+    vocab = from_benchmark(bench)
+    encoder = encoder or TextEncoder(cfg.model, device=cfg.device, batch_size=cfg.batch_size)
+    log(f"{len(vocab):,} raw phrases ({int(vocab.counts.sum()):,} segments); embedding with {cfg.model}")
+    emb = encoder.encode_items(vocab.phrases, progress=progress)
+    cl = greedy_cluster(emb, cfg.threshold, visit_order(vocab.counts, vocab.phrases), progress=progress)
+    canon = canonical_states(vocab, emb, cl)
+    log(f"threshold {cfg.threshold:g}: {cl.n_clusters:,} canonical states (source benchmark: {len(bench.state_ids):,})")
+    out = rekey(bench, vocab, canon, encoder, cfg)
+    m = bench.manifest
+    visual = [s for s in list_spaces(src) if read_meta(src, s).get("kind") == "visual"]
+    dropped = [s for s in list_spaces(src) if s not in visual]
+    canon_info = {"source": str(src.resolve()), "source_name": m.name, "threshold": cfg.threshold, "model": cfg.model,
+                  "similar_threshold": cfg.resolved_similar(), "raw_phrases": len(vocab),
+                  "canonical_states": len(out["states"]), "source_states": len(bench.state_ids),
+                  "vocabulary": vocabulary_stats(cl.labels), "dropped_spaces": dropped, **out["stats"]}
+    if vocab.truth is not None:
+        canon_info["agreement_with_source_states"] = partition_scores(cl.labels, vocab.truth)
+    manifest = m.to_dict()
+    manifest.update(name=f"{m.name}+canon{cfg.threshold:g}",
+                    counts={**m.counts, "queries": len(out["queries"]), "corpus": len(out["segments"]),
+                            "states": len(out["states"]), "fair_queries": out["stats"]["fair_queries"]},
+                    spaces={k: v for k, v in m.spaces.items() if k in visual},
+                    extra={**m.extra, "canonicalization": canon_info})
+    phrase_map = [{"phrase": p, "count": int(c), "state_id": canon.ids[int(s)], "similarity": float(sim)}
+                  for p, c, s, sim in zip(vocab.phrases, vocab.counts, cl.labels, cl.seed_sim, strict=True)]
+    with staged_dir(cfg.out, "apply") as d:
+        write_jsonl(d / "corpus.jsonl", out["segments"])
+        write_jsonl(d / "queries.jsonl", out["queries"])
+        write_jsonl(d / "states.jsonl", out["states"])
+        write_jsonl(d / "phrase_map.jsonl", phrase_map)
+        for name in ("frames", "sim"):
+            if (src / name).exists():
+                _link_or_copy(src / name, d / name, cfg.copy)
+        for s in visual:
+            (d / "features").mkdir(exist_ok=True)
+            _link_or_copy(src / "features" / s, d / "features" / s, cfg.copy)
+        write_json(d / "canon_config.json", asdict(cfg))
+        write_json(d / "manifest.json", manifest)
+    log(f"re-keyed {len(out['segments']):,} segments and {len(out['queries']):,} queries "
+        f"({out['stats']['fair_queries']:,} fair) -> {cfg.out}")
+    return Path(cfg.out)
+

@@ -1,0 +1,181 @@
+"""``python -m retrieval canon sweep``: the threshold sweep of the greedy canonicalization (PSR appendix: the pilot
+sweep over {0.80, 0.85, 0.90} that picked 0.85, "keeping mean cluster size <= 5").
+
+The raw vocabulary (`retrieval.canon.vocab`) is embedded once with a sentence-transformers model (the semantic
+spaces' `retrieval.encoders.TextEncoder`, corpus side) and clustered at each threshold (`retrieval.canon.cluster`,
+most frequent phrase first). Per threshold: vocabulary size, merge rate, mean / max cluster size, singletons, the
+rule of thumb ``mean size <= 5`` (`retrieval.canon.metrics`), and, when the vocabulary has a true partition (the
+synthetic benchmark's synonym sets), purity, inverse purity and the adjusted Rand index.
+
+Output directory::
+
+    sweep.{md,csv,tex}       one row per threshold
+    sweep.json               every number, the vocabulary summary, the resolved config
+    clusters_t<T>.jsonl      per threshold, one canonical state per line: id, text (the seed), phrases, counts
+    cluster_sizes.png        cluster-size distribution per threshold (and vocabulary size vs threshold)
+    config.json              the resolved config
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from eval.io import write_json, write_jsonl
+from retrieval.canon._files import staged_dir
+from retrieval.canon.cluster import Clustering, greedy_cluster, visit_order
+from retrieval.canon.metrics import MAX_MEAN_CLUSTER_SIZE, partition_scores, vocabulary_stats
+from retrieval.canon.vocab import PhraseVocab, from_benchmark, from_file
+
+DEFAULT_THRESHOLDS = (0.80, 0.85, 0.90)
+
+
+@dataclass
+class SweepConfig:
+    """A sweep: ``data`` (benchmark dir) or ``phrases`` (phrase list file), the thresholds and the text model."""
+
+    out: str
+    data: str | None = None
+    phrases: str | None = None
+    thresholds: list[float] = field(default_factory=lambda: list(DEFAULT_THRESHOLDS))
+    model: str = "BAAI/bge-small-en-v1.5"
+    batch_size: int = 128
+    device: str | None = None
+
+    def check(self) -> None:
+        if (self.data is None) == (self.phrases is None):
+            raise ValueError("give exactly one of --data (a benchmark directory) or --phrases (a phrase list file)")
+        if not self.thresholds:
+            raise ValueError("give at least one threshold")
+        for t in self.thresholds:
+            if not 0.0 < t <= 1.0:
+                raise ValueError(f"thresholds must lie in (0, 1], got {t}")
+
+
+def load_vocab(data: str | None, phrases: str | None) -> PhraseVocab:
+    if data is not None:
+        from eval.benchmark import Benchmark
+
+        return from_benchmark(Benchmark.load(data))
+    return from_file(phrases)
+
+
+def embed_vocab(vocab: PhraseVocab, model: str, *, batch_size: int = 128, device: str | None = None,
+                progress: bool = True, encoder=None) -> np.ndarray:
+    """``(n, d)`` float32 L2-normalised embeddings of the vocabulary (the encoder's corpus side); ``encoder``: an
+    already loaded `retrieval.encoders.TextEncoder` of ``model``."""
+    from retrieval.encoders import TextEncoder
+
+    enc = encoder or TextEncoder(model, device=device, batch_size=batch_size)
+    return enc.encode_items(vocab.phrases, progress=progress)
+
+
+def clusters_rows(vocab: PhraseVocab, cl: Clustering) -> list[dict]:
+    """One JSON row per canonical state: ``id`` (``c<number>``), ``text`` (the seed phrase), ``phrases`` and
+    their ``counts`` (visiting order, seed first), ``count`` (total)."""
+    rows = []
+    for c, rows_c in enumerate(cl.members()):
+        ph = [vocab.phrases[i] for i in rows_c]
+        cnt = [int(vocab.counts[i]) for i in rows_c]
+        rows.append({"id": f"c{c:06d}", "text": ph[0], "phrases": ph, "counts": cnt, "count": int(sum(cnt))})
+    return rows
+
+
+def sweep_vocab(vocab: PhraseVocab, emb: np.ndarray, thresholds, *, progress: bool = True) -> list[dict]:
+    """Cluster at each threshold; per threshold a dict of statistics (and truth scores when known)."""
+    order = visit_order(vocab.counts, vocab.phrases)
+    out = []
+    for t in thresholds:
+        t0 = time.perf_counter()
+        cl = greedy_cluster(emb, float(t), order, progress=progress)
+        row = {"threshold": float(t), "seconds": time.perf_counter() - t0, **vocabulary_stats(cl.labels)}
+        sizes = cl.sizes()
+        row["size_histogram"] = {int(s): int(n) for s, n in zip(*np.unique(sizes, return_counts=True), strict=True)}
+        if vocab.truth is not None:
+            row.update(partition_scores(cl.labels, vocab.truth))
+        row["_clustering"] = cl
+        out.append(row)
+    return out
+
+
+def _table(rows: list[dict], has_truth: bool):
+    from eval.report import Table
+
+    cols = ["threshold", "vocabulary", "merge rate", "mean size", "max size", "singletons", f"mean <= {MAX_MEAN_CLUSTER_SIZE:g}"]
+    if has_truth:
+        cols += ["purity", "inverse purity", "ARI"]
+    body = []
+    for r in rows:
+        cells = [f"{r['threshold']:.2f}", f"{r['clusters']:,}", f"{100 * r['merge_rate']:.1f}%", f"{r['mean_size']:.2f}",
+                 str(r["max_size"]), f"{r['singletons']:,}", "yes" if r["mean_size_ok"] else "no"]
+        if has_truth:
+            cells += [f"{r['purity']:.3f}", f"{r['inverse_purity']:.3f}", f"{r['ari']:.3f}"]
+        body.append(cells)
+    cap = ("Greedy canonicalization (most frequent phrase first; join the most similar seed at cosine >= threshold). "
+           "merge rate = 1 - clusters / phrases; mean size = phrases per canonical state (paper: keep <= 5).")
+    if has_truth:
+        cap += " Purity / inverse purity / adjusted Rand index against the true synonym sets, over unique phrases."
+    return Table("sweep", "Canonicalization threshold sweep", cols, body, cap)
+
+
+def plot_sizes(rows: list[dict], path: Path, title: str) -> None:
+    """Cluster-size distribution per threshold (log-log) and vocabulary size vs threshold."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
+    for r in rows:
+        h = r["size_histogram"]
+        a.plot(list(h), list(h.values()), marker="o", ms=3, label=f"t = {r['threshold']:.2f}")
+    a.set(xscale="log", yscale="log", xlabel="cluster size (phrases)", ylabel="canonical states",
+          title="cluster-size distribution")
+    a.legend()
+    ts = [r["threshold"] for r in rows]
+    b.plot(ts, [r["clusters"] for r in rows], marker="o", label="canonical states")
+    b.set(xlabel="threshold", ylabel="canonical states", title="vocabulary size")
+    b2 = b.twinx()
+    b2.plot(ts, [r["mean_size"] for r in rows], marker="s", color="tab:orange", label="mean size")
+    b2.axhline(MAX_MEAN_CLUSTER_SIZE, color="tab:orange", ls=":", lw=1)
+    b2.set_ylabel("mean cluster size")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def run_sweep(cfg: SweepConfig, *, progress: bool = True, log=print, encoder=None) -> dict:
+    """Run the sweep and write the output directory (see the module docstring); returns the JSON document.
+    ``encoder``: an already loaded text encoder of ``cfg.model`` (else it is loaded)."""
+    cfg.check()
+    vocab = load_vocab(cfg.data, cfg.phrases)
+    log(f"{len(vocab):,} unique phrases ({int(vocab.counts.sum()):,} occurrences) from {vocab.source}")
+    emb = embed_vocab(vocab, cfg.model, batch_size=cfg.batch_size, device=cfg.device, progress=progress,
+                      encoder=encoder)
+    rows = sweep_vocab(vocab, emb, cfg.thresholds, progress=progress)
+    ok = [r["threshold"] for r in rows if r["mean_size_ok"]]
+    doc = {
+        "config": asdict(cfg),
+        "vocabulary": {"source": vocab.source, "phrases": len(vocab), "occurrences": int(vocab.counts.sum()),
+                       "true_classes": len(set(vocab.truth)) if vocab.truth is not None else None,
+                       "ambiguous_phrases": vocab.ambiguous, "dim": int(emb.shape[1])},
+        "thresholds": [{k: v for k, v in r.items() if k != "_clustering"} for r in rows],
+        "rule_of_thumb": {"max_mean_size": MAX_MEAN_CLUSTER_SIZE, "thresholds_ok": ok},
+    }
+    if vocab.truth is not None:
+        best = max(rows, key=lambda r: r["ari"])
+        doc["best_ari_threshold"] = best["threshold"]
+    with staged_dir(cfg.out, "sweep") as d:
+        table = _table(rows, vocab.truth is not None)
+        table.write(d)
+        for r in rows:
+            write_jsonl(d / f"clusters_t{r['threshold']:.2f}.jsonl", clusters_rows(vocab, r["_clustering"]))
+        plot_sizes(rows, d / "cluster_sizes.png", f"{len(vocab):,} phrases, {cfg.model}")
+        write_json(d / "sweep.json", doc)
+        write_json(d / "config.json", asdict(cfg))
+    doc["markdown"] = table.markdown()
+    return doc
