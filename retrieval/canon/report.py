@@ -185,11 +185,11 @@ def build(cfg: CanonReportConfig) -> dict:
             "b = robust only, c = plain only). gap closed = Δ / (exact-string oracle − plain read).")
     robust_table = Table("robust", "Paraphrase-robust reads vs the plain read", rcols, rrows, rcap)
     doc = {"config": asdict(cfg), "queries": len(ids), "valid_queries": int(valid.sum()), "k": k,
-           "decomposition": {s.name: {"role": role, "path": s.path, "r_at_1": mean_valid(s.r1)[0],
-                                      "r_at_k": mean_valid(s.rk)[0], "r_at_10": mean_valid(s.r10)[0],
-                                      "mrr": mean_valid(s.rr)[0]}
+           "decomposition": [{"role": role, "name": s.name, "path": s.path, "r_at_1": mean_valid(s.r1)[0],
+                              "r_at_k": mean_valid(s.rk)[0], "r_at_10": mean_valid(s.r10)[0],
+                              "mrr": mean_valid(s.rr)[0]}
                              for role, s in [("exact", ex), ("paraphrase", para), *(("predictor", x) for x in preds),
-                                             *(("describe", x) for x in descs)]},
+                                             *(("describe", x) for x in descs)]],
            "best_predictor": best.name if best else None, "channels": channels, "robust": rjson,
            "paper_r5": PAPER_R5}
     return {"doc": doc, "tables": [decomposition, robust_table]}
@@ -212,9 +212,9 @@ def _plot(doc: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = list(doc["decomposition"])
-    vals = [100 * doc["decomposition"][n]["r_at_k"] for n in names]
-    roles = [doc["decomposition"][n]["role"] for n in names]
+    names = [d["name"] for d in doc["decomposition"]]
+    vals = [100 * d["r_at_k"] for d in doc["decomposition"]]
+    roles = [d["role"] for d in doc["decomposition"]]
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
     a.barh(range(len(names)), vals, color=["tab:green" if r == "exact" else "tab:blue" if r == "paraphrase"
                                              else "tab:gray" for r in roles])

@@ -1,0 +1,163 @@
+"""Canonicalize-then-retrieve (the snap), and the decomposition / robust-read report."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from eval.benchmark import Benchmark
+from eval.io import write_json, write_jsonl
+from eval.metrics import RankStats, recall_at_k
+from eval.runs import read_run
+from retrieval.canon.report import CanonReportConfig, write_report
+from retrieval.canon.snap import CanonicalIndex, canonicalize_phrases, snap_scores
+from retrieval.cli import app
+from retrieval.methods import method_query_vectors
+from retrieval.queries import QueryVectors
+from retrieval.runs import score_query_vectors
+from retrieval.search import phrase_query_vectors
+from retrieval.spaces import Space
+
+
+def r5(path, row=False):
+    st = RankStats.from_run(read_run(path), "type2-all")
+    return recall_at_k(st, 5, "row" if row else "expected")
+
+
+@pytest.fixture(scope="module")
+def runs(canon_bench_dir, text_encoder, tmp_path_factory):
+    """Test-split runs on the benchmark copy: exact-string oracle, the synonym paraphrase read plainly, snapped with
+    every phrasing indexed, snapped with the held-out states' phrasings left out, and question-only."""
+    d = tmp_path_factory.mktemp("canon-runs")
+    bench = Benchmark.load(canon_bench_dir)
+    sp = Space.load(bench, "minilm")
+    rows = bench.query_rows("test")
+    members = dict(zip(bench.state_ids, bench.states_ds["members"][:], strict=True))
+    qs = bench.queries("test")
+    write_jsonl(d / "para.jsonl", ({"query_id": q.id, "phrase": members[q.target_state_id][1]} for q in qs))
+    held = sorted({q.target_state_id for q in qs})[::2]
+    write_json(d / "holdout.json", {"train_states": [s for s in bench.state_ids if s not in held],
+                                    "heldout_states": held})
+    out = {"dir": d, "bench": bench, "space": sp, "held": held}
+
+    def score(name, qv):
+        score_query_vectors(bench, qv, sp, d / f"{name}.parquet", method=name, progress=False)
+        out[name] = d / f"{name}.parquet"
+
+    score("exact", method_query_vectors(bench, "semantic-text", sp, rows))
+    score("question-only", method_query_vectors(bench, "question-only", sp, rows))
+    qv, _ = phrase_query_vectors(bench, d / "para.jsonl", rows, "minilm", text_encoder)
+    score("plain", qv)
+    snapped, out["snap_summary"] = canonicalize_phrases(bench, sp, text_encoder, qv, 3)
+    score("snap", snapped)
+    snapped_h, out["snap_holdout_summary"] = canonicalize_phrases(bench, sp, text_encoder, qv, 3, d / "holdout.json")
+    score("snap_holdout", snapped_h)
+    out["qv"] = qv
+    return out
+
+
+def test_snap_scores_by_hand():
+    e = np.eye(4, dtype=np.float32)
+    index = CanonicalIndex(["a", "a2", "b", "c"], np.array([0, 0, 1, 2]), e, n_states=3)
+    q = np.zeros((3, 2, 4), np.float32)
+    q[0, 0] = [0.0, 0.8, 0.6, 0.0]  # closest to a2 (state 0), then b (state 1)
+    q[1, 0] = [0.0, 0.0, 0.0, 1.0]
+    q[1, 1] = [0.0, 0.0, 0.6, 0.8]  # two phrases: state 2 at 1.0 (first phrase), state 1 at 0.6
+    states, scores = snap_scores(index, q, top_m=2)  # query 2 has no phrase: a miss
+    assert states.tolist() == [[0, 1], [2, 1], [-1, -1]]
+    assert np.allclose(scores, [[0.8, 0.6], [1.0, 0.6], [0.0, 0.0]])
+    q2 = np.zeros((1, 1, 4), np.float32)
+    q2[0, 0] = [0.0, 0.0, 0.0, 0.0]
+    q2[0, 0, :2] = [0.6, 0.0]
+    q2[0, 0, 2] = 0.6  # tie between states 0 and 1: the lower state row first
+    assert snap_scores(index, q2, 3)[0].tolist() == [[0, 1, 2]]
+
+
+def test_the_snap_recovers_the_exact_oracle_when_the_phrasing_is_in_the_index(runs):
+    exact, plain, snap = r5(runs["exact"], row=True), r5(runs["plain"], row=True), r5(runs["snap"], row=True)
+    ok = np.isfinite(exact)
+    assert np.nanmean(plain) < np.nanmean(exact)  # the paraphrase oracle loses to the exact-string oracle
+    assert np.array_equal(snap[ok], exact[ok])
+    assert runs["snap_summary"]["mean_top1_snap_score"] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_a_held_out_state_snaps_through_similarity_only(runs, text_encoder):
+    bench, held = runs["bench"], set(runs["held"])
+    index = CanonicalIndex.from_benchmark(bench, text_encoder, exclude_members_of=held)
+    by_state = {}
+    for t, r in zip(index.texts, index.state_rows, strict=True):
+        by_state.setdefault(bench.state_ids[r], []).append(t)
+    assert all(by_state[s] == [bench.state(s).text] for s in held)
+    assert all(len(by_state[s]) > 1 for s in bench.state_ids if s not in held)
+    assert runs["snap_holdout_summary"]["index_excluded_states"] == len(held)
+    # with every state's phrasings left out, the snap's first state is the nearest canonical text
+    allheld = CanonicalIndex.from_benchmark(bench, text_encoder, exclude_members_of=set(bench.state_ids))
+    states, _ = snap_scores(allheld, runs["qv"].vectors, 1)
+    texts = text_encoder.encode_items(bench.states_ds["text"][:])
+    want = (runs["qv"].vectors[:, 0] @ texts.T).argmax(1)
+    assert np.array_equal(states[:, 0], want)
+
+
+def test_search_cli_canonicalize(runs, canon_bench_dir, tmp_path):
+    out = tmp_path / "snap.parquet"
+    r = CliRunner().invoke(app, ["search", "--data", str(canon_bench_dir), "--phrases", str(runs["dir"] / "para.jsonl"),
+                                 "--space", "minilm", "--out", str(out), "--canonicalize", "2"])
+    assert r.exit_code == 0, r.output
+    run = read_run(out)
+    assert run.method == "para+snap2[minilm]" and run.config["canonicalize_top_m"] == 2
+    assert np.array_equal(r5(out, row=True), r5(runs["exact"], row=True), equal_nan=True)
+    bad = CliRunner().invoke(app, ["search", "--data", str(canon_bench_dir), "--phrases",
+                                   str(runs["dir"] / "para.jsonl"), "--space", "pixels", "--out", str(tmp_path / "x"),
+                                   "--canonicalize", "2"])
+    assert bad.exit_code != 0
+
+
+def test_snap_keeps_misses(runs):
+    qv = runs["qv"]
+    v = qv.vectors.copy()
+    v[:3] = 0
+    snapped, summary = canonicalize_phrases(runs["bench"], runs["space"], _Enc(runs["space"]),
+                                            QueryVectors(qv.query_ids, v, qv.space), 2)
+    assert not snapped.vectors[:3].any() and snapped.vectors[3:].any()
+    assert summary["snapped_queries"] == len(qv.query_ids) - 3
+
+
+class _Enc:
+    """Index phrasings embedded as the space's own state vectors (no model needed for this check)."""
+
+    def __init__(self, space):
+        self.space = space
+
+    def encode_items(self, texts, progress=False):
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=(len(texts), self.space.dim)).astype(np.float32)
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_report_numbers(runs, canon_bench_dir, tmp_path):
+    d = runs["dir"]
+    cfg = CanonReportConfig(data=str(canon_bench_dir), out=str(tmp_path / "rep"), exact=str(runs["exact"]),
+                            paraphrase=str(runs["plain"]), predictors=[str(runs["question-only"])],
+                            robust=[f"snap3={runs['snap']}", f"snap3-holdout={runs['snap_holdout']}"],
+                            holdout=str(d / "holdout.json"), n_resamples=500)
+    doc = write_report(cfg)
+    for f in ("report.md", "report.json", "decomposition.md", "decomposition.csv", "decomposition.tex", "robust.md",
+              "decomposition.png", "config.json"):
+        assert (tmp_path / "rep" / f).stat().st_size > 0
+    dec = {d["role"]: d for d in doc["decomposition"]}
+    exact, plain = np.nanmean(r5(runs["exact"])), np.nanmean(r5(runs["plain"]))
+    assert dec["exact"]["r_at_k"] == pytest.approx(exact) and dec["exact"]["name"] == "exact"
+    assert dec["paraphrase"]["r_at_k"] == pytest.approx(plain)
+    ch = doc["channels"]["canonicalization_channel"]["bootstrap"]
+    assert ch["delta"] == pytest.approx(exact - plain) and ch["ci_low"] <= ch["delta"] <= ch["ci_high"]
+    assert doc["best_predictor"] == "question-only"
+    rob = doc["robust"]
+    assert rob["all"]["reads"]["snap3"]["gap_closed"] == pytest.approx(1.0)
+    assert rob["seen states"]["n"] + rob["held-out states"]["n"] == rob["all"]["n"]
+    mc = rob["all"]["reads"]["snap3"]["mcnemar"]
+    hits_plain = r5(runs["plain"], row=True)
+    assert mc["c"] == 0 and mc["b"] == int(np.nansum(1 - hits_plain))
+    assert json.loads((tmp_path / "rep" / "report.json").read_text())["queries"] == len(runs["qv"].query_ids)
