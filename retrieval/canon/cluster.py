@@ -119,14 +119,15 @@ def to_grid(emb: np.ndarray) -> np.ndarray:
         raise ValueError(f"embeddings must be (n, d), got shape {x.shape}")
     out = np.empty(x.shape, np.float32)
     for s in range(0, len(x), _ROW_CHUNK):
-        c = x[s:s + _ROW_CHUNK].astype(np.float64)
-        bad = ~np.isfinite(c).all(axis=1)
+        c = np.asarray(x[s:s + _ROW_CHUNK], np.float32)
+        sq = np.einsum("ij,ij->i", c, c, dtype=np.float64)
+        bad = ~np.isfinite(sq)
         if bad.any():
             raise ValueError(f"embeddings hold NaN/inf values (first bad row {s + int(np.flatnonzero(bad)[0])})")
-        norm = np.sqrt(np.einsum("ij,ij->i", c, c))[:, None]
-        if (norm == 0).any():
-            raise ValueError(f"embedding row {s + int(np.flatnonzero(norm[:, 0] == 0)[0])} is zero: cannot normalise")
-        out[s:s + _ROW_CHUNK] = np.rint(c / norm * _SCALE) / _SCALE
+        if (sq == 0).any():
+            raise ValueError(f"embedding row {s + int(np.flatnonzero(sq == 0)[0])} is zero: cannot normalise")
+        scaled = c * (_SCALE / np.sqrt(sq)).astype(np.float32)[:, None]
+        out[s:s + _ROW_CHUNK] = np.rint(scaled, out=scaled) * np.float32(1 / _SCALE)  # exact: a power of two
     return out
 
 
@@ -180,7 +181,7 @@ class _Screen:
             r = max((float(np.sqrt(_sq_norms(g).max())) for g in nonempty), default=1.0)
             self.lo = float(np.float32(self.t - screen_margin(self.dim, r)))
             return
-        self.scale = max((max(float(np.abs(c).max(initial=0.0)) for c in _chunks64(g)) for g in nonempty),
+        self.scale = max((max(float(np.abs(c).max(initial=0.0)) for c in _chunks(g)) for g in nonempty),
                          default=1.0) / 127.0 or 1.0
         self.l1_max = max((float(_l1(g).max()) for g in nonempty), default=0.0)
 
@@ -222,16 +223,17 @@ class _Screen:
 
 
 def _sq_norms(g: np.ndarray) -> np.ndarray:
-    return np.concatenate([np.einsum("ij,ij->i", c, c) for c in _chunks64(g)])
+    """Squared row norms, float64 accumulation (over row chunks: bounded temporary memory)."""
+    return np.concatenate([np.einsum("ij,ij->i", c, c, dtype=np.float64) for c in _chunks(g)])
 
 
 def _l1(g: np.ndarray) -> np.ndarray:
-    return np.concatenate([np.abs(c).sum(axis=1) for c in _chunks64(g)])
+    """Row L1 norms, float64 accumulation (rounded up by a relative 1e-12 to stay an upper bound)."""
+    return np.concatenate([np.abs(c).sum(axis=1, dtype=np.float64) for c in _chunks(g)]) * (1 + 1e-12)
 
 
-def _chunks64(g: np.ndarray):
-    """Row chunks of ``g`` as float64 (bounded temporary memory)."""
-    return (g[s:s + _ROW_CHUNK].astype(np.float64) for s in range(0, max(len(g), 1), _ROW_CHUNK))
+def _chunks(g: np.ndarray):
+    return (g[s:s + _ROW_CHUNK] for s in range(0, max(len(g), 1), _ROW_CHUNK))
 
 
 @njit(cache=True, nogil=True)

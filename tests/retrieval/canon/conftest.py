@@ -33,7 +33,7 @@ def tiny_st_model(tmp_path_factory, synth_dir):
     sentence-transformers model (mean pooling, normalised): ~1 MB, trains in well under a second a step."""
     import torch
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer import models
+    from sentence_transformers.sentence_transformer.modules import Normalize, Pooling, Transformer
     from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
     from tokenizers.models import WordPiece
     from transformers import BertConfig, BertModel, BertTokenizerFast
@@ -55,7 +55,7 @@ def tiny_st_model(tmp_path_factory, synth_dir):
     hf = root / "hf"
     bert.save_pretrained(hf)
     tok.save_pretrained(hf)
-    word = models.Transformer(str(hf), max_seq_length=32)
-    st = SentenceTransformer(modules=[word, models.Pooling(128, "mean"), models.Normalize()], device="cpu")
+    word = Transformer(str(hf), max_seq_length=32)
+    st = SentenceTransformer(modules=[word, Pooling(128, "mean"), Normalize()], device="cpu")
     st.save(str(root / "st"))
     return root / "st"
