@@ -9,12 +9,13 @@ import pytest
 from typer.testing import CliRunner
 
 import prompts
+from eval.benchmark import Benchmark
 from eval.phrases import read_phrases
 from forecasters.cli import app
 from forecasters.media import FrameCache
 from forecasters.probes import synonym_paraphrase, synonym_phrase_records, target_segment
 from forecasters.registry import get_forecaster
-from forecasters.runner import RunConfig, render_request, run
+from forecasters.runner import RunConfig, render_request, run, select_queries
 
 
 def test_synonym_paraphrase_is_deterministic_and_never_the_text():
@@ -84,9 +85,9 @@ def para_sampling():
 @pytest.mark.parametrize("forecaster,kind", [("paraphrase", "qwen2"), ("describe", "qwen2_vl")])
 def test_probe_runs_through_the_runner(forecaster, kind, tiny, synth_dir, tmp_path):
     out = tmp_path / f"{forecaster}.jsonl"
-    summary = run(RunConfig(data=str(synth_dir), out=str(out), forecaster=forecaster, backend="hf",
-                            model=str(tiny[kind]), split="test", limit=3, max_tokens=8, device="cpu",
-                            dtype="float32", progress=False))
+    cfg = RunConfig(data=str(synth_dir), out=str(out), forecaster=forecaster, backend="hf", model=str(tiny[kind]),
+                    split="test", limit=3, max_tokens=8, device="cpu", dtype="float32", progress=False)
+    summary = run(cfg)
     assert summary.attempted == 3 and summary.failed == 0
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 3
@@ -94,5 +95,6 @@ def test_probe_runs_through_the_runner(forecaster, kind, tiny, synth_dir, tmp_pa
     assert all(x["forecaster"] == forecaster and x["prompt_id"] == tpl.id and x["prompt_hash"] == tpl.hash
                for x in lines)
     assert all(isinstance(x["raw"], str) for x in lines)
-    if forecaster == "describe":
-        assert summary.frames_loaded == 3
+    if forecaster == "describe":  # one image per query: the true target frame (loaded once per distinct frame)
+        bench = Benchmark.load(synth_dir)
+        assert summary.frames_loaded == len({target_segment(q, bench).frame for q in select_queries(bench, cfg)})
