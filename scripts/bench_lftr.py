@@ -22,18 +22,21 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from eval.io import write_json
-from retrieval.index import FlatIPIndex
-from retrieval.lftr.config import LFTRConfig
-from retrieval.lftr.data import LFTRData
-from retrieval.lftr.model import LFTR, count_parameters
-from retrieval.lftr.train import Trainer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from a checkout: find the packages
+
+from eval.io import write_json  # noqa: E402
+from retrieval.index import FlatIPIndex  # noqa: E402
+from retrieval.lftr.config import LFTRConfig  # noqa: E402
+from retrieval.lftr.data import LFTRData  # noqa: E402
+from retrieval.lftr.model import LFTR, count_parameters  # noqa: E402
+from retrieval.lftr.train import Trainer  # noqa: E402
 
 
 def random_data(n_train: int, n_prefixes: int, n_items: int, dim: int, n_states: int, seed: int) -> LFTRData:
