@@ -6,6 +6,7 @@ A run is one Parquet file (``*.parquet``), one row per query, written atomically
     topk_ids            list<string>    the top-k corpus ids, best first (own video removed; ties by corpus row)
     topk_scores         list<float32>   their scores
     kth_tie_unlisted    int64           items tied with the k-th score that did not fit in the list
+    missed              bool            the method gave no answer for this query (scored as a miss, `Run.mark_missed`)
     <pool>/<field>      int64 | float32 rank statistics per GT pool (see `eval.scoring`): n_pos, n_above,
                                         n_tie_neg, n_tie_pos, n_tie_neg_first, best; probes hold n_pos, best
     ranked/top_mask     list<int64>     positives at or above the k-th score: pool bitmask ...
@@ -77,6 +78,14 @@ class RankedPositives:
         co, pm, pc = take(self.count_offsets, self.pos_mask, self.pos_count)
         return RankedPositives(list(self.pool_names), to, m, a, t, co, pm, pc)
 
+    def without_top(self, queries: np.ndarray) -> RankedPositives:
+        """A copy in which the queries flagged in ``queries`` (bool, n_q) have no positives above the k-th score."""
+        lens = np.diff(self.top_offsets)
+        keep = np.repeat(~np.asarray(queries, bool), lens)
+        new_off = np.concatenate([[0], np.cumsum(np.where(queries, 0, lens))]).astype(np.int64)
+        return RankedPositives(list(self.pool_names), new_off, self.mask[keep], self.above[keep], self.tie[keep],
+                               self.count_offsets.copy(), self.pos_mask.copy(), self.pos_count.copy())
+
 
 @dataclass
 class Run:
@@ -97,6 +106,8 @@ class Run:
     kth_tie_unlisted: np.ndarray | None = None
     ranked: RankedPositives | None = None
     name: str = field(default="")
+    #: bool (n,): queries the method gave no answer for (a failed or unparseable forecast); see `mark_missed`.
+    missed: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         self.topk_scores = np.asarray(self.topk_scores, dtype=np.float32)
@@ -110,6 +121,9 @@ class Run:
                     raise ValueError(f"run {self.method!r}: stats[{pool!r}][{f!r}] has {len(v)} values, expected {n}")
         if self.kth_tie_unlisted is None:
             self.kth_tie_unlisted = np.zeros(n, np.int64)
+        self.missed = np.zeros(n, bool) if self.missed is None else np.asarray(self.missed, bool)
+        if self.missed.shape != (n,):
+            raise ValueError(f"run {self.method!r}: missed has shape {self.missed.shape}, expected ({n},)")
         if not self.name:
             self.name = self.method
 
@@ -136,7 +150,40 @@ class Run:
         return Run(self.method, dict(self.config), list(ids), [self.topk_ids[i] for i in rows], self.topk_scores[rows],
                    {p: {f: v[rows] for f, v in d.items()} for p, d in self.stats.items()}, self.benchmark,
                    self.kth_tie_unlisted[rows], self.ranked.select(rows) if self.ranked is not None else None,
-                   self.name)
+                   self.name, self.missed[rows])
+
+    def mark_missed(self, missed: np.ndarray, n_ranked: dict[str, np.ndarray]) -> None:
+        """Score the queries flagged in ``missed`` as misses, in place.
+
+        A miss is a query the method gave no answer for (the forecaster failed or its output did not parse). Whatever
+        the source scored for it, its positives are placed after every ranked negative: for each pool
+        ``n_above = n_ranked - n_pos``, ``n_tie_neg = 0``, ``n_tie_pos = n_pos``, so the first GT rank is
+        ``n_ranked - n_pos + 1`` (R@k = 0 for every k below it, MRR ~ 0), its top-k list is emptied and it has
+        no positives above the k-th score (nDCG = 0). ``n_ranked[pool]`` (n,) is the number of items ranked for
+        each query in that pool (the corpus minus the query's excluded rows).
+        """
+        missed = np.asarray(missed, bool)
+        if missed.shape != (self.n,):
+            raise ValueError(f"missed has shape {missed.shape}, expected ({self.n},)")
+        if not missed.any():
+            return
+        for pool, d in self.stats.items():
+            if "n_above" not in d:
+                continue
+            if pool not in n_ranked:
+                raise KeyError(f"mark_missed: no ranked-item counts for pool {pool!r}")
+            n_pos = d["n_pos"][missed]
+            d["n_above"][missed] = np.maximum(np.asarray(n_ranked[pool])[missed] - n_pos, 0)
+            d["n_tie_neg"][missed] = 0
+            d["n_tie_neg_first"][missed] = 0
+            d["n_tie_pos"][missed] = n_pos
+        self.topk_scores[missed] = -np.inf
+        for i in np.flatnonzero(missed):
+            self.topk_ids[i] = [""] * self.k
+        self.kth_tie_unlisted[missed] = 0
+        if self.ranked is not None:
+            self.ranked = self.ranked.without_top(missed)
+        self.missed = self.missed | missed
 
 
 def _list_array(offsets: np.ndarray, values: np.ndarray, typ: pa.DataType) -> pa.Array:
@@ -156,6 +203,7 @@ def write_run(path: str | os.PathLike, run: Run) -> Path:
         "topk_ids": _list_array(offsets, np.asarray(flat_ids, dtype=object), pa.string()),
         "topk_scores": _list_array(offsets, run.topk_scores.ravel(), pa.float32()),
         "kth_tie_unlisted": pa.array(np.asarray(run.kth_tie_unlisted, np.int64)),
+        "missed": pa.array(np.asarray(run.missed, bool)),
     }
     for pool, d in run.stats.items():
         for f, v in d.items():
@@ -238,6 +286,8 @@ def read_run(path: str | os.PathLike) -> Run:
             stats[p][f] = col.to_numpy().astype(np.float32 if f in FLOAT_FIELDS else np.int64)
     unlisted = (table.column("kth_tie_unlisted").to_numpy().astype(np.int64) if "kth_tie_unlisted" in names
                 else np.zeros(n, np.int64))
+    missed = (table.column("missed").to_numpy(zero_copy_only=False).astype(bool) if "missed" in names
+              else np.zeros(n, bool))
     ranked = None
     if meta.get("ranked_pools") is not None:
         got = {}
@@ -251,4 +301,4 @@ def read_run(path: str | os.PathLike) -> Run:
                                  got["pos_count"][1].astype(np.int64))
     return Run(method=str(meta["method"]), config=dict(meta.get("config") or {}), query_ids=qids, topk_ids=topk_ids,
                topk_scores=np.asarray(scores, np.float32).reshape(n, k), stats=stats, benchmark=str(meta["benchmark"]),
-               kth_tie_unlisted=unlisted, ranked=ranked, name=str(meta.get("name") or meta["method"]))
+               kth_tie_unlisted=unlisted, ranked=ranked, name=str(meta.get("name") or meta["method"]), missed=missed)

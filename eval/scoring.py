@@ -759,11 +759,13 @@ def benchmark_groups(bench: Any, queries: Sequence[Any]) -> tuple[dict[str, list
 def score_benchmark(bench: Any, source: ScoreSource, query_rows: np.ndarray | Sequence[int], *, method: str,
                     config: dict[str, Any] | None = None, k: int = 50, q_block: int = DEFAULT_Q_BLOCK,
                     c_chunk: int = DEFAULT_C_CHUNK, progress: bool = True,
-                    checkpoint: str | os.PathLike | None = None) -> Any:
+                    checkpoint: str | os.PathLike | None = None, missed: np.ndarray | None = None) -> Any:
     """Score ``source`` on the benchmark queries at ``query_rows`` (source query i = benchmark row query_rows[i])
     over the whole corpus, for every GT definition and tier (`BENCHMARK_POOLS`) plus the triplet probes, under
     the PSR protocol (own video excluded except for ``in_video``). Returns an `eval.runs.Run`. With ``checkpoint``
-    (a directory) finished query blocks are kept there and a rerun of the same method + config resumes."""
+    (a directory) finished query blocks are kept there and a rerun of the same method + config resumes.
+    ``missed`` (bool, one per query) flags queries the method gave no answer for: they are scored as misses
+    (`eval.runs.Run.mark_missed`: every positive after every ranked negative), whatever the source scored."""
     from eval.runs import Run
 
     query_rows = np.asarray(query_rows, dtype=np.int64)
@@ -779,6 +781,13 @@ def score_benchmark(bench: Any, source: ScoreSource, query_rows: np.ndarray | Se
                        no_exclude_pools=("in_video",), probes=probes, checkpoint=checkpoint, fingerprint=fingerprint)
     ids = np.asarray(bench.corpus_ids, dtype=object)
     topk_ids = [[ids[r] if r >= 0 else "" for r in row] for row in res.topk_rows]
-    return Run(method=method, config=dict(config or {}), query_ids=[q.id for q in queries], topk_ids=topk_ids,
-               topk_scores=res.topk_scores, stats=res.stats, benchmark=bench.name,
-               kth_tie_unlisted=res.kth_tie_unlisted, ranked=res.ranked)
+    run = Run(method=method, config=dict(config or {}), query_ids=[q.id for q in queries], topk_ids=topk_ids,
+              topk_scores=res.topk_scores, stats=res.stats, benchmark=bench.name,
+              kth_tie_unlisted=res.kth_tie_unlisted, ranked=res.ranked)
+    if missed is not None:
+        n_items = source.n_items
+        n_excl = np.fromiter((len(e) for e in exclude), dtype=np.int64, count=len(exclude))
+        n_ranked = {p: np.full(len(queries), n_items, np.int64) if p == "in_video" else n_items - n_excl
+                    for p in run.pools}
+        run.mark_missed(np.asarray(missed, bool), n_ranked)
+    return run

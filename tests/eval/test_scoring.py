@@ -381,3 +381,28 @@ def test_checkpoint_resumes_finished_blocks(tmp_path):
     np.testing.assert_array_equal(again.ranked.mask, first.ranked.mask)
     with pytest.raises(ValueError, match="fingerprint"):
         score_stream(Counted(), pools, None, **{**kw, "fingerprint": "m2"})
+
+
+def test_missed_queries_are_misses_whatever_the_source(synth_bench, tmp_path):
+    """A query flagged as missed (no usable forecast) scores 0 on every recall, even under the true-state oracle,
+    and the flag survives a write/read round trip; the other queries are untouched."""
+    from eval.metrics import per_query_metrics
+    from eval.scoring import score_benchmark
+
+    bench = synth_bench
+    rows, oracle, _ = _oracle_and_pixels(bench)
+    missed = np.zeros(len(rows), bool)
+    missed[::3] = True
+    plain = score_benchmark(bench, oracle, rows, method="oracle", k=8, progress=False)
+    run = score_benchmark(bench, oracle, rows, method="oracle", k=8, progress=False, missed=missed)
+    back = read_run(write_run(tmp_path / "r.parquet", run))
+    np.testing.assert_array_equal(back.missed, missed)
+    for pool in ("type2-all", "type1-all", "in_video"):
+        got, ref = per_query_metrics(back, pool), per_query_metrics(plain, pool)
+        valid = back.stats[pool]["n_pos"] > 0
+        assert (got["R@50"][missed & valid] == 0).all() and (got["RR"][missed & valid] < 0.05).all()
+        np.testing.assert_array_equal(got["R@5"][~missed], ref["R@5"][~missed])
+    ref = per_query_metrics(plain, "type2-all")
+    assert ref["R@1"][missed].mean() > 0.9  # the oracle would have hit them
+    assert all(x == "" for i in np.flatnonzero(missed) for x in back.topk_ids[i])
+    assert (per_query_metrics(back, "type2-all", ndcg_k=5)["nDCG@5"][missed] == 0).all()
