@@ -2,9 +2,9 @@
 
 A method (baseline, oracle, phrase search, LFTR) turns each query into K >= 1 vectors in one space; an item's score
 is the max over the K (``s(q, i) = max_k <v_{q,k}, x_i>``). A query the method cannot answer (a failed or
-unparsed phrase, no observed future frame) is a **miss**: all its vectors are zero, so every corpus item scores
-exactly 0 and the query's ranking is one full tie, which the tie-aware metrics score as a random ranking in
-expectation (expected R@k = k x |GT| / |corpus| at most: ~0 at PSR scale). It never ranks GT above anything.
+unparsed phrase, no observed future frame) is a **miss**: all its vectors are zero and ``miss`` flags it; the run
+scores it as a miss (`eval.runs.Run.mark_missed`: every positive after every ranked negative, so R@k = 0), never
+as the random ranking a full tie would give in expectation.
 
 Beside each run ``RUN.parquet`` the method writes ``RUN.qvec.npz`` (`save_query_vectors`) holding the vectors, the
 space and the query ids, so that runs sharing a corpus can be z-score fused later without recomputing them

@@ -54,7 +54,7 @@ def score_query_vectors(bench: Benchmark, qv: QueryVectors, space: Space | None,
            "misses": qv.n_misses, "query_vectors_sha1": _digest(qv), **(config or {})}
     ckpt = _checkpoint_dir(out)
     run = score_benchmark(bench, make_source(bench, qv, space), query_rows_of(bench, qv.query_ids), method=method,
-                          config=cfg, k=k, progress=progress, checkpoint=ckpt)
+                          config=cfg, k=k, progress=progress, checkpoint=ckpt, missed=qv.miss)
     save_query_vectors(sidecar_path(out), qv, method=method)
     write_run(out, run)
     shutil.rmtree(ckpt, ignore_errors=True)
@@ -117,8 +117,11 @@ def fuse_query_vectors(bench: Benchmark, qvs: list[QueryVectors], out: str | os.
            "inputs": inputs or [], **(config or {})}
     cfg["query_vectors_sha1"] = [_digest(q) for q in qvs]
     ckpt = _checkpoint_dir(out)
+    # a fused query is a miss only when every input missed it (the others still carry an answer)
+    missed = np.logical_and.reduce([q.miss for q in qvs])
+    cfg["misses"] = int(missed.sum())
     run = score_benchmark(bench, fused, query_rows_of(bench, ids), method=method, config=cfg, k=k,
-                          progress=progress, checkpoint=ckpt)
+                          progress=progress, checkpoint=ckpt, missed=missed)
     write_run(out, run)
     shutil.rmtree(ckpt, ignore_errors=True)
     return run

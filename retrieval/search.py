@@ -6,8 +6,8 @@ SigLIP image space: text -> image retrieval); an item's score is the max over th
 are embedded once. Queries padded to the largest sample count repeat their first phrase (the max is unchanged).
 
 A query whose line is missing, failed (``error``), unparsed (``parse_ok`` false) or empty is a **miss**: its query
-vectors are all zero, so every item scores 0 and its ranking is one full tie (see `retrieval.queries`); it is
-counted in the run config (``misses``).
+vectors are all zero and the run scores it as a miss, R@k = 0 (see `retrieval.queries`); it is counted in the
+run config (``misses``) and flagged in the run file (``missed``).
 """
 
 from __future__ import annotations

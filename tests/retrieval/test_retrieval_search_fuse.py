@@ -44,7 +44,7 @@ def test_phrase_vectors_max_over_samples_and_misses(tiny_bench, text_encoder, tm
     assert np.allclose(qv.vectors[4, 0], qv.vectors[4, 1])
 
 
-def test_search_cli_writes_run_with_tied_misses(tiny_dir, tmp_path):
+def test_search_cli_scores_failed_phrases_as_misses(tiny_dir, tmp_path):
     from retrieval.cli import app
     from retrieval.queries import load_query_vectors, sidecar_path
 
@@ -59,10 +59,13 @@ def test_search_cli_writes_run_with_tied_misses(tiny_dir, tmp_path):
     st = run.stats["type2-all"]
     video = np.asarray(bench.corpus_ds["video_id"][:])
     for i, q in enumerate(test):
-        if i in (1, 2, 3) or i >= 5:  # a miss: every item scores 0, the ranking is one full tie
+        if i in (1, 2, 3) or i >= 5:  # a miss: every positive is ranked after every other item
             own = int((video == bench.query(q).video_id).sum())
-            assert st["best"][i] == 0 and st["n_above"][i] == 0
-            assert st["n_tie_neg"][i] + st["n_tie_pos"][i] == len(video) - own
+            assert run.missed[i] and st["n_tie_neg"][i] == 0 and st["n_tie_pos"][i] == st["n_pos"][i]
+            assert st["n_above"][i] + st["n_pos"][i] == len(video) - own
+            assert all(x == "" for x in run.topk_ids[i])
+        else:
+            assert not run.missed[i]
     assert load_query_vectors(sidecar_path(out)).n_misses == len(test) - 2
     assert len(run.config["query_vectors_sha1"]) == 40
     assert sorted(p.name for p in out.parent.iterdir()) == ["m3.parquet", "m3.qvec.npz"]  # scoring checkpoint removed
