@@ -248,6 +248,27 @@ def build_tiny_vlm(out: str | os.PathLike, kind: str = "qwen2_vl", *, seed: int 
     return _build_qwen_vl(out, kind, seed)
 
 
+def build_tiny_clip(out: str | os.PathLike, *, seed: int = 0) -> Path:
+    """A tiny random ``CLIPModel`` (32x32 images, 24-d projection) with its image processor and a BPE tokenizer, for
+    the plumbing of text -> image retrieval (e.g. ``scripts/compare_predictors.py --synthetic``). Returns ``out``."""
+    import torch
+    from transformers import CLIPConfig, CLIPModel
+    from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
+
+    out = _save_dir(out)
+    tok = build_tokenizer(out, vocab_size=600, seed=seed)
+    tok.model_max_length = 32
+    tok.save_pretrained(out)
+    tower = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
+    text = dict(vocab_size=len(tok), max_position_embeddings=32, pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id, bos_token_id=tok.pad_token_id, **tower)
+    torch.manual_seed(seed)
+    CLIPModel(CLIPConfig(text_config=text, vision_config=dict(image_size=32, patch_size=8, **tower),
+                         projection_dim=24)).save_pretrained(out)
+    CLIPImageProcessorPil(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32}).save_pretrained(out)
+    return out
+
+
 def build_tiny_model(out: str | os.PathLike, kind: str = "qwen2", *, seed: int = 0) -> Path:
     """Dispatch on ``kind``: ``qwen2``, ``qwen3`` or one of `VLM_KINDS`."""
     if kind == "qwen2":
