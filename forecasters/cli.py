@@ -112,15 +112,14 @@ def run(
     Exit code 0 when done, 2 on bad input, 3 when stopped early by a run of failures (rerun to resume).
     """
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from click.core import ParameterSource
-
     from forecasters.runner import RunConfig
     from forecasters.runner import run as run_job
 
     values = _load_yaml(config)
     cli = {k: v for k, v in ctx.params.items() if k not in ("config", "verbose")}
     for k, v in cli.items():
-        if k not in values or ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE:
+        src = ctx.get_parameter_source(k)
+        if k not in values or getattr(src, "name", "") in ("COMMANDLINE", "ENVIRONMENT"):
             values[k] = v
     values["data"], values["out"] = str(values["data"]), str(values["out"])
     if values.get("split") == "all":

@@ -244,3 +244,21 @@ def test_cli_merge_and_bad_input_errors(synth_dir, tiny, tmp_path, run):
     assert r.returncode == 2 and "bad.jsonl:2" in r.stderr and "query_id" in r.stderr
     r = _cli("run", "--data", str(synth_dir), "--out", str(tmp_path / "y.jsonl"), "--forecaster", "nope")
     assert r.returncode == 2 and "unknown forecaster" in r.stderr
+
+
+def test_cli_run_from_a_yaml_config_with_command_line_overrides(synth_dir, tiny, tmp_path):
+    import yaml
+
+    conf = tmp_path / "run.yaml"
+    conf.write_text(yaml.safe_dump({"forecaster": "text-only", "backend": "hf", "model": str(tiny["qwen2"]),
+                                    "limit": 2, "max_tokens": 6, "num_threads": 1}))
+    out = tmp_path / "yaml.jsonl"
+    r = _cli_inproc("run", "--data", str(synth_dir), "--out", str(out), "--config", str(conf), "--limit", "3",
+                    "--no-progress")
+    assert r.exit_code == 0, r.output
+    lines = _lines(out)
+    assert len(lines) == 3 and all(d["decoding"]["max_tokens"] == 6 for d in lines)  # limit from the CLI, rest YAML
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("no_such_option: 1\n")
+    r = _cli_inproc("run", "--data", str(synth_dir), "--out", str(out), "--config", str(bad))
+    assert r.exit_code != 0 and "no_such_option" in r.output
