@@ -53,7 +53,7 @@ def sweep(
         doc = run_sweep(cfg, log=_log)
     except (ValueError, FileExistsError) as e:
         raise typer.BadParameter(str(e)) from None
-    console.print(doc["markdown"], markup=False, highlight=False)
+    typer.echo(doc["markdown"])
     console.print(f"[green]wrote[/] {escape(str(out))}")
 
 
@@ -118,6 +118,7 @@ def report(
     paraphrase: Path = typer.Option(..., "--paraphrase", help="run of the paraphrase oracle (plain read)"),
     predictor: list[Path] = typer.Option([], "--predictor", help="predictor runs (repeat); the best is reported"),
     describe: list[Path] = typer.Option([], "--describe", help="description-probe runs (repeat)"),
+    other: list[str] = typer.Option([], "--other", help="LABEL=RUN: another probe row (e.g. an LLM paraphrase)"),
     robust: list[str] = typer.Option([], "--robust", help="LABEL=RUN: a robust read of the paraphrase phrases"),
     holdout: Path = typer.Option(None, "--holdout", help="holdout.json of `canon finetune` (seen / held-out rows)"),
     k: int = typer.Option(5, "--k", min=1),
@@ -130,11 +131,11 @@ def report(
 
     cfg = CanonReportConfig(data=str(data), out=str(out), exact=str(exact), paraphrase=str(paraphrase),
                             predictors=[str(p) for p in predictor], describe=[str(p) for p in describe],
-                            robust=list(robust), holdout=str(holdout) if holdout else None, k=k,
+                            others=list(other), robust=list(robust), holdout=str(holdout) if holdout else None, k=k,
                             n_resamples=resamples, seed=seed)
     try:
         doc = write_report(cfg)
     except (ValueError, FileExistsError, KeyError) as e:
         raise typer.BadParameter(str(e)) from None
-    console.print(doc["markdown"], markup=False, highlight=False)
+    typer.echo(doc["markdown"])
     console.print(f"[green]wrote[/] {escape(str(out))}")

@@ -50,6 +50,7 @@ class CanonReportConfig:
     paraphrase: str
     predictors: list[str] = field(default_factory=list)
     describe: list[str] = field(default_factory=list)
+    others: list[str] = field(default_factory=list)  # "label=RUN": more probe rows (an LLM paraphrase, ...)
     robust: list[str] = field(default_factory=list)  # "label=RUN"
     holdout: str | None = None
     pool: str = "type2-all"
@@ -101,12 +102,12 @@ def _diff(a: _Scored, b: _Scored, mask: np.ndarray, cfg: CanonReportConfig) -> d
     return {"bootstrap": boot.to_dict(), "mcnemar": mc.to_dict()}
 
 
-def _parse_robust(items: list[str]) -> list[tuple[str, str]]:
+def _labelled(items: list[str], option: str) -> list[tuple[str, str]]:
     out = []
     for it in items:
         label, sep, path = it.partition("=")
         if not sep or not label or not path:
-            raise ValueError(f"--robust expects LABEL=RUN, got {it!r}")
+            raise ValueError(f"{option} expects LABEL=RUN, got {it!r}")
         out.append((label, path))
     return out
 
@@ -116,13 +117,14 @@ def build(cfg: CanonReportConfig) -> dict:
     from eval.benchmark import Benchmark
     from eval.report import Table
 
-    robust = _parse_robust(cfg.robust)
-    paths = [cfg.exact, cfg.paraphrase, *cfg.predictors, *cfg.describe, *(p for _, p in robust)]
+    robust, others = _labelled(cfg.robust, "--robust"), _labelled(cfg.others, "--other")
+    paths = [cfg.exact, cfg.paraphrase, *cfg.predictors, *cfg.describe, *(p for _, p in robust + others)]
     ids = _common_ids(paths)
     ex = _score(cfg.exact, ids, cfg.pool, cfg.k)
     para = _score(cfg.paraphrase, ids, cfg.pool, cfg.k)
     preds = [_score(p, ids, cfg.pool, cfg.k) for p in cfg.predictors]
     descs = [_score(p, ids, cfg.pool, cfg.k) for p in cfg.describe]
+    extra = [(label, _score(p, ids, cfg.pool, cfg.k)) for label, p in others]
     valid = np.isfinite(ex.rk)
     k = cfg.k
     best = max(preds, key=lambda s: mean_valid(s.rk)[0]) if preds else None
@@ -136,6 +138,7 @@ def build(cfg: CanonReportConfig) -> dict:
     if best is not None:
         rows.append(row("best predictor", best, PAPER_R5["predictor"]))
     rows += [row("description probe", d, PAPER_R5["describe"]) for d in descs]
+    rows += [row(label, x, None) for label, x in extra]
     channels = {"canonicalization_channel": _diff(ex, para, valid, cfg)}
     if best is not None:
         channels["forecasting_gap"] = _diff(para, best, valid, cfg)
@@ -189,7 +192,7 @@ def build(cfg: CanonReportConfig) -> dict:
                               "r_at_k": mean_valid(s.rk)[0], "r_at_10": mean_valid(s.r10)[0],
                               "mrr": mean_valid(s.rr)[0]}
                              for role, s in [("exact", ex), ("paraphrase", para), *(("predictor", x) for x in preds),
-                                             *(("describe", x) for x in descs)]],
+                                             *(("describe", x) for x in descs), *extra]],
            "best_predictor": best.name if best else None, "channels": channels, "robust": rjson,
            "paper_r5": PAPER_R5}
     return {"doc": doc, "tables": [decomposition, robust_table]}
