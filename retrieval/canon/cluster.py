@@ -204,17 +204,15 @@ class _Screen:
             import torch
 
             a = torch.from_numpy(np.ascontiguousarray(codes))
-            lim = np.asarray(limit, np.int32)[:, None]
+            lim = np.asarray(limit, np.int32)
         for s in range(0, len(targets), chunk):
             t = targets[s:s + chunk]
             if self.kind == "int8":
-                tile = torch._int_mm(a, torch.from_numpy(np.ascontiguousarray(t)).T).numpy()
-                hit = tile >= lim
+                hit = torch._int_mm(a, torch.from_numpy(np.ascontiguousarray(t)).T).numpy() >= lim[:, None]
             else:
                 hit = np.matmul(codes, t.T) >= limit
-            flat = np.flatnonzero(hit.ravel())
-            if flat.size:
-                r, c = np.divmod(flat, len(t))
+            r, c = np.divmod(np.flatnonzero(hit.ravel()), len(t))  # one pass over a contiguous tile
+            if r.size:
                 rows.append(r)
                 cols.append(c + s)
         if not rows:
