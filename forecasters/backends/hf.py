@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 
 from forecasters.backends.base import Backend, Completion, ImagePart, Request, UnsupportedInput, VideoPart
 from forecasters.backends.hf_loading import is_vision_config, load_processor
@@ -146,7 +147,11 @@ class HFBackend(Backend):
             try:
                 if not same_sampling:
                     raise ValueError("mixed sampling parameters in one batch")
-                out.extend(self._generate_many(chunk))
+                t0 = time.perf_counter()
+                comps = self._generate_many(chunk)
+                for c in comps:  # a request's latency is its batch's wall time
+                    c.latency_s = time.perf_counter() - t0
+                out.extend(comps)
             except Exception as e:  # isolate the failing request(s): each alone, with the base's failure records
                 if len(chunk) > 1:
                     log.info("hf: batch of %d failed (%s); retrying one by one", len(chunk), e)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import time
 
 from forecasters.backends.base import Backend, Completion, ImagePart, Request, VideoPart
 
@@ -146,7 +147,11 @@ class VLLMBackend(Backend):
         try:
             for r in requests:
                 self.check_supported(r)
-            return self._run_engine(requests)
+            t0 = time.perf_counter()
+            comps = self._run_engine(requests)
+            for c in comps:  # a request's latency is its batch's wall time
+                c.latency_s = time.perf_counter() - t0
+            return comps
         except Exception as e:  # one bad request aborts a vLLM batch: isolate it
             log.info("vllm: batch of %d failed (%s); retrying one by one", len(requests), e)
             return [self._run_one(r) for r in requests]

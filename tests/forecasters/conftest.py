@@ -156,8 +156,8 @@ def _random_lora(model_dir: Path, out: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def vllm_inprocess_runs(tiny, synth_dir, tmp_path_factory):
-    """Three CLI runs of the in-process vllm backend on the tiny Qwen2-VL (m3 images, llava-video as video, m3 with
-    a LoRA adapter), 6 test queries each, started in the background."""
+    """CLI runs in the vLLM venv on the tiny Qwen2-VL, 6 test queries each, started in the background: the vllm
+    backend with m3 (images), llava-video (a video) and m3 + a LoRA adapter; the hf backend with llava-video."""
     if not vllm_available():
         if require_vllm():
             pytest.fail("PSR_REQUIRE_VLLM=1 but the vLLM venv is missing: run `make vllm-venv`")
@@ -167,10 +167,13 @@ def vllm_inprocess_runs(tiny, synth_dir, tmp_path_factory):
     adapter = _random_lora(model, root / "adapter")
     common = ["--data", str(synth_dir), "--backend", "vllm", "--model", str(model), "--limit", "6",
               "--max-model-len", "2048", "--no-progress"]
-    outs = {k: root / f"{k}.jsonl" for k in ("m3", "video", "lora")}
+    outs = {k: root / f"{k}.jsonl" for k in ("m3", "video", "lora", "hf_video")}
     commands = [["run", "--forecaster", "m3", "--out", str(outs["m3"]), *common],
                 ["run", "--forecaster", "llava-video", "--out", str(outs["video"]), *common],
-                ["run", "--forecaster", "m3", "--adapter", str(adapter), "--out", str(outs["lora"]), *common]]
+                ["run", "--forecaster", "m3", "--adapter", str(adapter), "--out", str(outs["lora"]), *common],
+                # the hf backend's video path needs torchvision, which this venv has (ours does not)
+                ["run", "--forecaster", "llava-video", "--out", str(outs["hf_video"]), "--data", str(synth_dir),
+                 "--backend", "hf", "--model", str(model), "--limit", "6", "--threads", "1", "--no-progress"]]
     runs = InProcessRuns(commands, outs, adapter, model)
     yield runs
     if runs.proc.poll() is None:

