@@ -10,10 +10,11 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def canon_bench_dir(synth_dir, tmp_path_factory):
+def canon_bench_dir(synth_dir, tmp_path_factory, text_encoder):
     """The session's synthetic benchmark, its records copied and its frames / pixels linked, plus a ``minilm``
-    semantic space (the packaged MiniLM). Treat as read-only."""
-    from retrieval.encode import EncodeConfig, encode_space
+    semantic space (the packaged MiniLM, written as `retrieval encode` writes it). Treat as read-only."""
+    from eval.features import write_meta, write_table
+    from eval.io import read_jsonl
     from retrieval.encoders import PACKAGED_MINILM
 
     d = tmp_path_factory.mktemp("canon-bench") / "bench"
@@ -23,7 +24,10 @@ def canon_bench_dir(synth_dir, tmp_path_factory):
     os.symlink(synth_dir / "frames", d / "frames")
     (d / "features").mkdir()
     os.symlink(synth_dir / "features" / "pixels", d / "features" / "pixels")
-    encode_space(EncodeConfig(str(d), "minilm", PACKAGED_MINILM, kind="semantic"), progress=False)
+    states = read_jsonl(d / "states.jsonl")
+    emb = text_encoder.encode_items([s["text"] for s in states])
+    write_table(d, "minilm", "states", [s["id"] for s in states], emb)
+    write_meta(d, "minilm", kind="semantic", dim=emb.shape[1], model=PACKAGED_MINILM, encoder="sentence-transformers")
     return d
 
 

@@ -45,14 +45,15 @@ def test_sweep_on_the_synthetic_benchmark(synth_dir, text_encoder, tmp_path):
     assert {int(k): int(v) for k, v in enumerate(sizes) if v} == {int(k): v for k, v in rows[0.5]["size_histogram"].items()}
 
 
-def test_sweep_cli_on_a_phrase_list(tmp_path):
+def test_sweep_cli_on_a_phrase_list(tmp_path, tiny_st_model):
     (tmp_path / "p.tsv").write_text("falling\t5\ta\nfalling down\t3\ta\nrolling across the table\t2\tb\n")
     r = CliRunner().invoke(app, ["canon", "sweep", "--phrases", str(tmp_path / "p.tsv"), "--out", str(tmp_path / "o"),
-                                 "--thresholds", "0.6,0.99", "--model", PACKAGED_MINILM])
+                                 "--thresholds", "0.01,1.0", "--model", str(tiny_st_model)])
     assert r.exit_code == 0, r.output
     doc = json.loads((tmp_path / "o" / "sweep.json").read_text())
-    assert [t["clusters"] for t in doc["thresholds"]] == [2, 3]
-    assert doc["thresholds"][0]["ari"] == 1.0
+    assert doc["config"]["model"] == str(tiny_st_model) and doc["vocabulary"]["true_classes"] == 2
+    assert [t["clusters"] for t in doc["thresholds"]] == [1, 3]  # the random model puts every pair far above 0.01
+    assert [t["ari"] for t in doc["thresholds"]] == [0.0, 0.0] and doc["thresholds"][0]["purity"] == pytest.approx(2 / 3)
     r = CliRunner().invoke(app, ["canon", "sweep", "--out", str(tmp_path / "o2")])
     assert r.exit_code != 0 and "exactly one of --data" in r.output
 
