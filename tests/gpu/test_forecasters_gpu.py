@@ -1,13 +1,18 @@
 """Forecasters on CUDA (skipped without it): the in-process vllm backend and the hf backend on a GPU.
 
-On a GPU node: ``scripts/gpu_tests.sh`` (needs ``pip install -c constraints-cpu.txt -e '.[gpu]'``, i.e. vllm with
-CUDA). Tiny random models keep these to seconds; set ``PSR_GPU_MODEL`` to a local Qwen-VL checkpoint (e.g. a
-download of ``Qwen/Qwen3-VL-2B-Instruct``) to also check that a real model answers in phrases through M3's prompt.
+On a GPU node: ``scripts/gpu_tests.sh``. The toolkit's venv runs these tests; vLLM lives in its own venv
+(``scripts/install_vllm.sh --gpu``; env ``PSR_VLLM_PYTHON``, default ``.venv-vllm/bin/python``) because it pins an
+older transformers, so the vllm backend runs there as ``python -m forecasters run --backend vllm`` with this
+repository on PYTHONPATH, exactly as ``scripts/run_m3.sh`` runs M3. Tiny random models keep these to seconds; set
+``PSR_GPU_MODEL`` to a local Qwen-VL checkpoint (e.g. a download of ``Qwen/Qwen3-VL-2B-Instruct``) to also check that
+a real model answers in phrases through M3's prompt.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,6 +21,9 @@ torch = pytest.importorskip("torch")
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
+REPO = Path(__file__).resolve().parents[2]
+VLLM_PYTHON = Path(os.environ.get("PSR_VLLM_PYTHON", REPO / ".venv-vllm" / "bin" / "python"))
+
 
 def _run(data, out, **kw):
     from forecasters.runner import RunConfig, run
@@ -23,16 +31,27 @@ def _run(data, out, **kw):
     return run(RunConfig(data=str(data), out=str(out), progress=False, **kw))
 
 
+def _run_vllm(data, out: Path, *args: str) -> dict:
+    """``forecasters run --backend vllm`` in the vLLM venv; returns the run's summary."""
+    if not VLLM_PYTHON.exists():
+        pytest.fail(f"no vLLM venv at {VLLM_PYTHON}: run scripts/install_vllm.sh --gpu (or set PSR_VLLM_PYTHON)")
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
+    cmd = [str(VLLM_PYTHON), "-m", "forecasters", "run", "--data", str(data), "--split", "test", "--backend", "vllm",
+           "--out", str(out), "--no-progress", *args]
+    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(out.with_name(out.stem + ".summary.json").read_text())
+
+
 def test_vllm_backend_on_cuda_images_and_lora(synth_dir, tmp_path):
-    pytest.importorskip("vllm")
     from eval.phrases import read_phrases
     from forecasters.tiny_models import build_tiny_vlm
 
     model = build_tiny_vlm(tmp_path / "tiny", "qwen2_vl")
-    s = _run(synth_dir, tmp_path / "m3.jsonl", forecaster="m3", backend="vllm", model=str(model), limit=16,
-             max_model_len=2048, gpu_memory_utilization=0.3)
+    s = _run_vllm(synth_dir, tmp_path / "m3.jsonl", "--forecaster", "m3", "--model", str(model), "--limit", "16",
+                  "--max-model-len", "2048")
     recs = read_phrases(tmp_path / "m3.jsonl")
-    assert s.failed == 0 and len(recs) == 16 and s.engine.endswith("(cuda)")
+    assert s["failed"] == 0 and len(recs) == 16 and "cuda" in s["engine"]
     assert all(r.extra["prompt_tokens"] > 8 * 4 for r in recs.values())
 
 
@@ -51,8 +70,7 @@ def test_hf_backend_on_cuda_matches_cpu(synth_dir, tmp_path):
 
 @pytest.mark.skipif(not os.environ.get("PSR_GPU_MODEL"), reason="set PSR_GPU_MODEL to a local Qwen-VL checkpoint")
 def test_real_model_answers_in_short_phrases(synth_dir, tmp_path):
-    pytest.importorskip("vllm")
-    s = _run(synth_dir, tmp_path / "real.jsonl", forecaster="m3", backend="vllm", model=os.environ["PSR_GPU_MODEL"],
-             limit=32, max_model_len=8192, max_pixels=448 * 448)
-    assert s.failed == 0 and s.ok >= 24  # an instruction-tuned VLM follows the 2-5 word format
-    assert Path(tmp_path / "real.summary.json").exists()
+    s = _run_vllm(synth_dir, tmp_path / "real.jsonl", "--forecaster", "m3", "--model", os.environ["PSR_GPU_MODEL"],
+                  "--limit", "32", "--max-model-len", "8192", "--max-pixels", str(448 * 448))
+    assert s["failed"] == 0 and s["ok"] >= 24  # an instruction-tuned VLM follows the 2-5 word format
+
