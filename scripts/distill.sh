@@ -112,11 +112,19 @@ for V in cot answer; do
   [[ -f "$OUT/students/$V/adapter/adapter_config.json" ]] || \
     run "${TRAIN[@]}" --config "$PRESET" --model "$MODEL" --dataset "$OUT/sft/$V" --output_dir "$OUT/students/$V"
 done
-# 5. forecast the test split: zero-shot base (same prompt, no adapter), answer-only student, CoT student
+# 5. forecast the test split: zero-shot base (same prompt, no adapter), answer-only student, CoT student.
+#    The vllm backend runs in vLLM's own venv (scripts/install_vllm.sh [--gpu]; VLLM_PY overrides) with this repo on
+#    PYTHONPATH: vLLM pins an older transformers than the toolkit's.
+FPY="$PY"
+if [[ "$FB" == vllm ]]; then
+  FPY=${VLLM_PY:-.venv-vllm/bin/python}
+  [[ -x "$FPY" ]] || { echo "--forecast-backend vllm needs vLLM's venv at $FPY: run scripts/install_vllm.sh --gpu" >&2; exit 2; }
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+fi
 declare -A ADAPTER=([zero-shot]="" [answer-only]="$OUT/students/answer/adapter" [cot]="$OUT/students/cot/adapter")
 for NAME in zero-shot answer-only cot; do
   A=(); [[ -n "${ADAPTER[$NAME]}" ]] && A=(--adapter "${ADAPTER[$NAME]}")
-  run "$PY" -m forecasters run --data "$DATA" --split test --forecaster student --backend "$FB" --model "$MODEL" \
+  run "$FPY" -m forecasters run --data "$DATA" --split test --forecaster student --backend "$FB" --model "$MODEL" \
       "${A[@]}" --frames "$FRAMES" --max-pixels "$MAX_PIXELS" --max-tokens "$MAX_TOKENS" "${LIMIT_ARGS[@]}" \
       --out "$OUT/phrases/$NAME.jsonl" --no-progress
 done
