@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,24 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 #: Size of the session's synthetic benchmark: big enough for every tier, horizon and question type.
 SYNTH_VIDEOS = int(os.environ.get("PSR_TEST_SYNTH_VIDEOS", "40"))
+
+
+#: Test folders whose tiny models run fastest on one torch thread: on 2 busy cores two threads contend
+#: (measured up to 7x slower forwards).
+ONE_THREAD_DIRS = ("forecasters", "distill")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_torch_thread(request):
+    if Path(str(request.module.__file__)).parent.name not in ONE_THREAD_DIRS:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -36,7 +36,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -341,16 +341,6 @@ def _build_queries(results: list[V.VideoResult], corpus: _Corpus, splits: dict[i
     return queries
 
 
-def query_row(q: Query) -> dict:
-    """``q.to_dict()`` without `dataclasses.asdict`'s deep copy of the GT id tuples (seconds per thousand queries)."""
-    d = {f.name: getattr(q, f.name) for f in fields(q)}
-    d["prefix_frames"] = list(q.prefix_frames)
-    d["transcript"] = [{"t": e.t, "state": e.state} for e in q.transcript]
-    d["gt_pools"] = q.gt_pools.to_dict()
-    d["gt_type1"] = list(q.gt_type1)
-    return d
-
-
 def _assemble(stage: Path, results: list[V.VideoResult], seed: int, image_size: tuple[int, int]) -> None:
     corpus = _build_corpus(results)
     splits = assign_splits(results, seed)
@@ -359,7 +349,7 @@ def _assemble(stage: Path, results: list[V.VideoResult], seed: int, image_size: 
     state_rows = [State(s.id, s.text, s.synonyms, counts_by_state.get(i, 0)) for i, s in enumerate(STATES)]
 
     write_jsonl(stage / "corpus.jsonl", (s.to_dict() for s in corpus.segments))
-    write_jsonl(stage / "queries.jsonl", (query_row(q) for q in queries))
+    write_jsonl(stage / "queries.jsonl", (q.to_dict() for q in queries))
     write_jsonl(stage / "states.jsonl", (s.to_dict() for s in state_rows))
 
     dim = render.FEATURE_GRID[0] * render.FEATURE_GRID[1] * 3

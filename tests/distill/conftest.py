@@ -6,17 +6,6 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models run fastest on one thread; two threads on two busy cores contend."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="session")
 def oracle(synth_bench):
     from distill.predicates import OracleIndex

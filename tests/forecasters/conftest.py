@@ -28,17 +28,6 @@ from vllm_server import VLLMServer, require_vllm, vllm_available  # noqa: E402
 REPO = TESTS.parent
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_torch_thread():
-    """Tiny models run fastest on one thread; on 2 busy cores two threads contend (measured 7x slower forwards)."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="session")
 def hf_backends(tiny):
     """Loaded hf backends by tiny model kind, shared by the runner tests (loading costs more than generating)."""
