@@ -185,5 +185,5 @@ def report(
     cfg = _report_config(data, runs, reference, tie, ndcg_k, gains, resamples, seed)
     with _clean_errors():
         build_report(_load_runs(runs), Benchmark.load(data), out, cfg, progress=True)
-    console.print((out / "main.md").read_text(encoding="utf-8"), markup=False, highlight=False)
+    typer.echo((out / "main.md").read_text(encoding="utf-8"))
     console.print(f"[green]wrote[/] {out}")

@@ -30,6 +30,22 @@ def _save(fig, path: Path) -> None:
         fig.savefig(tmp, format="png", bbox_inches="tight")
 
 
+_MARKERS = "osD^vP*Xhp<>"
+_STYLES = ("-", "--", "-.", ":")
+
+
+def _style(j: int, n: int) -> dict:
+    """Distinct colour, marker and line style for row ``j`` of ``n`` (tab10 alone repeats after ten methods)."""
+    from matplotlib import colormaps
+
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return {"color": cmap(j % cmap.N), "marker": _MARKERS[j % len(_MARKERS)], "linestyle": _STYLES[(j // 10) % len(_STYLES)]}
+
+
+def _legend_outside(ax) -> None:
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+
+
 def _bootstrap_ci(v: np.ndarray, n_resamples: int, seed: int) -> tuple[float, float]:
     v = v[np.isfinite(v)]
     if v.size == 0:
@@ -70,7 +86,7 @@ def plot_r5_by_horizon(runs: dict, labels: dict, entries: list, path: Path, cfg)
         ok = np.isfinite(mean)
         off = (j - (len(entries) - 1) / 2) * 0.06
         ax.errorbar(hs[ok] + off, 100 * mean[ok], yerr=100 * np.abs(np.stack([mean[ok] - lo[ok], hi[ok] - mean[ok]])),
-                    marker="o", capsize=3, label=e.label)
+                    capsize=3, label=e.label, markersize=4, **_style(j, len(entries)))
         data[e.label] = {"horizon": hs.tolist(), "r5": mean.tolist(), "low": lo.tolist(), "high": hi.tolist(),
                          "interval": "mean±std over seeds" if e.is_group else "95% bootstrap CI"}
     ax.set_xlabel("horizon (h>=6 as 5)")
@@ -78,7 +94,7 @@ def plot_r5_by_horizon(runs: dict, labels: dict, entries: list, path: Path, cfg)
     ax.set_xticks(hs)
     ax.set_title("R@5 by horizon")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     _save(fig, path)
     return data
 
@@ -97,13 +113,14 @@ def plot_tiers(results: dict, entries: list, path: Path, metric: str = "R@5") ->
         mean = np.nanmean(vals, axis=0) if len(vals) else np.full(len(tiers), np.nan)
         sd = np.nanstd(vals, axis=0, ddof=1) if len(vals) > 1 else None
         x = np.arange(len(tiers)) + (j - (len(entries) - 1) / 2) * width
-        ax.bar(x, 100 * np.nan_to_num(mean), width, yerr=None if sd is None else 100 * sd, capsize=3, label=e.label)
+        ax.bar(x, 100 * np.nan_to_num(mean), width, yerr=None if sd is None else 100 * sd, capsize=3, label=e.label,
+               color=_style(j, len(entries))["color"])
         data[e.label] = {"tiers": tiers, metric: mean.tolist(), "std": None if sd is None else sd.tolist()}
     ax.set_xticks(np.arange(len(tiers)))
     ax.set_xticklabels(tiers)
     ax.set_ylabel(f"{metric} (%)")
     ax.set_title(f"{metric} by GT tier (each tier against its own pool)")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     _save(fig, path)
     return data
