@@ -46,13 +46,27 @@ def encode(
     query_prompt: str = typer.Option(None, "--query-prompt",
                                      help="prefix for query-side texts when the model defines none (e.g. BGE's "
                                           "instruction)"),
+    shard: str = typer.Option(None, "--shard", metavar="I/N",
+                              help="compute only chunk j with j % N == I (one node of N); afterwards one run without "
+                                   "--shard assembles the tables"),
 ) -> None:
-    """Compute a space's features: semantic -> states table; visual -> corpus + prefixes tables. Resumable."""
+    """Compute a space's features: semantic -> states table; visual -> corpus + prefixes tables. Resumable, shardable."""
     from retrieval.encode import EncodeConfig, encode_space
 
+    part = None
+    if shard:
+        try:
+            i, n = (int(x) for x in shard.split("/"))
+        except ValueError:
+            raise typer.BadParameter(f"expected I/N (e.g. 0/4), got {shard!r}", param_hint="--shard") from None
+        part = (i, n)
     d = encode_space(EncodeConfig(str(data), space, model, kind, tuple(table), batch_size, chunk_size, device,
-                                  query_prompt))
-    console.print(f"[green]wrote[/] {d}")
+                                  query_prompt, part))
+    if part:
+        console.print(f"[green]shard {part[0]}/{part[1]} done[/]: chunks in {d}/.partial; after every shard, run the "
+                      "same command without --shard to assemble")
+    else:
+        console.print(f"[green]wrote[/] {d}")
 
 
 @app.command()

@@ -9,6 +9,11 @@ Work is done in chunks of ``chunk_size`` rows (items, or prefixes). Each finishe
 job resumes from the last finished chunk; a job with a different fingerprint starts over. When every chunk of a
 table is done the table is assembled atomically (`eval.features.write_table`), the partial folder removed, and
 ``meta.json`` plus ``encode_config.json`` (the resolved config) written last.
+
+Sharding over nodes (``--shard i/n``): shard ``i`` computes the chunks whose index ``j`` has ``j % n == i`` and stops
+without assembling; once every shard is done, one plain run (no ``--shard``) finds every chunk on disk, computes
+nothing and assembles the tables. Shards share the partial folder, so the benchmark directory must be on a shared
+filesystem.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ class EncodeConfig:
     chunk_size: int = 4096
     device: str | None = None
     query_prompt: str | None = None
+    shard: tuple[int, int] | None = None  # (i, n): compute chunk j only when j % n == i; assemble nothing
 
     def resolved(self) -> EncodeConfig:
         kind = self.kind
@@ -72,8 +78,12 @@ def _fingerprint(cfg: EncodeConfig, table: str, ids: list[str]) -> str:
 
 
 def _encode_chunked(root: Path, space: str, table: str, ids: list[str], fingerprint: str, chunk_size: int,
-                    encode: Callable[[int, int], np.ndarray], progress: bool) -> np.ndarray:
-    """Run ``encode(start, stop)`` over ``ids`` chunk by chunk, keeping finished chunks on disk; return all rows."""
+                    encode: Callable[[int, int], np.ndarray], progress: bool,
+                    shard: tuple[int, int] | None = None) -> np.ndarray | None:
+    """Run ``encode(start, stop)`` over ``ids`` chunk by chunk, keeping finished chunks on disk; return all rows.
+
+    With ``shard=(i, n)`` only chunks ``j % n == i`` are computed and nothing is returned (see the module docstring).
+    """
     part = space_dir(root, space) / ".partial" / table
     fp_file = part / "fingerprint.txt"
     if part.exists() and (not fp_file.exists() or fp_file.read_text().strip() != fingerprint):
@@ -81,20 +91,28 @@ def _encode_chunked(root: Path, space: str, table: str, ids: list[str], fingerpr
     part.mkdir(parents=True, exist_ok=True)
     fp_file.write_text(fingerprint + "\n")
     starts = list(range(0, len(ids), chunk_size))
+    if shard is not None:
+        starts = [s for j, s in enumerate(starts) if j % shard[1] == shard[0]]
     done = [s for s in starts if (part / f"{s:09d}.npy").exists()]
     chunks: list[np.ndarray] = []
-    with tqdm(total=len(ids), desc=f"{space}/{table}", unit="row", disable=not progress) as bar:
+    total = sum(min(chunk_size, len(ids) - s) for s in starts)
+    desc = f"{space}/{table}" + (f" shard {shard[0]}/{shard[1]}" if shard else "")
+    with tqdm(total=total, desc=desc, unit="row", disable=not progress) as bar:
         bar.update(sum(min(chunk_size, len(ids) - s) for s in done))
         for s in starts:
             f = part / f"{s:09d}.npy"
             if f.exists():
-                chunks.append(np.load(f))
+                if shard is None:
+                    chunks.append(np.load(f))
                 continue
             arr = np.ascontiguousarray(encode(s, min(s + chunk_size, len(ids))), dtype=np.float32)
             with atomic_path(f) as tmp, open(tmp, "wb") as fh:
                 np.save(fh, arr)
-            chunks.append(arr)
+            if shard is None:
+                chunks.append(arr)
             bar.update(arr.shape[0])
+    if shard is not None:
+        return None
     return np.concatenate(chunks) if chunks else np.zeros((0,), np.float32)
 
 
@@ -114,18 +132,28 @@ def _prefix_frames(bench: Benchmark) -> tuple[list[str], list[list[str]]]:
 
 
 def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
-    """Encode the tables of one space (see the module docstring); returns the space directory."""
+    """Encode the tables of one space (see the module docstring); returns the space directory. A sharded job
+    (``cfg.shard``) only leaves its chunks in the partial folder."""
     cfg = cfg.resolved()
     bench = Benchmark.load(cfg.data)
     root = bench.root
     extra: dict = {}
+    shard = cfg.shard
+    if shard is not None:
+        i, n = shard
+        if not (n >= 1 and 0 <= i < n):
+            raise ValueError(f"--shard must be i/n with 0 <= i < n, got {i}/{n}")
+
+    def write(table: str, ids: list[str], arr: np.ndarray | None, shape: tuple[int, ...]) -> None:
+        if arr is not None:
+            write_table(root, cfg.space, table, ids, arr.reshape(shape))
     if cfg.kind == "semantic":
         enc = TextEncoder(cfg.model, device=cfg.device, batch_size=cfg.batch_size, query_prompt=cfg.query_prompt)
         texts = bench.states_ds["text"][:]
         ids = bench.state_ids
         arr = _encode_chunked(root, cfg.space, "states", ids, _fingerprint(cfg, "states", ids), cfg.chunk_size,
-                              lambda s, e: enc.encode_items(texts[s:e]), progress)
-        write_table(root, cfg.space, "states", ids, arr.reshape(len(ids), enc.dim))
+                              lambda s, e: enc.encode_items(texts[s:e]), progress, shard)
+        write("states", ids, arr, (len(ids), enc.dim))
         dim, extra = enc.dim, {"encoder": "sentence-transformers", "query_prompt": cfg.query_prompt}
     else:
         enc = ImageEncoder(cfg.model, device=cfg.device, batch_size=cfg.batch_size)
@@ -134,18 +162,20 @@ def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
             frames = [str(bench.path(f)) for f in bench.corpus_ds["frame"][:]]
             ids = bench.corpus_ids
             arr = _encode_chunked(root, cfg.space, "corpus", ids, _fingerprint(cfg, "corpus", ids), cfg.chunk_size,
-                                  lambda s, e: enc.encode_images(frames[s:e]), progress)
-            write_table(root, cfg.space, "corpus", ids, arr.reshape(len(ids), dim))
+                                  lambda s, e: enc.encode_images(frames[s:e]), progress, shard)
+            write("corpus", ids, arr, (len(ids), dim))
         if "prefixes" in cfg.tables:
             pids, pframes = _prefix_frames(bench)
             flat = [str(bench.path(f)) for fr in pframes for f in fr]
             step = max(1, cfg.chunk_size // PREFIX_FRAMES)
             arr = _encode_chunked(root, cfg.space, "prefixes", pids, _fingerprint(cfg, "prefixes", pids), step,
                                   lambda s, e: enc.encode_images(flat[s * PREFIX_FRAMES:e * PREFIX_FRAMES])
-                                  .reshape(e - s, PREFIX_FRAMES, dim), progress)
-            write_table(root, cfg.space, "prefixes", pids, arr.reshape(len(pids), PREFIX_FRAMES, dim))
+                                  .reshape(e - s, PREFIX_FRAMES, dim), progress, shard)
+            write("prefixes", pids, arr, (len(pids), PREFIX_FRAMES, dim))
         has_text = enc.model_type in TEXT_TOWER_MODEL_TYPES
         extra = {"encoder": enc.model_type, "text_tower": has_text}
+    if shard is not None:
+        return space_dir(root, cfg.space)  # the plain run after all shards assembles
     shutil.rmtree(space_dir(root, cfg.space) / ".partial", ignore_errors=True)
     write_json(space_dir(root, cfg.space) / "encode_config.json", asdict(cfg))
     write_meta(root, cfg.space, kind=cfg.kind, dim=dim, model=cfg.model, **extra)

@@ -132,3 +132,30 @@ def test_encode_resumes_from_finished_chunks(tiny_copy):
     calls_after.clear()
     _encode_chunked(tiny_copy, "sp", "corpus", ids, "fp2", 3, ok, progress=False)
     assert calls_after == [(0, 3), (3, 6), (6, 9), (9, 10)]
+
+
+def test_encode_shards_then_assemble(tiny_copy, monkeypatch):
+    """Two shards leave their chunks (no table yet); the plain run computes nothing and assembles the same table
+    a single unsharded job writes."""
+    from eval.features import has_table, load_table
+    from retrieval.encode import EncodeConfig, encode_space
+    from retrieval.encoders import TextEncoder
+
+    base = dict(data=str(tiny_copy), model="packaged:all-MiniLM-L6-v2", kind="semantic", chunk_size=2)
+    encode_space(EncodeConfig(space="whole", **base), progress=False)
+    for i in (0, 1):
+        encode_space(EncodeConfig(space="sharded", shard=(i, 2), **base), progress=False)
+        assert not has_table(tiny_copy, "sharded", "states")
+    n_states = len(load_table(tiny_copy, "whole", "states").ids)
+    assert len(list((tiny_copy / "features" / "sharded" / ".partial" / "states").glob("*.npy"))) == -(-n_states // 2)
+
+    def no_compute(self, texts, **kw):
+        raise AssertionError("the assembling run must not encode anything")
+
+    monkeypatch.setattr(TextEncoder, "encode_items", no_compute)
+    encode_space(EncodeConfig(space="sharded", **base), progress=False)
+    whole, sharded = load_table(tiny_copy, "whole", "states"), load_table(tiny_copy, "sharded", "states")
+    assert sharded.ids == whole.ids and np.allclose(sharded.array, whole.array, atol=1e-6)
+    assert not (tiny_copy / "features" / "sharded" / ".partial").exists()
+    with pytest.raises(ValueError, match="shard"):
+        encode_space(EncodeConfig(space="bad", shard=(2, 2), **base), progress=False)
