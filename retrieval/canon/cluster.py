@@ -40,6 +40,7 @@ multiply-adds: the cost of one dense product of all phrases against the final se
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -167,6 +168,27 @@ def screen_margin(dim: int, max_norm: float) -> float:
 SCREENS = ("int8", "float32")
 
 
+@functools.lru_cache(maxsize=1)
+def int8_screen_available() -> bool:
+    """Whether this torch build multiplies int8 matrices (``torch._int_mm``, a private op: probed, never assumed)."""
+    try:
+        import torch
+
+        a, b = torch.ones((32, 64), dtype=torch.int8), torch.ones((64, 32), dtype=torch.int8)
+        return int(torch._int_mm(a, b)[0, 0]) == 64
+    except (AttributeError, RuntimeError, TypeError, NotImplementedError):
+        return False
+
+
+def resolve_screen(kind: str) -> str:
+    """``"auto"`` -> ``"int8"`` where `int8_screen_available`, else ``"float32"`` (same result, slower)."""
+    if kind == "auto":
+        return "int8" if int8_screen_available() else "float32"
+    if kind not in SCREENS:
+        raise ValueError(f"screen must be 'auto' or one of {SCREENS}, got {kind!r}")
+    return kind
+
+
 class _Screen:
     """Candidate pairs at a threshold, in one of `SCREENS` (module docstring, step 1), for rows of ``grids``
     (every grid whose rows will be compared: the quantisation scale and the norm bounds cover them all)."""
@@ -281,12 +303,13 @@ class _SeedBuffer:
 
 
 def greedy_cluster(emb: np.ndarray, threshold: float = 0.85, order: np.ndarray | None = None, *,
-                   block: int = DEFAULT_BLOCK, seed_chunk: int = DEFAULT_SEED_CHUNK, screen: str = "int8",
+                   block: int = DEFAULT_BLOCK, seed_chunk: int = DEFAULT_SEED_CHUNK, screen: str = "auto",
                    progress: bool = False) -> Clustering:
     """Cluster ``emb`` (``(n, d)``, any norm; rows are normalised) with the greedy rule of the module docstring.
 
     ``order``: visiting order as input rows (default: row order; use `visit_order` for most-frequent-first);
-    ``screen``: the candidate screen, ``"int8"`` or ``"float32"`` (same result, different speed).
+    ``screen``: the candidate screen, ``"int8"``, ``"float32"`` (same result, different speed) or ``"auto"`` (int8 when
+    torch multiplies int8 matrices, else float32).
     Returns a `Clustering` whose rows refer to the input rows. The result equals `greedy_cluster_loop` exactly.
     """
     from tqdm.auto import tqdm
@@ -299,6 +322,7 @@ def greedy_cluster(emb: np.ndarray, threshold: float = 0.85, order: np.ndarray |
     if block < 1 or seed_chunk < 1:
         raise ValueError("block and seed_chunk must be positive")
     grid = np.ascontiguousarray(grid_in[order])  # visiting order from here on: position = row of `grid`
+    screen = resolve_screen(screen)
     scr = _Screen([grid], threshold, screen)
     t_int = threshold_units(threshold)
     seeds = _SeedBuffer(dim, np.int8 if screen == "int8" else np.float32)
@@ -411,10 +435,10 @@ def greedy_cluster_loop(emb: np.ndarray, threshold: float = 0.85, order: np.ndar
 
 
 def _pairs_at_least(ga: np.ndarray, gb: np.ndarray, threshold: float, block: int, seed_chunk: int,
-                    screen: str = "int8"):
+                    screen: str = "auto"):
     """Exact pairs (row of ga, row of gb, dot in grid units) with similarity ``>= threshold`` (screen + refine)."""
     t_int = threshold_units(threshold)
-    scr = _Screen([ga, gb], threshold, screen)
+    scr = _Screen([ga, gb], threshold, resolve_screen(screen))
     targets = scr.encode(gb)[0] if len(gb) else gb
     rows, cols, vals = [], [], []
     for a in range(0, len(ga), block):

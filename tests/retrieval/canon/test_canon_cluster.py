@@ -129,3 +129,19 @@ def test_assign_and_similar_pairs_match_brute_force():
     assert (idx[sure] == best[sure]).all()
     assert (idx[s.max(1) < 0.8 - 1e-4] == -1).all()
     assert np.allclose(sim[sure], s.max(1)[sure], atol=1e-5)
+
+
+def test_auto_screen_falls_back_to_float32_without_int8_matmul(monkeypatch):
+    import torch
+
+    from retrieval.canon import cluster
+
+    cluster.int8_screen_available.cache_clear()
+    monkeypatch.delattr(torch, "_int_mm")
+    try:
+        assert not cluster.int8_screen_available() and cluster.resolve_screen("auto") == "float32"
+        emb = np.random.default_rng(1).normal(size=(200, 16)).astype(np.float32)
+        ref = cluster.greedy_cluster_loop(emb, 0.5)
+        assert np.array_equal(cluster.greedy_cluster(emb, 0.5).labels, ref.labels)
+    finally:
+        cluster.int8_screen_available.cache_clear()
