@@ -99,8 +99,8 @@ def _decode(backend, items: list[tuple[Any, str]], max_new_tokens: int) -> list[
     """Greedy continuation of each (request, forced assistant prefix); returns the first decoded line."""
     import torch
 
-    texts = [backend._prompt(req) + prefix for req, prefix in items]
-    enc = backend._encode_texts([req for req, _ in items], texts).to(backend.device)
+    texts = [backend.chat_prompt(req) + prefix for req, prefix in items]
+    enc = backend.encode_prompts([req for req, _ in items], texts).to(backend.device)
     with torch.inference_mode():
         out = backend.model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
                                      pad_token_id=backend.tokenizer.pad_token_id)

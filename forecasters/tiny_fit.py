@@ -50,7 +50,7 @@ def fit_on_benchmark(model_dir: str | os.PathLike, data: str | os.PathLike, *, f
         batch = [rng.choice(queries) for _ in range(batch_size)]
         reqs = [render_request(spec, template, q, bench, frames, sampling=SamplingParams()) for q in batch]
         targets = [(f"Answer: {q.target_state}" if spec.name == "student" else q.target_state) + end for q in batch]
-        enc = backend._encode_texts(reqs, [backend._prompt(r) + t for r, t in zip(reqs, targets, strict=True)])
+        enc = backend.encode_prompts(reqs, [backend.chat_prompt(r) + t for r, t in zip(reqs, targets, strict=True)])
         labels = torch.full_like(enc["input_ids"], -100)
         for i, t in enumerate(targets):
             n = len(tok(t, add_special_tokens=False)["input_ids"])

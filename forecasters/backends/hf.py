@@ -79,7 +79,9 @@ class HFBackend(Backend):
                 content.append({"type": "video"})
         return content
 
-    def _prompt(self, request: Request) -> str:
+    def chat_prompt(self, request: Request) -> str:
+        """The request rendered by the model's chat template, up to the assistant turn (public: scoring a forced
+        continuation, as the faithfulness check and the tiny-model fit do, appends to it)."""
         if not self.is_vlm and (request.images or request.videos):
             raise UnsupportedInput(f"{self.config.model} is a text-only model; it cannot take images or video")
         msgs = [{"role": "system", "content": request.system}] if request.system else []
@@ -88,9 +90,9 @@ class HFBackend(Backend):
         return self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
 
     def _encode(self, requests: list[Request]):
-        return self._encode_texts(requests, [self._prompt(r) for r in requests])
+        return self.encode_prompts(requests, [self.chat_prompt(r) for r in requests])
 
-    def _encode_texts(self, requests: list[Request], texts: list[str]):
+    def encode_prompts(self, requests: list[Request], texts: list[str]):
         """Tokenize prompt ``texts`` (one per request) with the requests' images / videos; left-padded tensors."""
         if not self.is_vlm:
             return self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
