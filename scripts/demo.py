@@ -64,8 +64,17 @@ class Demo:
         self.run([PY, "-m", "retrieval", "search", "--data", str(a.data), "--phrases", str(phrases), "--space", "minilm",
                   "--method", PLUMBING_METHOD, "--out", str(self.runs / "text-only-tiny.parquet")], "forecaster")
 
+    #: Table order: naive baselines, the forecaster plumbing check, learned methods, then the oracles (ceilings).
+    ORDER = ("random", "question-only", "persistence", "zero-shot", "knn-future", "text-only", "lftr-minilm",
+             "lftr-pixels", "lftr-fusion", "oracle-independent-appearance", "oracle-state-prototype",
+             "oracle-semantic-text")
+
     def report(self) -> None:
-        runs = sorted(str(p) for p in self.runs.glob("*.parquet"))
+        def rank(p: Path) -> tuple[int, str]:
+            hits = [i for i, prefix in enumerate(self.ORDER) if p.stem.startswith(prefix)]
+            return (hits[-1] if hits else len(self.ORDER), p.stem)
+
+        runs = [str(p) for p in sorted(self.runs.glob("*.parquet"), key=rank)]
         self.run([PY, "-m", "eval", "report", *runs, "--data", str(self.args.data), "--out", str(self.args.out / "report"),
                   "--reference", self.reference(runs)], "report")
 
