@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from eval_sources import oracle_and_pixels
 from typer.testing import CliRunner
 
 from eval.cli import app
@@ -14,7 +15,7 @@ from eval.evaluate import QueryLabels, evaluate_run
 from eval.metrics import RankStats, recall_at_k
 from eval.report import group_entries, seed_group
 from eval.runs import write_run
-from eval.scoring import DenseSource, RandomSource, score_benchmark
+from eval.scoring import RandomSource, score_benchmark
 from eval.triplets import ORDERS, TripletScores, order_probabilities, per_query_triplets, triplet_summary
 
 
@@ -61,14 +62,7 @@ def test_seed_grouping_rule():
 @pytest.fixture(scope="module")
 def synth_runs(synth_bench, tmp_path_factory):
     bench = synth_bench
-    rows = bench.query_rows("test", fair_only=True)
-    qs = bench.queries_ds.select(rows)
-    eye = np.eye(len(bench.state_ids), dtype=np.float32)
-    oracle = DenseSource(eye[[bench.state_index[s] for s in qs["target_state_id"]]], eye,
-                         item_rows=bench.segment_state_rows)
-    pre, corp = bench.features("pixels", "prefixes"), bench.features("pixels", "corpus")
-    pidx = pre.index()
-    pixels = DenseSource(np.asarray(pre.array)[[pidx[p] for p in qs["prefix_id"]]], corp.array)
+    rows, oracle, pixels = oracle_and_pixels(bench)
     runs = [score_benchmark(bench, oracle, rows, method="oracle", config={"space": "state one-hot"}, progress=False),
             score_benchmark(bench, pixels, rows, method="persistence", config={"space": "pixels"}, progress=False)]
     for s in range(3):

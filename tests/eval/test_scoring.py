@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from eval_sources import oracle_and_pixels
 
 from eval.runs import Run, read_run, write_run
 from eval.scoring import DenseSource, FusionSource, RandomSource, score_stream, stream_moments
@@ -249,23 +250,11 @@ def test_read_run_errors(tmp_path):
     assert not list(tmp_path.glob(".*"))  # atomic writes leave no temp files
 
 
-def _oracle_and_pixels(bench):
-    rows = bench.query_rows("test", fair_only=True)
-    qs = bench.queries_ds.select(rows)
-    eye = np.eye(len(bench.state_ids), dtype=np.float32)
-    oracle = DenseSource(eye[[bench.state_index[s] for s in qs["target_state_id"]]], eye,
-                         item_rows=bench.segment_state_rows)
-    pre, corp = bench.features("pixels", "prefixes"), bench.features("pixels", "corpus")
-    pidx = pre.index()
-    pixels = DenseSource(np.asarray(pre.array)[[pidx[p] for p in qs["prefix_id"]]], corp.array)
-    return rows, oracle, pixels
-
-
 def test_score_benchmark_protocol(synth_bench):
     from eval.scoring import BENCHMARK_POOLS, benchmark_groups, score_benchmark
 
     bench = synth_bench
-    rows, oracle, pixels = _oracle_and_pixels(bench)
+    rows, oracle, pixels = oracle_and_pixels(bench)
     queries = [bench.query(int(r)) for r in rows]
     run = score_benchmark(bench, pixels, rows, method="pixels", config={"space": "pixels"}, k=8, progress=False,
                           q_block=16, c_chunk=100)
@@ -390,7 +379,7 @@ def test_missed_queries_are_misses_whatever_the_source(synth_bench, tmp_path):
     from eval.scoring import score_benchmark
 
     bench = synth_bench
-    rows, oracle, _ = _oracle_and_pixels(bench)
+    rows, oracle, _ = oracle_and_pixels(bench)
     missed = np.zeros(len(rows), bool)
     missed[::3] = True
     plain = score_benchmark(bench, oracle, rows, method="oracle", k=8, progress=False)
