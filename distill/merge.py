@@ -9,11 +9,10 @@ Serving the adapter unmerged (``python -m forecasters run --forecaster student -
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from eval.io import atomic_dir
 
 
 @dataclass
@@ -46,17 +45,9 @@ def merge_adapter(cfg: MergeConfig) -> dict:
     base = auto.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype))
     merged = PeftModel.from_pretrained(base, cfg.adapter).merge_and_unload()
     out = Path(cfg.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.merging-", dir=out.parent))
-    try:
+    info = {"base_model": cfg.model, "adapter": cfg.adapter, "dtype": cfg.dtype}
+    with atomic_dir(out, tag="merging") as stage:
         merged.save_pretrained(stage)
         load_processor(cfg.model).save_pretrained(stage)
-        info = {"base_model": cfg.model, "adapter": cfg.adapter, "dtype": cfg.dtype}
         write_json(stage / "psr_merge.json", info)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(stage, out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
     return {**info, "out": str(out)}

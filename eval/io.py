@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,6 +72,31 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             tmp_path.unlink()
+        raise
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, *, tag: str = "building") -> Iterator[Path]:
+    """Yield an empty staging directory beside ``path``; on success it replaces ``path`` (an existing directory
+    there is moved aside and removed), on an exception it is deleted, so a failed job never leaves a half-written
+    output directory. Callers decide beforehand whether ``path`` may be replaced."""
+    final = Path(path)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{final.name}.{tag}-", dir=final.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    stage.chmod(0o777 & ~umask)  # mkdtemp makes it private; outputs are meant to be shared
+    try:
+        yield stage
+        old = None
+        if final.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
+            os.replace(final, old / "x")
+        os.replace(stage, final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
         raise
 
 

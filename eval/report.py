@@ -27,10 +27,7 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from eval.evaluate import MAIN_POOL, TIER_POOLS, QueryLabels, evaluate_run
-from eval.io import atomic_path, write_json
+from eval.io import atomic_dir, atomic_path, write_json
 from eval.metrics import DEFAULT_KS, RankStats, recall_at_k
 from eval.schema import GT_DEFINITIONS, REPORT_MAX_HORIZON
 from eval.stats import mcnemar_exact, paired_bootstrap, paired_bootstrap_by, paired_ttest, seed_summary
@@ -297,27 +294,8 @@ def build_report(runs: Sequence[Any], bench, out_dir: str | Path, cfg: ReportCon
     """Evaluate ``runs`` (`eval.runs.Run`, names unique) on ``bench`` and write every table, plot and JSON into
     ``out_dir`` (built beside it and swapped in at the end); returns the JSON document."""
     cfg = cfg or ReportConfig()
-    final = Path(out_dir)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    out_dir = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
-    try:
-        doc = _build(runs, bench, out_dir, cfg, progress)
-    except BaseException:
-        shutil.rmtree(out_dir, ignore_errors=True)
-        raise
-    _swap_dir(out_dir, final)
-    return doc
-
-
-def _swap_dir(new: Path, final: Path) -> None:
-    """Replace ``final`` by ``new`` (a failed report never leaves a half-written directory behind)."""
-    old = None
-    if final.exists():
-        old = final.with_name(f".{final.name}.old-{os.getpid()}")
-        os.replace(final, old)
-    os.replace(new, final)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+    with atomic_dir(out_dir, tag="report") as stage:  # a failed report leaves no half-written directory
+        return _build(runs, bench, stage, cfg, progress)
 
 
 def _build(runs, bench, out_dir: Path, cfg: ReportConfig, progress: bool) -> dict:

@@ -31,8 +31,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -44,7 +42,7 @@ import pymunk
 from tqdm.auto import tqdm
 
 from eval.features import l2_normalize, write_meta, write_table
-from eval.io import read_json, write_json, write_jsonl
+from eval.io import atomic_dir, read_json, write_json, write_jsonl
 from eval.schema import MAX_HORIZON, SPLITS, GTPools, Manifest, Query, Segment, State, TranscriptEntry
 from eval.synth import render, scenes, states
 from eval.synth import video as V
@@ -81,16 +79,9 @@ def build_benchmark(out_dir: str | os.PathLike, videos: int = 300, seed: int = 0
     validate_vocab()
     out = Path(out_dir)
     _check_target(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=out.parent))
-    stage.chmod(0o755)  # mkdtemp makes it private; the benchmark is meant to be shared
-    try:
+    with atomic_dir(out) as stage:
         results = _make_videos(stage, videos, seed, workers, progress, image_size)
         _assemble(stage, results, seed, image_size)
-        _move_into_place(stage, out)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
     return out
 
 
@@ -107,16 +98,6 @@ def _check_target(out: Path) -> None:
             if read_json(manifest).get("name") == NAME:
                 return
         raise FileExistsError(f"{out} is not empty and is not a {NAME} build; refusing to overwrite it")
-
-
-def _move_into_place(stage: Path, out: Path) -> None:
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.replace(out, old / "x")
-        os.replace(stage, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(stage, out)
 
 
 # --- videos ------------------------------------------------------------------------------------------------

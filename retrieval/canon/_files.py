@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from eval.io import atomic_dir
 
 #: File that marks a directory written by a canonicalization job (its content: the job kind).
 MARKER = ".psr-canon"
@@ -28,19 +28,6 @@ def staged_dir(final: str | os.PathLike, kind: str) -> Iterator[Path]:
         mine = marker.exists() and marker.read_text(encoding="utf-8").strip() == kind
         if any(final.iterdir()) and not mine:
             raise FileExistsError(f"{final} is not empty and was not written by `canon {kind}`; refusing to replace it")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{final.name}.{kind}-", dir=final.parent))
-    stage.chmod(0o755)
-    try:
+    with atomic_dir(final, tag=kind) as stage:
         yield stage
         (stage / MARKER).write_text(kind + "\n", encoding="utf-8")
-        old = None
-        if final.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
-            os.replace(final, old / "x")
-        os.replace(stage, final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
