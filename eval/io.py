@@ -11,14 +11,17 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from eval.errors import InputError
 
-class FormatError(ValueError):
+
+class FormatError(InputError):
     """A malformed input file. The message names the file, the line (1-based) and the field when known."""
 
-    def __init__(self, path: str | os.PathLike, message: str, line: int | None = None, field: str | None = None):
+    def __init__(self, path: str | os.PathLike, message: str, line: int | None = None, field: str | None = None,
+                 *, fix: str | None = None):
         self.path, self.line, self.field, self.reason = str(path), line, field, message
         where = self.path + (f":{line}" if line is not None else "") + (f" field '{field}'" if field else "")
-        super().__init__(f"{where}: {message}")
+        super().__init__(f"{where}: {message}", fix=fix)
 
 
 def iter_jsonl(path: str | os.PathLike, *, allow_torn_tail: bool = False) -> Iterator[tuple[int, dict[str, Any]]]:
