@@ -75,15 +75,38 @@ def validate(
 @app.command()
 def synth(
     out: Path = typer.Option(..., "--out", help="directory to write the benchmark into"),
-    videos: int = typer.Option(300, "--videos", min=4, help="number of simulated videos"),
+    preset: str = typer.Option("demo", "--preset", help="build size: demo (default, ~10k segments) or psr "
+                                                          "(~218k segments, ~20k queries)"),
+    videos: int = typer.Option(0, "--videos", min=0, help="number of simulated videos (0 = the preset's)"),
+    query_videos: int = typer.Option(0, "--query-videos", min=0,
+                                     help="videos that get prefixes and queries (0 = the preset's)"),
     seed: int = typer.Option(0, "--seed", help="random seed (the build is byte-identical for a seed)"),
     workers: int = typer.Option(0, "--workers", help="processes (0 = all cores)"),
 ) -> None:
-    """Build the simulator-backed synthetic PSR benchmark (pymunk physics, Pillow frames)."""
+    """Build the simulator-truth synthetic benchmark (pymunk physics, Pillow frames, raw descriptions).
+
+    Step 1 of the construction; `python -m retrieval synth` runs it and the canonicalization (step 2) together."""
     from eval.synth import build_benchmark
 
-    path = build_benchmark(out, videos=videos, seed=seed, workers=workers or None, progress=True)
+    path = build_benchmark(out, videos=videos or None, seed=seed, workers=workers or None, progress=True,
+                           preset=preset, query_videos=query_videos or None)
     console.print(f"[green]wrote[/] {path}")
+
+
+@app.command()
+def card(
+    data: Path = typer.Argument(..., help="benchmark directory"),
+    out: Path = typer.Option(None, "--out", help="folder for card.md and card.json (default: print only)"),
+) -> None:
+    """The benchmark card: is this benchmark PSR-shaped? States, segments per state, pool sizes, horizon mix,
+    prefix-to-target gap, exact chance R@5, canonicalization errors -- beside the paper's values."""
+    from eval.card import make_card, write_card
+
+    c = make_card(data)
+    typer.echo(c.markdown())
+    if out is not None:
+        md, js = write_card(c, out)
+        console.print(f"[green]wrote[/] {md} and {js}")
 
 
 # --- evaluation: score one run, report many (owned by the evaluator; see eval/report.py) ---

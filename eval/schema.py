@@ -39,8 +39,9 @@ REPORT_MAX_HORIZON = 5
 GT_TIERS = ("in_video", "in_dataset", "cross_dataset", "bge_similar", "consensus")
 #: Tiers whose union is the main (cross-instance) pool.
 MAIN_POOL_TIERS = ("in_dataset", "cross_dataset")
-#: Ground-truth definitions used for stratified scoring (App. N of the paper).
-GT_DEFINITIONS = ("type2-all", "type2-consensus", "type1-all")
+#: Ground-truth definitions used for stratified scoring (App. N of the paper); ``sim-exact`` (the simulator's exact
+#: true state, another video) exists only where queries carry ``gt_sim_exact`` (the synthetic benchmark).
+GT_DEFINITIONS = ("type2-all", "type2-consensus", "type1-all", "sim-exact")
 PREFIX_FRAMES = 8
 
 
@@ -133,6 +134,7 @@ class Query:
     group_id: str | None = None
     k_seconds: float | None = None
     anchor_state: str | None = None
+    gt_sim_exact: tuple[str, ...] = ()
 
     @property
     def report_horizon(self) -> int:
@@ -146,6 +148,8 @@ class Query:
             return self.gt_pools.consensus
         if definition == "type1-all":
             return self.gt_type1
+        if definition == "sim-exact":
+            return self.gt_sim_exact
         raise KeyError(f"unknown GT definition {definition!r}; expected one of {GT_DEFINITIONS}")
 
     @classmethod
@@ -155,6 +159,7 @@ class Query:
         d["transcript"] = tuple(TranscriptEntry(float(e["t"]), str(e["state"])) for e in d.get("transcript") or ())
         d["gt_pools"] = GTPools.from_dict(d.get("gt_pools"))
         d["gt_type1"] = tuple(d.get("gt_type1") or ())
+        d["gt_sim_exact"] = tuple(d.get("gt_sim_exact") or ())
         return _build(cls, d)
 
     def to_dict(self) -> dict[str, Any]:
@@ -164,6 +169,7 @@ class Query:
         d["transcript"] = [{"t": e.t, "state": e.state} for e in self.transcript]
         d["gt_pools"] = self.gt_pools.to_dict()
         d["gt_type1"] = list(self.gt_type1)
+        d["gt_sim_exact"] = list(self.gt_sim_exact)
         return d
 
 
@@ -184,6 +190,8 @@ class Segment:
     end: float
     frame: str
     raw: str = ""
+    #: the simulator's exact true state (`eval.synth.lexicon.TrueState.key`); synthetic benchmark only
+    sim_state: str | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Segment:
@@ -266,6 +274,7 @@ QUERY_FEATURES = datasets.Features(
         "group_id": datasets.Value("string"),
         "k_seconds": datasets.Value("float64"),
         "anchor_state": datasets.Value("string"),
+        "gt_sim_exact": _ids,
     }
 )
 
@@ -283,6 +292,7 @@ SEGMENT_FEATURES = datasets.Features(
         "end": datasets.Value("float64"),
         "frame": datasets.Value("string"),
         "raw": datasets.Value("string"),
+        "sim_state": datasets.Value("string"),
     }
 )
 
@@ -304,11 +314,12 @@ REQUIRED_QUERY_FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 OPTIONAL_QUERY_FIELDS: dict[str, type | tuple[type, ...]] = {
     "gt_type1": list, "fair": bool, "group_id": str, "k_seconds": (int, float), "anchor_state": str,
+    "gt_sim_exact": list,
 }
 REQUIRED_SEGMENT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "id": str, "video_id": str, "domain": str, "object_id": str, "subject": str, "state": str, "state_id": str,
     "state_type1": str, "start": (int, float), "end": (int, float), "frame": str,
 }
-OPTIONAL_SEGMENT_FIELDS: dict[str, type | tuple[type, ...]] = {"raw": str}
+OPTIONAL_SEGMENT_FIELDS: dict[str, type | tuple[type, ...]] = {"raw": str, "sim_state": str}
 REQUIRED_STATE_FIELDS: dict[str, type | tuple[type, ...]] = {"id": str, "text": str}
 OPTIONAL_STATE_FIELDS: dict[str, type | tuple[type, ...]] = {"members": list, "n_segments": int}

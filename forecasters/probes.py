@@ -12,9 +12,17 @@ Registered forecasters (run with ``python -m forecasters run --forecaster NAME``
   the same object that starts at ``target_time`` (else the earliest in-video GT segment of the object, else the
   earliest in-video GT segment). Default model: the ``llava`` preset (LLaVA-1.6-7B, as the paper).
 
-Without a model (``python -m forecasters probes synonyms``): the deterministic paraphrase oracle from exact synonym
-sets: the ``members`` of a ``states.jsonl`` (by default the benchmark's own; the synthetic benchmark's are exact).
-For query ``q`` with target text ``t``, the candidates are the other phrasings of the synonym set holding ``t`` (file
+Without a model (``python -m forecasters probes synonyms``): a deterministic paraphrase oracle, from one of two
+phrasing sources (``--phrasing``):
+
+- ``held-out`` (the default where the benchmark has ``sim/phrases.jsonl``, i.e. the synthetic benchmark): the target
+  text's denotation (the attribute values it says) re-said in the held-out lexicon (`eval.synth.paraphrase`), which
+  never wrote the corpus -- the non-circular paraphrase oracle;
+- ``members``: exact synonym sets, the ``members`` of a ``states.jsonl`` (by default the benchmark's own). On a
+  benchmark canonicalized from its own raw corpus these are the very phrasings that wrote the corpus, so this
+  source measures only the clustering, not paraphrase robustness.
+
+With ``members``, for query ``q`` with target text ``t``, the candidates are the other phrasings of the synonym set holding ``t`` (file
 order; the first set when several do) and the paraphrase is candidate
 ``int(sha1("<seed>:<query id>")[:8], 16) mod (#candidates)``; a text in no set, or alone in its set, is kept (flag
 ``no_synonym``). Looking sets up by membership (not by state id) lets the synonym sets of a source benchmark
@@ -96,12 +104,43 @@ def synonym_sets(states_file) -> dict[str, list[str]]:
     return out
 
 
+def default_phrasing(bench) -> str:
+    """``held-out`` where the benchmark records its phrases' denotations (``sim/phrases.jsonl``), else ``members``."""
+    return "held-out" if (bench.root / "sim" / "phrases.jsonl").exists() else "members"
+
+
+def held_out_phrase_records(bench, split: str | None = "test", *, seed: int = 0, fair_only: bool = False) -> list:
+    """One `eval.phrases.PhraseRecord` per query of ``split``: its target text re-said in the held-out lexicon."""
+    from eval.phrases import PhraseRecord
+    from eval.synth.build import read_denotations
+    from eval.synth.paraphrase import paraphrase_for
+
+    den = read_denotations(bench.root)
+    ident = {"seed": seed, "benchmark": bench.manifest.name, "version": bench.manifest.version, "phrasing": "held-out"}
+    config_hash = hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    sel = bench.queries_ds.select(bench.query_rows(split, fair_only=fair_only))
+    out = []
+    for qid, target in zip(sel["id"][:], sel["target_state"][:], strict=True):
+        d = den.get(target)
+        phrase, flags = (paraphrase_for(qid, d, seed), []) if d else (target, ["no_denotation"])
+        out.append(PhraseRecord(query_id=qid, phrase=phrase, phrases=[phrase], raw=phrase, model="held-out-lexicon",
+                                backend="none", forecaster=SYNONYMS, decoding={"seed": seed},
+                                config_hash=config_hash, flags=flags))
+    return out
+
+
 def synonym_phrase_records(bench, split: str | None = "test", *, seed: int = 0, fair_only: bool = False,
-                           synonyms_file=None) -> list:
-    """One `eval.phrases.PhraseRecord` per query of ``split`` (file order): its synonym paraphrase, from the synonym
-    sets of ``synonyms_file`` (default: the benchmark's ``states.jsonl``)."""
+                           synonyms_file=None, phrasing: str | None = None) -> list:
+    """One `eval.phrases.PhraseRecord` per query of ``split`` (file order): its paraphrase from ``phrasing``
+    (``held-out`` or ``members``; default `default_phrasing`); ``members`` reads the synonym sets of
+    ``synonyms_file`` (default: the benchmark's ``states.jsonl``)."""
     from eval.phrases import PhraseRecord
 
+    phrasing = phrasing or default_phrasing(bench)
+    if phrasing == "held-out":
+        return held_out_phrase_records(bench, split, seed=seed, fair_only=fair_only)
+    if phrasing != "members":
+        raise ValueError(f"unknown phrasing {phrasing!r}; expected 'held-out' or 'members'")
     path = Path(synonyms_file) if synonyms_file else bench.root / "states.jsonl"
     sets = synonym_sets(path)
     ident = {"seed": seed, "benchmark": bench.manifest.name, "version": bench.manifest.version,
@@ -129,18 +168,23 @@ def synonyms(
     fair_only: bool = typer.Option(False, "--fair-only", help="only queries whose GT is in the corpus"),
     synonyms_file: Path = typer.Option(None, "--synonyms", help="states.jsonl whose members are the synonym sets "
                                                                 "(default: the benchmark's own)"),
+    phrasing: str = typer.Option(None, "--phrasing", help="held-out (default where the benchmark has "
+                                                          "sim/phrases.jsonl) or members (synonym sets)"),
 ) -> None:
-    """The deterministic paraphrase oracle: each query's true state reworded by a synonym from its synonym set."""
+    """The deterministic paraphrase oracle: each query's true state reworded (held-out lexicon or synonym sets)."""
     from eval.benchmark import Benchmark
     from eval.io import write_json, write_jsonl
 
     bench = Benchmark.load(data)
+    phrasing = phrasing or default_phrasing(bench)
     recs = synonym_phrase_records(bench, None if split == "all" else split, seed=seed, fair_only=fair_only,
-                                  synonyms_file=synonyms_file)
-    no_syn = sum("no_synonym" in r.flags for r in recs)
+                                  synonyms_file=synonyms_file, phrasing=phrasing)
+    no_syn = sum(bool({"no_synonym", "no_denotation"} & set(r.flags)) for r in recs)
     write_jsonl(out, (r.to_dict() for r in recs))
     write_json(out.with_name(out.name.removesuffix(".jsonl") + ".config.json"),
                {"forecaster": SYNONYMS, "data": str(data), "split": split, "seed": seed, "fair_only": fair_only,
+                "phrasing": phrasing,
                 "synonyms": str(synonyms_file or Path(data) / "states.jsonl"),
                 "queries": len(recs), "no_synonym": no_syn, "config_hash": recs[0].config_hash if recs else None})
-    typer.echo(f"wrote {out}: {len(recs)} paraphrases ({no_syn} targets without a synonym keep their text)")
+    typer.echo(f"wrote {out}: {len(recs)} paraphrases ({phrasing}; {no_syn} targets without a paraphrase keep their "
+               "text)")

@@ -10,6 +10,11 @@ Each function takes the benchmark, the query rows to answer and the space(s), an
   with the same question type and horizon (falling back to the same horizon, then to all training queries) and
   never from the query's own video; the prediction is that state's vector in the target space (its embedding in a
   semantic space, its segment-mean prototype in a visual one).
+- ``lookup``: a prior, no input at all beyond the question's metadata: the most frequent training target state of
+  the query's (domain, question type, horizon) -- falling back to (question type, horizon), then horizon, then all
+  training queries; count ties go to the lowest state row -- as a vector of the target space (its embedding in a
+  semantic space). A floor every learned method must beat: it measures how much the targets are predictable from
+  the benchmark's construction alone.
 - ``persistence``: the last prefix frame's token retrieves in the same visual space ("future = present").
 - ``zero_shot``: ``normalise(mean of the 8 prefix tokens)`` retrieves in the encoder's own corpus space.
 """
@@ -90,6 +95,36 @@ def knn_neighbours(bench: Benchmark, rows: np.ndarray, prefix_space: Space, trai
                 out[ii[ok]] = cand[best[ok]]
                 todo[ii[ok]] = False
     return out
+
+
+def lookup_states(bench: Benchmark, rows: np.ndarray, train_split: str = "train") -> np.ndarray:
+    """``(n,)`` state row of the lookup prior's answer for each query (see the module docstring), -1 when none."""
+    qd = bench.queries_ds
+    sidx = bench.state_index
+    state = np.fromiter((sidx.get(s, -1) for s in qd["target_state_id"][:]), np.int64, count=len(qd))
+    domain, qtype, horizon = (np.asarray(qd[c][:]) for c in ("domain", "qtype", "horizon"))
+    train = bench.query_rows(train_split)
+    train = train[state[train] >= 0]
+    levels = [lambda r: (domain[r], qtype[r], horizon[r]), lambda r: (qtype[r], horizon[r]),
+              lambda r: (horizon[r],), lambda r: ()]
+    out = np.full(len(rows), -1, np.int64)
+    for key in reversed(levels):  # coarse to fine: a finer level overwrites where it has training targets
+        counts: dict[tuple, dict[int, int]] = {}
+        for t in train:
+            c = counts.setdefault(tuple(key(t)), {})
+            c[int(state[t])] = c.get(int(state[t]), 0) + 1
+        best = {k: min(c.items(), key=lambda kv: (-kv[1], kv[0]))[0] for k, c in counts.items()}
+        for i, r in enumerate(rows):
+            out[i] = best.get(tuple(key(r)), out[i])
+    return out
+
+
+def lookup(bench: Benchmark, rows: np.ndarray, target: Space, train_split: str = "train") -> QueryVectors:
+    """The lookup prior's state as a vector of ``target`` -> ``(n, 1, d)``."""
+    st = lookup_states(bench, rows, train_split)
+    vec = np.zeros((len(rows), target.dim), np.float32)
+    vec[st >= 0] = target.state_prototypes()[st[st >= 0]]
+    return QueryVectors(_ids(bench, rows), vec[:, None], target.name)
 
 
 def knn_future(bench: Benchmark, rows: np.ndarray, prefix_space: Space, target: Space,

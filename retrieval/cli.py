@@ -168,8 +168,9 @@ def _method_command(kind: str, names: tuple[str, ...]):
     return command
 
 
-app.command("baseline", help="Run a naive baseline: random, question-only, knn-future, persistence, zero-shot.")(
-    _method_command("baseline", ("random", "question-only", "knn-future", "persistence", "zero-shot")))
+app.command("baseline", help="Run a naive baseline: random, question-only, lookup, knn-future, persistence, "
+                             "zero-shot.")(
+    _method_command("baseline", ("random", "question-only", "lookup", "knn-future", "persistence", "zero-shot")))
 app.command("oracle", help="Run an oracle: semantic-text, state-prototype, independent-appearance.")(
     _method_command("oracle", ("semantic-text", "state-prototype", "independent-appearance")))
 
@@ -282,6 +283,27 @@ def lftr_seeds(
     summary = multi_seed(Benchmark.load(data), cfg, [int(s) for s in seeds.split(",") if s.strip()], out,
                          split=split, log=console.print)
     console.print(summary["markdown"])
+
+
+@app.command()
+def synth(
+    out: Path = typer.Option(Path("data/psr-synth"), "--out", help="benchmark directory (step 1 writes OUT-truth)"),
+    preset: str = typer.Option("demo", "--preset", help="demo (~10k segments) or psr (~218k segments, ~20k queries)"),
+    seed: int = typer.Option(0, "--seed"),
+    videos: int = typer.Option(0, "--videos", min=0, help="simulated videos (0 = the preset's)"),
+    model: str = typer.Option("packaged:all-MiniLM-L6-v2", "--model",
+                              help="embedder of the canonicalization (HF id or path; BAAI/bge-small-en-v1.5 where cached)"),
+    threshold: float = typer.Option(0.85, "--threshold", min=0.0, max=1.0),
+    mine_budget: int = typer.Option(4, "--mine-budget", min=1, help="GT candidates mined per tier and query"),
+    workers: int = typer.Option(0, "--workers", min=0, help="processes of the simulation (0 = all cores)"),
+) -> None:
+    """Build the synthetic benchmark the way the paper builds PSR: simulate (eval synth), then canonicalize, mine and
+    verify the GT (canon apply). Each step is reused when its output holds the same build."""
+    from retrieval.synth import build_synth
+
+    path = build_synth(out, preset=preset, seed=seed, videos=videos or None, model=model, threshold=threshold,
+                       mine_budget=mine_budget, workers=workers or None, log=console.print)
+    console.print(f"[green]wrote[/] {escape(str(path))}; its card: `python -m eval card {escape(str(path))}`")
 
 
 @app.command()

@@ -15,10 +15,10 @@ from retrieval.lftr.data import pick_prefix_space
 from retrieval.queries import QueryVectors
 from retrieval.spaces import Space
 
-BASELINES = ("random", "question-only", "knn-future", "persistence", "zero-shot")
+BASELINES = ("random", "question-only", "lookup", "knn-future", "persistence", "zero-shot")
 ORACLES = ("semantic-text", "state-prototype", "independent-appearance")
 #: The space kind each method needs ("any": semantic or visual).
-NEEDS = {"random": "any", "question-only": "text", "knn-future": "any", "persistence": "visual",
+NEEDS = {"random": "any", "question-only": "text", "lookup": "any", "knn-future": "any", "persistence": "visual",
          "zero-shot": "visual", "semantic-text": "text", "state-prototype": "any", "independent-appearance": "any"}
 
 
@@ -39,6 +39,8 @@ def method_query_vectors(bench: Benchmark, name: str, space: Space | None, rows:
         enc = query_text_encoder(space.meta, device=device)
         fn = baselines.question_only if name == "question-only" else oracles.semantic_text
         return fn(bench, rows, space, enc)
+    if name == "lookup":
+        return baselines.lookup(bench, rows, space, train_split=train_split)
     if name == "knn-future":
         pspace = Space.load(bench, pick_prefix_space(bench, prefix_space))
         return baselines.knn_future(bench, rows, pspace, space, train_split=train_split)

@@ -4,10 +4,11 @@
   encoder (as a query), retrieves in that space. The clean ceiling.
 - ``state_prototype``: the mean visual feature of all segments of the target state (normalised), retrieved in
   the same visual space. Mildly optimistic: the prototype averages the GT segments themselves.
-- ``independent_appearance``: the query's own observed future frame (its in-video segment of the target state,
-  the self tier) retrieves cross-instance in a visual space. ``reduce="first"`` uses the earliest such segment
-  (the paper's single frame), ``"mean"`` averages all of them (its multi-frame variant). Queries without an
-  in-video segment are misses (zero vectors; see `retrieval.queries`).
+- ``independent_appearance``: the queried object's own observed future frame -- the middle frame of its target
+  segment (same video and object, starting at the query's ``target_time``) -- retrieves cross-instance in a visual
+  space (the paper's independent observed-future-frame oracle). ``reduce="first"`` uses that segment (the paper's
+  single frame); ``"mean"`` averages the object's segments in the target state (its multi-frame variant). Queries
+  whose target segment is not in the corpus are misses (zero vectors; see `retrieval.queries`).
 """
 
 from __future__ import annotations
@@ -39,17 +40,37 @@ def state_prototype(bench: Benchmark, rows: np.ndarray, space: Space) -> QueryVe
     return QueryVectors(_ids(bench, rows), vec[:, None], space.name)
 
 
+def target_segment_rows(bench: Benchmark, rows: np.ndarray) -> np.ndarray:
+    """(len(rows),) corpus row of each query's target segment (its video and object, starting at ``target_time``;
+    -1 when the corpus has no such segment)."""
+    cds = bench.corpus_ds
+    key = {(v, o, round(float(t), 6)): r for r, (v, o, t) in
+           enumerate(zip(cds["video_id"][:], cds["object_id"][:], cds["start"][:], strict=True))}
+    q = bench.queries_ds.select(rows) if len(rows) else None
+    if q is None:
+        return np.zeros(0, np.int64)
+    return np.array([key.get((v, o, round(float(t), 6)), -1) for v, o, t in
+                     zip(q["video_id"][:], q["object_id"][:], q["target_time"][:], strict=True)], np.int64)
+
+
 def independent_appearance(bench: Benchmark, rows: np.ndarray, space: Space, reduce: str = "first") -> QueryVectors:
     if reduce not in ("first", "mean"):
         raise ValueError(f"reduce must be 'first' or 'mean', got {reduce!r}")
-    cidx = bench.corpus_index
-    start = np.asarray(bench.corpus_ds["start"][:], np.float64)
-    pools = bench.queries_ds.select(rows)["gt_pools"][:] if len(rows) else []
+    target = target_segment_rows(bench, rows)
     vec = np.zeros((len(rows), space.dim), np.float32)
-    for i, p in enumerate(pools):  # per query: its few in-video segments
-        own = np.fromiter((cidx[x] for x in p["in_video"] if x in cidx), np.int64)
-        if own.size == 0:
+    have = target >= 0
+    if reduce == "first":
+        if have.any():
+            vec[have] = space.segment_features(target[have])
+        return QueryVectors(_ids(bench, rows), vec[:, None], space.name)
+    cds = bench.corpus_ds
+    obj = {}
+    for r, (v, o, s) in enumerate(zip(cds["video_id"][:], cds["object_id"][:], cds["state_id"][:], strict=True)):
+        obj.setdefault((v, o, s), []).append(r)
+    vids, objs, states = cds["video_id"][:], cds["object_id"][:], cds["state_id"][:]
+    for i, t in enumerate(target):  # per query: the few segments of its object in the target state
+        if t < 0:
             continue
-        feats = space.segment_features(own)
-        vec[i] = feats[np.argmin(start[own])] if reduce == "first" else l2_normalize(feats.mean(0))
+        own = np.asarray(obj[(vids[t], objs[t], states[t])], np.int64)
+        vec[i] = l2_normalize(space.segment_features(own).mean(0))
     return QueryVectors(_ids(bench, rows), vec[:, None], space.name)

@@ -1,38 +1,47 @@
-"""Build the synthetic PSR benchmark directory: videos -> corpus, prefixes, questions, GT pools, splits, features.
+"""Build the simulator-truth benchmark: videos -> corpus with raw descriptions, prefixes, questions, GT, features.
 
-Videos are made in a process pool (`eval.synth.video.make_video`, one deterministic seed per video), then
-assembled here in video order, so the output is byte-identical for a given ``(videos, seed, image_size)``
-whatever the number of workers.
+This is step 1 of the construction (the paper's pipeline, `DESIGN.md`): every state is the simulator's exact true
+state (`eval.synth.lexicon.TrueState`), every segment carries a free-form ``raw`` description written by the corpus
+describer, and ``sim_state`` (the true state's key). Step 2, ``python -m retrieval canon apply`` with the synthetic
+recipe (``python -m retrieval synth`` runs both), canonicalizes the raw descriptions by greedy embedding clustering at
+0.85, mines budgeted GT pools from the canonical states, emulates their verification and writes the benchmark every
+job uses.
+
+Videos are made in a process pool (`eval.synth.video.make_video`, one deterministic seed per video), then assembled
+here in video order, so the output is byte-identical for a given configuration whatever the number of workers.
 
 Protocol (the paper's, on simulator ground truth):
 
-- Single prefix: each (video, object) whose first state lasts at least 8 frames gets one prefix of 8 evenly
-  spaced frames ending strictly before the object's first state change; every query of that object shares it.
-- Horizon: the 1-based index of the target in the object's future trajectory (the segments after the first);
-  targets lie within horizons 1..7 (`eval.schema.MAX_HORIZON`), longer ones are skipped.
-- Questions: Q1 next state (h = 1); Q2 end state (the last segment, h >= 2); Q3 the state active ``k`` seconds
-  after the prefix ends (k a multiple of 0.5 s, at least `Q3_MARGIN_S` inside the segment); Q4 the state just
-  before a named later state (``anchor_state``, the first occurrence of its state in the future); Q5 the end
-  state of each of 2-3 objects of one video (``group_id``; one query per object; h >= 1).
-- Transcript: the object's segments that start before the target, as (start time, canonical state).
-- GT pools (corpus segment ids, in corpus order) for target canonical state ``s`` of video ``V``, domain ``D``:
-  ``in_video`` = segments of ``V`` in ``s`` (the object's own target included); ``in_dataset`` = other videos of
-  ``D`` in ``s``; ``cross_dataset`` = other domains in ``s``; ``bge_similar`` = other videos' segments whose state
-  is a declared neighbour of ``s`` (`eval.synth.vocab.neighbours`; exact matches excluded); ``consensus`` = the
-  main pool's "clear" segments (`eval.synth.video.CONSENSUS_MIN_DURATION_S`, object fully in view);
-  ``gt_type1`` = other videos' segments with the same subject + state. ``fair`` = main pool non-empty.
-- Splits: video-disjoint train / val / test (`SPLIT_FRACTIONS`), drawn per domain with the build seed.
-- Features: the ``pixels`` visual space (`eval.synth.render.pixel_feature`, L2-normalised): ``corpus`` (segment
-  middle frames) and ``prefixes`` (n_prefixes, 8, 576).
+- Domains: video ``i`` belongs to ``DOMAINS[i % 4]`` and draws its scene family from the domain's mixture.
+- Query videos: every video contributes its segments to the corpus; the first ``query_videos`` of a seeded
+  permutation (all by default) also get prefixes and queries (PSR's corpus is far larger than its query videos).
+- Single early prefix per (video, object) (`eval.synth.video.choose_prefix`); horizon = the 1-based index of the
+  target in the object's future trajectory (1..7).
+- Questions: Q1 next state (h = 1); Q2 end state (the last segment, 2 <= h <= 7, asked for a share `Q2_RATE` of the
+  prefixes); Q3 the state active ``k`` seconds after the prefix ends (k a multiple of 0.5 s at least `Q3_MARGIN_S`
+  inside the segment; the horizon drawn with weight `HORIZON_DECAY` ** (h - 1)); Q4 the state just before a named
+  later state (the anchor: a state first reached at horizon h_a >= 2 whose motion differs from the target's, drawn
+  with the same decay; it is named by an independent corpus-lexicon description); Q5 the end states of 2-3 objects of
+  one video (``group_id``; scored apart from the main pool).
+- Transcript: the object's segments that start before the target: (start time, reference text of the true state).
+- GT (exact simulator truth): ``in_video`` = segments of the query's video in the target's true state;
+  ``in_dataset`` / ``cross_dataset`` = other videos of the same / another domain in that state; ``bge_similar`` =
+  other videos' near-duplicate states (same motion and place, another relation, pose or manner); ``consensus`` =
+  the main pool's clear segments; ``gt_type1`` = same subject and state; ``gt_sim_exact`` = the main pool.
+- Splits: video-disjoint train / val / test (`SPLIT_FRACTIONS`) over the query videos, drawn per domain.
+- Files beyond the format: ``sim/<video>.npz`` (the record) and ``sim/phrases.jsonl`` (every raw description and
+  question anchor with its denotation: the attribute values it mentions), read by the verification emulation and the
+  held-out paraphraser.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import multiprocessing
 import os
-from collections import Counter
-from collections.abc import Iterable
+from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,48 +53,69 @@ from tqdm.auto import tqdm
 from eval.features import l2_normalize, write_meta, write_table
 from eval.io import atomic_dir, read_json, write_json, write_jsonl
 from eval.schema import MAX_HORIZON, SPLITS, GTPools, Manifest, Query, Segment, State, TranscriptEntry
-from eval.synth import render, scenes, states
+from eval.synth import lexicon, render, scenes, states
 from eval.synth import video as V
+from eval.synth.lexicon import CORPUS, TrueState, describe, reference_text
 from eval.synth.questions import join_subjects, question_text, seconds_text
-from eval.synth.vocab import STATES, neighbours, validate_vocab
 
-NAME = "psr-synth"
-VERSION = "1.0.0"
+NAME = "psr-synth-truth"
+VERSION = "2.0.0"
 SPACE = "pixels"
 SPACE_MODEL = "pixels-16x12"
 SPLIT_FRACTIONS = (0.70, 0.15, 0.15)
-"""Video-disjoint train / val / test fractions (per domain)."""
-K_SECONDS = tuple(0.5 * i for i in range(1, 13))
-"""Candidate ``k`` of Q3 (seconds after the prefix ends)."""
+K_SECONDS = tuple(0.5 * i for i in range(1, 17))
 Q3_MARGIN_S = 0.1
-"""The time prefix_end + k must lie at least this far inside the target segment (no boundary ambiguity)."""
+Q2_RATE = 0.55
+"""Share of prefixes asked the end-state question (PSR's Q2 is a minority type)."""
+HORIZON_DECAY = 0.35
+"""Q3 / Q4 draw the target horizon with weight HORIZON_DECAY ** (h - 1): near horizons dominate, as in PSR."""
 Q5_GROUP_SIZES = (2, 3)
 SERIAL_BELOW = 40
-"""Without an explicit ``workers``, builds with fewer videos run in-process (a pool costs more than it saves)."""
 _QTYPE_SALT = {"Q1": 1, "Q2": 2, "Q3": 3, "Q4": 4, "Q5": 5}
 
 
-def build_benchmark(out_dir: str | os.PathLike, videos: int = 300, seed: int = 0, workers: int | None = None,
-                    progress: bool = True, image_size: tuple[int, int] = render.DEFAULT_SIZE) -> Path:
-    """Build the synthetic benchmark into ``out_dir`` and return its path.
+@dataclass(frozen=True)
+class Preset:
+    """A build size: ``videos`` simulated, ``query_videos`` of them with queries (None = all), frame size."""
 
-    ``out_dir`` may be missing, empty, or a previous synthetic build (replaced); anything else is refused.
-    The directory is assembled beside ``out_dir`` and moved into place at the end, so a failed build leaves
-    nothing half-written. ``workers``: processes for the video pool (default: the CPU count, at most 8; small
-    builds run in-process). The output does not depend on ``workers``.
+    videos: int
+    query_videos: int | None
+    image_size: tuple[int, int]
+    description: str
+
+
+PRESETS: dict[str, Preset] = {
+    "demo": Preset(720, None, render.DEFAULT_SIZE, "the embedded default: ~10k segments, every video queried"),
+    "psr": Preset(15600, 1450, (80, 60), "PSR-scale: ~218k segments, ~20k queries over ~1.4k query videos"),
+}
+
+
+def build_benchmark(out_dir: str | os.PathLike, videos: int | None = None, seed: int = 0, workers: int | None = None,
+                    progress: bool = True, image_size: tuple[int, int] | None = None, preset: str = "demo",
+                    query_videos: int | None = None) -> Path:
+    """Build the simulator-truth benchmark into ``out_dir`` and return its path.
+
+    ``preset`` fixes the defaults of ``videos``, ``query_videos`` and ``image_size`` (`PRESETS`). ``out_dir`` may be
+    missing, empty, or a previous synthetic build (replaced); anything else is refused. The directory is assembled
+    beside ``out_dir`` and moved into place at the end. ``workers``: processes for the video pool (default: the CPU
+    count, at most 8; small builds run in-process). The output does not depend on ``workers``.
     """
-    if videos < len(scenes.FAMILIES):
-        raise ValueError(f"videos must be at least {len(scenes.FAMILIES)} (one per scene family), got {videos}")
-    validate_vocab()
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; expected one of {sorted(PRESETS)}")
+    p = PRESETS[preset]
+    videos = p.videos if videos is None else videos
+    query_videos = (p.query_videos if query_videos is None else query_videos) or videos
+    image_size = tuple(image_size or p.image_size)
+    if videos < len(scenes.DOMAINS):
+        raise ValueError(f"videos must be at least {len(scenes.DOMAINS)} (one per domain), got {videos}")
     out = Path(out_dir)
     _check_target(out)
     with atomic_dir(out) as stage:
-        results = _make_videos(stage, videos, seed, workers, progress, image_size)
-        _assemble(stage, results, seed, image_size)
+        queried = query_set(videos, min(query_videos, videos), seed)
+        results = _make_videos(stage, videos, seed, workers, progress, image_size, queried)
+        _assemble(stage, results, seed, image_size, preset, queried)
     return out
 
-
-# --- output directory handling -----------------------------------------------------------------------------
 
 def _check_target(out: Path) -> None:
     if not out.exists():
@@ -93,9 +123,8 @@ def _check_target(out: Path) -> None:
     if not out.is_dir():
         raise FileExistsError(f"{out} exists and is not a directory")
     if any(out.iterdir()):
-        manifest = out / "manifest.json"
         with contextlib.suppress(Exception):
-            if read_json(manifest).get("name") == NAME:
+            if read_json(out / "manifest.json").get("name") == NAME:
                 return
         raise FileExistsError(f"{out} is not empty and is not a {NAME} build; refusing to overwrite it")
 
@@ -103,13 +132,21 @@ def _check_target(out: Path) -> None:
 # --- videos ------------------------------------------------------------------------------------------------
 
 def video_domains(videos: int) -> list[str]:
-    """The scene family of each video index (round-robin, so every domain has ~videos/4 videos)."""
-    return [scenes.FAMILIES[i % len(scenes.FAMILIES)] for i in range(videos)]
+    """The domain of each video index (round-robin, so every domain has ~videos/4 videos)."""
+    return [scenes.DOMAINS[i % len(scenes.DOMAINS)] for i in range(videos)]
+
+
+def query_set(videos: int, query_videos: int, seed: int) -> set[int]:
+    """The video indices that get prefixes and queries: the first ``query_videos`` of a seeded permutation."""
+    if query_videos >= videos:
+        return set(range(videos))
+    order = np.random.default_rng([seed, 0x9E71]).permutation(videos)
+    return {int(i) for i in order[:query_videos]}
 
 
 def _make_videos(stage: Path, videos: int, seed: int, workers: int | None, progress: bool,
-                 image_size: tuple[int, int]) -> list[V.VideoResult]:
-    args = [(seed, i, d, str(stage), tuple(image_size)) for i, d in enumerate(video_domains(videos))]
+                 image_size: tuple[int, int], queried: set[int]) -> list[V.VideoResult]:
+    args = [(seed, i, d, str(stage), tuple(image_size), i in queried) for i, d in enumerate(video_domains(videos))]
     serial = workers == 1 if workers else videos < SERIAL_BELOW
     workers = workers or min(os.cpu_count() or 1, 8)
     bar = tqdm(total=videos, desc=f"{NAME}: videos", unit="video", disable=not progress)
@@ -118,7 +155,7 @@ def _make_videos(stage: Path, videos: int, seed: int, workers: int | None, progr
             return [_tick(bar, V.make_video_star(a)) for a in args]
         method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method)) as pool:
-            return [_tick(bar, r) for r in pool.map(V.make_video_star, args, chunksize=4)]
+            return [_tick(bar, r) for r in pool.map(V.make_video_star, args, chunksize=8)]
     finally:
         bar.close()
 
@@ -137,52 +174,62 @@ class _Corpus:
     segments: list[Segment]
     video: np.ndarray  # (n,) video index
     domain: np.ndarray  # (n,) domain index
-    state: np.ndarray  # (n,) state index
+    state: np.ndarray  # (n,) true-state index (into `keys`)
+    near: np.ndarray  # (n,) near-duplicate class index (motion + place)
     clear: np.ndarray  # (n,) bool
-    type1: list[str]
+    type1: np.ndarray  # (n,) subject + state code
+    keys: list[str]  # true-state keys, sorted
     rows: dict[tuple[int, int], list[int]]  # (video index, object index) -> corpus rows in time order
-
-    def rows_by(self, keys: Iterable) -> dict:
-        out: dict = {}
-        for r, key in enumerate(keys):
-            out.setdefault(key, []).append(r)
-        return {k: np.asarray(v, np.int64) for k, v in out.items()}
 
 
 def _t(frame: int, fps: float) -> float:
     return round(frame / fps, 3)
 
 
+def state_id(key: str) -> str:
+    """The id of a true state: ``t`` + 12 hex digits of the SHA-1 of its key (stable across builds)."""
+    return "t" + hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
 def _build_corpus(results: list[V.VideoResult]) -> _Corpus:
-    segs, video, domain, state, clear, rows = [], [], [], [], [], {}
+    keys = sorted({s.state.key for r in results for s in r.segments})
+    index = {k: i for i, k in enumerate(keys)}
+    texts = {k: reference_text(TrueState.from_key(k)) for k in keys}
+    if len(set(texts.values())) != len(texts):
+        raise AssertionError("two true states share a reference text")
+    segs, video, domain, state, clear, rows, t1 = [], [], [], [], [], {}, []
     for res in results:
         last = res.n_frames - 1
-        per_object = Counter()
+        per_object: Counter = Counter()
         for s in res.segments:
             j = per_object[s.object_index]
             per_object[s.object_index] += 1
             oid, subject = res.object_ids[s.object_index], res.subjects[s.object_index]
-            st = STATES[s.state]
+            text = texts[s.state.key]
             rows.setdefault((res.index, s.object_index), []).append(len(segs))
             segs.append(Segment(
                 id=f"{res.video_id}.{oid}.s{j}", video_id=res.video_id, domain=res.domain, object_id=oid,
-                subject=subject, state=st.text, state_id=st.id, state_type1=f"{subject} {st.text}",
+                subject=subject, state=text, state_id=state_id(s.state.key), state_type1=f"{subject} {text}",
                 start=_t(s.start, res.fps), end=_t(min(s.stop, last), res.fps),
-                frame=V.frame_path(res.video_id, s.middle), raw=s.raw))
+                frame=V.frame_path(res.video_id, s.middle), raw=s.raw, sim_state=s.state.key))
             video.append(res.index)
-            domain.append(scenes.FAMILIES.index(res.domain))
-            state.append(s.state)
+            domain.append(scenes.DOMAINS.index(res.domain))
+            state.append(index[s.state.key])
             clear.append(s.clear)
+            t1.append(f"{subject}\x00{s.state.key}")
+    near_codes = {}
+    near = np.array([near_codes.setdefault(tuple(keys[i].split("|")[:2]), len(near_codes)) for i in state], np.int64)
+    _, t1_codes = np.unique(np.asarray(t1, dtype=object).astype(str), return_inverse=True)
     return _Corpus(segs, np.asarray(video, np.int64), np.asarray(domain, np.int64), np.asarray(state, np.int64),
-                   np.asarray(clear, bool), [s.state_type1 for s in segs], rows)
+                   near, np.asarray(clear, bool), t1_codes.astype(np.int64), keys, rows)
 
 
-def assign_splits(results: list[V.VideoResult], seed: int) -> dict[int, str]:
-    """Video index -> split; per domain a seeded permutation cut at `SPLIT_FRACTIONS` (video-disjoint)."""
+def assign_splits(results: list[V.VideoResult], seed: int, queried: set[int]) -> dict[int, str]:
+    """Query video index -> split; per domain a seeded permutation cut at `SPLIT_FRACTIONS` (video-disjoint)."""
     rng = np.random.default_rng([seed, 0x5B117])
     out: dict[int, str] = {}
-    for domain in scenes.FAMILIES:
-        idx = np.array([r.index for r in results if r.domain == domain], np.int64)
+    for domain in scenes.DOMAINS:
+        idx = np.array([r.index for r in results if r.domain == domain and r.index in queried], np.int64)
         idx = idx[rng.permutation(len(idx))]
         n_val = int(round(SPLIT_FRACTIONS[1] * len(idx)))
         n_test = int(round(SPLIT_FRACTIONS[2] * len(idx)))
@@ -202,46 +249,51 @@ class _Target:
     group_id: str | None = None
 
 
-def _object_targets(res: V.VideoResult, k: int, seg_rows: list[int], corpus: _Corpus, seed: int,
-                    prefix_end: float) -> list[_Target]:
-    """Q1-Q4 targets of one (video, object) prefix; ``seg_rows`` are the object's corpus rows in time order."""
+def _decay_choice(rng: np.random.Generator, horizons: list[int]) -> int:
+    w = np.array([HORIZON_DECAY ** (h - 1) for h in horizons])
+    return horizons[int(rng.choice(len(horizons), p=w / w.sum()))]
+
+
+def _object_targets(res: V.VideoResult, k: int, segs: list[V.SegmentInfo], seed: int, prefix_end: float,
+                    anchors_out: dict[str, dict]) -> list[_Target]:
+    """Q1-Q4 targets of one (video, object) prefix; ``segs`` are the object's segments in time order."""
     subject = res.subjects[k]
-    n_future = len(seg_rows) - 1
-    segs = [corpus.segments[r] for r in seg_rows]
+    n_future = len(segs) - 1
+    fps = res.fps
 
     def rng(q: str) -> np.random.Generator:
         return np.random.default_rng([seed, res.index, k, _QTYPE_SALT[q], 0xA5])
 
     out = [_Target("Q1", 1, question_text("Q1", rng("Q1"), subject=subject))]
-    if 2 <= n_future <= MAX_HORIZON:
-        out.append(_Target("Q2", n_future, question_text("Q2", rng("Q2"), subject=subject)))
-    # Q3: pick a reachable horizon uniformly, then a k that lands well inside that segment
+    r2 = rng("Q2")
+    if 2 <= n_future <= MAX_HORIZON and r2.random() < Q2_RATE:
+        out.append(_Target("Q2", n_future, question_text("Q2", r2, subject=subject)))
     r3 = rng("Q3")
     options: dict[int, list[float]] = {}
     for h in range(1, min(n_future, MAX_HORIZON) + 1):
         s = segs[h]
         for kk in K_SECONDS:
             t = prefix_end + kk
-            if s.start + Q3_MARGIN_S <= t <= s.end - Q3_MARGIN_S:
+            if s.start / fps + Q3_MARGIN_S <= t <= s.stop / fps - Q3_MARGIN_S:
                 options.setdefault(h, []).append(kk)
     if options:
-        hs = sorted(options)
-        h = hs[int(r3.integers(len(hs)))]
+        h = _decay_choice(r3, sorted(options))
         kk = options[h][int(r3.integers(len(options[h])))]
         out.append(_Target("Q3", h, question_text("Q3", r3, subject=subject, k=seconds_text(kk)), k_seconds=kk))
-    # Q4: anchor = the first future occurrence of a state, at h >= 2; target = the segment just before it
     r4 = rng("Q4")
     seen: set[str] = set()
     anchors = []
     for h in range(1, min(n_future, MAX_HORIZON + 1) + 1):
-        if segs[h].state not in seen and h >= 2:
+        st = segs[h].state
+        if st.key not in seen and h >= 2 and st.motion != segs[h - 1].state.motion:
             anchors.append(h)
-        seen.add(segs[h].state)
+        seen.add(st.key)
     if anchors:
-        h_anchor = anchors[int(r4.integers(len(anchors)))]
-        anchor = segs[h_anchor].state
-        out.append(_Target("Q4", h_anchor - 1, question_text("Q4", r4, subject=subject, anchor=anchor),
-                           anchor_state=anchor))
+        h_anchor = _decay_choice(r4, anchors)
+        phrase, den = describe(segs[h_anchor].state, r4, CORPUS)
+        anchors_out[phrase] = den
+        out.append(_Target("Q4", h_anchor - 1, question_text("Q4", r4, subject=subject, anchor=phrase),
+                           anchor_state=phrase))
     return out
 
 
@@ -261,53 +313,61 @@ def _group_targets(res: V.VideoResult, corpus: _Corpus, seed: int) -> dict[int, 
 
 
 class _Pools:
-    """GT pool mining over the corpus arrays (see the module docstring for the tiers)."""
+    """Exact GT pools on simulator truth (see the module docstring)."""
 
     def __init__(self, corpus: _Corpus):
         self.c = corpus
         self.ids = np.asarray([s.id for s in corpus.segments], dtype=object)
-        self.by_state = corpus.rows_by(corpus.state.tolist())
-        self.by_type1 = corpus.rows_by(corpus.type1)
+        self.by_state = self._group(corpus.state)
+        self.by_near = self._group(corpus.near)
+        self.by_type1 = self._group(corpus.type1)
         self.empty = np.zeros(0, np.int64)
 
-    def mine(self, state: int, type1: str, video: int, domain: int) -> tuple[GTPools, tuple[str, ...]]:
+    @staticmethod
+    def _group(keys: np.ndarray) -> dict[int, np.ndarray]:
+        order = np.argsort(keys, kind="stable")
+        uniq, starts = np.unique(keys[order], return_index=True)
+        return {int(u): order[a:b] for u, a, b in zip(uniq, starts, [*starts[1:], len(order)], strict=True)}
+
+    def mine(self, row: int, video: int, domain: int) -> tuple[GTPools, tuple[str, ...]]:
         c = self.c
-        same = self.by_state.get(state, self.empty)
+        same = self.by_state.get(int(c.state[row]), self.empty)
         v, d = c.video[same], c.domain[same]
-        in_video = same[v == video]
-        in_dataset = same[(v != video) & (d == domain)]
-        cross = same[d != domain]
-        near_states = [states.STATE_INDEX[t] for t in neighbours(STATES[state].text)]
-        near = np.sort(np.concatenate([self.by_state.get(s, self.empty) for s in near_states] or [self.empty]))
-        near = near[c.video[near] != video]
-        main = np.concatenate([in_dataset, cross])
-        consensus = main[c.clear[main]]
-        t1 = self.by_type1.get(type1, self.empty)
+        in_video, in_dataset, cross = same[v == video], same[(v != video) & (d == domain)], same[d != domain]
+        near = self.by_near.get(int(c.near[row]), self.empty)
+        near = near[(c.video[near] != video) & (c.state[near] != c.state[row])]
+        main = np.sort(np.concatenate([in_dataset, cross]))
+        t1 = self.by_type1.get(int(c.type1[row]), self.empty)
         t1 = t1[c.video[t1] != video]
         ids = self.ids
-        pools = GTPools(tuple(ids[in_video]), tuple(ids[in_dataset]), tuple(ids[cross]), tuple(ids[near]),
-                        tuple(ids[consensus]))
-        return pools, tuple(ids[t1])
+        return (GTPools(tuple(ids[in_video]), tuple(ids[in_dataset]), tuple(ids[cross]), tuple(ids[near]),
+                        tuple(ids[main[c.clear[main]]])), tuple(ids[t1]))
 
 
-def _build_queries(results: list[V.VideoResult], corpus: _Corpus, splits: dict[int, str], seed: int) -> list[Query]:
+def _build_queries(results: list[V.VideoResult], corpus: _Corpus, splits: dict[int, str], seed: int,
+                   anchors: dict[str, dict]) -> list[Query]:
     pools = _Pools(corpus)
     queries: list[Query] = []
     for res in results:
+        if not res.prefixes:
+            continue
         group = _group_targets(res, corpus, seed)
-        d = scenes.FAMILIES.index(res.domain)
+        d = scenes.DOMAINS.index(res.domain)
+        seg_by_object = defaultdict(list)
+        for s in res.segments:
+            seg_by_object[s.object_index].append(s)
         for k in sorted(res.prefixes):
             frames = res.prefixes[k]
             seg_rows = corpus.rows[(res.index, k)]
             prefix_id = f"{res.video_id}.{res.object_ids[k]}"
             prefix_start, prefix_end = _t(frames[0], res.fps), _t(frames[-1], res.fps)
-            targets = _object_targets(res, k, seg_rows, corpus, seed, prefix_end)
+            targets = _object_targets(res, k, seg_by_object[k], seed, prefix_end, anchors)
             if k in group:
                 targets.append(group[k])
             for tg in targets:
                 row = seg_rows[tg.horizon]
                 seg = corpus.segments[row]
-                gt, gt1 = pools.mine(int(corpus.state[row]), seg.state_type1, res.index, d)
+                gt, gt1 = pools.mine(row, res.index, d)
                 transcript = tuple(TranscriptEntry(corpus.segments[r].start, corpus.segments[r].state)
                                    for r in seg_rows if corpus.segments[r].start < seg.start)
                 queries.append(Query(
@@ -318,20 +378,42 @@ def _build_queries(results: list[V.VideoResult], corpus: _Corpus, splits: dict[i
                     prefix_end=prefix_end, prefix_frames=tuple(V.frame_path(res.video_id, f) for f in frames),
                     transcript=transcript, split=splits[res.index], gt_pools=gt, gt_type1=gt1,
                     fair=len(gt.main) > 0, group_id=tg.group_id, k_seconds=tg.k_seconds,
-                    anchor_state=tg.anchor_state))
+                    anchor_state=tg.anchor_state, gt_sim_exact=gt.main))
     return queries
 
 
-def _assemble(stage: Path, results: list[V.VideoResult], seed: int, image_size: tuple[int, int]) -> None:
+def _phrase_denotations(results: list[V.VideoResult], anchors: dict[str, dict]) -> list[dict]:
+    """Every raw description and question anchor with its denotation (one row a distinct phrase, sorted)."""
+    den: dict[str, dict] = {}
+    for res in results:
+        for s in res.segments:
+            den.setdefault(s.raw, s.denotation)
+            if den[s.raw] != s.denotation:
+                raise AssertionError(f"phrase {s.raw!r} denotes two different partial states")
+    for phrase, d in anchors.items():
+        if den.setdefault(phrase, d) != d:
+            raise AssertionError(f"phrase {phrase!r} denotes two different partial states")
+    return [{"phrase": p, "denotes": den[p]} for p in sorted(den)]
+
+
+def _assemble(stage: Path, results: list[V.VideoResult], seed: int, image_size: tuple[int, int], preset: str,
+              queried: set[int]) -> None:
     corpus = _build_corpus(results)
-    splits = assign_splits(results, seed)
-    queries = _build_queries(results, corpus, splits, seed)
-    counts_by_state = Counter(int(s) for s in corpus.state)
-    state_rows = [State(s.id, s.text, s.synonyms, counts_by_state.get(i, 0)) for i, s in enumerate(STATES)]
+    splits = assign_splits(results, seed, queried)
+    anchors: dict[str, dict] = {}
+    queries = _build_queries(results, corpus, splits, seed, anchors)
+    members: dict[str, Counter] = defaultdict(Counter)
+    for s in corpus.segments:
+        members[s.sim_state][s.raw] += 1
+    n_seg = Counter(corpus.state.tolist())
+    state_rows = [State(state_id(k), reference_text(TrueState.from_key(k)),
+                        tuple(p for p, _ in sorted(members[k].items(), key=lambda x: (-x[1], x[0]))), n_seg[i])
+                  for i, k in enumerate(corpus.keys)]
 
     write_jsonl(stage / "corpus.jsonl", (s.to_dict() for s in corpus.segments))
     write_jsonl(stage / "queries.jsonl", (q.to_dict() for q in queries))
     write_jsonl(stage / "states.jsonl", (s.to_dict() for s in state_rows))
+    write_jsonl(stage / "sim" / "phrases.jsonl", _phrase_denotations(results, anchors))
 
     dim = render.FEATURE_GRID[0] * render.FEATURE_GRID[1] * 3
     seg_feats = np.concatenate([r.segment_features for r in results]).reshape(-1, dim)
@@ -340,7 +422,7 @@ def _assemble(stage: Path, results: list[V.VideoResult], seed: int, image_size: 
     write_table(stage, SPACE, "corpus", [s.id for s in corpus.segments], l2_normalize(seg_feats))
     write_table(stage, SPACE, "prefixes", prefix_ids, l2_normalize(pre_feats))
     write_meta(stage, SPACE, kind="visual", dim=dim, model=SPACE_MODEL,
-               description="64x48-pixel crop of the frame centred on the segment's (prefix's) object, "
+               description="crop of the frame centred on the segment's (prefix's) object (64x48 pixels at 160x120), "
                            "box-downsampled to 16x12 RGB in [0,1], mean-centred, L2-normalised")
 
     manifest = Manifest(
@@ -349,29 +431,45 @@ def _assemble(stage: Path, results: list[V.VideoResult], seed: int, image_size: 
                 "videos": len(results), "prefixes": len(prefix_ids),
                 "fair_queries": sum(q.fair for q in queries)},
         spaces={SPACE: {"kind": "visual", "dim": dim, "model": SPACE_MODEL}},
-        domains=list(scenes.FAMILIES),
-        description="Simulator-backed synthetic PSR benchmark (pymunk scenes, Pillow frames): four scene families "
-                    "as source domains, states labelled from the simulator record.",
-        extra=_extra(results, queries, splits, seed, image_size))
+        domains=list(scenes.DOMAINS),
+        description="Simulator-truth synthetic PSR benchmark (pymunk scenes, Pillow frames): exact compositional "
+                    "true states, raw free-form descriptions; canonicalize it with `python -m retrieval canon apply` "
+                    "(`python -m retrieval synth` runs both steps).",
+        extra=_extra(results, queries, splits, seed, image_size, preset, queried))
     write_json(stage / "manifest.json", manifest.to_dict())
 
 
-def _extra(results, queries, splits, seed, image_size) -> dict:
+def _extra(results, queries, splits, seed, image_size, preset, queried) -> dict:
     def count(key) -> dict[str, int]:
         c = Counter(key(q) for q in queries)
         return {str(k): c[k] for k in sorted(c)}
 
     return {
-        "seed": seed, "videos": len(results), "fps": float(scenes.FPS), "image_size": list(image_size),
+        "seed": seed, "preset": preset, "videos": len(results), "query_videos": len(queried),
+        "fps": float(scenes.FPS), "image_size": list(image_size),
         "generator": {"physics": f"pymunk {pymunk.version}", "physics_hz": scenes.PHYSICS_HZ,
-                      "durations_s": dict(scenes.DURATIONS)},
-        "thresholds": {**states.THRESHOLDS, "PREFIX_GAP_FRAMES": V.PREFIX_GAP_FRAMES,
-                       "PREFIX_SPAN_FRAMES": V.PREFIX_SPAN_FRAMES,
-                       "CONSENSUS_MIN_DURATION_S": V.CONSENSUS_MIN_DURATION_S, "Q3_MARGIN_S": Q3_MARGIN_S},
+                      "duration_s": scenes.DURATION_S, "families": list(scenes.FAMILIES),
+                      "domain_mixtures": scenes.DOMAIN_MIXTURES,
+                      "lexicon": {"corpus_omit": CORPUS.omit, "held_out": lexicon.HELD_OUT.name}},
+        "thresholds": {**states.THRESHOLDS, "PREFIX_GAP_S": list(V.PREFIX_GAP_S), "PREFIX_SPAN_S": V.PREFIX_SPAN_S,
+                       "CONSENSUS_MIN_DURATION_S": V.CONSENSUS_MIN_DURATION_S, "Q3_MARGIN_S": Q3_MARGIN_S,
+                       "Q2_RATE": Q2_RATE, "HORIZON_DECAY": HORIZON_DECAY},
+        "families": dict(Counter(r.family for r in results)),
         "split_videos": {s: sum(1 for v in splits.values() if v == s) for s in SPLITS},
         "queries_by_qtype": count(lambda q: q.qtype),
         "queries_by_horizon": count(lambda q: q.horizon),
         "queries_by_split": {s: sum(1 for q in queries if q.split == s) for s in SPLITS},
         "queries_by_domain": count(lambda q: q.domain),
-        "sim": "sim/<video_id>.npz per video (see eval.synth.record)",
+        "sim": "sim/<video_id>.npz per video (eval.synth.record); sim/phrases.jsonl: phrase -> denotation",
     }
+
+
+def read_denotations(data_dir: str | os.PathLike) -> dict[str, dict[str, str]]:
+    """``sim/phrases.jsonl`` of a synthetic build (or of a benchmark linking its ``sim/``): phrase -> denotation."""
+    path = Path(data_dir) / "sim" / "phrases.jsonl"
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            out[row["phrase"]] = row["denotes"]
+    return out

@@ -1,7 +1,8 @@
 """Templated question text for the five question types (several templates each; one is drawn per query, seeded).
 
-Placeholders: ``{subject}`` (``red ball``), ``{k}`` (``1.5 seconds``), ``{anchor}`` (a canonical state text, read
-after "it is": ``falling``, ``resting on the floor``) and ``{objects}`` (``red ball, blue box and green block``).
+Placeholders: ``{subject}`` (``small red ball``), ``{k}`` (``1.5 seconds``), ``{anchor}`` (a corpus-lexicon
+description of a later state, read after "it is": ``falling``, ``resting on the floor next to the blue cube``) and
+``{objects}`` (``red ball, blue cube and green brick``).
 """
 
 from __future__ import annotations

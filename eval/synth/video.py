@@ -1,14 +1,19 @@
-"""One synthetic video end to end: simulate, label, choose prefixes, render the needed frames, featurize.
+"""One synthetic video end to end: simulate, label, describe, choose prefixes, render the needed frames, featurize.
 
 `make_video` is the unit of work of the build's process pool. It writes the video's frames
-(``frames/<video_id>/fNNNN.png``, each frame once, shared by prefixes and segments) and its simulator record
+(``frames/<video_id>/fNNNN.jpg``, each frame once, shared by prefixes and segments) and its simulator record
 (``sim/<video_id>.npz``) under the build directory, and returns a picklable `VideoResult` with everything the
-benchmark files need. Its output depends only on ``(seed, index, domain, image_size)``.
+benchmark files need. Its output depends only on its arguments.
+
+**Early prefix.** Each (video, object) with at least two segments gets one prefix: 8 evenly spaced frames spanning
+at most `PREFIX_SPAN_S`, ending a *gap* before the object's first state change. The gap is drawn uniformly from
+`PREFIX_GAP_S` and shortened (never below one frame) when the first segment is too short, so the prefix shows the
+scene before the event, not the event's onset.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -16,16 +21,17 @@ import numpy as np
 from eval.schema import PREFIX_FRAMES
 from eval.synth import record as R
 from eval.synth import render, scenes, states
-from eval.synth.vocab import STATES
+from eval.synth.lexicon import CORPUS, Denotation, TrueState, describe
 
-PREFIX_GAP_FRAMES = 2
-"""The prefix ends this many frames before the object's first state change when the first segment is long enough
-(never less than one frame before it: the prefix ends strictly before the change)."""
-PREFIX_SPAN_FRAMES = 30
-"""At most this many frames (1.5 s) between the first and the last prefix frame."""
+PREFIX_GAP_S = (0.9, 2.6)
+"""Range of the gap (seconds) between the prefix's last frame and the object's first state change."""
+PREFIX_SPAN_S = 1.5
+"""At most this long (seconds) between the first and the last prefix frame."""
 CONSENSUS_MIN_DURATION_S = 0.4
-"""A segment is "clear" (eligible for the consensus GT pool) when it lasts at least this long and the object is
-fully inside the image at its middle frame."""
+"""A segment is "clear" when it lasts at least this long and the object is fully inside the image at its middle
+frame (eligible for the consensus pool)."""
+FRAME_FORMAT = "jpg"
+JPEG_QUALITY = 90
 
 
 @dataclass(frozen=True)
@@ -33,11 +39,12 @@ class SegmentInfo:
     """One smoothed segment of one object (frames [start, stop)), as the build needs it."""
 
     object_index: int
-    state: int
+    state: TrueState
     start: int
     stop: int
     middle: int
     raw: str
+    denotation: Denotation
     clear: bool
 
 
@@ -48,12 +55,13 @@ class VideoResult:
     index: int
     video_id: str
     domain: str
+    family: str
     n_frames: int
     fps: float
     object_ids: list[str]
     subjects: list[str]
     segments: list[SegmentInfo]
-    #: object index -> the 8 prefix frame indices (only objects with a valid prefix)
+    #: object index -> the 8 prefix frame indices (only objects with a valid prefix, in videos with queries)
     prefixes: dict[int, list[int]]
     #: (n_segments, D) float32 features of the segments' middle frames (unnormalised)
     segment_features: np.ndarray
@@ -67,45 +75,49 @@ def video_id(index: int) -> str:
 
 def frame_path(vid: str, frame: int) -> str:
     """Relative path of one frame inside the benchmark directory."""
-    return f"frames/{vid}/f{frame:04d}.png"
+    return f"frames/{vid}/f{frame:04d}.{FRAME_FORMAT}"
 
 
-def choose_prefix(first_stop: int) -> list[int] | None:
-    """The 8 evenly spaced prefix frames inside an object's first segment [0, ``first_stop``), or None when the
-    segment is too short (fewer than 8 frames)."""
-    end = first_stop - 1 - PREFIX_GAP_FRAMES
+def choose_prefix(first_stop: int, fps: float, rng: np.random.Generator) -> list[int] | None:
+    """The 8 prefix frames of an object whose first segment is frames [0, ``first_stop``), or None when the segment
+    holds fewer than 8 frames before its last one."""
+    gap = int(round(rng.uniform(*PREFIX_GAP_S) * fps))
+    end = first_stop - 1 - gap
     if end < PREFIX_FRAMES - 1:
-        end = first_stop - 1
+        end = min(first_stop - 2, PREFIX_FRAMES - 1)
     if end < PREFIX_FRAMES - 1:
         return None
-    start = max(0, end - PREFIX_SPAN_FRAMES)
-    frames = np.round(np.linspace(start, end, PREFIX_FRAMES)).astype(int)
-    return [int(f) for f in frames]
+    start = max(0, end - int(round(PREFIX_SPAN_S * fps)))
+    return [int(f) for f in np.round(np.linspace(start, end, PREFIX_FRAMES)).astype(int)]
 
 
-def make_video(seed: int, index: int, domain: str, root: str, image_size: tuple[int, int]) -> VideoResult:
-    """Simulate, label, render and featurize video ``index`` of family ``domain`` into ``root``."""
-    scene_ss, look_ss, text_ss = np.random.SeedSequence([seed, index, 0x5EED]).spawn(3)
+def make_video(seed: int, index: int, domain: str, root: str, image_size: tuple[int, int],
+               with_queries: bool = True) -> VideoResult:
+    """Simulate, label, describe, render and featurize video ``index`` of ``domain`` into ``root``.
+    ``with_queries``: choose prefixes (a corpus-only video renders only its segments' middle frames)."""
+    scene_ss, look_ss, text_ss, prefix_ss = np.random.SeedSequence([seed, index, 0x5EED]).spawn(4)
+    scene_rng = np.random.default_rng(scene_ss)
+    family = scenes.family_of(domain, scene_rng)
+    rec = scenes.simulate(family, scene_rng)
     look_rng = np.random.default_rng(look_ss)
-    camera = render.camera_for(domain, look_rng)
-    rec = scenes.simulate(domain, np.random.default_rng(scene_ss), camera)
+    rec = replace(rec, domain=domain, family=family,
+                  camera=np.array(render.camera_for(rec, look_rng), np.float32))
     trajectories = states.trajectories(rec)
     vid = video_id(index)
-    renderer = render.Renderer(rec, render.LOOKS[domain], int(look_rng.integers(2**31)), image_size)
+    renderer = render.Renderer(rec, render.look_for(look_rng), int(look_rng.integers(2**31)), image_size)
 
-    text_rng = np.random.default_rng(text_ss)
+    text_rng, prefix_rng = np.random.default_rng(text_ss), np.random.default_rng(prefix_ss)
     segments: list[SegmentInfo] = []
     prefixes: dict[int, list[int]] = {}
     for k, traj in enumerate(trajectories):
-        if len(traj) >= 2:
-            frames = choose_prefix(traj[0].stop)
+        if with_queries and len(traj) >= 2:
+            frames = choose_prefix(traj[0].stop, rec.fps, prefix_rng)
             if frames is not None:
                 prefixes[k] = frames
         for seg in traj:
-            synonyms = STATES[seg.state].synonyms
-            raw = synonyms[int(text_rng.integers(len(synonyms)))]
+            raw, den = describe(seg.state, text_rng, CORPUS)
             clear = (seg.stop - seg.start) / rec.fps >= CONSENSUS_MIN_DURATION_S and renderer.in_view(seg.middle, k)
-            segments.append(SegmentInfo(k, seg.state, seg.start, seg.stop, seg.middle, raw, bool(clear)))
+            segments.append(SegmentInfo(k, seg.state, seg.start, seg.stop, seg.middle, raw, den, bool(clear)))
 
     needed = sorted({s.middle for s in segments} | {f for fr in prefixes.values() for f in fr})
     out = Path(root)
@@ -114,7 +126,7 @@ def make_video(seed: int, index: int, domain: str, root: str, image_size: tuple[
     for f in needed:
         images[f] = img = renderer.render(f)
         # a plain write: the build runs in a staging directory that is moved into place only when complete
-        img.save(out / frame_path(vid, f), format="PNG", optimize=False, compress_level=6)
+        img.save(out / frame_path(vid, f), format="JPEG", quality=JPEG_QUALITY)
     R.save_npz(out / "sim" / f"{vid}.npz", rec)
 
     def feature(f: int, k: int) -> np.ndarray:
@@ -125,7 +137,7 @@ def make_video(seed: int, index: int, domain: str, root: str, image_size: tuple[
                  else np.zeros((0, dim), np.float32))
     pre_feats = (np.stack([np.stack([feature(f, k) for f in prefixes[k]]) for k in sorted(prefixes)]) if prefixes
                  else np.zeros((0, PREFIX_FRAMES, dim), np.float32))
-    return VideoResult(index, vid, domain, rec.n_frames, rec.fps, [str(x) for x in rec.object_ids],
+    return VideoResult(index, vid, domain, family, rec.n_frames, rec.fps, [str(x) for x in rec.object_ids],
                        [str(x) for x in rec.subjects], segments, prefixes, seg_feats.astype(np.float32),
                        pre_feats.astype(np.float32))
 

@@ -26,6 +26,11 @@ retrieval and ground truth are defined at this canonical level").
    ``sim/`` and visual feature spaces (segment and prefix ids are unchanged). Semantic spaces embed the old
    states and are not carried over: encode the new states with ``python -m retrieval encode``.
 
+With ``mine_budget`` / ``verify`` (the synthetic benchmark's construction, `retrieval.canon.mining`), step 4's
+tiers are then mined within a budget and verified against the simulator truth; queries carry ``gt_sim_exact``
+wherever segments carry ``sim_state``; a question that names its answer (a member phrasing of the target state as a
+whole-word substring, e.g. a Q4 anchor that canonicalizes to the target) is dropped and counted.
+
 The output passes ``python -m eval validate``.
 """
 
@@ -46,6 +51,7 @@ from eval.schema import GT_TIERS
 from retrieval.canon._files import staged_dir
 from retrieval.canon.cluster import Clustering, assign, greedy_cluster, similar_pairs, to_grid, visit_order
 from retrieval.canon.metrics import partition_scores, vocabulary_stats
+from retrieval.canon.mining import Judge, Verifier, canonicalization_errors, mine_verified, sim_exact_pools
 from retrieval.canon.vocab import PhraseVocab, from_benchmark, segment_phrases
 
 
@@ -61,6 +67,15 @@ class ApplyConfig:
     batch_size: int = 128
     device: str | None = None
     copy: bool = False  # copy frames / visual features instead of linking them
+    #: GT mining budget per tier (None: every segment of the state, as the tiers' definitions); see `mining`
+    mine_budget: int | None = None
+    #: emulate the verification of mined candidates (needs ``sim_state`` and ``sim/phrases.jsonl``; see `mining`)
+    verify: bool = False
+    verify_tpr: float = 0.95
+    verify_fpr: float = 0.5
+    verify_seed: int = 0
+    #: name of the output benchmark (default ``<source name>+canon<threshold>``)
+    name: str | None = None
 
     def resolved_similar(self) -> float:
         return self.threshold - 0.10 if self.similar_threshold is None else self.similar_threshold
@@ -194,12 +209,15 @@ def _codes(values) -> tuple[np.ndarray, list]:
     return inv.astype(np.int64), list(uniq)
 
 
-def rekey(bench: Benchmark, vocab: PhraseVocab, canon: Canonical, encoder, cfg: ApplyConfig) -> dict:
-    """Re-key corpus, queries and transcripts; returns ``{"segments", "queries", "states", "stats"}`` as JSON rows."""
+def rekey(bench: Benchmark, vocab: PhraseVocab, canon: Canonical, encoder, cfg: ApplyConfig,
+          emb: np.ndarray | None = None) -> dict:
+    """Re-key corpus, queries and transcripts; returns ``{"segments", "queries", "states", "stats"}`` as JSON rows.
+    ``emb``: the vocabulary's embeddings (needed for budgeted mining)."""
     cds, qds = bench.corpus_ds, bench.queries_ds
-    corpus = pd.DataFrame({c: cds[c][:] for c in ("video_id", "object_id", "start", "domain", "subject")})
+    corpus = pd.DataFrame({c: cds[c][:] for c in ("video_id", "object_id", "start", "end", "domain", "subject")})
     corpus["_row"] = np.arange(len(corpus))
-    seg_state = canon.phrase_state[_phrase_rows(vocab, segment_phrases(cds["raw"][:], cds["state"][:]))]
+    seg_phrase = _phrase_rows(vocab, segment_phrases(cds["raw"][:], cds["state"][:]))
+    seg_state = canon.phrase_state[seg_phrase]
     texts = _TextCanonicalizer(vocab, canon, encoder, cfg.threshold)
     # query targets: their target segment, else their text
     target_row = _lookup_segments(corpus, qds["video_id"][:], qds["object_id"][:], qds["target_time"][:])
@@ -231,6 +249,24 @@ def rekey(bench: Benchmark, vocab: PhraseVocab, canon: Canonical, encoder, cfg: 
     pools = mine_pools(seg_state, vid_codes[:nc], dom_codes[:nc], t1_codes[:nc], clear, neighbours, n_states,
                        int(t1_codes.max()) + 1 if len(t1_codes) else 0, q_state, vid_codes[nc:], dom_codes[nc:],
                        t1_codes[nc:])
+    sim = _sim_codes(cds)
+    extra_stats: dict = {}
+    if cfg.mine_budget is not None or cfg.verify:
+        if emb is None:
+            raise ValueError("budgeted mining needs the vocabulary's embeddings")
+        judge = None
+        if cfg.verify:
+            judge, clear = _judge(bench, canon, sim, corpus)
+        pools, extra_stats["mining"] = mine_verified(
+            pools, target_row, seg_state, emb[seg_phrase], clear, cfg.mine_budget, judge,
+            Verifier(cfg.verify_tpr, cfg.verify_fpr, cfg.verify_seed))
+        extra_stats["mining"].update(budget=cfg.mine_budget, verify=cfg.verify, tpr=cfg.verify_tpr,
+                                     fpr=cfg.verify_fpr, seed=cfg.verify_seed)
+    if sim is not None:
+        exact = sim_exact_pools(sim[0], vid_codes[:nc], target_row)
+        for p, e in zip(pools, exact, strict=True):
+            p["gt_sim_exact"] = e
+        extra_stats["canonicalization_errors"] = canonicalization_errors(seg_state, sim[0])
     ids = np.asarray(bench.corpus_ids, dtype=object)
     state_ids = canon.ids
     # rows
@@ -239,7 +275,7 @@ def rekey(bench: Benchmark, vocab: PhraseVocab, canon: Canonical, encoder, cfg: 
         s = int(seg_state[r])
         row.update(state=canon.texts[s], state_id=state_ids[s], state_type1=f"{row['subject']} {canon.texts[s]}")
         segments.append(row)
-    queries = []
+    queries, dropped = [], []
     tr_iter = iter(zip(flat, tr_rows, strict=True))
     for qi, row in enumerate(qds):
         s = int(q_state[qi])
@@ -252,6 +288,11 @@ def rekey(bench: Benchmark, vocab: PhraseVocab, canon: Canonical, encoder, cfg: 
                    target_state_type1=f"{row['subject']} {canon.texts[s]}", transcript=new_tr,
                    gt_pools={t: list(ids[p[t]]) for t in GT_TIERS}, gt_type1=list(ids[p["gt_type1"]]),
                    fair=bool(len(p["in_dataset"]) + len(p["cross_dataset"])))
+        if "gt_sim_exact" in p:
+            row["gt_sim_exact"] = list(ids[p["gt_sim_exact"]])
+        if names_answer(row["question"], canon.members[s]):
+            dropped.append(row["id"])
+            continue
         queries.append(row)
     n_seg = np.bincount(seg_state, minlength=n_states)
     states = [{"id": state_ids[c], "text": canon.texts[c], "members": canon.members[c], "n_segments": int(n_seg[c])}
@@ -259,8 +300,44 @@ def rekey(bench: Benchmark, vocab: PhraseVocab, canon: Canonical, encoder, cfg: 
     stats = {"targets_by_segment": int((target_row >= 0).sum()), "targets_by_text": int((target_row < 0).sum()),
              "texts_by_rule": texts.by_rule, "new_states_from_texts": texts.new_states,
              "transcript_by_segment": int((tr_rows >= 0).sum()), "transcript_by_text": int((tr_rows < 0).sum()),
-             "fair_queries": int(sum(q["fair"] for q in queries)), "videos": len(set(vids))}
+             "fair_queries": int(sum(q["fair"] for q in queries)), "videos": len(set(vids)),
+             "dropped_naming_answer": len(dropped), **extra_stats}
     return {"segments": segments, "queries": queries, "states": states, "stats": stats}
+
+
+def names_answer(question: str, members) -> bool:
+    """True when the question contains a member phrasing of its answer state as a whole-word substring."""
+    q = f" {' '.join(question.lower().replace('?', ' ').replace(',', ' ').replace('.', ' ').split())} "
+    return any(f" {m.lower()} " in q for m in members if m)
+
+
+def _sim_codes(cds) -> tuple[np.ndarray, list[str]] | None:
+    """Integer codes of the segments' ``sim_state`` (None when the benchmark has none)."""
+    if "sim_state" not in cds.column_names:
+        return None
+    keys = cds["sim_state"][:]
+    if not keys or any(k is None for k in keys):
+        return None
+    uniq, inv = np.unique(np.asarray(keys, dtype=object).astype(str), return_inverse=True)
+    return inv.astype(np.int64), list(uniq)
+
+
+def _judge(bench: Benchmark, canon: Canonical, sim, corpus: pd.DataFrame) -> tuple[Judge, np.ndarray]:
+    """The verification emulation's judge (true states + the canonical seeds' denotations) and the segments clear
+    enough for the consensus pool (at least `eval.synth.video.CONSENSUS_MIN_DURATION_S` long)."""
+    from eval.synth.build import read_denotations
+    from eval.synth.video import CONSENSUS_MIN_DURATION_S
+
+    if sim is None:
+        raise ValueError(f"{bench.root}: --verify needs segments with sim_state (a synthetic build)")
+    try:
+        den = read_denotations(bench.root)
+    except FileNotFoundError:
+        raise ValueError(f"{bench.root}: --verify needs sim/phrases.jsonl (a synthetic build)") from None
+    codes, keys = sim
+    judge = Judge([keys[c] for c in codes], [den.get(t) for t in canon.texts])
+    clear = (corpus["end"].to_numpy() - corpus["start"].to_numpy()) >= CONSENSUS_MIN_DURATION_S
+    return judge, clear
 
 
 def _link_or_copy(src: Path, dst: Path, copy: bool) -> None:
@@ -286,7 +363,7 @@ def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print
     cl = greedy_cluster(emb, cfg.threshold, visit_order(vocab.counts, vocab.phrases), progress=progress)
     canon = canonical_states(vocab, emb, cl)
     log(f"threshold {cfg.threshold:g}: {cl.n_clusters:,} canonical states (source benchmark: {len(bench.state_ids):,})")
-    out = rekey(bench, vocab, canon, encoder, cfg)
+    out = rekey(bench, vocab, canon, encoder, cfg, emb)
     m = bench.manifest
     visual = [s for s in list_spaces(src) if read_meta(src, s).get("kind") == "visual"]
     dropped = [s for s in list_spaces(src) if s not in visual]
@@ -297,7 +374,7 @@ def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print
     if vocab.truth is not None:
         canon_info["agreement_with_source_states"] = partition_scores(cl.labels, vocab.truth)
     manifest = m.to_dict()
-    manifest.update(name=f"{m.name}+canon{cfg.threshold:g}",
+    manifest.update(name=cfg.name or f"{m.name}+canon{cfg.threshold:g}",
                     counts={**m.counts, "queries": len(out["queries"]), "corpus": len(out["segments"]),
                             "states": len(out["states"]), "fair_queries": out["stats"]["fair_queries"]},
                     spaces={k: v for k, v in m.spaces.items() if k in visual},

@@ -68,12 +68,23 @@ def apply(
     copy: bool = typer.Option(False, "--copy", help="copy frames and visual features instead of linking them"),
     batch_size: int = typer.Option(128, "--batch-size", min=1),
     device: str = typer.Option(None, "--device"),
+    mine_budget: int = typer.Option(None, "--mine-budget", min=1,
+                                    help="GT candidates mined per tier (most similar raw description first; "
+                                         "default: every segment of the state)"),
+    verify: bool = typer.Option(False, "--verify", help="emulate the verification of mined candidates against the "
+                                                       "simulator truth (synthetic builds)"),
+    verify_tpr: float = typer.Option(0.95, "--verify-tpr", min=0.0, max=1.0),
+    verify_fpr: float = typer.Option(0.5, "--verify-fpr", min=0.0, max=1.0),
+    verify_seed: int = typer.Option(0, "--verify-seed"),
+    name: str = typer.Option(None, "--name", help="name of the output benchmark"),
 ) -> None:
     """Canonicalize the raw vocabulary at one threshold and write a re-keyed benchmark (GT pools recomputed)."""
     from retrieval.canon.apply import ApplyConfig, apply_canonicalization
 
     cfg = ApplyConfig(data=str(data), out=str(out), threshold=threshold, model=model,
-                      similar_threshold=similar_threshold, batch_size=batch_size, device=device, copy=copy)
+                      similar_threshold=similar_threshold, batch_size=batch_size, device=device, copy=copy,
+                      mine_budget=mine_budget, verify=verify, verify_tpr=verify_tpr, verify_fpr=verify_fpr,
+                      verify_seed=verify_seed, name=name)
     try:
         apply_canonicalization(cfg, log=_log)
     except (ValueError, FileExistsError) as e:

@@ -107,7 +107,8 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, semantic_spa
         encode_space(EncodeConfig(str(bench.root), semantic_space, text_model, kind="semantic"), progress=progress)
     sem, vis = Space.load(bench, semantic_space), Space.load(bench, visual_space)
     rows = bench.query_rows(split)
-    plan = [("random", "random", None), ("question-only", "question-only", sem), ("knn-future", "knn-future", sem),
+    plan = [("random", "random", None), ("question-only", "question-only", sem), ("lookup", "lookup", sem),
+            ("knn-future", "knn-future", sem),
             ("persistence", "persistence", vis), ("zero-shot", "zero-shot", vis),
             ("oracle-semantic-text", "semantic-text", sem), ("oracle-state-prototype", "state-prototype", vis),
             ("oracle-independent-appearance", "independent-appearance", vis)]

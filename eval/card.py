@@ -1,0 +1,181 @@
+"""The benchmark card: the numbers that say whether a benchmark is PSR-shaped, beside the paper's.
+
+``python -m eval card DIR [--out OUT]`` prints the card and writes ``OUT/card.md`` and ``OUT/card.json``.
+
+Quantities (population: the main benchmark, question types Q1-Q4, unless said otherwise):
+
+- ``segments``, ``states`` (canonical states carried by at least one segment), ``queries``, ``query videos``;
+- segments per state: mean, median, the most frequent state's share of the corpus (``top share``), and the tail
+  exponent ``s`` of the rank-size law ``n_r ~ r^-s`` (least squares of log size on log rank over all states);
+- main-pool size as a share of the corpus: mean over the fair test queries of ``|in_dataset + cross_dataset| / N``;
+- horizon mix: the share of queries at h = 1 .. 5 (h >= 6 folded into 5);
+- prefix-to-target gap: the median of ``target_time - prefix_end`` (seconds);
+- chance R@5, exact: a uniformly random ranking of the corpus minus the query's own video (``N_q`` items, ``g_q``
+  positives) hits at 5 with probability ``1 - C(N_q - g_q, 5) / C(N_q, 5)``; the mean over the fair test queries;
+- where segments carry ``sim_state`` (the synthetic benchmark): the canonicalization's errors against the truth
+  (`canonicalization_errors`) and, when the construction recorded them, the mined pools' measured precision.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from eval.benchmark import Benchmark
+from eval.io import write_json
+from eval.schema import report_horizon
+
+#: The paper's values (000 §3.2 and 001): what a PSR-shaped benchmark looks like.
+PAPER = {"segments": 218_276, "states": 51_362, "queries": 20_182, "segments_per_state_mean": 218_276 / 51_362,
+         "h1_share": 0.56, "gap_median_s": 1.9, "chance_r5": 0.0}
+MAIN_QTYPES = ("Q1", "Q2", "Q3", "Q4")
+
+
+@dataclass
+class Card:
+    """Every number of the card (``rows``: label -> value, ``paper``: label -> the paper's value)."""
+
+    data: str
+    name: str
+    rows: dict[str, float | int | str] = field(default_factory=dict)
+    paper: dict[str, float | int] = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"data": self.data, "name": self.name, "values": self.rows, "paper": self.paper, **self.extra}
+
+    def markdown(self) -> str:
+        lines = [f"Benchmark card of `{self.name}` (`python -m eval card {self.data}`); the paper's values from its "
+                 "§3.2 and appendix (PSR release).", "", "| quantity | this benchmark | PSR (paper) |", "|---|---:|---:|"]
+        for k, v in self.rows.items():
+            p = self.paper.get(k, "")
+            lines.append(f"| {k} | {_fmt(v)} | {_fmt(p) if p != '' else ''} |")
+        return "\n".join(lines) + "\n"
+
+
+def _fmt(v) -> str:
+    if isinstance(v, bool) or v is None:
+        return str(v)
+    if isinstance(v, int | np.integer):
+        return f"{int(v):,}"
+    if isinstance(v, float):
+        return f"{v:,.3g}" if abs(v) >= 1000 else f"{v:.3g}"
+    return str(v)
+
+
+def tail_exponent(sizes: np.ndarray) -> float:
+    """``s`` of the rank-size law ``n_r ~ r^-s``: minus the least-squares slope of log size on log rank."""
+    n = np.sort(np.asarray(sizes, np.float64))[::-1]
+    n = n[n > 0]
+    if len(n) < 2:
+        return float("nan")
+    r = np.arange(1, len(n) + 1, dtype=np.float64)
+    slope = np.polyfit(np.log(r), np.log(n), 1)[0]
+    return float(-slope)
+
+
+def chance_recall(n_items: np.ndarray, n_pos: np.ndarray, k: int = 5) -> np.ndarray:
+    """Exact hit@k of a uniformly random ranking: ``1 - C(N - g, k) / C(N, k)`` (``prod_{i<k} (N-g-i)/(N-i)``)."""
+    n_items = np.asarray(n_items, np.float64)
+    n_pos = np.asarray(n_pos, np.float64)
+    miss = np.ones_like(n_items)
+    for i in range(k):
+        miss *= np.clip((n_items - n_pos - i) / np.maximum(n_items - i, 1), 0, 1)
+    return np.where(n_pos > 0, 1 - miss, np.nan)
+
+
+def make_card(data: str | os.PathLike) -> Card:
+    bench = Benchmark.load(data)
+    qd, cd = bench.queries_ds, bench.corpus_ds
+    card = Card(str(data), bench.manifest.name)
+    seg_state = np.asarray(cd["state_id"][:], dtype=object)
+    _, sizes = np.unique(seg_state.astype(str), return_counts=True)
+    qtype = np.asarray(qd["qtype"][:])
+    main = np.isin(qtype, MAIN_QTYPES)
+    test = bench.query_rows("test", fair_only=True, qtypes=MAIN_QTYPES)
+    seg_video = np.asarray(cd["video_id"][:])
+    video_size = dict(zip(*np.unique(seg_video, return_counts=True), strict=True))
+    q_video = np.asarray(qd["video_id"][:])
+    n_items = len(cd) - np.array([video_size.get(v, 0) for v in q_video[test]])
+    pools = qd.select(test)["gt_pools"][:] if len(test) else []
+    n_pos = np.array([len(p["in_dataset"]) + len(p["cross_dataset"]) for p in pools], np.float64)
+    horizon = np.array([report_horizon(h) for h in qd["horizon"][:]])[main]
+    gap = (np.asarray(qd["target_time"][:], np.float64) - np.asarray(qd["prefix_end"][:], np.float64))[main]
+    r = card.rows
+    r["segments"] = int(len(cd))
+    r["states"] = int(len(sizes))
+    r["queries (Q1-Q4)"] = int(main.sum())
+    r["queries Q5 (multi-object, scored apart)"] = int((qtype == "Q5").sum())
+    r["query videos"] = int(len(np.unique(q_video)))
+    r["segments_per_state_mean"] = float(sizes.mean())
+    r["segments_per_state_median"] = float(np.median(sizes))
+    r["top_state_share"] = float(sizes.max() / sizes.sum())
+    r["tail_exponent"] = tail_exponent(sizes)
+    r["fair test queries (Q1-Q4)"] = int(len(test))
+    r["main_pool_share_of_corpus"] = float(np.mean(n_pos / n_items)) if len(test) else float("nan")
+    r["main_pool_mean_size"] = float(n_pos.mean()) if len(test) else float("nan")
+    for h in range(1, 6):
+        r[f"h{h}_share"] = float(np.mean(horizon == h)) if len(horizon) else float("nan")
+    r["gap_median_s"] = float(np.median(gap)) if len(gap) else float("nan")
+    r["chance_r5"] = float(np.nanmean(chance_recall(n_items, n_pos))) * 100 if len(test) else float("nan")
+    card.paper = {"segments": PAPER["segments"], "states": PAPER["states"], "queries (Q1-Q4)": PAPER["queries"],
+                  "segments_per_state_mean": round(PAPER["segments_per_state_mean"], 2), "h1_share": PAPER["h1_share"],
+                  "gap_median_s": PAPER["gap_median_s"], "chance_r5": PAPER["chance_r5"]}
+    canon = bench.manifest.extra.get("canonicalization", {})
+    if "sim_state" in cd.column_names and all(s is not None for s in cd["sim_state"][:1]):
+        err = canonicalization_errors(seg_state.astype(str), np.asarray(cd["sim_state"][:], dtype=object).astype(str))
+        r["true (simulator) states"] = err["true_states"]
+        r["true states split across canonical states"] = err["split_true_states"]
+        r["canonical states merging true states"] = err["merged_canonical_states"]
+        card.extra["canonicalization_errors"] = err
+    prec = (canon.get("mining") or {}).get("precision") or {}
+    if prec.get("main") is not None:
+        r["GT precision (main pool, measured)"] = float(prec["main"])
+        card.paper["GT precision (main pool, measured)"] = 0.894
+    return card
+
+
+def canonicalization_errors(canonical, truth) -> dict[str, float]:
+    """How canonical states (one label per segment) partition the true states (one label per segment).
+
+    - ``split_true_states``: share of true states (with >= 2 segments) whose segments fall into >= 2 canonical states;
+    - ``split_segments``: share of segments outside their true state's most common canonical state;
+    - ``merged_canonical_states``: share of canonical states (with >= 2 segments) holding >= 2 true states;
+    - ``merged_segments``: share of segments outside their canonical state's most common true state;
+    - ``true_states`` / ``canonical_states``: the counts compared.
+    """
+    _, c = np.unique(np.asarray(canonical), return_inverse=True)
+    _, t = np.unique(np.asarray(truth), return_inverse=True)
+    pairs = np.unique(np.stack([c, t], 1), axis=0)
+    split_t, split_s = _spread(t, c, pairs[:, 1])
+    merged_c, merged_s = _spread(c, t, pairs[:, 0])
+    return {"true_states": int(t.max() + 1) if len(t) else 0, "canonical_states": int(c.max() + 1) if len(c) else 0,
+            "split_true_states": split_t, "split_segments": split_s,
+            "merged_canonical_states": merged_c, "merged_segments": merged_s}
+
+
+def _spread(a: np.ndarray, b: np.ndarray, a_of_pairs: np.ndarray) -> tuple[float, float]:
+    """(share of ``a``-groups with >= 2 segments that hold >= 2 values of ``b``, share of segments outside their
+    ``a``-group's most common ``b``); ``a_of_pairs``: the ``a`` code of each distinct (a, b) pair."""
+    n_per = np.bincount(a)
+    partners = np.bincount(a_of_pairs, minlength=len(n_per))
+    eligible = n_per >= 2
+    frac = float((partners[eligible] >= 2).mean()) if eligible.any() else 0.0
+    key = a.astype(np.int64) * (int(b.max()) + 1) + b
+    _, inv, cnt = np.unique(key, return_inverse=True, return_counts=True)
+    best = np.zeros(len(n_per), np.int64)
+    np.maximum.at(best, a, cnt[inv])
+    return frac, float(1 - best.sum() / len(a))
+
+
+def write_card(card: Card, out: str | os.PathLike) -> tuple[Path, Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    md, js = out / "card.md", out / "card.json"
+    md.write_text(card.markdown(), encoding="utf-8")
+    write_json(js, json.loads(json.dumps(card.to_dict(), default=float)))
+    return md, js

@@ -1,0 +1,343 @@
+"""Objects and words of the synthetic world: subjects, the compositional true state, and two describers.
+
+**Objects.** A subject is ``"[size] colour shape"`` (``"small red ball"``, ``"teal brick"``): `COLORS` x `SHAPES` x an
+optional size word (`size_word`: the lower / upper third of the shape's size range reads ``small`` / ``large``).
+Subjects recur across videos and domains (the type1 GT); within a video every object has its own colour.
+
+**The true state** (`TrueState`) composes what the simulator knows about one object over one segment
+(`eval.synth.states` decides the values; every threshold is documented there):
+
+=============  ==========================================================================================
+attribute      values
+=============  ==========================================================================================
+``motion``     `MOTIONS`: at rest, rolling, sliding, tumbling, falling, flying, bouncing, spinning, wobbling,
+               toppling, being pushed, hanging (from the gripper), crashing (into ``other``), being hit (by
+               ``other``)
+``place``      `PLACES`: floor, table (middle), table edge, ramp upper / lower half, inside the container, on
+               the container's rim, shelf, on top of ``other``, against the wall, over the container, in the air
+``relation``   `RELATIONS`: touching, leaning against, next to, under -- with ``other``; or none
+``other``      the subject of the other object of ``relation`` (or of ``crashing`` / ``being hit`` / ``on top of``)
+``pose``       `POSES`: upright, on its side, upside down, tilted (shapes with a marked top only; else none)
+``manner``     `MANNERS`: slowly, quickly (moving motions only; else none)
+=============  ==========================================================================================
+
+A state's stable id is `TrueState.key` (``"rolling|floor|next_to|small red ball||quickly"``), stored per segment as
+``sim_state``; `reference_text` renders it completely with the first word of every slot (the sim-truth benchmark's
+state text).
+
+**Describers.** `describe` turns a true state into a free-form phrase, the way an annotator would: it picks words
+from a lexicon (several surface forms per value), one of several word orders, optional determiners and size
+words, and it may leave out qualifiers (`OMIT`: manner, pose, relation, place are each dropped with a probability).
+It returns the phrase and its *denotation*: the attribute values the phrase actually mentions (`Denotation`); a
+segment *satisfies* a phrase when its true state agrees with every mentioned value (`satisfies`), which is how the
+verification emulation of `retrieval.canon.apply` judges a GT candidate.
+
+Two lexicons: `CORPUS` writes every corpus description (``raw``) and question; `HELD_OUT` uses other words and other
+grammar (nominal and participle constructions, other shape nouns) and is never used to write the benchmark: it is the
+paraphrase distribution of the canonicalization probes (`eval.synth.paraphrase`), so those probes are not circular.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+#: Object colours: name -> sRGB under neutral light.
+COLORS: dict[str, tuple[int, int, int]] = {
+    "red": (214, 48, 44), "blue": (40, 96, 214), "green": (52, 160, 66), "yellow": (232, 196, 36),
+    "purple": (136, 72, 186), "orange": (238, 124, 28), "pink": (236, 120, 170), "teal": (28, 150, 150),
+    "brown": (128, 84, 44), "gray": (128, 128, 132), "white": (236, 236, 230), "black": (36, 36, 40),
+}
+
+#: Shapes: name -> (width range, height range) in world units (a round shape uses the width as its diameter).
+SHAPES: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
+    "ball": ((16.0, 30.0), (16.0, 30.0)),
+    "wheel": ((22.0, 34.0), (22.0, 34.0)),
+    "cube": ((18.0, 28.0), (18.0, 28.0)),
+    "brick": ((30.0, 42.0), (13.0, 18.0)),
+    "domino": ((8.0, 11.0), (36.0, 48.0)),
+    "plank": ((50.0, 70.0), (6.0, 9.0)),
+    "wedge": ((24.0, 34.0), (16.0, 24.0)),
+    "can": ((15.0, 20.0), (24.0, 32.0)),
+}
+ROUND_SHAPES = ("ball", "wheel")
+"""Shapes simulated as circles: they roll, and have no pose."""
+ELONGATED_SHAPES = ("brick", "domino", "plank", "can")
+"""Shapes that topple and lean."""
+
+
+def size_word(shape: str, width: float) -> str:
+    """``small`` / ``large`` for the lower / upper third of the shape's width range, else ``""``."""
+    (w0, w1), _ = SHAPES[shape]
+    u = (width - w0) / (w1 - w0)
+    return "small" if u < 1 / 3 else "large" if u > 2 / 3 else ""
+
+
+def subject_name(color: str, shape: str, size: str = "") -> str:
+    """``"small red ball"``, ``"blue cube"``."""
+    return " ".join(w for w in (size, color, shape) if w)
+
+
+MOTIONS = ("at_rest", "rolling", "sliding", "tumbling", "falling", "flying", "bouncing", "spinning", "wobbling",
+           "toppling", "pushed", "hanging", "crashing", "hit")
+PLACES = ("floor", "table", "table_edge", "ramp_upper", "ramp_lower", "container", "rim", "shelf", "on_object",
+          "wall", "over_container", "air")
+RELATIONS = ("touching", "leaning", "next_to", "under")
+POSES = ("upright", "side", "upside_down", "tilted")
+MANNERS = ("slowly", "quickly")
+#: Motions whose ``other`` is part of the motion itself (crashing into X, being hit by X).
+EVENT_MOTIONS = ("crashing", "hit")
+MOVING_MOTIONS = ("rolling", "sliding", "tumbling", "falling", "flying", "bouncing", "pushed")
+AIRBORNE_MOTIONS = ("falling", "flying", "bouncing", "spinning")
+
+
+@dataclass(frozen=True)
+class TrueState:
+    """The simulator's state of one object over one segment (see the module docstring)."""
+
+    motion: str
+    place: str = ""
+    relation: str = ""
+    other: str = ""
+    pose: str = ""
+    manner: str = ""
+
+    @property
+    def key(self) -> str:
+        """Stable id: the six slots joined by ``|`` (empty slots stay empty)."""
+        return "|".join((self.motion, self.place, self.relation, self.other, self.pose, self.manner))
+
+    @classmethod
+    def from_key(cls, key: str) -> TrueState:
+        parts = key.split("|")
+        if len(parts) != 6:
+            raise ValueError(f"not a true-state key: {key!r}")
+        return cls(*parts)
+
+
+Denotation = dict[str, str]
+"""The attribute values a phrase mentions: a subset of ``{"motion", "place", "relation", "other", "pose",
+"manner"}`` -> value."""
+
+
+def satisfies(state: TrueState, denotation: Denotation) -> bool:
+    """True when ``state`` agrees with every value the phrase mentions (``other``: the words the phrase names it
+    by -- colour and shape, and the size word when it was said)."""
+    for k, v in denotation.items():
+        if k == "other":
+            if not _names_match(v, state.other):
+                return False
+        elif getattr(state, k) != v:
+            return False
+    return True
+
+
+def _names_match(mentioned: str, subject: str) -> bool:
+    """``"red ball"`` matches ``"small red ball"`` and ``"red ball"``; ``"small red ball"`` only the former."""
+    m, s = mentioned.split(), subject.split()
+    return bool(s) and m[-2:] == s[-2:] and (len(m) == 2 or (len(s) == 3 and m[0] == s[0]))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Lexicons. Each slot maps a value to surface forms; ``{o}`` is the other object's noun phrase.
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    """Words and word orders of one describer."""
+
+    name: str
+    motion: dict[str, tuple[str, ...]]
+    place: dict[str, tuple[str, ...]]
+    relation: dict[str, tuple[str, ...]]
+    pose: dict[str, tuple[str, ...]]
+    manner: dict[str, tuple[str, ...]]
+    shape_nouns: dict[str, tuple[str, ...]]
+    #: word orders over the slot names M (motion + manner), P (place), R (relation), O (pose)
+    orders: tuple[tuple[str, ...], ...]
+    #: manner before the verb ("slowly rolling") with this probability, else after it
+    manner_first: float = 0.3
+    determiners: tuple[str, ...] = ("the",)
+    omit: dict[str, float] = field(default_factory=dict)
+
+
+CORPUS = Lexicon(
+    name="corpus",
+    motion={
+        "at_rest": ("resting", "sitting still", "lying still", "at rest", "motionless"),
+        "rolling": ("rolling", "rolling along", "trundling"),
+        "sliding": ("sliding", "gliding", "skidding"),
+        "tumbling": ("tumbling", "tumbling over and over", "somersaulting"),
+        "falling": ("falling", "dropping", "plunging"),
+        "flying": ("flying", "sailing", "soaring"),
+        "bouncing": ("bouncing", "rebounding", "hopping"),
+        "spinning": ("spinning", "twirling", "whirling"),
+        "wobbling": ("wobbling", "rocking", "teetering"),
+        "toppling": ("toppling over", "tipping over", "keeling over"),
+        "pushed": ("being pushed", "being shoved", "pushed along"),
+        "hanging": ("hanging from the gripper", "dangling from the claw", "held up by the gripper"),
+        "crashing": ("crashing into {o}", "smashing into {o}", "slamming into {o}"),
+        "hit": ("being hit by {o}", "getting struck by {o}", "knocked by {o}"),
+    },
+    place={
+        "floor": ("on the floor", "on the ground"),
+        "table": ("on the table", "on the tabletop"),
+        "table_edge": ("at the edge of the table", "at the table's edge", "near the edge of the table"),
+        "ramp_upper": ("on the upper half of the ramp", "near the top of the ramp", "high on the ramp"),
+        "ramp_lower": ("on the lower half of the ramp", "near the bottom of the ramp", "low on the ramp"),
+        "container": ("inside the container", "in the bin", "inside the box"),
+        "rim": ("on the rim of the container", "on the edge of the bin"),
+        "shelf": ("on the shelf", "on the ledge"),
+        "on_object": ("on top of {o}", "atop {o}", "stacked on {o}"),
+        "wall": ("against the wall", "by the wall"),
+        "over_container": ("over the container", "above the bin"),
+        "air": ("through the air", "in mid-air"),
+    },
+    relation={
+        "touching": ("touching {o}", "in contact with {o}"),
+        "leaning": ("leaning against {o}", "propped against {o}"),
+        "next_to": ("next to {o}", "beside {o}", "near {o}"),
+        "under": ("under {o}", "beneath {o}", "underneath {o}"),
+    },
+    pose={
+        "upright": ("upright", "standing up"),
+        "side": ("on its side", "lying flat"),
+        "upside_down": ("upside down", "flipped over"),
+        "tilted": ("at an angle", "tilted"),
+    },
+    manner={"slowly": ("slowly", "gently"), "quickly": ("quickly", "fast", "rapidly")},
+    shape_nouns={"ball": ("ball",), "wheel": ("wheel",), "cube": ("cube",), "brick": ("brick",),
+                 "domino": ("domino",), "plank": ("plank",), "wedge": ("wedge",), "can": ("can",)},
+    orders=(("M", "P", "R", "O"), ("M", "O", "P", "R"), ("O", "M", "P", "R"), ("M", "R", "P", "O")),
+    determiners=("the", "the", "a"),
+    omit={"manner": 0.35, "pose": 0.35, "relation": 0.3, "place": 0.12},
+)
+
+HELD_OUT = Lexicon(
+    name="held-out",
+    motion={
+        "at_rest": ("coming to a standstill", "not moving at all", "stationary"),
+        "rolling": ("in a roll", "rotating as it travels", "wheeling along"),
+        "sliding": ("slipping", "scooting", "skating"),
+        "tumbling": ("flipping end over end", "cartwheeling", "turning over repeatedly"),
+        "falling": ("in free fall", "plummeting", "heading downward"),
+        "flying": ("launched", "airborne and travelling", "hurtling"),
+        "bouncing": ("springing back up", "ricocheting", "jumping up again"),
+        "spinning": ("rotating in the air", "pirouetting", "turning rapidly"),
+        "wobbling": ("swaying", "unsteady", "shaking in place"),
+        "toppling": ("going over", "falling over", "losing its balance"),
+        "pushed": ("getting shoved", "driven forward by the pusher", "nudged along"),
+        "hanging": ("suspended from the crane", "held aloft by the claw", "clamped in the grabber"),
+        "crashing": ("colliding with {o}", "ramming {o}", "bumping hard into {o}"),
+        "hit": ("struck by {o}", "taking a hit from {o}", "bumped by {o}"),
+    },
+    place={
+        "floor": ("down on the ground level", "on the bare floor"),
+        "table": ("on the desk surface", "upon the table top"),
+        "table_edge": ("by the rim of the table", "close to where the table ends"),
+        "ramp_upper": ("up the slope", "at the top part of the incline"),
+        "ramp_lower": ("down the slope", "at the foot of the incline"),
+        "container": ("within the crate", "in the tub"),
+        "rim": ("perched on the crate's lip", "balanced on the tub's border"),
+        "shelf": ("upon the ledge board", "on the bracket shelf"),
+        "on_object": ("piled upon {o}", "resting atop {o}"),
+        "wall": ("pressed to the side wall", "up against the barrier"),
+        "over_container": ("above the crate", "over the tub"),
+        "air": ("aloft", "off the ground"),
+    },
+    relation={
+        "touching": ("in touch with {o}", "making contact with {o}"),
+        "leaning": ("tilted against {o}", "supported sideways by {o}"),
+        "next_to": ("alongside {o}", "by {o}", "close to {o}"),
+        "under": ("below {o}", "pinned under {o}"),
+    },
+    pose={
+        "upright": ("standing tall", "vertical"),
+        "side": ("lying sideways", "horizontal"),
+        "upside_down": ("inverted", "bottom up"),
+        "tilted": ("slanted", "askew"),
+    },
+    manner={"slowly": ("at a crawl", "leisurely"), "quickly": ("at speed", "swiftly")},
+    shape_nouns={"ball": ("sphere", "globe"), "wheel": ("disc", "hoop"), "cube": ("square block", "box"),
+                 "brick": ("slab", "bar"), "domino": ("tile", "tall tile"), "plank": ("board", "beam"),
+                 "wedge": ("ramp piece", "triangle"), "can": ("tin", "cylinder")},
+    orders=(("O", "M", "R", "P"), ("P", "M", "R", "O"), ("M", "P", "O", "R")),
+    manner_first=0.5,
+    determiners=("the", "that", "a"),
+    omit={"manner": 0.35, "pose": 0.35, "relation": 0.3, "place": 0.12},
+)
+
+
+def _pick(rng: np.random.Generator, options: tuple[str, ...]) -> str:
+    return options[int(rng.integers(len(options)))]
+
+
+def _noun_phrase(other: str, lex: Lexicon, rng: np.random.Generator) -> tuple[str, str]:
+    """The other object as this lexicon names it (``the red ball``, ``a large red ball``: the size word is said with
+    probability 0.6) and the name it denotes (``red ball``, ``large red ball``)."""
+    words = other.split()
+    shape, color = words[-1], words[-2]
+    size = words[0] if len(words) == 3 else ""
+    noun = _pick(rng, lex.shape_nouns[shape])
+    size = size if size and rng.random() < 0.6 else ""
+    return (" ".join(w for w in (_pick(rng, lex.determiners), size, color, noun) if w),
+            " ".join(w for w in (size, color, shape) if w))
+
+
+def describe(state: TrueState, rng: np.random.Generator, lex: Lexicon = CORPUS) -> tuple[str, Denotation]:
+    """A free-form phrase for ``state`` in lexicon ``lex`` and its denotation (the values it mentions).
+
+    The motion is always said; manner, pose, relation and place are each left out with probability ``lex.omit``;
+    a slot whose phrase names ``other`` renders it with `_noun_phrase`.
+    """
+    den: Denotation = {"motion": state.motion}
+    other, other_name = _noun_phrase(state.other, lex, rng) if state.other else ("", "")
+    verb = _pick(rng, lex.motion[state.motion]).format(o=other)
+    if state.motion in EVENT_MOTIONS:
+        den["other"] = other_name
+    if state.manner and rng.random() >= lex.omit.get("manner", 0.0):
+        adverb = _pick(rng, lex.manner[state.manner])
+        verb = f"{adverb} {verb}" if rng.random() < lex.manner_first else f"{verb} {adverb}"
+        den["manner"] = state.manner
+    slots = {"M": verb, "P": "", "R": "", "O": ""}
+    if state.place and rng.random() >= lex.omit.get("place", 0.0):
+        slots["P"] = _pick(rng, lex.place[state.place]).format(o=other)
+        den["place"] = state.place
+        if state.place == "on_object":
+            den["other"] = other_name
+    if state.relation and rng.random() >= lex.omit.get("relation", 0.0):
+        slots["R"] = _pick(rng, lex.relation[state.relation]).format(o=other)
+        den["relation"] = state.relation
+        den["other"] = other_name
+    if state.pose and rng.random() >= lex.omit.get("pose", 0.0):
+        slots["O"] = _pick(rng, lex.pose[state.pose])
+        den["pose"] = state.pose
+    order = lex.orders[int(rng.integers(len(lex.orders)))]
+    return " ".join(slots[s] for s in order if slots[s]), den
+
+
+def reference_text(state: TrueState) -> str:
+    """The complete rendering of ``state`` with the first corpus word of every slot (deterministic): the state
+    text of the simulator-truth benchmark."""
+    other = f"the {state.other}" if state.other else ""
+    parts = [CORPUS.motion[state.motion][0].format(o=other)]
+    if state.manner:
+        parts.append(CORPUS.manner[state.manner][0])
+    if state.place:
+        parts.append(CORPUS.place[state.place][0].format(o=other))
+    if state.relation:
+        parts.append(CORPUS.relation[state.relation][0].format(o=other))
+    if state.pose:
+        parts.append(CORPUS.pose[state.pose][0])
+    return " ".join(parts)
+
+
+def corpus_words() -> set[str]:
+    """Every content word the corpus lexicon can write (the held-out lexicon is checked against it)."""
+    words: set[str] = set()
+    for table in (CORPUS.motion, CORPUS.place, CORPUS.relation, CORPUS.pose, CORPUS.manner, CORPUS.shape_nouns):
+        for forms in table.values():
+            for f in forms:
+                words |= set(f.replace("{o}", "").replace("'s", "").split())
+    return words
