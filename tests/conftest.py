@@ -36,12 +36,26 @@ def _one_torch_thread(request):
 
 
 @pytest.fixture(scope="session")
-def synth_dir(tmp_path_factory):
-    """A small synthetic PSR benchmark (built once per test session; treat as read-only)."""
+def synth_truth_dir(tmp_path_factory):
+    """Step 1 of the synthetic construction: the simulator-truth benchmark (built once; treat as read-only)."""
     from eval.synth import build_benchmark
 
-    out = tmp_path_factory.mktemp("psr-synth")
+    out = tmp_path_factory.mktemp("psr-synth") / "psr-synth-truth"
     return build_benchmark(out, videos=SYNTH_VIDEOS, seed=0, progress=False)
+
+
+@pytest.fixture(scope="session")
+def synth_dir(synth_truth_dir):
+    """A small synthetic PSR benchmark, built as `python -m retrieval synth` builds the default: the truth build
+    canonicalized with the packaged MiniLM at 0.85, GT mined and verified (once per session; treat as read-only)."""
+    from retrieval.canon.apply import ApplyConfig, apply_canonicalization
+    from retrieval.encoders import PACKAGED_MINILM
+    from retrieval.synth import MINE_BUDGET, NAME, THRESHOLD
+
+    out = synth_truth_dir.parent / "psr-synth"
+    cfg = ApplyConfig(data=str(synth_truth_dir), out=str(out), threshold=THRESHOLD, model=PACKAGED_MINILM,
+                      mine_budget=MINE_BUDGET, verify=True, name=NAME)
+    return apply_canonicalization(cfg, progress=False, log=lambda *_: None)
 
 
 @pytest.fixture(scope="session")
