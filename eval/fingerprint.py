@@ -58,9 +58,13 @@ def _column(table: pa.Table, path: str) -> pa.Array | None:
     return arr
 
 
-def _hash_columns(h: Any, table: pa.Table, paths: list[str]) -> None:
+def _hash_columns(h: Any, table: pa.Table, paths: list[str], list_paths: frozenset[str] = frozenset()) -> None:
+    """Hash the columns at ``paths``; a list column in ``list_paths`` that the table lacks hashes as all-empty (an
+    optional GT list a benchmark does not have is the same as one no query fills)."""
     for path in paths:
         arr = _column(table, path)
+        if arr is None and path in list_paths:
+            arr = pa.array([[]] * table.num_rows, pa.list_(pa.string()))
         h.update(f"\x00{path}:{'absent' if arr is None else len(arr)}\x00".encode())
         if arr is None:
             continue
@@ -82,7 +86,7 @@ def benchmark_fingerprint(bench: Any) -> dict[str, str]:
     h = hashlib.sha256()
     q_paths, c_paths = fingerprint_paths()
     h.update(b"queries")
-    _hash_columns(h, bench.queries_ds.data.table, q_paths)
+    _hash_columns(h, bench.queries_ds.data.table, q_paths, frozenset(q_paths[len(QUERY_COLUMNS):]))
     h.update(b"corpus")
     _hash_columns(h, bench.corpus_ds.data.table, c_paths)
     return {"name": str(bench.manifest.name), "version": str(bench.manifest.version), "sha256": h.hexdigest()}

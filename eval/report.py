@@ -379,6 +379,8 @@ class _Prepared:
 def _prepare(runs: Sequence[Any], bench, cfg: ReportConfig) -> _Prepared:
     """Check every run against ``bench`` and restrict it to the population (see the module docstring)."""
     names = [r.name for r in runs]
+    if not names:
+        raise InputError("no run to report")
     if len(set(names)) != len(names):
         raise InputError(f"run names must be unique: {names}")
     pop = cfg.population()
@@ -453,21 +455,8 @@ def _left_out_note(run, bench, pop: Population, q5: bool) -> str | None:
             f"out" + (f" ({'; '.join(parts)})" if parts else ""))
 
 
-def _build(prep: _Prepared, out_dir: Path, cfg: ReportConfig, progress: bool) -> dict:
-    from tqdm.auto import tqdm
-
-    from eval.plots import plot_r5_by_horizon, plot_tiers
-
-    by_name, labels, results, groups_res = prep.runs, prep.labels, {}, {}
-    for name, r in tqdm(by_name.items(), desc="evaluating", disable=not progress):
-        results[name] = evaluate_run(r, labels[name], ks=cfg.ks, tie=cfg.tie, ndcg_k=cfg.ndcg_k, gains=cfg.gains,
-                                     population=prep.population)
-    for name, r in prep.q5_runs.items():
-        groups_res[name] = evaluate_groups(r, prep.groups, ks=cfg.ks, tie=cfg.tie, n_left_out=prep.groups_left_out)
-    names = list(by_name)
-    entries = group_entries(names)
-    n_pop = len(next(iter(labels.values())).query_ids)
-    pop_line = f"Population: {prep.population.describe()}; n = {n_pop:,} queries."
+def _tables(entries: list[Entry], results: dict, cfg: ReportConfig) -> list[Table]:
+    """The main, stratum and triplet tables of evaluated runs."""
     horizons = [str(h) for h in range(1, REPORT_MAX_HORIZON + 1)]
     tables = [
         _main_table(entries, results, cfg),
@@ -489,6 +478,25 @@ def _build(prep: _Prepared, out_dir: Path, cfg: ReportConfig, progress: bool) ->
     ]
     if all(res.get("triplets") for res in results.values()):
         tables.append(_triplet_table(entries, results))
+    return tables
+
+
+def _build(prep: _Prepared, out_dir: Path, cfg: ReportConfig, progress: bool) -> dict:
+    from tqdm.auto import tqdm
+
+    from eval.plots import plot_r5_by_horizon, plot_tiers
+
+    by_name, labels, results, groups_res = prep.runs, prep.labels, {}, {}
+    for name, r in tqdm(by_name.items(), desc="evaluating", disable=not progress):
+        results[name] = evaluate_run(r, labels[name], ks=cfg.ks, tie=cfg.tie, ndcg_k=cfg.ndcg_k, gains=cfg.gains,
+                                     population=prep.population)
+    for name, r in prep.q5_runs.items():
+        groups_res[name] = evaluate_groups(r, prep.groups, ks=cfg.ks, tie=cfg.tie, n_left_out=prep.groups_left_out)
+    names = list(by_name)
+    entries = group_entries(names)
+    n_pop = len(next(iter(labels.values())).query_ids)
+    pop_line = f"Population: {prep.population.describe()}; n = {n_pop:,} queries."
+    tables = _tables(entries, results, cfg)
     sig, sig_table = _significance(by_name, labels, entries, cfg)
     if sig_table is not None:
         tables.append(sig_table)

@@ -253,18 +253,19 @@ class DenseSource:
             counts = (np.bincount(self.item_rows, minlength=self.m).astype(np.float64)
                       if self.item_rows is not None else np.ones(self.m))
             d = self._q.shape[2]
-            x0 = self._item_block(slice(0, min(self.m, DEFAULT_C_CHUNK))).double().mean(0)
+            # float32 shift: x - x0 is exact wherever x and x0 are close (Sterbenz), where cancellation would bite
+            x0 = self._item_block(slice(0, min(self.m, DEFAULT_C_CHUNK))).double().mean(0).float()
             s1 = np.zeros(d)
             s2 = np.zeros((d, d))
             for a in range(0, self.m, DEFAULT_C_CHUNK):
                 b = min(self.m, a + DEFAULT_C_CHUNK)
-                y = (self._item_block(slice(a, b)).double() - x0).float()
+                y = self._item_block(slice(a, b)) - x0
                 w = torch.from_numpy(counts[a:b].astype(np.float32))
                 s1 += (w @ y).double().numpy()
                 s2 += (y.T @ (y * w[:, None])).double().numpy()
             n = counts.sum()
             shift = s1 / n
-            self._moments = (x0.numpy() + shift, s2 / n - np.outer(shift, shift))
+            self._moments = (x0.double().numpy() + shift, s2 / n - np.outer(shift, shift))
         mu, cov = self._moments
         u = self._q[q][:, 0, :].double().numpy()
         return u @ mu, np.sqrt(np.maximum(np.einsum("id,de,ie->i", u, cov, u), 0.0))

@@ -202,3 +202,24 @@ def test_an_extra_gt_definition_is_scored_and_reported(synth_bench, monkeypatch,
     doc = build_report([run], synth_bench, tmp_path / "r", ReportConfig())
     assert "sim-exact" in doc["runs"]["oracle"]["by_gt_definition"]
     assert any(c.startswith("sim-exact") for c in doc["tables"]["by_gt_definition"]["columns"])
+
+
+def test_significance_states_and_honours_the_tie_rule(synth_bench, all_runs, tmp_path):
+    runs, _ = all_runs
+    pop_ids = Population().query_ids(synth_bench)
+    out = {}
+    for tie in ("row", "expected"):
+        cfg = ReportConfig(tie=tie, reference="oracle", n_resamples=200)
+        doc = build_report([runs["oracle"], runs["persistence"]], synth_bench, tmp_path / tie, cfg)
+        s = next(x for x in doc["significance"] if x.get("run") == "persistence")
+        out[tie] = s
+        cap = doc["tables"]["significance"]["caption"]
+        assert f"under the {tie!r} tie rule" in cap
+    row, exp = out["row"]["mcnemar"], out["expected"]["mcnemar"]
+    assert row["method"] == "exact" and "exact binomial test on the 0/1 hits of the 'row' tie-break" in \
+        json.loads((tmp_path / "row" / "report.json").read_text())["tables"]["significance"]["caption"]
+    # the expected-hit counts are the mean of the row counts over tie orders, not the row counts themselves
+    st = RankStats.from_run(runs["persistence"].select(pop_ids), "type2-all")
+    ref = RankStats.from_run(runs["oracle"].select(pop_ids), "type2-all")
+    d = recall_at_k(st, 5) - recall_at_k(ref, 5)
+    assert exp["b"] == pytest.approx(np.maximum(d, 0).sum()) and exp["c"] == pytest.approx(np.maximum(-d, 0).sum())

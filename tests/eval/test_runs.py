@@ -205,3 +205,22 @@ def test_fingerprint_covers_what_the_scorer_reads(synth_dir, synth_bench, tmp_pa
         return rows
 
     assert Benchmark.load(_bench_copy(synth_dir, tmp_path / "text", query=question_text)).fingerprint == base
+
+
+def test_absent_and_empty_gt_lists_hash_alike():
+    """A GT list column a benchmark lacks (an older benchmark without an optional definition) hashes like one that
+    no query fills, so adding an optional, empty GT field does not change existing fingerprints."""
+    import hashlib
+
+    from eval.fingerprint import _hash_columns
+
+    def digest(table):
+        h = hashlib.sha256()
+        _hash_columns(h, table, ["id", "gt_extra"], frozenset({"gt_extra"}))
+        return h.hexdigest()
+
+    ids = pa.array(["q0", "q1", "q2"])
+    absent = pa.table({"id": ids})
+    empty = pa.table({"id": ids, "gt_extra": pa.array([[], None, []], pa.list_(pa.string()))})
+    filled = pa.table({"id": ids, "gt_extra": pa.array([[], ["c1"], []], pa.list_(pa.string()))})
+    assert digest(absent) == digest(empty) != digest(filled)
