@@ -57,6 +57,8 @@ MIN_DISTINCT_RATIO = 0.3
 MAX_TOP_WORD_SHARE = 0.3
 """No single word may make up more than this share of a body's words ("the": about 0.06 of English prose, up to
 0.21 of template bodies, which name objects with "the" throughout)."""
+DIVERSITY_MIN_WORDS = 20
+"""Bodies shorter than this are left to the length check (word shares of a few words mean nothing)."""
 MAX_SENTENCE_REPEATS = 2
 """A sentence may occur at most this many times in a body."""
 
@@ -144,7 +146,7 @@ def count_words(text: str) -> int:
 def numbers_in(body: str) -> list[str]:
     """Digits, numeric characters (``½``), spelled measures, fractions and decimals found in ``body``."""
     found = re.findall(r"\S*\d\S*", body)
-    found += [ch for ch in body if not ch.isdigit() and unicodedata.numeric(ch, None) is not None]
+    found += [ch for ch in body if not "0" <= ch <= "9" and unicodedata.numeric(ch, None) is not None]
     for rx in (_SPELLED_MEASURE, _SPELLED_FRACTION, _SPELLED_DECIMAL):
         found += [m.group(0) for m in rx.finditer(body)]
     return list(dict.fromkeys(found))
@@ -154,7 +156,7 @@ def lexical_problem(body: str) -> str | None:
     """Why ``body``'s wording is degenerate (see `MIN_DISTINCT_RATIO`, `MAX_TOP_WORD_SHARE`,
     `MAX_SENTENCE_REPEATS`), or None."""
     words = [w.lower() for w in _WORD.findall(body)]
-    if not words:
+    if len(words) < DIVERSITY_MIN_WORDS:
         return None
     distinct = len(set(words)) / len(words)
     if distinct < MIN_DISTINCT_RATIO:
