@@ -23,7 +23,8 @@ code                   rejects
 ``future_leak``        a phrasing of a state the object enters only after the target (see
                        `distill.facts.PredicateSet.after_horizon_states`), found by `distill.lexicon` (lemmatized,
                        synonym-mapped, longest match first over *all* state phrasings: a forbidden phrasing that
-                       contains an allowed one is caught, an allowed one that contains a forbidden one is not)
+                       contains an allowed one is caught, an allowed one that contains a forbidden one is not);
+                       a predicate's own sentence quoted verbatim never counts (it is true by construction)
 ``contradiction``      the body says the object is in a state its predicates do not hold (a phrasing of a state
                        outside the allowed and after-horizon ones, in a sentence about the object), or says it
                        moves (or stands still, or moves the opposite way) against the ``direction`` predicate,
@@ -213,7 +214,11 @@ class RationaleValidator:
 
         order = {"allowed": 0, "forbidden": 1, "unsupported": 2}
         chosen = longest_first(index.find(toks) + extra.find(toks), priority=lambda m: order[label(m)])
-        return [(m, label(m)) for m in chosen]
+        # a predicate's own sentence, quoted verbatim, is true up to the horizon by construction: whatever state
+        # phrasing its wording happens to contain is neither a leak nor a contradiction
+        quoted = [(i, i + len(f.text)) for f in ps.facts if f.section != "answer" and f.text
+                  for i in _find_all(body, f.text)]
+        return [(m, "allowed" if any(a <= m.start and m.end <= b for a, b in quoted) else label(m)) for m in chosen]
 
     def leaks(self, body: str, ps: PredicateSet) -> list[str]:
         """The forbidden (after-horizon) phrasings found in ``body`` (as written), longest match first."""
@@ -290,6 +295,14 @@ class RationaleValidator:
         if not self._answer_ok(answers[0], ps.answer):
             return [Rejection("answer_line", f"answer {answers[0]!r} is not the target state {ps.answer!r}")]
         return []
+
+
+def _find_all(text: str, sub: str) -> list[int]:
+    out, i = [], text.find(sub)
+    while i >= 0:
+        out.append(i)
+        i = text.find(sub, i + 1)
+    return out
 
 
 def _contains(seq: Sequence[str], sub: Sequence[str]) -> bool:

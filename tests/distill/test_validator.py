@@ -142,3 +142,17 @@ def test_validate_cli_reports_rejections_and_exits_1(synth_dir, pred_file, pred_
     path.write_text(json.dumps({"query_id": "nope", "rationale": "x"}) + "\n")
     assert main(["validate", "--data", str(synth_dir), "--predicates", str(pred_file), "--rationales", str(path)]) == 2
     assert "r.jsonl:1" in capsys.readouterr().err
+
+
+def test_a_quoted_predicate_is_never_a_leak_or_contradiction(validator):
+    """On an open vocabulary a predicate's wording may coincide with some state's phrasing; quoted verbatim it is
+    true up to the horizon, paraphrased outside the quote it is still checked."""
+    from distill.facts import Fact
+
+    ps = PredicateSet(query_id="q", qtype="Q1", horizon=1, domain="ramp", subject="red ball", question="?",
+                      answer="rolling down the ramp", current="resting on the ramp", upcoming=["rolling down the ramp"],
+                      facts=[Fact("edge", "The red ball is moving toward the wall, reaching the edge.", "motion", "edge")],
+                      allowed_states=["resting on the ramp", "rolling down the ramp"],
+                      after_horizon_states=["going over the edge"])
+    assert validator.leaks("The red ball is moving toward the wall, reaching the edge.", ps) == []
+    assert validator.leaks("Later the red ball is reaching the edge.", ps) == ["reaching the edge"]
