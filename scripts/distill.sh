@@ -34,7 +34,7 @@ EOF
 
 PY=""; DATA=""; OUT="runs/distill"; PRESET="configs/distill/qwen3-vl-8b.yaml"; MODEL=""; ACCEL="configs/accelerate/single_gpu.yaml"
 NPROC=""; NARRATOR=""; TEACHER_URL=""; FB="vllm"; SPACE="bge"; SPACE_MODEL="BAAI/bge-small-en-v1.5"; LIMIT=""
-MAX_TOKENS="512"; DEMO=0; SFT_LIMIT=()
+MAX_TOKENS="512"; DEMO=0; SFT_LIMIT=(); FAITH_LIMIT=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --data) DATA="$2"; shift 2;;
@@ -82,7 +82,7 @@ if [[ $DEMO == 1 ]]; then
     [[ -f "$MODEL/config.json" ]] || run "$PY" -m forecasters tiny-model --kind qwen3_vl --out "$MODEL"
   fi
   TRAIN=("$PY" -m distill.train --max_steps 8)
-  SFT_LIMIT=(--limit 32)
+  SFT_LIMIT=(--limit 32); FAITH_LIMIT=(--limit 24)   # 24 test queries, stratified over the test videos
 else
   TRAIN=(accelerate launch --config_file "$ACCEL")
   [[ -n "$NPROC" ]] && TRAIN+=(--num_processes "$NPROC")
@@ -150,7 +150,8 @@ run "$PY" -m distill answers --data "$DATA" --reference zero-shot --out "$OUT/an
     --names "[zero-shot, answer-only, cot]"
 # 8. faithfulness of the CoT student (SCOTT-style: counterfactual evidence, does the answer move to it?)
 run "$PY" -m distill faithfulness --config "$PRESET" --data "$DATA" --model "$MODEL" \
-    --adapter "$OUT/students/cot/adapter" --predicates "$OUT/predicates.jsonl" --out "$OUT/faithfulness"
+    --adapter "$OUT/students/cot/adapter" --predicates "$OUT/predicates.jsonl" --out "$OUT/faithfulness" \
+    "${FAITH_LIMIT[@]}"
 
 echo; echo "== comparison (retrieval, $SPACE space) =="; cat "$OUT/report/main.md"
 [[ -f "$OUT/report/significance.md" ]] && cat "$OUT/report/significance.md"
