@@ -109,6 +109,24 @@ def card(
         console.print(f"[green]wrote[/] {md} and {js}")
 
 
+@app.command()
+def findings(
+    report: Path = typer.Argument(..., help="report directory (holds report.json)"),
+    card: Path = typer.Option(None, "--card", help="card.json of the benchmark (prints it beside the paper's values)"),
+    calibration: bool = typer.Option(False, "--calibration", help="also check the synthetic benchmark's calibration "
+                                                                  "targets (synthetic README section)"),
+) -> None:
+    """What a report's numbers say: headline comparisons, and (--calibration) the synthetic benchmark's targets."""
+    from eval import findings as F
+
+    rep = F.load(report / "report.json")
+    if card is not None:
+        typer.echo("## Benchmark card beside the paper\n\n" + F.card_beside_paper(F.load(card)))
+    if calibration:
+        typer.echo("## Calibration\n\n" + F.calibration_markdown(F.calibration(rep)))
+    typer.echo("## Findings\n\n" + "\n".join(F.findings(rep)) + "\n")
+
+
 # --- evaluation: score one run, report many (owned by the evaluator; see eval/report.py) ---
 
 def _parse_gains(text: str | None) -> dict[str, float] | None:

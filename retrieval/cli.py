@@ -171,8 +171,9 @@ def _method_command(kind: str, names: tuple[str, ...]):
 app.command("baseline", help="Run a naive baseline: random, question-only, lookup, knn-future, persistence, "
                              "zero-shot.")(
     _method_command("baseline", ("random", "question-only", "lookup", "knn-future", "persistence", "zero-shot")))
-app.command("oracle", help="Run an oracle: semantic-text, state-prototype, independent-appearance.")(
-    _method_command("oracle", ("semantic-text", "state-prototype", "independent-appearance")))
+app.command("oracle", help="Run an oracle: semantic-text, paraphrase (held-out phrasing, synthetic benchmark), "
+                           "state-prototype, independent-appearance.")(
+    _method_command("oracle", ("semantic-text", "paraphrase", "state-prototype", "independent-appearance")))
 
 
 @app.command()

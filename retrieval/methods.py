@@ -16,10 +16,10 @@ from retrieval.queries import QueryVectors
 from retrieval.spaces import Space
 
 BASELINES = ("random", "question-only", "lookup", "knn-future", "persistence", "zero-shot")
-ORACLES = ("semantic-text", "state-prototype", "independent-appearance")
+ORACLES = ("semantic-text", "paraphrase", "state-prototype", "independent-appearance")
 #: The space kind each method needs ("any": semantic or visual).
 NEEDS = {"random": "any", "question-only": "text", "lookup": "any", "knn-future": "any", "persistence": "visual",
-         "zero-shot": "visual", "semantic-text": "text", "state-prototype": "any", "independent-appearance": "any"}
+         "zero-shot": "visual", "semantic-text": "text", "paraphrase": "text", "state-prototype": "any", "independent-appearance": "any"}
 
 
 def method_query_vectors(bench: Benchmark, name: str, space: Space | None, rows: np.ndarray, *,
@@ -37,6 +37,8 @@ def method_query_vectors(bench: Benchmark, name: str, space: Space | None, rows:
         raise ValueError(f"{name} retrieves with prefix tokens in a visual space; {space.name!r} is {space.kind}")
     if need == "text":
         enc = query_text_encoder(space.meta, device=device)
+        if name == "paraphrase":
+            return oracles.paraphrase(bench, rows, space, enc, seed=seed)
         fn = baselines.question_only if name == "question-only" else oracles.semantic_text
         return fn(bench, rows, space, enc)
     if name == "lookup":

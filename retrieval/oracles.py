@@ -2,6 +2,9 @@
 
 - ``semantic_text``: the query's true canonical target-state text, embedded by the semantic space's text
   encoder (as a query), retrieves in that space. The clean ceiling.
+- ``paraphrase``: the paraphrase oracle with the held-out phrasing (synthetic benchmark: `eval.synth.paraphrase`):
+  the query's true canonical state text re-said in the lexicon that never wrote the corpus, embedded as a query,
+  retrieves in the semantic space; its drop from ``semantic_text`` is the canonicalization loss (App. U).
 - ``state_prototype``: the mean visual feature of all segments of the target state (normalised), retrieved in
   the same visual space. Mildly optimistic: the prototype averages the GT segments themselves.
 - ``independent_appearance``: the queried object's own observed future frame -- the middle frame of its target
@@ -28,6 +31,23 @@ def _ids(bench: Benchmark, rows: np.ndarray) -> list[str]:
 
 def semantic_text(bench: Benchmark, rows: np.ndarray, space: Space, encoder) -> QueryVectors:
     texts = bench.queries_ds.select(rows)["target_state"][:] if len(rows) else []
+    return QueryVectors(_ids(bench, rows), encoder.encode_queries(texts)[:, None], space.name)
+
+
+def paraphrase(bench: Benchmark, rows: np.ndarray, space: Space, encoder, seed: int = 0) -> QueryVectors:
+    from eval.synth.build import read_denotations
+    from eval.synth.paraphrase import paraphrase_for
+
+    try:
+        den = read_denotations(bench.root)
+    except FileNotFoundError:
+        raise ValueError(f"{bench.root}: the held-out paraphrase oracle needs sim/phrases.jsonl (a synthetic "
+                         "build); on other benchmarks run the LLM paraphrase probe (`forecasters run --forecaster "
+                         "paraphrase`)") from None
+    sel = bench.queries_ds.select(rows) if len(rows) else None
+    qids = sel["id"][:] if sel is not None else []
+    targets = sel["target_state"][:] if sel is not None else []
+    texts = [paraphrase_for(q, den[t], seed) if t in den else t for q, t in zip(qids, targets, strict=True)]
     return QueryVectors(_ids(bench, rows), encoder.encode_queries(texts)[:, None], space.name)
 
 

@@ -1,9 +1,12 @@
 """`make demo`: the toolkit's main job on the embedded default (the synthetic benchmark), end to end on CPU.
 
 Stages, each a command of a package (the demo doubles as a worked example; every command is logged):
-  1. data       build the synthetic benchmark (skipped when --data already holds the same build) and validate it;
-  2. retrieval  encode the semantic space (packaged MiniLM), every baseline, every oracle, LFTR in the semantic and
-                the pixels space, and their z-score fusion -> OUT/runs/*.parquet;
+  1. data       build the synthetic benchmark the paper's way (`python -m retrieval synth`: simulate, then canonicalize,
+                mine and verify the GT; reused when --data already holds the same build), validate it and write its
+                card (OUT/card/);
+  2. retrieval  encode the semantic space (packaged MiniLM), every baseline (incl. the lookup prior), every oracle
+                (incl. the held-out paraphrase oracle), LFTR in the semantic and the pixels space, and their z-score
+                fusion -> OUT/runs/*.parquet;
   3. forecaster plumbing check: a tiny locally built model runs the text-only forecaster over the test split through
                 the hf backend, its phrases are retrieved and scored like any predictor (labelled as plumbing: its
                 numbers say nothing about forecasting);
@@ -45,9 +48,10 @@ class Demo:
 
     def data(self) -> None:
         a = self.args
-        if not synth_is_current(a.data, a.videos, a.seed):
-            self.run([PY, "-m", "eval", "synth", "--out", str(a.data), "--videos", str(a.videos), "--seed", str(a.seed)], "data")
+        self.run([PY, "-m", "retrieval", "synth", "--out", str(a.data), "--preset", a.preset, "--seed", str(a.seed)],
+                 "data")
         self.run([PY, "-m", "eval", "validate", str(a.data)], "data")
+        self.run([PY, "-m", "eval", "card", str(a.data), "--out", str(a.out / "card")], "data")
 
     def retrieval(self) -> None:
         self.run([PY, "-m", "retrieval", "demo", "--data", str(self.args.data), "--out", str(self.runs)], "retrieval")
@@ -65,9 +69,9 @@ class Demo:
                   "--method", PLUMBING_METHOD, "--out", str(self.runs / "text-only-tiny.parquet")], "forecaster")
 
     #: Table order: naive baselines, the forecaster plumbing check, learned methods, then the oracles (ceilings).
-    ORDER = ("random", "question-only", "persistence", "zero-shot", "knn-future", "text-only", "lftr-minilm",
+    ORDER = ("random", "question-only", "lookup", "persistence", "zero-shot", "knn-future", "text-only", "lftr-minilm",
              "lftr-pixels", "lftr-fusion", "oracle-independent-appearance", "oracle-state-prototype",
-             "oracle-semantic-text")
+             "oracle-paraphrase", "oracle-semantic-text")
 
     def report(self) -> None:
         def rank(p: Path) -> tuple[int, str]:
@@ -107,49 +111,26 @@ class Demo:
         return fused[0] if fused else next(iter(names.values()))
 
     def findings(self) -> list[str]:
-        """What the numbers say, computed from report.json (never typed in): fusion vs the better single space,
-        how each learned method declines with horizon, and the oracle ceiling."""
-        path = self.args.out / "report" / "report.json"
-        if not path.exists():
-            return []
-        rep = json.loads(path.read_text())
-        runs, sig = rep["runs"], {s["run"]: s for s in rep.get("significance", [])}
-        r5 = {n: r["main"]["R@5"] for n, r in runs.items()}
-        by_h = {n: {int(h): v["R@5"] for h, v in r.get("by_horizon", {}).items()} for n, r in runs.items()}
-        lines = ["## Findings (computed from `report/report.json`)", ""]
-        fused = [n for n in runs if n.startswith("lftr-fusion")]
-        singles = [n for n in runs if n.startswith("lftr[")]
-        if fused and singles:
-            f, best = fused[0], max(singles, key=r5.get)
-            verdict = "beats" if r5[f] > r5[best] else "does not beat"
-            line = (f"- z-score fusion `{f}` {verdict} the better single space `{best}`: R@5 {100 * r5[f]:.1f} vs "
-                    f"{100 * r5[best]:.1f}")
-            s_best = sig.get(best)
-            if s_best and s_best.get("reference") == f:
-                b = s_best["bootstrap"]
-                line += (f" (paired bootstrap Δ {-100 * b['delta']:+.1f} pp, 95% CI [{-100 * b['ci_high']:+.1f}, "
-                         f"{-100 * b['ci_low']:+.1f}], p = {b['p_value']:.2g}; McNemar p = {s_best['mcnemar']['p_value']:.2g})")
-            lines.append(line + ".")
-        for n in fused + singles:
-            hs = sorted(by_h[n])
-            if hs:
-                curve = " → ".join(f"h{h} {100 * by_h[n][h]:.0f}" for h in hs)
-                drop = 100 * (by_h[n][hs[0]] - min(by_h[n].values()))
-                lines.append(f"- `{n}` R@5 by horizon: {curve} (h1 to its lowest: -{drop:.0f} pp).")
-        oracle = [n for n in runs if n.startswith("semantic-text")]
-        if oracle:
-            v = [100 * x for x in by_h[oracle[0]].values()]
-            predictors = [n for n in runs if not any(n.startswith(o) for o in
-                                                      ("semantic-text", "state-prototype", "independent-appearance"))]
-            best_pred = max(predictors, key=r5.get)
-            lines.append(f"- The semantic-text oracle stays at {min(v):.0f}–{max(v):.0f} R@5 over horizons; the best predictor "
-                         f"(`{best_pred}`) reaches {100 * r5[best_pred]:.1f}.")
-        return lines + [""]
+        """The card beside the paper, the calibration table and the headline findings, computed by `eval.findings`
+        from card.json and report.json (never typed in)."""
+        from eval import findings as F
+
+        report, card = self.args.out / "report" / "report.json", self.args.out / "card" / "card.json"
+        lines = []
+        if card.exists():
+            lines += ["## The benchmark beside PSR (`python -m eval card`)", "", F.card_beside_paper(F.load(card))]
+        if report.exists():
+            rep = F.load(report)
+            lines += ["## Calibration of the synthetic benchmark (`python -m eval findings --calibration`)", "",
+                      F.calibration_markdown(F.calibration(rep)),
+                      "## Findings (computed from `report/report.json`)", "", *F.findings(rep), ""]
+        return lines
 
     def index(self) -> None:
         out = self.args.out
         lines = ["# PSR toolkit demo (synthetic benchmark)", "",
-                 f"Benchmark: `{self.args.data}` ({self.args.videos} videos, seed {self.args.seed}). "
+                 f"Benchmark: `{self.args.data}` (preset {self.args.preset}, seed {self.args.seed}; card in "
+                 "[card/card.md](card/card.md)). "
                  "Every command below was run by `make demo`; rerun any of them on your own benchmark directory.", "",
                  "| output | what |", "|---|---|",
                  "| [report/main.md](report/main.md) | baselines, oracles, LFTR (semantic, pixels, fusion) and the "
@@ -165,19 +146,11 @@ class Demo:
         (out / "demo_log.json").write_text(json.dumps(self.log, indent=2) + "\n")
 
 
-def synth_is_current(data: Path, videos: int, seed: int) -> bool:
-    m = data / "manifest.json"
-    if not m.exists():
-        return False
-    extra = json.loads(m.read_text()).get("extra", {})
-    return extra.get("videos") == videos and extra.get("seed") == seed
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=Path("data/psr-synth"), help="benchmark directory (built if missing)")
     ap.add_argument("--out", type=Path, default=Path("reports/demo"), help="where runs and reports go")
-    ap.add_argument("--videos", type=int, default=300, help="size of the synthetic benchmark")
+    ap.add_argument("--preset", default="demo", help="size of the synthetic benchmark: demo (default) or psr")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
     ap.add_argument("--force", action="store_true", help="redo stages whose outputs exist")

@@ -81,7 +81,7 @@ def subject_name(color: str, shape: str, size: str = "") -> str:
 
 MOTIONS = ("at_rest", "rolling", "sliding", "tumbling", "falling", "flying", "bouncing", "spinning", "wobbling",
            "toppling", "pushed", "hanging", "crashing", "hit")
-PLACES = ("floor", "table", "table_edge", "ramp_upper", "ramp_lower", "container", "rim", "shelf", "on_object",
+PLACES = ("floor", "floor_table", "floor_ramp", "floor_container", "floor_shelf", "table", "table_edge", "ramp_upper", "ramp_lower", "container", "rim", "shelf", "on_object",
           "wall", "over_container", "air")
 RELATIONS = ("touching", "leaning", "next_to", "under")
 POSES = ("upright", "side", "upside_down", "tilted")
@@ -160,6 +160,9 @@ class Lexicon:
     manner_first: float = 0.3
     determiners: tuple[str, ...] = ("the",)
     omit: dict[str, float] = field(default_factory=dict)
+    #: surface forms and word orders are drawn with probability proportional to rank ** -form_zipf (0: uniform):
+    #: a describer has favourite words, as one generator model does
+    form_zipf: float = 0.0
 
 
 CORPUS = Lexicon(
@@ -182,6 +185,10 @@ CORPUS = Lexicon(
     },
     place={
         "floor": ("on the floor", "on the ground"),
+        "floor_table": ("on the floor beside the table", "on the ground by the table"),
+        "floor_ramp": ("on the floor beyond the ramp", "on the ground near the ramp"),
+        "floor_container": ("on the floor next to the container", "on the ground beside the bin"),
+        "floor_shelf": ("on the floor under the shelf", "on the ground under the ledge"),
         "table": ("on the table", "on the tabletop"),
         "table_edge": ("at the edge of the table", "at the table's edge", "near the edge of the table"),
         "ramp_upper": ("on the upper half of the ramp", "near the top of the ramp", "high on the ramp"),
@@ -211,7 +218,8 @@ CORPUS = Lexicon(
                  "domino": ("domino",), "plank": ("plank",), "wedge": ("wedge",), "can": ("can",)},
     orders=(("M", "P", "R", "O"), ("M", "O", "P", "R"), ("O", "M", "P", "R"), ("M", "R", "P", "O")),
     determiners=("the", "the", "a"),
-    omit={"manner": 0.35, "pose": 0.35, "relation": 0.3, "place": 0.12},
+    omit={"manner": 0.2, "pose": 0.2, "relation": 0.15, "place": 0.05},
+    form_zipf=1.0,
 )
 
 HELD_OUT = Lexicon(
@@ -234,6 +242,10 @@ HELD_OUT = Lexicon(
     },
     place={
         "floor": ("down on the linoleum", "at the lowest level of the room"),
+        "floor_table": ("down on the linoleum flanking the desk", "at the lowest level, alongside the desk"),
+        "floor_ramp": ("down on the linoleum where the incline ends", "at the lowest level, past the slope"),
+        "floor_container": ("down on the linoleum flanking the crate", "at the lowest level, alongside the tub"),
+        "floor_shelf": ("down on the linoleum, plumb with the bracket", "at the lowest level, below the mounted board"),
         "table": ("on the desk surface", "upon the worktop"),
         "table_edge": ("by the desk's border", "close to where the desk ends"),
         "ramp_upper": ("up the slope", "at the summit of the incline"),
@@ -269,8 +281,11 @@ HELD_OUT = Lexicon(
 )
 
 
-def _pick(rng: np.random.Generator, options: tuple[str, ...]) -> str:
-    return options[int(rng.integers(len(options)))]
+def _pick(rng: np.random.Generator, options: tuple, zipf: float = 0.0):
+    if zipf == 0.0 or len(options) == 1:
+        return options[int(rng.integers(len(options)))]
+    w = np.arange(1, len(options) + 1, dtype=np.float64) ** -zipf
+    return options[int(np.searchsorted(np.cumsum(w / w.sum()), rng.random(), side="right").clip(0, len(options) - 1))]
 
 
 def _noun_phrase(other: str, lex: Lexicon, rng: np.random.Generator) -> tuple[str, str]:
@@ -279,9 +294,9 @@ def _noun_phrase(other: str, lex: Lexicon, rng: np.random.Generator) -> tuple[st
     words = other.split()
     shape, color = words[-1], words[-2]
     size = words[0] if len(words) == 3 else ""
-    noun = _pick(rng, lex.shape_nouns[shape])
+    noun = _pick(rng, lex.shape_nouns[shape], lex.form_zipf)
     size = size if size and rng.random() < 0.6 else ""
-    return (" ".join(w for w in (_pick(rng, lex.determiners), size, color, noun) if w),
+    return (" ".join(w for w in (_pick(rng, lex.determiners, lex.form_zipf), size, color, noun) if w),
             " ".join(w for w in (size, color, shape) if w))
 
 
@@ -293,27 +308,28 @@ def describe(state: TrueState, rng: np.random.Generator, lex: Lexicon = CORPUS) 
     """
     den: Denotation = {"motion": state.motion}
     other, other_name = _noun_phrase(state.other, lex, rng) if state.other else ("", "")
-    verb = _pick(rng, lex.motion[state.motion]).format(o=other)
+    z = lex.form_zipf
+    verb = _pick(rng, lex.motion[state.motion], z).format(o=other)
     if state.motion in EVENT_MOTIONS:
         den["other"] = other_name
     if state.manner and rng.random() >= lex.omit.get("manner", 0.0):
-        adverb = _pick(rng, lex.manner[state.manner])
+        adverb = _pick(rng, lex.manner[state.manner], z)
         verb = f"{adverb} {verb}" if rng.random() < lex.manner_first else f"{verb} {adverb}"
         den["manner"] = state.manner
     slots = {"M": verb, "P": "", "R": "", "O": ""}
     if state.place and rng.random() >= lex.omit.get("place", 0.0):
-        slots["P"] = _pick(rng, lex.place[state.place]).format(o=other)
+        slots["P"] = _pick(rng, lex.place[state.place], z).format(o=other)
         den["place"] = state.place
         if state.place == "on_object":
             den["other"] = other_name
     if state.relation and rng.random() >= lex.omit.get("relation", 0.0):
-        slots["R"] = _pick(rng, lex.relation[state.relation]).format(o=other)
+        slots["R"] = _pick(rng, lex.relation[state.relation], z).format(o=other)
         den["relation"] = state.relation
         den["other"] = other_name
     if state.pose and rng.random() >= lex.omit.get("pose", 0.0):
-        slots["O"] = _pick(rng, lex.pose[state.pose])
+        slots["O"] = _pick(rng, lex.pose[state.pose], z)
         den["pose"] = state.pose
-    order = lex.orders[int(rng.integers(len(lex.orders)))]
+    order = _pick(rng, lex.orders, z)
     return " ".join(slots[s] for s in order if slots[s]), den
 
 

@@ -26,7 +26,8 @@ Three stages:
 
    *place*: hanging -> none; airborne -> ``over_container`` above the container's opening (within
    `DROP_ZONE_HEIGHT` of its rim), else ``air``; supported -> by what holds it up: ``floor`` (``wall`` when also
-   touching a wall), ``table`` / ``table_edge`` (centre within `EDGE_ZONE` of an edge objects can go over),
+   touching a wall; ``floor_table`` / ``floor_ramp`` / ``floor_container`` / ``floor_shelf`` within `FLOOR_NEAR`
+   of that furniture's horizontal extent), ``table`` / ``table_edge`` (centre within `EDGE_ZONE` of an edge objects can go over),
    ``ramp_upper`` / ``ramp_lower`` (which half of the slope), ``container`` (on its floor, or on an object inside
    it), ``rim`` (on a container wall's top), ``shelf``, ``on_object`` (supported by another object: ``other``).
 
@@ -92,6 +93,9 @@ EDGE_ZONE = 22.0
 """A supported object whose centre is within this distance (units) of a table edge is at the table's edge."""
 LEAN_MIN_DEG, LEAN_MAX_DEG = 12.0, 75.0
 """Tilt range (degrees from its resting orientation) in which an elongated object touching another leans on it."""
+FLOOR_NEAR = 30.0
+"""An object on the floor within this horizontal distance (units) of a table, ramp, container or shelf is on the
+floor by it (``floor_table`` ...); elsewhere it is on the open floor."""
 NEAR_GAP = 18.0
 """Largest surface gap (units; centre distance minus both bounding radii) at which another object is next to it."""
 POSE_TOL_DEG = 20.0
@@ -104,7 +108,7 @@ MIN_SEGMENT_S = 0.3
 THRESHOLDS = {name: globals()[name] for name in (
     "MOVING_SPEED", "SLOW_SPEED", "FAST_SPEED", "WOBBLE_OMEGA", "TIP_OMEGA", "TUMBLE_SPEED", "TUMBLE_OMEGA",
     "COLLISION_SPEED", "COLLISION_HOLD_S", "SPIN_OMEGA", "LANDING_SPEED", "BOUNCE_UP_SPEED", "BOUNCE_WINDOW_S",
-    "FLY_SPEED", "DROP_ZONE_HEIGHT", "EDGE_ZONE", "LEAN_MIN_DEG", "LEAN_MAX_DEG", "NEAR_GAP", "POSE_TOL_DEG",
+    "FLY_SPEED", "DROP_ZONE_HEIGHT", "EDGE_ZONE", "FLOOR_NEAR", "LEAN_MIN_DEG", "LEAN_MAX_DEG", "NEAR_GAP", "POSE_TOL_DEG",
     "MIN_ATTRIBUTE_S", "MIN_SEGMENT_S")}
 """Every labelling threshold by name (units: world units, seconds, radians/s, degrees)."""
 
@@ -217,6 +221,7 @@ def _place(rec: R.SimRecord, motion: np.ndarray) -> np.ndarray:
     for ex, ey, _d in rec.edges:
         edge |= (np.abs(x - ex) < EDGE_ZONE) & (y > ey)
     upper = _ramp_upper(rec)
+    near = _floor_landmark(rec)
     wall = (rec.contacts & R.CONTACT_WALL) > 0
     airborne = np.isin(motion, ("falling", "flying", "bouncing", "spinning")) & (rec.contacts == 0)
     conds = [
@@ -225,10 +230,39 @@ def _place(rec: R.SimRecord, motion: np.ndarray) -> np.ndarray:
         (on_rim, "rim"), (sup == R.SUPPORT_OBJECT, "on_object"),
         ((sup == R.SUPPORT_TABLE) & edge, "table_edge"), (sup == R.SUPPORT_TABLE, "table"),
         ((sup == R.SUPPORT_RAMP) & upper, "ramp_upper"), (sup == R.SUPPORT_RAMP, "ramp_lower"),
-        (sup == R.SUPPORT_SHELF, "shelf"), ((sup == R.SUPPORT_FLOOR) & wall, "wall"), (sup == R.SUPPORT_FLOOR, "floor"),
+        (sup == R.SUPPORT_SHELF, "shelf"), ((sup == R.SUPPORT_FLOOR) & wall, "wall"),
+        *[((sup == R.SUPPORT_FLOOR) & (near == k), f"floor_{k}") for k in FLOOR_LANDMARKS],
+        (sup == R.SUPPORT_FLOOR, "floor"),
         (sup == R.SUPPORT_CONTAINER, "container"),
     ]
     return np.select([c for c, _ in conds], [p for _, p in conds], default="?").astype("<U14")
+
+
+FLOOR_LANDMARKS = ("table", "ramp", "container", "shelf")
+
+
+def _floor_landmark(rec: R.SimRecord) -> np.ndarray:
+    """(F, N) str: the furniture (`FLOOR_LANDMARKS`) whose horizontal extent is nearest to the object, when within
+    `FLOOR_NEAR` units of it (else ``""``): where on the floor the object is."""
+    x = rec.pos[..., 0]
+    extents: list[tuple[str, float, float]] = []
+    for kind, verts, until in zip(rec.static_kind, rec.static_vertices, rec.static_until, strict=True):
+        if str(kind) in ("table", "ramp", "container") and math.isinf(until):
+            extents.append((str(kind), float(verts[:, 0].min()), float(verts[:, 0].max())))
+    kinds = rec.kin_kind if rec.kin_kind is not None else []
+    for i, kind in enumerate(kinds):
+        if str(kind) == "shelf":
+            ox, _oy, w, _h = (float(v) for v in rec.kin_shape[i])
+            px = float(rec.kin_pose[0, i, 0])
+            extents.append(("shelf", px + ox - w / 2, px + ox + w / 2))
+    best = np.full(x.shape, np.inf)
+    out = np.full(x.shape, "", "<U9")
+    for kind, lo, hi in extents:
+        d = np.maximum(0, np.maximum(lo - x, x - hi))
+        closer = (d < best) & (d <= FLOOR_NEAR)
+        out = np.where(closer, kind, out)
+        best = np.where(closer, d, best)
+    return out
 
 
 def _ramp_upper(rec: R.SimRecord) -> np.ndarray:

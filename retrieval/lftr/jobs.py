@@ -111,6 +111,7 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, semantic_spa
             ("knn-future", "knn-future", sem),
             ("persistence", "persistence", vis), ("zero-shot", "zero-shot", vis),
             ("oracle-semantic-text", "semantic-text", sem), ("oracle-state-prototype", "state-prototype", vis),
+            *([("oracle-paraphrase", "paraphrase", sem)] if (bench.root / "sim" / "phrases.jsonl").exists() else []),
             ("oracle-independent-appearance", "independent-appearance", vis)]
     paths: list[Path] = []
     timings: dict[str, float] = {}
