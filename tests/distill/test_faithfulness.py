@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-
 from distill.faithfulness import (
     CONDITIONS,
     FaithfulnessConfig,
@@ -54,29 +52,3 @@ def test_faithfulness_runs_on_a_tiny_student(qlora_student, tiny_vlm, synth_dir,
     assert len(rows) == 3 and all(set(r["answers"]) == set(CONDITIONS) for r in rows)
     assert all(r["counterfactual"] != r["target"] and r["replacements"] >= 1 for r in rows)
     assert (tmp_path / "faithfulness.md").read_text().startswith("Faithfulness")
-
-
-def test_answer_accuracy_and_significance(synth_bench, synth_dir, tmp_path):
-    from distill.answers import AnswersConfig, compare_answers
-
-    qs = synth_bench.queries("test")
-    members = {s.text: s.members for s in synth_bench.states()}
-    oracle = [{"query_id": q.id, "phrase": members[q.target_state][-1]} for q in qs]  # a synonym of the truth
-    wrong = [{"query_id": q.id, "phrase": "spinning through the air" if q.target_state != "spinning through the air"
-              else "falling"} for q in qs]
-    half = [{"query_id": q.id, "phrase": o["phrase"] if i % 2 else w["phrase"]}
-            for i, (q, o, w) in enumerate(zip(qs, oracle, wrong, strict=True))]
-    files = []
-    for name, rows in (("wrong", wrong), ("oracle", oracle), ("half", half)):
-        p = tmp_path / f"{name}.jsonl"
-        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        files.append(str(p))
-    res = compare_answers(AnswersConfig(data=str(synth_dir), phrases=files, out=str(tmp_path / "o"),
-                                        reference="wrong", resamples=2000))
-    m = res["methods"]
-    assert res["n_common"] == len(qs)
-    assert m["oracle"]["accuracy"] == 1.0 and m["wrong"]["accuracy"] == 0.0
-    assert np.isclose(m["half"]["accuracy"], (len(qs) // 2) / len(qs), atol=1 / len(qs))
-    assert m["oracle"]["vs_reference"]["mcnemar"]["b"] == len(qs) and m["oracle"]["vs_reference"]["mcnemar"]["p_value"] < 1e-6
-    assert "vs_reference" not in m["wrong"]
-    assert "| oracle |" in (tmp_path / "o" / "answers.md").read_text()
