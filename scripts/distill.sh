@@ -81,7 +81,7 @@ if [[ $DEMO == 1 ]]; then
     [[ -f "$MODEL/config.json" ]] || run "$PY" -m forecasters tiny-model --kind qwen3_vl --out "$MODEL"
   fi
   TRAIN=("$PY" -m distill.train --max_steps 8)
-  SFT_LIMIT=(--limit 32)
+  SFT_LIMIT=(--limit 32 --eval_limit 8)
 else
   TRAIN=(accelerate launch --config_file "$ACCEL")
   [[ -n "$NPROC" ]] && TRAIN+=(--num_processes "$NPROC")
@@ -89,7 +89,7 @@ else
 fi
 [[ -n "$DATA" ]] || { echo "--data is required" >&2; usage >&2; exit 2; }
 cfg() { "$PY" -m distill config-get --config "$PRESET" --section "$1" --key "$2"; }
-[[ -n "$MODEL" ]] || MODEL="$(cfg train model)"
+[[ -n "$MODEL" ]] || MODEL="$(cfg train model_name_or_path)"
 FRAMES="$(cfg sft frames)"; MAX_PIXELS="$(cfg sft max_pixels)"
 NARRATE=(--config "$PRESET" --data "$DATA" --predicates "$OUT/predicates.jsonl")
 [[ -n "$NARRATOR" ]] && NARRATE+=(--narrator "$NARRATOR")
@@ -100,17 +100,22 @@ LIMIT_ARGS=(); [[ -n "$LIMIT" ]] && LIMIT_ARGS=(--limit "$LIMIT")
 run "$PY" -m distill predicates --config "$PRESET" --data "$DATA" --out "$OUT/predicates.jsonl"
 # 2. narration: the teacher (or the template narrator) phrases the train predicates; every output is validated
 run "$PY" -m distill narrate "${NARRATE[@]}" --split train --out "$OUT/rationales"
+#    the validation split, narrated the same way: eval loss and answer accuracy of the students during training
+run "$PY" -m distill narrate "${NARRATE[@]}" --split val --out "$OUT/rationales-val"
 #    gold rationales of test queries for the faithfulness check (deterministic template narrator)
 run "$PY" -m distill narrate --config "$PRESET" --data "$DATA" --predicates "$OUT/predicates.jsonl" \
     --narrator template --split test --out "$OUT/rationales-test"
-# 3. SFT sets: CoT and answer-only, same queries and prompts (skipped when built; delete $OUT/sft to rebuild)
+# 3. SFT sets (Parquet): CoT and answer-only, same queries and prompts, train + validation splits (skipped when
+#    built; delete $OUT/sft to rebuild)
 [[ -f "$OUT/sft/sft.summary.json" ]] || \
-  run "$PY" -m distill sft --config "$PRESET" --data "$DATA" --rationales "$OUT/rationales" --out "$OUT/sft" "${SFT_LIMIT[@]}"
-# 4. students: LoRA on a 4-bit base, one per variant (an interrupted run resumes from its newest checkpoint;
-#    a finished one, with adapter/ written, is skipped)
+  run "$PY" -m distill sft --config "$PRESET" --data "$DATA" --rationales "$OUT/rationales" \
+      --eval_rationales "$OUT/rationales-val" --out "$OUT/sft" "${SFT_LIMIT[@]}"
+# 4. students: LoRA on a 4-bit base, one per variant, at the preset's effective batch on any number of processes
+#    (an interrupted run resumes from its newest checkpoint of the same config; a finished one is skipped)
 for V in cot answer; do
   [[ -f "$OUT/students/$V/adapter/adapter_config.json" ]] || \
-    run "${TRAIN[@]}" --config "$PRESET" --model "$MODEL" --dataset "$OUT/sft/$V" --output_dir "$OUT/students/$V"
+    run "${TRAIN[@]}" --config "$PRESET" --model_name_or_path "$MODEL" --dataset_name "$OUT/sft/$V" \
+        --output_dir "$OUT/students/$V"
 done
 # 5. forecast the test split: zero-shot base (same prompt, no adapter), answer-only student, CoT student.
 #    The vllm backend runs in vLLM's own venv (scripts/install_vllm.sh [--gpu]; VLLM_PY overrides) with this repo on
@@ -134,6 +139,9 @@ done
 for NAME in zero-shot answer-only cot; do
   run "$PY" -m retrieval search --data "$DATA" --phrases "$OUT/phrases/$NAME.jsonl" --space "$SPACE" --split test \
       --method "$NAME" --out "$OUT/runs/$NAME.parquet"
+  #  the snap read of the answers table: each phrase snapped to its nearest canonical state
+  run "$PY" -m retrieval search --data "$DATA" --phrases "$OUT/phrases/$NAME.jsonl" --space "$SPACE" --split test \
+      --method "$NAME+snap" --canonicalize 1 --out "$OUT/runs/$NAME+snap.parquet"
 done
 # 7. evaluate: the comparison table with paired significance vs the zero-shot base, and CoT vs answer-only
 #    (retrieval names a run METHOD[SPACE])
@@ -141,9 +149,11 @@ run "$PY" -m eval report "$OUT/runs/zero-shot.parquet" "$OUT/runs/answer-only.pa
     --data "$DATA" --out "$OUT/report" --reference "zero-shot[$SPACE]"
 run "$PY" -m eval report "$OUT/runs/answer-only.parquet" "$OUT/runs/cot.parquet" \
     --data "$DATA" --out "$OUT/report-cot-vs-answer-only" --reference "answer-only[$SPACE]"
-run "$PY" -m distill answers --data "$DATA" --reference zero-shot --out "$OUT/answers" \
+#    answer accuracy, exact and snapped, every pair (cot vs answer-only included) with a bootstrap by video
+run "$PY" -m distill answers --data "$DATA" --out "$OUT/answers" \
     --phrases "[$OUT/phrases/zero-shot.jsonl, $OUT/phrases/answer-only.jsonl, $OUT/phrases/cot.jsonl]" \
-    --names "[zero-shot, answer-only, cot]"
+    --names "[zero-shot, answer-only, cot]" --snap_runs "[zero-shot=$OUT/runs/zero-shot+snap.parquet, \
+answer-only=$OUT/runs/answer-only+snap.parquet, cot=$OUT/runs/cot+snap.parquet]"
 # 8. faithfulness of the CoT student (SCOTT-style: perturb the rationale, does the answer move?)
 run "$PY" -m distill faithfulness --config "$PRESET" --data "$DATA" --model "$MODEL" \
     --adapter "$OUT/students/cot/adapter" --rationales "$OUT/rationales-test" --out "$OUT/faithfulness"
