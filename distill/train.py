@@ -583,7 +583,8 @@ def plan_run(psr: PSRTrainArgs, sft, model_args) -> RunPlan:
         eval_ds, _ = prepare_dataset(eval_raw, processor, limit=psr.max_eval_samples,
                                      name=f"{psr.dataset_name} [{psr.dataset_test_split}]", **common)
         if psr.eval_answer_accuracy:
-            answers = answer_examples(eval_raw.select(range(len(eval_ds))), psr.eval_answer_samples, sft.seed)
+            pool = eval_raw.select(range(min(len(eval_raw), psr.max_eval_samples or len(eval_raw))))
+            answers = answer_examples(pool, psr.eval_answer_samples, sft.seed)
     pre = {**pre, "image_tokens_per_frame": sorted(set(rep.image_tokens_per_frame))}
     return RunPlan(out, train_ds, eval_ds, answers, rep, batch, pre, identity, resume, processor)
 

@@ -113,7 +113,9 @@ def make_parser(prog: str = "python -m distill.train"):
     from trl import ModelConfig, SFTConfig, TrlParser
 
     return TrlParser((PSRTrainArgs, SFTConfig, ModelConfig), prog=prog,
-                     description="LoRA / QLoRA SFT of a PSR student (distill.train; flags are TRL's plus PSRTrainArgs)")
+                     description="LoRA / QLoRA SFT of a PSR student: TRL's SFTConfig and ModelConfig flags plus "
+                                 "PSRTrainArgs. --config FILE: a distillation preset (its train: section) or a flat "
+                                 "TRL-style YAML; precedence: defaults < --config < flags (see distill.train_args).")
 
 
 # --- --config: a flat TRL-style YAML or a preset's train section ------------------------------------------------

@@ -120,6 +120,7 @@ def minilm_bench(synth_dir, tmp_path_factory):
     return d
 
 
+@pytest.mark.slow
 def test_snap_read_from_a_canonicalize_run(methods, minilm_bench, synth_bench, tmp_path):
     """The recipe's contract: ``retrieval search --canonicalize 1`` writes a run whose top segment's state is the
     snap read. A paraphrase that is no phrasing of any state misses the exact read and hits the snap read."""

@@ -177,6 +177,7 @@ def test_overlong_examples_are_refused_never_truncated(tiny_vlm, sft_dir):
     assert len(ds) == sum(n <= cut for n in rep.lengths)
 
 
+@pytest.mark.slow
 def test_two_processes_keep_the_effective_batch(tiny_vlm, sft_dir, tmp_path):
     """Two processes (DDP over gloo on CPU; ``torchrun``, since ``accelerate launch --cpu`` starts one process): an
     effective batch of 4 gives each process 2 accumulation steps, so the 4 training examples make exactly one
