@@ -13,7 +13,9 @@ Each example (one query with an accepted rationale) is::
   kept), each downscaled to at most ``max_pixels`` pixels with its aspect ratio kept (`forecasters.media.FrameCache`:
   the serving path). DynaPix used 12 frames at 336 x 336; the default here is 8 frames at <= 336 * 336 pixels.
 - ``cot``: the assistant turn is the rationale ending in ``Answer: <canonical state>``.
-  ``answer``: the control, the answer line alone. Both variants hold exactly the same queries and prompts.
+  ``answer``: the control, the answer line alone. ``trajectory``: the state labels the CoT names, then the answer
+  line, with no evidence or reasoning text (the control separating extra labels from reasoning). The targets are
+  `distill.narrate.assistant_target`; every variant holds exactly the same queries and prompts.
 - Loss on the assistant turn only is the trainer's job (`distill.train`: ``assistant_only_loss``).
 
 Layout (the Hugging Face Hub's Parquet layout, so ``datasets.load_dataset(<out>/cot)``, ``trl sft --dataset_name
@@ -23,7 +25,7 @@ Layout (the Hugging Face Hub's Parquet layout, so ``datasets.load_dataset(<out>/
     <out>/cot/data/validation-00000-of-00001.parquet   the eval split (``eval_split``: val), when ``eval_rationales``
     <out>/cot/psr_sft.json                             preprocessing (frames, max_pixels, prompt id + hash), rows
                                                        per split, sha256 of the Parquet files
-    <out>/answer/...                                   the same for the answer-only control
+    <out>/answer/..., <out>/trajectory/...             the same for the two controls
     <out>/sft.config.json, <out>/sft.summary.json
 
 Each variant is built in a temporary directory beside it and moved into place; an existing variant directory is
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ("cot", "answer")
+VARIANTS = ("cot", "answer", "trajectory")  # = distill.narrate.TARGET_VARIANTS
 DEFAULT_MAX_PIXELS = 336 * 336
 #: Split names of the written sets (the Hub's names: ``datasets`` infers them from the file names).
 TRAIN_SPLIT, EVAL_SPLIT = "train", "validation"
@@ -63,7 +65,8 @@ class SFTBuildConfig:
     max_pixels: int | None = field(default=DEFAULT_MAX_PIXELS,
                                    metadata={"help": "downscale each frame to at most this many pixels (aspect kept)"})
     prompt: str = field(default="student_answer", metadata={"help": "student prompt template (id or .txt path)"})
-    variants: list[str] = field(default_factory=lambda: list(VARIANTS), metadata={"help": "cot and/or answer"})
+    variants: list[str] = field(default_factory=lambda: list(VARIANTS),
+                                metadata={"help": "any of cot, answer, trajectory"})
     limit: int | None = field(default=None, metadata={"help": "only the first N accepted rationales (train split)"})
     eval_limit: int | None = field(default=None, metadata={"help": "only the first N of the validation split"})
     shard_size: int = field(default=500, metadata={"help": "examples per Parquet file"})
@@ -109,13 +112,10 @@ def user_turn(query, bench, frame_cache, *, template, frames: int) -> tuple[list
     return content, images
 
 
-def assistant_text(variant: str, rationale: str, answer: str) -> str:
-    return rationale if variant == "cot" else f"Answer: {answer}"
-
-
 def _examples(data: str, rows: list[dict], variant: str, prompt: str, frames: int, max_pixels: int | None):
     """Generator of one variant's examples (module-level so `datasets` can fingerprint its arguments)."""
     import prompts
+    from distill.narrate import assistant_target
     from eval.benchmark import Benchmark
     from forecasters.media import FrameCache
 
@@ -125,7 +125,7 @@ def _examples(data: str, rows: list[dict], variant: str, prompt: str, frames: in
     for r in rows:
         q = bench.query(r["query_id"])
         content, images = user_turn(q, bench, cache, template=template, frames=frames)
-        text = assistant_text(variant, r["rationale"], q.target_state)
+        text = assistant_target(variant, {"answer": q.target_state, **r})
         yield {"query_id": q.id, "qtype": q.qtype, "answer": q.target_state, "images": images,
                "messages": [{"role": "user", "content": content},
                             {"role": "assistant", "content": [{"type": "text", "text": text}]}]}
@@ -221,6 +221,7 @@ def build_sft(cfg: SFTBuildConfig) -> dict[str, Any]:
 
     import prompts
     from distill.config import write_resolved
+    from distill.narrate import assistant_target
     from eval.benchmark import Benchmark
     from eval.io import write_json
 
@@ -236,6 +237,9 @@ def build_sft(cfg: SFTBuildConfig) -> dict[str, Any]:
         if not eval_rows:
             raise ValueError(f"{cfg.eval_rationales}: no accepted rationales for split {cfg.eval_split!r}")
         splits[EVAL_SPLIT] = eval_rows
+    for variant in cfg.variants:  # every target can be built (e.g. trajectory_target present) before writing any
+        for r in (r for split_rows in splits.values() for r in split_rows):
+            assistant_target(variant, r)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     for variant in cfg.variants:
@@ -251,7 +255,7 @@ def build_sft(cfg: SFTBuildConfig) -> dict[str, Any]:
     try:
         for variant in cfg.variants:
             info = build_variant(cfg, variant, splits, template)
-            words = [len(assistant_text(variant, r["rationale"], r.get("answer", "")).split()) for r in rows]
+            words = [len(assistant_target(variant, {"answer": "", **r}).split()) for r in rows]
             summary["variants"][variant] = {"path": str(out / variant), "sha256": info["sha256"],
                                             "mean_assistant_words": round(sum(words) / len(words), 1)}
     finally:

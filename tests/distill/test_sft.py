@@ -15,6 +15,17 @@ def sets(sft_dir):
     return load_sft(sft_dir / "cot", "train"), load_sft(sft_dir / "answer", "train")
 
 
+def test_trajectory_control_holds_the_labels_and_no_reasoning(sets, sft_dir, synth_bench):
+    cot, _ = sets
+    traj = load_sft(sft_dir / "trajectory", "train")
+    assert traj["query_id"] == cot["query_id"]
+    for a, t in zip(cot, traj, strict=True):
+        assert a["messages"][0] == t["messages"][0]
+        lines = t["messages"][1]["content"][0]["text"].splitlines()
+        assert lines[0].startswith("Now: ") and lines[-1] == f"Answer: {synth_bench.query(t['query_id']).target_state}"
+        assert all(ln.split(": ", 1)[0] in ("Now", "Then", "Also", "Answer") for ln in lines)
+
+
 def test_variants_share_queries_images_and_prompts(sets, synth_bench):
     cot, ans = sets
     assert len(cot) == len(ans) == 4
@@ -99,7 +110,7 @@ def test_sets_are_parquet_that_load_dataset_reads(sft_dir, synth_bench):
     from distill.sft import read_set_info
     from eval.io import read_json
 
-    for variant in ("cot", "answer"):
+    for variant in ("cot", "answer", "trajectory"):
         d = sft_dir / variant
         files = sorted(p.relative_to(d).as_posix() for p in d.rglob("*.parquet"))
         assert files == ["data/train-00000-of-00001.parquet", "data/validation-00000-of-00001.parquet"]
