@@ -111,8 +111,9 @@ def video_bootstrap(a, b, clusters, *, n_resamples: int = 10_000, seed: int = 0,
     (``w_c``: times video ``c`` was drawn, ``D_c``: the sum of ``a - b`` over its queries, ``N_c``: their number).
     CI: the ``alpha/2``, ``1 - alpha/2`` percentiles of ``delta*``; two-sided p from the null-centred distribution,
     ``(1 + #{|delta* - delta| >= |delta|}) / (B + 1)``, as `eval.stats.paired_bootstrap` (which resamples queries,
-    too narrow when queries of one video move together). Returns `eval.stats.BootstrapResult`."""
-    from eval.stats import BootstrapResult
+    too narrow when queries of one video move together); None with fewer than `eval.stats.MIN_BOOTSTRAP_N` videos,
+    the same floor, counted in the units resampled. Returns `eval.stats.BootstrapResult`."""
+    from eval.stats import MIN_BOOTSTRAP_N, BootstrapResult
 
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     _, c = np.unique(np.asarray(clusters), return_inverse=True)
@@ -127,8 +128,9 @@ def video_bootstrap(a, b, clusters, *, n_resamples: int = 10_000, seed: int = 0,
         boots[s:s + len(idx)] = d_c[idx].sum(axis=1) / n_c[idx].sum(axis=1)
     lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
     p = (1 + int(np.sum(np.abs(boots - delta) >= abs(delta)))) / (n_resamples + 1)
-    return BootstrapResult(delta, float(lo), float(hi), float(min(1.0, p)), len(a), float(a.mean()), float(b.mean()),
-                           n_resamples, seed, alpha)
+    p = None if len(d_c) < MIN_BOOTSTRAP_N else float(min(1.0, p))
+    return BootstrapResult(delta, float(lo), float(hi), p, len(a), float(a.mean()), float(b.mean()), n_resamples,
+                           seed, alpha)
 
 
 # --- the table ----------------------------------------------------------------------------------------------
@@ -247,8 +249,9 @@ def to_markdown(result: dict[str, Any]) -> str:
                 "|---|---|---|---|---|"]
         for c in result["comparisons"]:
             b, mc = c["bootstrap_by_video"], c["mcnemar"]
+            p = "n too small" if b["p_value"] is None else f"{b['p_value']:.3g}"
             rows.append(f"| {c['a']} vs {c['b']} | {c['read']} | {100 * b['delta']:+.1f} [{100 * b['ci_low']:+.1f}, "
-                        f"{100 * b['ci_high']:+.1f}] | {b['p_value']:.3g} | {mc['p_value']:.3g} |")
+                        f"{100 * b['ci_high']:+.1f}] | {p} | {mc['p_value']:.3g} |")
         text += "\n" + "\n".join(rows) + "\n"
     if "snap" in reads:
         text += (f"\nsnap: the phrase snapped to its nearest canonical state (retrieval search --canonicalize 1); "

@@ -100,6 +100,8 @@ def test_video_bootstrap_widens_with_correlated_queries():
     assert single.ci_high - single.ci_low == pytest.approx(width, rel=0.15)  # one query per video: the same spread
     same = video_bootstrap(a, a, videos, n_resamples=500)
     assert same.delta == 0 and same.p_value == 1.0
+    few = video_bootstrap(a[:100], b[:100], videos[:100], n_resamples=500)  # 10 videos: below the p-value floor
+    assert few.p_value is None and few.ci_low <= few.delta <= few.ci_high
 
 
 @pytest.fixture(scope="module")
