@@ -295,7 +295,7 @@ def synth(
     model: str = typer.Option("packaged:all-MiniLM-L6-v2", "--model",
                               help="embedder of the canonicalization (HF id or path; BAAI/bge-small-en-v1.5 where cached)"),
     threshold: float = typer.Option(0.85, "--threshold", min=0.0, max=1.0),
-    mine_budget: int = typer.Option(4, "--mine-budget", min=1, help="GT candidates mined per tier and query"),
+    mine_budget: int = typer.Option(3, "--mine-budget", min=1, help="GT candidates mined per tier and query"),
     workers: int = typer.Option(0, "--workers", min=0, help="processes of the simulation (0 = all cores)"),
 ) -> None:
     """Build the synthetic benchmark the way the paper builds PSR: simulate (eval synth), then canonicalize, mine and

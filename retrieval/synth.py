@@ -22,7 +22,7 @@ from retrieval.encoders import PACKAGED_MINILM
 
 NAME = "psr-synth"
 THRESHOLD = 0.85
-MINE_BUDGET = 4
+MINE_BUDGET = 3
 """GT candidates mined per tier and query before verification (`retrieval.canon.mining`)."""
 
 

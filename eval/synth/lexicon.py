@@ -121,12 +121,21 @@ Denotation = dict[str, str]
 "manner"}`` -> value."""
 
 
+PLACE_PARENT = {"floor_table": "floor", "floor_ramp": "floor", "floor_container": "floor", "floor_shelf": "floor",
+                "wall": "floor", "table_edge": "table"}
+"""A place and the more general place it is part of: "on the floor" is true of an object on the floor by the table."""
+
+
 def satisfies(state: TrueState, denotation: Denotation) -> bool:
     """True when ``state`` agrees with every value the phrase mentions (``other``: the words the phrase names it
-    by -- colour and shape, and the size word when it was said)."""
+    by -- colour and shape, and the size word when it was said; ``place``: the place or a part of it,
+    `PLACE_PARENT`)."""
     for k, v in denotation.items():
         if k == "other":
             if not _names_match(v, state.other):
+                return False
+        elif k == "place":
+            if state.place != v and PLACE_PARENT.get(state.place) != v:
                 return False
         elif getattr(state, k) != v:
             return False

@@ -235,7 +235,7 @@ def _place(rec: R.SimRecord, motion: np.ndarray) -> np.ndarray:
         (sup == R.SUPPORT_FLOOR, "floor"),
         (sup == R.SUPPORT_CONTAINER, "container"),
     ]
-    return np.select([c for c, _ in conds], [p for _, p in conds], default="?").astype("<U14")
+    return np.select([c for c, _ in conds], [p for _, p in conds], default="?").astype("<U20")
 
 
 FLOOR_LANDMARKS = ("table", "ramp", "container", "shelf")

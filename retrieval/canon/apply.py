@@ -72,7 +72,7 @@ class ApplyConfig:
     #: emulate the verification of mined candidates (needs ``sim_state`` and ``sim/phrases.jsonl``; see `mining`)
     verify: bool = False
     verify_tpr: float = 0.95
-    verify_fpr: float = 0.5
+    verify_fpr: float = 0.25
     verify_seed: int = 0
     #: name of the output benchmark (default ``<source name>+canon<threshold>``)
     name: str | None = None

@@ -142,7 +142,7 @@ def apply(
     verify: bool = typer.Option(False, "--verify", help="with --data: emulate the verification of mined candidates "
                                                        "against the simulator truth (synthetic builds)"),
     verify_tpr: float = typer.Option(0.95, "--verify-tpr", min=0.0, max=1.0),
-    verify_fpr: float = typer.Option(0.5, "--verify-fpr", min=0.0, max=1.0),
+    verify_fpr: float = typer.Option(0.25, "--verify-fpr", min=0.0, max=1.0),
     verify_seed: int = typer.Option(0, "--verify-seed"),
     name: str = typer.Option(None, "--name", help="with --data: name of the output benchmark"),
 ) -> None:

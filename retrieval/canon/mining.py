@@ -42,7 +42,7 @@ class Verifier:
     candidate, and the seed of the passes' draws."""
 
     tpr: float = 0.95
-    fpr: float = 0.5
+    fpr: float = 0.25
     seed: int = 0
 
     def accepts(self, pass_no: int, q_row: int, cand_rows: np.ndarray, p_accept: np.ndarray) -> np.ndarray:

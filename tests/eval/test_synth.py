@@ -102,6 +102,10 @@ def test_satisfies_reads_the_other_object_by_its_said_name():
     assert not satisfies(s, {"other": "large red ball"})
     assert not satisfies(s, {"other": "blue ball"})
     assert not satisfies(s, {"motion": "rolling"})
+    # a place is true of its parts: "on the floor" of an object on the floor by the table, not the reverse
+    by_table = TrueState("at_rest", "floor_table")
+    assert satisfies(by_table, {"place": "floor"}) and not satisfies(s, {"place": "floor_table"})
+    assert satisfies(TrueState("sliding", "table_edge"), {"place": "table"})
 
 
 # --- states from the simulator -----------------------------------------------------------------------------
