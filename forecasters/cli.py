@@ -6,7 +6,6 @@ import dataclasses
 import json
 import logging
 import shlex
-import sys
 from pathlib import Path
 from typing import NoReturn
 
@@ -69,8 +68,20 @@ def _exit_for(e: PSRError) -> NoReturn:
     raise typer.Exit(EXIT_INCOMPLETE if isinstance(e, IncompleteJob) else EXIT_USER_ERROR) from None
 
 
-def _command_line() -> str:
-    return " ".join(shlex.quote(a) for a in ["python", "-m", "forecasters", *sys.argv[1:]])
+def _command_line(ctx: typer.Context) -> str:
+    """The command as given on the command line (the options the user set), rebuilt from the parsed parameters."""
+    parts = ["python", "-m", "forecasters", ctx.info_name or "run"]
+    for param in ctx.command.params:
+        if getattr(ctx.get_parameter_source(param.name), "name", "") != "COMMANDLINE" or not param.opts:
+            continue
+        value = ctx.params[param.name]
+        if getattr(param, "is_flag", False):
+            flag = param.opts[0] if value else (param.secondary_opts or [None])[0]
+            parts += [flag] if flag else []
+        else:
+            for v in value if getattr(param, "multiple", False) else [value]:
+                parts += [param.opts[0], str(v)]
+    return " ".join(shlex.quote(a) for a in parts)
 
 
 @app.command()
@@ -159,7 +170,7 @@ def run(
         err.print(f"[red]error:[/] {e}")
         raise typer.Exit(EXIT_USER_ERROR) from None
     console.print(_summary_table(summary))
-    incomplete = summary.incomplete(_command_line())
+    incomplete = summary.incomplete(_command_line(ctx))
     if incomplete is not None:
         _exit_for(incomplete)
 

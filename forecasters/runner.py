@@ -46,7 +46,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -321,7 +321,8 @@ class StopRule:
 
 @dataclass
 class Plan:
-    """Everything decided before generation: the spec, template, identity and the queries to run."""
+    """Everything decided before generation: the spec, template, identity, the selected queries (``(id, row)``
+    pairs, in processing order) and the typed queries to run (``todo``)."""
 
     cfg: RunConfig
     spec: ForecasterSpec
@@ -329,7 +330,7 @@ class Plan:
     model: str
     identity: RunIdentity
     sampling: SamplingParams
-    selected: list
+    selected: list[tuple[str, int]]
     todo: list
     existing: phrasefile.ExistingOutput
     bench: Any
@@ -340,13 +341,29 @@ def _decoding(cfg: RunConfig, spec: ForecasterSpec) -> SamplingParams:
                           n=cfg.samples, seed=cfg.seed)
 
 
+def select_query_rows(bench, cfg: RunConfig) -> list[tuple[str, int]]:
+    """``(query id, row)`` of the queries of this run, in processing order (see the module docstring, step 1), from
+    the id columns alone: no query record is built here."""
+    i, n = cfg.shard_spec()
+    rows = bench.query_rows(cfg.split, fair_only=cfg.fair_only, qtypes=cfg.qtypes)
+    ids, prefixes = bench.queries_ds["id"][:], bench.queries_ds["prefix_id"][:]
+    keys = [(prefixes[r], ids[r], int(r)) for r in rows if n == 1 or shard_of(prefixes[r], n) == i]
+    keys.sort()
+    keys = keys[: cfg.limit] if cfg.limit is not None else keys
+    return [(qid, row) for _, qid, row in keys]
+
+
+def load_queries(bench, rows: Sequence[int]) -> list:
+    """The typed queries of benchmark ``rows``, in that order."""
+    from eval.schema import Query
+
+    # to_list converts the Arrow rows in one go: ~5x faster than iterating the dataset row by row
+    return [Query.from_dict(r) for r in bench.queries_ds.select(list(rows)).to_list()] if len(rows) else []
+
+
 def select_queries(bench, cfg: RunConfig) -> list:
     """The queries of this run, in processing order (see the module docstring, step 1)."""
-    i, n = cfg.shard_spec()
-    qs = bench.queries(cfg.split, fair_only=cfg.fair_only, qtypes=cfg.qtypes)
-    qs = [q for q in qs if n == 1 or shard_of(q.prefix_id, n) == i]
-    qs.sort(key=lambda q: (q.prefix_id, q.id))
-    return qs[: cfg.limit] if cfg.limit is not None else qs
+    return load_queries(bench, [row for _, row in select_query_rows(bench, cfg)])
 
 
 def plan(cfg: RunConfig) -> Plan:
@@ -368,7 +385,7 @@ def plan(cfg: RunConfig) -> Plan:
         backend=cfg.backend, decoding=sampling.to_dict(), frames=cfg.frames, media_as=spec.media_as,
         max_pixels=cfg.pixel_cap(spec), min_pixels=cfg.min_pixels, system=spec.system,
         benchmark={"name": bench.manifest.name, "version": bench.manifest.version})
-    selected = select_queries(bench, cfg)
+    selected = select_query_rows(bench, cfg)
     existing = phrasefile.scan(cfg.out_path)
     other = {h: c for h, c in existing.config_hashes.items() if h != identity.config_hash}
     if other and not (cfg.overwrite or cfg.drop_foreign):
@@ -378,7 +395,7 @@ def plan(cfg: RunConfig) -> Plan:
                          fix="write to a new --out; or pass --drop-foreign to move only the other config's lines to "
                              f"{cfg.out}.foreign and keep this run's; or --overwrite to start the file empty")
     done = set() if cfg.overwrite else existing.done_ids(identity.config_hash, redo_failed=cfg.redo_failed)
-    todo = [q for q in selected if q.id not in done]
+    todo = load_queries(bench, [row for qid, row in selected if qid not in done])  # records for the todo only
     return Plan(cfg=cfg, spec=spec, template=template, model=model, identity=identity, sampling=sampling,
                 selected=selected, todo=todo, existing=existing, bench=bench)
 
@@ -476,7 +493,7 @@ def to_record(p: Plan, query_id: str, comp: Completion, *, engine: str, batch_si
 
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for mod in ("torch", "transformers", "vllm", "peft", "openai"):
+    for mod in ("torch", "transformers", "vllm", "peft", "httpx"):
         m = sys.modules.get(mod)
         if m is not None and hasattr(m, "__version__"):
             out[mod] = m.__version__
@@ -525,7 +542,7 @@ def execute(p: Plan, backend=None) -> RunSummary:
             finally:
                 s.frames_loaded, s.largest_frame = frames.loads, frames.largest
                 s.set_coverage(phrasefile.coverage(phrasefile.scan(cfg.out_path).lines_of(s.config_hash),
-                                                   [q.id for q in p.selected]))
+                                                   [qid for qid, _ in p.selected]))
                 s.wall_s = time.perf_counter() - t_start
                 write_json(cfg.sidecar("summary"), s.to_dict())
         finally:

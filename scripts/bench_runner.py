@@ -11,15 +11,18 @@
 time in every contender (lognormal: mean ``median * exp(sigma^2 / 2)``; ``--latency-sigma 0`` makes it constant).
 For the same N rendered requests (the runner's own request bodies), timed in turn, median of ``--repeats``:
 
-- bare: one ``AsyncOpenAI`` client (connection pool of ``concurrency``), an ``asyncio.Semaphore(concurrency)``,
-  ``asyncio.gather`` over all N prebuilt bodies: the floor for ``concurrency`` requests in flight;
-- chunked: the same client sending chunks of ``4 x concurrency`` and waiting for each chunk to finish (a reference
-  for what a chunked sender loses under variable latency);
+- bare: one ``httpx.AsyncClient`` (connection pool of ``concurrency``, the HTTP library the runner uses), an
+  ``asyncio.Semaphore(concurrency)``, ``asyncio.gather`` over all N prebuilt JSON bodies: the floor for
+  ``concurrency`` requests in flight;
+- bare_openai: the same with one ``openai.AsyncOpenAI`` client over the prebuilt payloads (what most users write);
+- chunked_openai: that client sending chunks of ``4 x concurrency`` and waiting for each chunk to finish (a
+  reference for what a chunked sender loses under variable latency);
 - runner: ``forecasters.runner.run`` end to end into a fresh phrase file (plan: benchmark load, query selection,
   resume scan; server check; frames, rendering, PNG encoding; streaming with ``concurrency`` in flight; parsing;
   JSON lines, write + fsync as answers arrive; config and summary files).
 
-Reported: the median wall times, ``ratio = runner / bare`` (target <= 1.1) and ``chunked / bare``.
+The contenders take turns (the order rotates per repeat). Reported: the median wall times, ``ratio = runner / bare``
+(target <= 1.1), ``runner / bare_openai`` and ``chunked_openai / bare``.
 
 ``--backend hf``: raw = the rendered requests through ``backend.generate`` in chunks of ``batch_size``; runner as
 above on the same built backend; ``ratio = runner / raw``. Without ``--data`` / ``--model`` the script builds the
@@ -36,7 +39,6 @@ import random
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import zlib
 from pathlib import Path
@@ -45,7 +47,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 class VariableLatencyServer:
-    """A stand-in OpenAI-compatible server (HTTP/1.1 keep-alive) on 127.0.0.1: ``/v1/models``, ``/version`` and
+    """A stand-in OpenAI-compatible server (HTTP/1.1 keep-alive) on 127.0.0.1, in its own process like a real
+    server (so it never competes with the client for the GIL): ``/v1/models``, ``/version`` and
     ``/v1/chat/completions``, answering each completion after its body's latency (see the module docstring)."""
 
     ANSWER = "rolling down the ramp"
@@ -53,9 +56,7 @@ class VariableLatencyServer:
     def __init__(self, median: float, sigma: float, model: str = "bench", backlog: int = 128):
         self.median, self.sigma, self.model, self.backlog = median, sigma, model, backlog
         self.port = 0
-        self.completions = 0
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="bench-server")
+        self._proc = None
 
     def latency(self, body: bytes) -> float:
         return self.median * math.exp(self.sigma * random.Random(zlib.crc32(body)).gauss(0.0, 1.0))
@@ -65,19 +66,28 @@ class VariableLatencyServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> VariableLatencyServer:
-        self._thread.start()
+        import multiprocessing as mp
 
-        async def listen():
-            return await asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=self.backlog)
-
-        self._server = asyncio.run_coroutine_threadsafe(listen(), self._loop).result(10)
-        self.port = self._server.sockets[0].getsockname()[1]
+        parent, child = mp.get_context("fork").Pipe()
+        self._proc = mp.get_context("fork").Process(target=self._main, args=(child,), daemon=True)
+        self._proc.start()
+        if not parent.poll(30):
+            raise RuntimeError("the stand-in server did not start")
+        self.port = parent.recv()
         return self
 
     def stop(self) -> None:
-        self._server.close()
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.join(10)
+
+    def _main(self, conn) -> None:
+        async def main():
+            server = await asyncio.start_server(self._serve, "127.0.0.1", 0, backlog=self.backlog)
+            conn.send(server.sockets[0].getsockname()[1])
+            await server.serve_forever()
+
+        asyncio.run(main())
 
     async def _serve(self, reader, writer) -> None:
         try:
@@ -89,7 +99,6 @@ class VariableLatencyServer:
                 body = await reader.readexactly(length)
                 if method == "POST" and path.endswith("/chat/completions"):
                     await asyncio.sleep(self.latency(body))
-                    self.completions += 1
                     out = {"id": "b", "object": "chat.completion", "created": 0, "model": self.model,
                            "choices": [{"index": 0, "message": {"role": "assistant", "content": self.ANSWER},
                                         "finish_reason": "stop"}],
@@ -108,8 +117,9 @@ class VariableLatencyServer:
             writer.close()
 
 
-async def _bare(base_url: str, model: str, payloads: list[dict], concurrency: int, chunk: int | None) -> float:
-    """Seconds to answer every payload with one client and ``concurrency`` in flight (in chunks when ``chunk``)."""
+async def _bare_openai(base_url: str, model: str, payloads: list[dict], concurrency: int, chunk: int | None) -> float:
+    """Seconds to answer every payload with one ``AsyncOpenAI`` client and ``concurrency`` in flight (in chunks of
+    ``chunk``, each awaited whole, when given)."""
     import httpx
     from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
@@ -127,6 +137,24 @@ async def _bare(base_url: str, model: str, payloads: list[dict], concurrency: in
         step = chunk or len(payloads)
         for s in range(0, len(payloads), step):
             await asyncio.gather(*(one(p) for p in payloads[s:s + step]))
+        return time.perf_counter() - t0
+
+
+async def _bare_httpx(base_url: str, bodies: list[bytes], concurrency: int) -> float:
+    """Seconds to answer every JSON body with one ``httpx.AsyncClient`` and ``concurrency`` in flight."""
+    import httpx
+
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(limits=limits, timeout=120, headers={"Content-Type": "application/json"}) as client:
+        sem = asyncio.Semaphore(concurrency)
+
+        async def one(body):
+            async with sem:
+                r = await client.post(base_url.rstrip("/") + "/chat/completions", content=body)
+                assert r.status_code == 200 and r.json()["choices"], r.text
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one(b) for b in bodies))
         return time.perf_counter() - t0
 
 
@@ -149,13 +177,13 @@ def bench_openai(args, tmp: Path) -> dict:
     from forecasters.media import FrameCache
     from forecasters.runner import RunConfig, backend_config, plan, render_request, run
 
-    data, _ = _setup(args, tmp)
     server = None
     base_url, model = args.base_url, args.model
-    if base_url is None:
+    if base_url is None:  # started first: it forks, and nothing here has started a thread yet
         server = VariableLatencyServer(args.latency_median, args.latency_sigma).start()
         base_url, model = server.base_url, server.model
     try:
+        data, _ = _setup(args, tmp)
         cfg = RunConfig(data=data, out=str(tmp / "warm.jsonl"), forecaster=args.forecaster, backend="openai",
                         model=model, base_url=base_url, split=None, limit=args.queries, concurrency=args.concurrency,
                         max_tokens=args.max_tokens, progress=False)
@@ -165,15 +193,25 @@ def bench_openai(args, tmp: Path) -> dict:
         frames = FrameCache(p.bench.root, max_pixels=backend.config.max_pixels)
         payloads = [backend.payload(render_request(p.spec, p.template, q, p.bench, frames, sampling=p.sampling,
                                                    n_frames=cfg.frames)) for q in p.todo]
-        times: dict[str, list[float]] = {"bare": [], "chunked": [], "runner": []}
-        for i in range(args.repeats):
-            times["bare"].append(asyncio.run(_bare(base_url, model, payloads, args.concurrency, None)))
-            times["chunked"].append(asyncio.run(_bare(base_url, model, payloads, args.concurrency,
-                                                      4 * args.concurrency)))
+
+        def runner(i: int) -> float:
             t0 = time.perf_counter()
             s = run(RunConfig(**{**cfg.__dict__, "out": str(tmp / f"run{i}.jsonl")}), backend=backend)
-            times["runner"].append(time.perf_counter() - t0)
             assert s.complete and s.attempted == len(payloads), s
+            return time.perf_counter() - t0
+
+        bodies = [json.dumps(p, ensure_ascii=False).encode("utf-8") for p in payloads]
+        n = args.concurrency
+        contenders = {
+            "bare": lambda i: asyncio.run(_bare_httpx(base_url, bodies, n)),
+            "bare_openai": lambda i: asyncio.run(_bare_openai(base_url, model, payloads, n, None)),
+            "chunked_openai": lambda i: asyncio.run(_bare_openai(base_url, model, payloads, n, 4 * n)),
+            "runner": runner}
+        times: dict[str, list[float]] = {k: [] for k in contenders}
+        names = list(contenders)
+        for i in range(args.repeats):  # the order rotates, so no contender always goes first
+            for k in names[i % len(names):] + names[:i % len(names)]:
+                times[k].append(contenders[k](i))
         backend.close()
     finally:
         if server is not None:
@@ -186,7 +224,8 @@ def bench_openai(args, tmp: Path) -> dict:
            **{f"{k}_s": round(v, 3) for k, v in med.items()},
            **{f"{k}_all_s": [round(x, 3) for x in v] for k, v in times.items()}}
     res["ratio"] = round(med["runner"] / med["bare"], 3)
-    res["chunked_ratio"] = round(med["chunked"] / med["bare"], 3)
+    res["ratio_vs_bare_openai"] = round(med["runner"] / med["bare_openai"], 3)
+    res["chunked_openai_ratio"] = round(med["chunked_openai"] / med["bare"], 3)
     res["overhead_ms_per_query"] = round(1000 * (med["runner"] - med["bare"]) / len(payloads), 2)
     return res
 

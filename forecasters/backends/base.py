@@ -90,7 +90,7 @@ class ImagePart:
     @cached_property
     def data_url(self) -> str:
         buf = io.BytesIO()
-        self.image.save(buf, format="PNG")
+        self.image.save(buf, format="PNG", compress_level=1)  # lossless either way; level 1 encodes ~5x faster
         return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
     def __repr__(self) -> str:

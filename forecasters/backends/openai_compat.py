@@ -1,15 +1,19 @@
 """The ``openai`` backend: any OpenAI-compatible chat-completions server (``vllm serve``, SGLang, a hosted API).
 
-One HTTP client per backend (so per job): an ``AsyncOpenAI`` client on an event loop in a background thread, with
-a connection pool of ``concurrency`` keep-alive connections. At most ``BackendConfig.concurrency`` requests are in
+One HTTP client per backend (so per job): an ``httpx.AsyncClient`` on an event loop in a background thread, with a
+connection pool of ``concurrency`` keep-alive connections, posting OpenAI chat-completions JSON to
+``<base_url>/chat/completions``. (httpx rather than the ``openai`` package's client: the latter spent about 3x the
+CPU per request, measured with ``scripts/bench_runner.py``, and on a few shared cores that CPU delays every
+answer.) At most ``BackendConfig.concurrency`` requests are in
 flight at the server; a request waiting to be retried (the base class's back-off) holds no such slot, so the server
 keeps seeing ``concurrency`` requests while others wait. `stream` admits at most ``batch_size`` requests ahead (in
 flight or waiting for a retry; default ``4 x concurrency``), builds their messages in the caller's thread (the PNG
 encoding of frames stays off the event loop) and yields each completion as soon as it is answered.
 
-Each request has its own timeout (``timeout_s``) and the base class's retry policy (the client's own retries are
-off, so attempts are counted in one place). A 200 whose body is not a chat completion (an HTML page, not JSON, no
-choices) raises `BadResponse`, a server error that is retried and, if it persists, recorded so that
+Each request has its own timeout (``timeout_s``) and the base class's retry policy (attempts are counted in one
+place). An error status raises `ServerHTTPError` (kind ``http_<status>``, the server's own message kept, its
+``Retry-After`` honoured). A 200 whose body is not a chat completion (an HTML page, not JSON, no choices) raises
+`BadResponse`, a server error that is retried and, if it persists, recorded so that
 ``--redo-failed`` redoes it. Before the first request, `preflight` asks ``GET /v1/models`` whether the server
 answers and serves the model (``--model``, or ``--adapter`` when set: a LoRA adapter the server registered with
 ``--lora-modules NAME=PATH``).
@@ -63,23 +67,41 @@ def to_openai_messages(request: Request) -> list[dict]:
     return msgs
 
 
-def parse_chat_response(request_id: str, resp) -> Completion:
-    """A `Completion` from a chat-completions response; `BadResponse` when it is not one (the client returns the
-    body as a ``str`` when the server sent no JSON; a JSON body may lack ``choices`` or have none)."""
-    choices = getattr(resp, "choices", None)
-    if isinstance(resp, str | bytes) or not isinstance(choices, list) or not choices:
-        body = resp if isinstance(resp, str | bytes) else repr(resp)
-        what = "a body that is not JSON" if isinstance(resp, str | bytes) else "no choices"
-        raise BadResponse(f"the server answered 200 with {what}: {str(body)[:120]!r}")
+class ServerHTTPError(Exception):
+    """An HTTP error status from the server. ``status_code`` and ``response`` (its headers carry ``Retry-After``)
+    let the base class classify and time the retry; the message keeps the server's own error text."""
+
+    def __init__(self, response):
+        self.response, self.status_code = response, response.status_code
+        text = response.text[:300]
+        try:
+            err = response.json()
+            err = err.get("error", err) if isinstance(err, dict) else err
+            text = str(err.get("message", err) if isinstance(err, dict) else err)[:300]
+        except ValueError:
+            pass
+        super().__init__(f"HTTP {response.status_code}: {text}")
+
+
+def parse_chat_body(request_id: str, body: bytes) -> Completion:
+    """A `Completion` from the body of a 200 answer; `BadResponse` when it is not a chat completion (not JSON, not
+    an object, no choices, choices without a message)."""
     try:
-        choices = sorted(choices, key=lambda c: c.index if c.index is not None else 0)
-        texts = [c.message.content or "" for c in choices]
-    except AttributeError as e:
-        raise BadResponse(f"the server answered 200 with malformed choices ({e})") from None
-    usage = getattr(resp, "usage", None)
-    return Completion(request_id=request_id, texts=texts, prompt_tokens=getattr(usage, "prompt_tokens", None),
-                      completion_tokens=getattr(usage, "completion_tokens", None),
-                      finish_reasons=[str(c.finish_reason) for c in choices])
+        d = json.loads(body)
+    except ValueError:
+        raise BadResponse(f"the server answered 200 with a body that is not JSON: {body[:120]!r}") from None
+    choices = d.get("choices") if isinstance(d, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise BadResponse(f"the server answered 200 with no choices: {body[:120]!r}")
+    try:
+        choices = sorted(choices, key=lambda c: c.get("index") or 0)
+        texts = [c["message"].get("content") or "" for c in choices]
+    except (AttributeError, KeyError, TypeError) as e:
+        raise BadResponse(f"the server answered 200 with malformed choices ({type(e).__name__}: {e})") from None
+    usage = d.get("usage") if isinstance(d.get("usage"), dict) else {}
+    return Completion(request_id=request_id, texts=texts, prompt_tokens=usage.get("prompt_tokens"),
+                      completion_tokens=usage.get("completion_tokens"),
+                      finish_reasons=[str(c.get("finish_reason")) for c in choices])
 
 
 class _Loop:
@@ -99,8 +121,15 @@ class _Loop:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def close(self) -> None:
+        async def shutdown():  # requests abandoned by a stopped job end here, then the connections close
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.client.aclose()
+
         try:
-            self.submit(self.client.close()).result(10)
+            self.submit(shutdown()).result(10)
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(10)
@@ -124,27 +153,31 @@ class OpenAIBackend(Backend):
         """The model field of every request: the adapter's served name when set, else the model."""
         return self.config.adapter or self.config.model
 
+    def _get(self, url: str, timeout: float):
+        """``GET url`` on the job's client (no new client, no new connection pool)."""
+        return self._ensure_loop().submit(self._ensure_loop().client.get(url, timeout=timeout)).result()
+
     @functools.cached_property
     def engine_version(self) -> str:
         import httpx
-        import openai
 
         root = self.config.base_url.rstrip("/").removesuffix("/v1")
         try:
-            r = httpx.get(root + "/version", timeout=5.0)
+            r = self._get(root + "/version", 5.0)
             if r.status_code == 200 and "version" in r.json():
-                return f"openai-compatible server {r.json()['version']} (openai-python {openai.__version__})"
+                return f"openai-compatible server {r.json()['version']} (httpx {httpx.__version__})"
         except (httpx.HTTPError, ValueError):
             pass
-        return f"openai-compatible server (openai-python {openai.__version__})"
+        return f"openai-compatible server (httpx {httpx.__version__})"
+
+    @property
+    def _headers(self) -> dict[str, str]:
+        key = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        return {"Content-Type": "application/json", **key}
 
     # --- the server check ---
     def _get_models(self):
-        import httpx
-
-        headers = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
-        r = httpx.get(self.config.base_url.rstrip("/") + "/models", headers=headers,
-                      timeout=min(self.config.timeout_s, 30.0))
+        r = self._get(self.config.base_url.rstrip("/") + "/models", min(self.config.timeout_s, 30.0))
         if r.status_code == 429 or r.status_code >= 500:
             r.raise_for_status()  # transient: retried
         return r
@@ -186,13 +219,10 @@ class OpenAIBackend(Backend):
 
     def _make_client(self):
         import httpx
-        from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
         n = max(1, self.config.concurrency)
-        http = DefaultAsyncHttpxClient(limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
-                                       timeout=self.config.timeout_s)
-        return AsyncOpenAI(base_url=self.config.base_url, api_key=self.config.api_key or "EMPTY",
-                           timeout=self.config.timeout_s, max_retries=0, http_client=http)
+        return httpx.AsyncClient(limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
+                                 timeout=self.config.timeout_s, headers=self._headers)
 
     def payload(self, request: Request) -> dict:
         """The request body (raises `UnsupportedInput` for video). Built in the caller's thread: it encodes frames."""
@@ -205,24 +235,28 @@ class OpenAIBackend(Backend):
             kwargs["stop"] = list(sp.stop)
         return kwargs
 
-    async def _attempt(self, loop: _Loop, payload: dict, request: Request) -> Completion:
+    async def _attempt(self, loop: _Loop, body: bytes, request: Request) -> Completion:
         """One HTTP attempt, holding a concurrency slot only while the request is at the server."""
         async with loop.slots:
-            try:
-                resp = await loop.client.chat.completions.create(**payload)
-            except json.JSONDecodeError as e:  # a JSON content type with a body that is not JSON
-                raise BadResponse(f"the server answered 200 with a body that is not JSON ({e})") from None
-        return parse_chat_response(request.id, resp)
+            r = await loop.client.post(self._url, content=body)
+        if r.status_code != 200:
+            raise ServerHTTPError(r)
+        return parse_chat_body(request.id, r.content)
+
+    @functools.cached_property
+    def _url(self) -> str:
+        return self.config.base_url.rstrip("/") + "/chat/completions"
 
     def _submit(self, loop: _Loop, request: Request) -> concurrent.futures.Future | Completion:
-        """Start a request on the loop (retries included); a request that cannot be sent is a failure at once."""
+        """Start a request on the loop (retries included); a request that cannot be sent is a failure at once. The
+        body (frames as PNG data URLs, JSON) is built here, in the caller's thread."""
         t0 = time.perf_counter()
         try:
             self.check_supported(request)
-            payload = self.payload(request)
+            body = json.dumps(self.payload(request), ensure_ascii=False).encode("utf-8")
         except Exception as e:
             return self.failure(request, e, 1, t0)
-        call = functools.partial(self._attempt, loop, payload)
+        call = functools.partial(self._attempt, loop, body)
         return loop.submit(self._arun_one(request, call))
 
     def _result(self, fut: concurrent.futures.Future, request: Request) -> Completion:

@@ -6,11 +6,10 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
-from openai.types.chat import ChatCompletion
 
 from forecasters.backends import Backend, BackendConfig, Completion, Request, RetryPolicy, SamplingParams
-from forecasters.backends.base import BadResponse, UnsupportedInput, error_class, error_kind
-from forecasters.backends.openai_compat import parse_chat_response
+from forecasters.backends.base import BadResponse, UnsupportedInput, error_class, error_kind, retry_after_seconds
+from forecasters.backends.openai_compat import ServerHTTPError, parse_chat_body
 from forecasters.runner import NO_ANSWER_LIMIT, REJECTED_IN_A_ROW, StopRule
 
 
@@ -102,14 +101,12 @@ def test_error_classes(kind, cls):
     assert error_class(kind) == cls
 
 
-@pytest.mark.parametrize("resp", [
-    "<html><body>502 Bad Gateway</body></html>",  # what the client returns for a non-JSON 200
-    ChatCompletion(id="x", object="chat.completion", created=0, model="m", choices=[]),
-    ChatCompletion.construct(id="x"),  # a JSON body without a choices field
-])
-def test_a_200_that_is_not_a_chat_completion_is_a_retried_server_error(resp):
+@pytest.mark.parametrize("body", [
+    b"<html><body>502 Bad Gateway</body></html>", b"", b'{"id": "x", "choices": []}', b'{"id": "x"}', b"[1, 2]",
+    b'{"choices": [{"index": 0, "text": "a legacy completion"}]}'])
+def test_a_200_that_is_not_a_chat_completion_is_a_retried_server_error(body):
     with pytest.raises(BadResponse, match="answered 200"):
-        parse_chat_response("a", resp)
+        parse_chat_body("a", body)
     b = Scripted({"a": [BadResponse("html"), BadResponse("no choices")]})
     (c,) = b.generate([Request("a", ("q",))])
     assert c.ok and c.attempts == 3
@@ -161,3 +158,16 @@ def test_stream_passes_prebuilt_failures_through_and_answers_each_request_once()
     ids = [c.request_id for g in groups for c in g]
     assert sorted(ids) == sorted([f"r{i}" for i in range(7)] + ["q"]) and len(ids) == 8
     assert [len(g) for g in groups] == [1, 3, 3, 1]  # the failure at once, then chunks of batch_size
+
+
+def test_a_chat_completion_body_and_an_error_status_are_read_as_the_server_wrote_them():
+    body = (b'{"choices": [{"index": 1, "message": {"content": "b"}, "finish_reason": "length"}, '
+            b'{"index": 0, "message": {"content": "a"}, "finish_reason": "stop"}], '
+            b'"usage": {"prompt_tokens": 7, "completion_tokens": 3}}')
+    c = parse_chat_body("q", body)
+    assert (c.texts, c.finish_reasons, c.prompt_tokens, c.completion_tokens) == (["a", "b"], ["stop", "length"], 7, 3)
+    req = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
+    e = ServerHTTPError(httpx.Response(404, request=req, json={"error": {"message": "The model `m3` does not exist."}}))
+    assert str(e) == "HTTP 404: The model `m3` does not exist." and error_kind(e) == "http_404"
+    e = ServerHTTPError(httpx.Response(429, request=req, headers={"retry-after": "2"}, text="slow down"))
+    assert str(e) == "HTTP 429: slow down" and retry_after_seconds(e) == 2.0

@@ -171,7 +171,7 @@ def test_text_only_prompt_never_shows_a_state_at_or_after_the_target(synth_dir, 
 
     frames = FrameCache(synth_dir)
     n_checked = 0
-    for q in p.selected:
+    for q in select_queries(synth_bench, p.cfg):
         leaky = dataclasses.replace(q, transcript=(*q.transcript, type(q.transcript[0])(q.target_time, "LEAKED STATE"),
                                                    type(q.transcript[0])(q.target_time + 1, "LATER STATE")))
         text = render_request(p.spec, p.template, leaky, synth_bench, frames, sampling=p.sampling).text
@@ -290,7 +290,9 @@ def test_summary_describes_the_file_and_the_exit_code_says_until_every_query_is_
     args = ["run", "--data", str(data), "--forecaster", "m3", "--backend", "hf", "--model", str(tiny["qwen2_vl"]),
             "--limit", "10", "--out", str(out), "--threads", "1", "--no-progress"]
     r = _cli_inproc(*args)  # a plain rerun: nothing attempted, and it still says the file is incomplete
-    assert r.exit_code == 3 and "--redo-failed" in r.output and f"{len(broken)} failed" in r.output, r.output
+    assert r.exit_code == 3 and f"{len(broken)} failed" in r.output, r.output
+    finish = f"python -m forecasters run --data {data} --out {out} --forecaster m3 --backend hf --model"
+    assert finish in r.output and "--limit 10" in r.output and r.output.rstrip().endswith("--no-progress --redo-failed)")
     summary = json.loads((tmp_path / "m3.summary.json").read_text())
     assert summary["this_run"]["attempted"] == 0 and summary["failed"] == len(broken) and not summary["complete"]
     r = _cli_inproc("merge", str(out), "--out", str(tmp_path / "merged.jsonl"), "--data", str(data), "--split", "all",
