@@ -384,6 +384,8 @@ def adapter_preprocessing(cfg: RunConfig, template: prompts.Template) -> RunConf
     updates, conflicts = {}, []
     for key in ("frames", "max_pixels", "min_pixels"):
         want, have = pre.get(key), getattr(cfg, key)
+        if key == "max_pixels" and key in pre and want is None:
+            want = 0  # trained on full-size frames: the runner's "no cap" (None would take the forecaster's cap)
         if want is not None and have is None:
             updates[key] = want
         elif want is not None and have != want:

@@ -377,3 +377,20 @@ def test_unreachable_server_on_a_small_split_exits_non_zero_and_writes_nothing(s
                     "--max-attempts", "2", "--wait-initial", "0.01", "--wait-max", "0.05", "--no-progress")
     assert r.exit_code == 2 and "no OpenAI-compatible server answers" in r.output and "Traceback" not in r.output
     assert not out.exists() and not (tmp_path / "nobody.config.json").exists()
+
+
+@pytest.mark.parametrize("trained, flag, expect", [
+    ({"max_pixels": 112896}, None, 112896), ({"max_pixels": None}, None, None), ({}, None, 336 * 336),
+    ({"max_pixels": 112896}, 200704, "trained with 112896"), ({"max_pixels": None}, 200704, "trained with 0")])
+def test_a_student_adapter_is_served_with_the_pixel_cap_it_was_trained_on(synth_dir, tiny, tmp_path, trained, flag,
+                                                                          expect):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "psr_student.json").write_text(json.dumps({"preprocessing": trained}))
+    cfg = _cfg(synth_dir, tiny, tmp_path / "s.jsonl", forecaster="student", model=str(tiny["qwen2_vl"]),
+               adapter=str(adapter), max_pixels=flag)
+    if isinstance(expect, str):
+        with pytest.raises(InputError, match=expect):
+            plan(cfg)
+    else:
+        assert plan(cfg).identity.max_pixels == expect  # None: full-size frames, as in training
