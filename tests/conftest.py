@@ -14,7 +14,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 #: Size of the session's synthetic benchmark: big enough for every tier, horizon and question type.
-SYNTH_VIDEOS = int(os.environ.get("PSR_TEST_SYNTH_VIDEOS", "40"))
+SYNTH_VIDEOS = int(os.environ.get("PSR_TEST_SYNTH_VIDEOS", "80"))
 
 
 #: Test folders whose tiny models run fastest on one torch thread: on 2 busy cores two threads contend
