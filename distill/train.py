@@ -422,21 +422,22 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m distill.train`` (under `eval.cli_support.run_main`: errors print one line, exit code 2)."""
     from distill.config import parse
-    from eval.io import FormatError
+    from distill.outputs import pop_overwrite, prepare_output
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        cfg = parse(TrainConfig, "train", argv, prog="python -m distill.train",
-                    description=__doc__.split("\n\n")[0] + "\n\nSee the module docstring of distill.train.")
-        metrics = train(cfg)
-    except (FormatError, ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    argv, overwrite = pop_overwrite(sys.argv[1:] if argv is None else argv)
+    cfg = parse(TrainConfig, "train", argv, prog="python -m distill.train",
+                description=__doc__.split("\n\n")[0] + "\n\nSee the module docstring of distill.train.")
+    prepare_output("train", cfg, overwrite)
+    metrics = train(cfg)
     if metrics:
         print(json.dumps({k: v for k, v in metrics.items() if k != "losses"}, indent=2))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from eval.cli_support import run_main
+
+    sys.exit(run_main(main))

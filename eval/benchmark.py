@@ -9,12 +9,14 @@ access. Loading does not validate cross-references: run ``python -m eval validat
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
 
 import datasets
 import numpy as np
+import pyarrow as pa
 
 from eval import features as feats
 from eval.io import FormatError, read_json
@@ -47,10 +49,38 @@ def _load_jsonl(path: Path, features: datasets.Features, cache_dir: str | None) 
     if path.stat().st_size == 0:
         return datasets.Dataset.from_dict({k: [] for k in features}, features=features)
     try:
-        return datasets.Dataset.from_json(str(path), features=features, cache_dir=cache_dir)
+        ds = datasets.Dataset.from_json(str(path), features=features, cache_dir=cache_dir)
     except Exception as e:  # datasets wraps Arrow parse errors in several types; name the file
         raise FormatError(path, f"could not be loaded as JSONL with the expected schema ({type(e).__name__}: {e}); "
                                 "run `python -m eval validate` on the directory for line-level errors") from None
+    _check_arrow(path, ds)
+    return ds
+
+
+def _check_arrow(path: Path, ds: datasets.Dataset) -> None:
+    """Full Arrow validation of the loaded table: the JSON reader accepts invalid UTF-8 in strings, which would
+    only fail later, far from the file. Cheap (C++, no Python per row: ~0.05 s for the PSR release)."""
+    try:
+        ds.data.table.validate(full=True)
+    except pa.ArrowInvalid as e:
+        m = re.match(r"Column (\d+)", str(e))
+        col = ds.column_names[int(m.group(1))] if m and int(m.group(1)) < len(ds.column_names) else None
+        line, detail = _first_bad_utf8(path)
+        if line is None:
+            raise FormatError(path, f"invalid data ({e})", field=col) from None
+        raise FormatError(path, f"not valid UTF-8 ({detail})", line=line, field=col,
+                          fix="re-encode the file as UTF-8") from None
+
+
+def _first_bad_utf8(path: Path) -> tuple[int | None, str]:
+    """The 1-based line of the first invalid UTF-8 byte sequence in ``path``, and what it is."""
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                return i, f"byte 0x{raw[e.start]:02x} at column {e.start + 1}: {e.reason}"
+    return None, ""
 
 
 class Benchmark:

@@ -289,12 +289,19 @@ def _get_main(run, labels, cfg) -> float:
     return float(np.nanmean(recall_at_k(st, 5, cfg.tie)))
 
 
+#: Output kind of a report directory (`eval.outputs`); files that identify one written before markers existed.
+OUTPUT_KIND = "eval report"
+LEGACY_FILES = ("report.json", "report_config.json")
+
+
 def build_report(runs: Sequence[Any], bench, out_dir: str | Path, cfg: ReportConfig | None = None,
-                 progress: bool = False) -> dict:
+                 progress: bool = False, *, inputs: Sequence[str | Path] = (), overwrite: bool = False) -> dict:
     """Evaluate ``runs`` (`eval.runs.Run`, names unique) on ``bench`` and write every table, plot and JSON into
-    ``out_dir`` (built beside it and swapped in at the end); returns the JSON document."""
+    ``out_dir`` (built beside it and swapped in at the end); returns the JSON document. ``out_dir`` must be new or
+    an earlier report (`eval.outputs`; ``overwrite`` forces), and never one of the job's ``inputs``."""
     cfg = cfg or ReportConfig()
-    with atomic_dir(out_dir, tag="report") as stage:  # a failed report leaves no half-written directory
+    with atomic_dir(out_dir, kind=OUTPUT_KIND, tag="report", inputs=inputs, overwrite=overwrite,
+                    legacy=LEGACY_FILES) as stage:  # a failed report leaves no half-written directory
         return _build(runs, bench, stage, cfg, progress)
 
 

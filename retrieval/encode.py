@@ -29,8 +29,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from eval.benchmark import Benchmark
+from eval.errors import OutputRefused
 from eval.features import space_dir, write_meta, write_table
 from eval.io import FormatError, atomic_path, write_json
+from eval.outputs import check_output_dir, claim_dir
 from eval.schema import PREFIX_FRAMES
 from retrieval.encoders import (
     TEXT_TOWER_MODEL_TYPES,
@@ -39,6 +41,9 @@ from retrieval.encoders import (
     is_vision_model,
     pick_device,
 )
+
+#: Output kind of a space directory written by encode (`eval.outputs`).
+OUTPUT_KIND = "retrieval encode"
 
 
 @dataclass
@@ -55,6 +60,7 @@ class EncodeConfig:
     device: str | None = None
     query_prompt: str | None = None
     shard: tuple[int, int] | None = None  # (i, n): compute chunk j only when j % n == i; assemble nothing
+    overwrite: bool = False  # replace a space directory that encode did not write (eval.outputs)
 
     def resolved(self) -> EncodeConfig:
         kind = self.kind
@@ -131,12 +137,29 @@ def _prefix_frames(bench: Benchmark) -> tuple[list[str], list[list[str]]]:
     return list(seen), list(seen.values())
 
 
+def _written_by_encode(d: Path) -> bool:
+    """A space folder encode wrote before output markers existed (or an interrupted job's chunks)."""
+    return (d / "encode_config.json").exists() or (d / ".partial").is_dir()
+
+
+def _space_target(root: Path, cfg: EncodeConfig, *, claim: bool) -> Path:
+    """Check (and with ``claim`` create and mark) ``features/<space>/``: a new space, one encode wrote, or
+    ``cfg.overwrite``; never a link to another benchmark's space (encode would write through it)."""
+    d = space_dir(root, cfg.space)
+    if d.exists() and not d.resolve().is_relative_to(root.resolve()):
+        raise OutputRefused(f"{d} links to {d.resolve()}, outside the benchmark; encode never writes through a link",
+                            fix="encode into a new --space name")
+    check = claim_dir if claim else check_output_dir
+    return check(d, OUTPUT_KIND, overwrite=cfg.overwrite, legacy=_written_by_encode, option="--space")
+
+
 def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
     """Encode the tables of one space (see the module docstring); returns the space directory. A sharded job
     (``cfg.shard``) only leaves its chunks in the partial folder."""
     cfg = cfg.resolved()
     bench = Benchmark.load(cfg.data)
     root = bench.root
+    _space_target(root, cfg, claim=False)  # refuse before loading a model
     extra: dict = {}
     shard = cfg.shard
     if shard is not None:
@@ -149,6 +172,7 @@ def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
             write_table(root, cfg.space, table, ids, arr.reshape(shape))
     if cfg.kind == "semantic":
         enc = TextEncoder(cfg.model, device=cfg.device, batch_size=cfg.batch_size, query_prompt=cfg.query_prompt)
+        _space_target(root, cfg, claim=True)
         texts = bench.states_ds["text"][:]
         ids = bench.state_ids
         arr = _encode_chunked(root, cfg.space, "states", ids, _fingerprint(cfg, "states", ids), cfg.chunk_size,
@@ -157,6 +181,7 @@ def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
         dim, extra = enc.dim, {"encoder": "sentence-transformers", "query_prompt": cfg.query_prompt}
     else:
         enc = ImageEncoder(cfg.model, device=cfg.device, batch_size=cfg.batch_size)
+        _space_target(root, cfg, claim=True)
         dim = enc.dim
         if "corpus" in cfg.tables:
             frames = [str(bench.path(f)) for f in bench.corpus_ds["frame"][:]]

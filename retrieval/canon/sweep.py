@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from eval.io import write_json, write_jsonl
-from retrieval.canon._files import staged_dir
+from retrieval.canon._files import check_target, staged_dir
 from retrieval.canon.cluster import Clustering, greedy_cluster, visit_order
 from retrieval.canon.metrics import MAX_MEAN_CLUSTER_SIZE, partition_scores, vocabulary_stats
 from retrieval.canon.vocab import PhraseVocab, from_benchmark, from_file
@@ -44,6 +44,7 @@ class SweepConfig:
     model: str = "BAAI/bge-small-en-v1.5"
     batch_size: int = 128
     device: str | None = None
+    overwrite: bool = False  # replace an --out that is not an earlier sweep (eval.outputs)
 
     def check(self) -> None:
         if (self.data is None) == (self.phrases is None):
@@ -152,6 +153,8 @@ def run_sweep(cfg: SweepConfig, *, progress: bool = True, log=print, encoder=Non
     """Run the sweep and write the output directory (see the module docstring); returns the JSON document.
     ``encoder``: an already loaded text encoder of ``cfg.model`` (else it is loaded)."""
     cfg.check()
+    inputs = [cfg.data, cfg.phrases]
+    check_target(cfg.out, "sweep", inputs=inputs, overwrite=cfg.overwrite)
     vocab = load_vocab(cfg.data, cfg.phrases)
     log(f"{len(vocab):,} unique phrases ({int(vocab.counts.sum()):,} occurrences) from {vocab.source}")
     emb = embed_vocab(vocab, cfg.model, batch_size=cfg.batch_size, device=cfg.device, progress=progress,
@@ -169,7 +172,7 @@ def run_sweep(cfg: SweepConfig, *, progress: bool = True, log=print, encoder=Non
     if vocab.truth is not None:
         best = max(rows, key=lambda r: r["ari"])
         doc["best_ari_threshold"] = best["threshold"]
-    with staged_dir(cfg.out, "sweep") as d:
+    with staged_dir(cfg.out, "sweep", inputs=inputs, overwrite=cfg.overwrite) as d:
         table = _table(rows, vocab.truth is not None)
         table.write(d)
         for r in rows:

@@ -24,16 +24,18 @@ SUMMARY_KS = (1, 5, 10, 20, 50)
 
 def predict_run(bench: Benchmark, ckpt: str | Path, out: str | Path, *, split: str = "test",
                 read_rule: str | None = None, method: str = "", k: int = 50, device: str | None = None,
-                progress: bool = True) -> Run:
-    """Load a checkpoint, predict the queries of ``split`` under ``read_rule`` and write the run to ``out``."""
+                progress: bool = True, overwrite: bool = False) -> Run:
+    """Load a checkpoint, predict the queries of ``split`` under ``read_rule`` and write the run to ``out``
+    (a new path or a run file; ``overwrite`` forces, `retrieval.runs.check_run_output`)."""
     device = pick_device(device)
     model, cfg, ck = load_checkpoint(ckpt, device)
     with torch_threads(cfg.threads):
         return _predict_run(bench, model, cfg, ck, ckpt, out, split=split, read_rule=read_rule, method=method, k=k,
-                            device=device, progress=progress)
+                            device=device, progress=progress, overwrite=overwrite)
 
 
-def _predict_run(bench, model, cfg, ck, ckpt, out, *, split, read_rule, method, k, device, progress) -> Run:
+def _predict_run(bench, model, cfg, ck, ckpt, out, *, split, read_rule, method, k, device, progress,
+                 overwrite=False) -> Run:
     rule = read_rule or cfg.read_rule
     ckpt_dir = Path(ckpt) if Path(ckpt).is_dir() else Path(ckpt).parent
     prep = prepare(bench, cfg, ckpt_dir, device)
@@ -43,7 +45,8 @@ def _predict_run(bench, model, cfg, ck, ckpt, out, *, split, read_rule, method, 
     name = method or f"lftr[{cfg.target_space}]" + ("" if rule == "matched" else f"/{rule}")
     config = {**cfg.to_dict(), "read_rule": rule, "checkpoint": str(ckpt), "epoch": ck.get("epoch"),
               "val": ck.get("val"), "split": split, "predict_seconds": round(time.time() - t0, 3)}
-    return score_query_vectors(bench, qv, prep.target, out, method=name, config=config, k=k, progress=progress)
+    return score_query_vectors(bench, qv, prep.target, out, method=name, config=config, k=k, progress=progress,
+                               overwrite=overwrite)
 
 
 def run_metrics(run: Run, ks: tuple[int, ...] = SUMMARY_KS) -> dict[str, float]:
