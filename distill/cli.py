@@ -89,13 +89,17 @@ def _config_get(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import dataclasses
+    """``python -m distill ARGV``: the exit code; errors print one line (`eval.cli_support.run_main`)."""
+    from eval.cli_support import run_main
 
+    return run_main(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
     from distill.config import parse
-    from distill.outputs import pop_overwrite, prepare_output
+    from distill.outputs import prepare_output, with_overwrite
     from eval.errors import EXIT_CHECK_FAILED, EXIT_USER_ERROR
 
-    argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
@@ -110,9 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         from distill.train import main as train_main
         return train_main(rest)
     cls = _import(COMMANDS[command][0])
-    overwrite = False
-    if "overwrite" not in {f.name for f in dataclasses.fields(cls)}:
-        rest, overwrite = pop_overwrite(rest)
+    rest, overwrite = with_overwrite(cls, rest)
     cfg = parse(cls, SECTIONS[command], rest, prog=f"python -m distill {command}",
                 description=COMMANDS[command][1] + "\n\n" + (cls.__doc__ or ""))
     prepare_output(command, cfg, overwrite)

@@ -38,9 +38,10 @@ def output_kind(stage: str) -> str:
     return f"distill {stage}"
 
 
-def pop_overwrite(argv: Sequence[str]) -> tuple[list[str], bool]:
-    """``argv`` without ``--overwrite [true|false]`` / ``--overwrite=VALUE``, and its value (bare flag: true)."""
-    rest, value, argv = [], False, list(argv)
+def pop_overwrite(argv: Sequence[str]) -> tuple[list[str], bool | None]:
+    """``argv`` without ``--overwrite [true|false]`` / ``--overwrite=VALUE``, and its value (bare flag: true; None
+    when absent)."""
+    rest, value, argv = [], None, list(argv)
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -66,6 +67,15 @@ def _inputs(cfg) -> list[str]:
         if f.name in INPUT_FIELDS and v:
             out += [str(x) for x in v] if isinstance(v, list | tuple) else [str(v)]
     return out
+
+
+def with_overwrite(cls, argv: Sequence[str]) -> tuple[list[str], bool]:
+    """Accept ``--overwrite`` with or without a value for every stage: a stage whose config has an ``overwrite``
+    field gets it as ``--overwrite true|false`` (its config records it); for the others it is taken off ``argv``."""
+    rest, value = pop_overwrite(argv)
+    if value is not None and "overwrite" in {f.name for f in dataclasses.fields(cls)}:
+        rest += [OVERWRITE_FLAG, "true" if value else "false"]
+    return rest, bool(value)
 
 
 def prepare_output(stage: str, cfg, overwrite: bool = False) -> Path | None:

@@ -422,12 +422,18 @@ def train(cfg: TrainConfig) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m distill.train`` (under `eval.cli_support.run_main`: errors print one line, exit code 2)."""
+    """``python -m distill.train ARGV``: the exit code; errors print one line (`eval.cli_support.run_main`)."""
+    from eval.cli_support import run_main
+
+    return run_main(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
     from distill.config import parse
-    from distill.outputs import pop_overwrite, prepare_output
+    from distill.outputs import prepare_output, with_overwrite
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    argv, overwrite = pop_overwrite(sys.argv[1:] if argv is None else argv)
+    argv, overwrite = with_overwrite(TrainConfig, argv)
     cfg = parse(TrainConfig, "train", argv, prog="python -m distill.train",
                 description=__doc__.split("\n\n")[0] + "\n\nSee the module docstring of distill.train.")
     prepare_output("train", cfg, overwrite)
@@ -438,6 +444,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from eval.cli_support import run_main
-
-    sys.exit(run_main(main))
+    sys.exit(main())

@@ -50,11 +50,38 @@ def _load_jsonl(path: Path, features: datasets.Features, cache_dir: str | None) 
         return datasets.Dataset.from_dict({k: [] for k in features}, features=features)
     try:
         ds = datasets.Dataset.from_json(str(path), features=features, cache_dir=cache_dir)
-    except Exception as e:  # datasets wraps Arrow parse errors in several types; name the file
-        raise FormatError(path, f"could not be loaded as JSONL with the expected schema ({type(e).__name__}: {e}); "
-                                "run `python -m eval validate` on the directory for line-level errors") from None
+    except Exception as e:  # datasets wraps Arrow parse errors in several types; name the file and the line
+        from eval.validate import first_record_problem
+
+        fix = f"`python -m eval validate {path.parent}` lists every problem"
+        p = first_record_problem(path)
+        if p is not None:
+            raise FormatError(path, p.message, line=p.line, field=p.field, fix=fix) from None
+        raise FormatError(path, f"could not be loaded as JSONL with the expected schema ({type(e).__name__}: "
+                                f"{_cause(e)})", fix=fix) from None
     _check_arrow(path, ds)
     return ds
+
+
+def _cause(e: BaseException) -> str:
+    """The innermost message of a wrapped error (datasets wraps the Arrow reader's in DatasetGenerationError)."""
+    while e.__cause__ is not None or e.__context__ is not None:
+        e = e.__cause__ or e.__context__
+    return " ".join(str(e).split())[:300]
+
+
+def _read_manifest(path: Path) -> Manifest:
+    """``manifest.json`` as a `Manifest`; a wrong shape names the file and the field."""
+    d = read_json(path)
+    if not isinstance(d, dict):
+        raise FormatError(path, f"expected a JSON object, got {type(d).__name__}")
+    for name in ("name", "version"):
+        if not isinstance(d.get(name), str):
+            raise FormatError(path, "required string field missing or not a string", field=name)
+    for name, typ in (("counts", dict), ("spaces", dict), ("domains", list), ("extra", dict)):
+        if d.get(name) is not None and not isinstance(d[name], typ):
+            raise FormatError(path, f"expected {typ.__name__}, got {type(d[name]).__name__}", field=name)
+    return Manifest.from_dict(d)
 
 
 def _check_arrow(path: Path, ds: datasets.Dataset) -> None:
@@ -103,7 +130,7 @@ class Benchmark:
         for name in REQUIRED_FILES:
             if not (root / name).exists():
                 raise FormatError(root / name, "missing (a benchmark directory needs " + ", ".join(REQUIRED_FILES) + ")")
-        manifest = Manifest.from_dict(read_json(root / "manifest.json"))
+        manifest = _read_manifest(root / "manifest.json")
         cache = _cache_dir(root)
         was_enabled = datasets.is_progress_bar_enabled()
         if not progress:

@@ -170,7 +170,7 @@ def _model_error(e: BaseException, argv: Sequence[str]) -> tuple[str, str] | Non
                 "pass the folder that holds the model's config.json and weights")
     sentence = any(_package(f) == "sentence_transformers" for f, _ in frames)
     alt = f"pass {flag} {PACKAGED_TEXT_MODEL} or a local path" if sentence else \
-        f"pass {flag} a local path (download the model on a machine with network access)"
+        f"pass a local path as {flag} (download the model on a machine with network access)"
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip() not in ("", "0") or "connect" in text or \
         type(e).__name__ in ("LocalEntryNotFoundError", "OfflineModeIsEnabled")
     if offline:
