@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     from distill.config import parse
-    from distill.outputs import prepare_output, with_overwrite
+    from distill.outputs import stage_output, with_overwrite
     from eval.errors import EXIT_CHECK_FAILED, EXIT_USER_ERROR
 
     if not argv or argv[0] in ("-h", "--help", "help"):
@@ -117,8 +117,8 @@ def _main(argv: list[str]) -> int:
     rest, overwrite = with_overwrite(cls, rest)
     cfg = parse(cls, SECTIONS[command], rest, prog=f"python -m distill {command}",
                 description=COMMANDS[command][1] + "\n\n" + (cls.__doc__ or ""))
-    prepare_output(command, cfg, overwrite)
-    result = _runner(command)(cfg)
+    with stage_output(command, cfg, overwrite):
+        result = _runner(command)(cfg)
     if is_dataclass(result):
         result = asdict(result)
     if command == "validate":

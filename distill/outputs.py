@@ -9,13 +9,21 @@ benchmark directory.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from eval.cli_support import check_benchmark_dir
-from eval.outputs import check_output_dir, check_output_file, claim_dir, json_with_keys, jsonl_with_keys
+from eval.outputs import (
+    check_output_dir,
+    check_output_file,
+    claim_dir,
+    claimed_dir,
+    json_with_keys,
+    jsonl_with_keys,
+)
 
 #: Config fields that name inputs of a stage (files, folders, local models).
 INPUT_FIELDS = ("data", "predicates", "rationales", "dataset", "phrases", "adapter", "model")
@@ -76,6 +84,22 @@ def with_overwrite(cls, argv: Sequence[str]) -> tuple[list[str], bool]:
     if value is not None and "overwrite" in {f.name for f in dataclasses.fields(cls)}:
         rest += [OVERWRITE_FLAG, "true" if value else "false"]
     return rest, bool(value)
+
+
+@contextlib.contextmanager
+def stage_output(stage: str, cfg, overwrite: bool = False) -> Iterator[Path | None]:
+    """`prepare_output` around a stage's run: a directory it created is removed again when the stage fails before
+    writing anything (`eval.outputs.claimed_dir`)."""
+    name, how, legacy = OUTPUTS.get(stage, (None, None, None))
+    target = getattr(cfg, name, None) if name else None
+    if how != "dir" or not target:
+        yield prepare_output(stage, cfg, overwrite)
+        return
+    if getattr(cfg, "data", None):
+        check_benchmark_dir(cfg.data)
+    with claimed_dir(target, output_kind(stage), inputs=_inputs(cfg), legacy=legacy, option=f"--{name}",
+                     overwrite=overwrite or bool(getattr(cfg, "overwrite", False))) as p:
+        yield p
 
 
 def prepare_output(stage: str, cfg, overwrite: bool = False) -> Path | None:

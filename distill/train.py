@@ -430,14 +430,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     from distill.config import parse
-    from distill.outputs import prepare_output, with_overwrite
+    from distill.outputs import stage_output, with_overwrite
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     argv, overwrite = with_overwrite(TrainConfig, argv)
     cfg = parse(TrainConfig, "train", argv, prog="python -m distill.train",
                 description=__doc__.split("\n\n")[0] + "\n\nSee the module docstring of distill.train.")
-    prepare_output("train", cfg, overwrite)
-    metrics = train(cfg)
+    with stage_output("train", cfg, overwrite):
+        metrics = train(cfg)
     if metrics:
         print(json.dumps({k: v for k, v in metrics.items() if k != "losses"}, indent=2))
     return 0

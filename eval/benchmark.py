@@ -8,6 +8,8 @@ access. Loading does not validate cross-references: run ``python -m eval validat
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -49,7 +51,8 @@ def _load_jsonl(path: Path, features: datasets.Features, cache_dir: str | None) 
     if path.stat().st_size == 0:
         return datasets.Dataset.from_dict({k: [] for k in features}, features=features)
     try:
-        ds = datasets.Dataset.from_json(str(path), features=features, cache_dir=cache_dir)
+        with _quiet_json_reader():  # it logs its own error line; ours below names the line and field instead
+            ds = datasets.Dataset.from_json(str(path), features=features, cache_dir=cache_dir)
     except Exception as e:  # datasets wraps Arrow parse errors in several types; name the file and the line
         from eval.validate import first_record_problem
 
@@ -60,7 +63,40 @@ def _load_jsonl(path: Path, features: datasets.Features, cache_dir: str | None) 
         raise FormatError(path, f"could not be loaded as JSONL with the expected schema ({type(e).__name__}: "
                                 f"{_cause(e)})", fix=fix) from None
     _check_arrow(path, ds)
+    _check_required(path, ds)
     return ds
+
+
+def _check_required(path: Path, ds: datasets.Dataset) -> None:
+    """A required field that is missing or null loads as an Arrow null (and breaks a job far from the file): refuse
+    it here, naming the line (the column null counts cost nothing; the line scan runs only on failure)."""
+    from eval.schema import REQUIRED_QUERY_FIELDS, REQUIRED_SEGMENT_FIELDS, REQUIRED_STATE_FIELDS
+
+    required = {"queries.jsonl": REQUIRED_QUERY_FIELDS, "corpus.jsonl": REQUIRED_SEGMENT_FIELDS,
+                "states.jsonl": REQUIRED_STATE_FIELDS}.get(path.name, {})
+    table = ds.data.table
+    nulls = [name for name in required if name in table.column_names and table.column(name).null_count]
+    if not nulls:
+        return
+    from eval.validate import first_record_problem
+
+    fix = f"`python -m eval validate {path.parent}` lists every problem"
+    p = first_record_problem(path)
+    if p is not None:
+        raise FormatError(path, p.message, line=p.line, field=p.field, fix=fix)
+    row = int(np.flatnonzero(np.asarray(table.column(nulls[0]).is_null()))[0])
+    raise FormatError(path, f"required field missing or null in record {row + 1}", field=nulls[0], fix=fix)
+
+
+@contextlib.contextmanager
+def _quiet_json_reader():
+    log = logging.getLogger("datasets.packaged_modules.json.json")
+    level = log.level
+    log.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _cause(e: BaseException) -> str:

@@ -149,9 +149,15 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2) -> None:
 
 
 def read_json(path: str | os.PathLike) -> Any:
+    """A JSON file; invalid JSON or UTF-8 raises `FormatError` naming the file and the line."""
     path = Path(path)
+    raw = path.read_bytes()
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(path, f"not valid UTF-8 (byte 0x{raw[e.start]:02x}: {e.reason})",
+                          line=raw.count(b"\n", 0, e.start) + 1) from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise FormatError(path, f"not valid JSON ({e.msg})", line=e.lineno) from None

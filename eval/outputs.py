@@ -24,9 +24,10 @@ file's own metadata (a run's ``psr_run`` schema metadata, the first line of a ph
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from eval.errors import OutputRefused
@@ -191,6 +192,23 @@ def claim_dir(path: str | os.PathLike, kind: str, *, inputs: Iterable = (), over
     if (read_marker(p) or {}).get("kind") != kind:
         write_marker(p, kind)
     return p
+
+
+@contextlib.contextmanager
+def claimed_dir(path: str | os.PathLike, kind: str, *, inputs: Iterable = (), overwrite: bool = False,
+                legacy: Legacy = None, option: str = "--out") -> Iterator[Path]:
+    """`claim_dir` for the duration of a job: should the job fail before writing anything, the folder it created
+    (holding only the marker) is removed again, so a failed job leaves nothing behind."""
+    created = not os.path.lexists(path)
+    p = claim_dir(path, kind, inputs=inputs, overwrite=overwrite, legacy=legacy, option=option)
+    try:
+        yield p
+    except BaseException:
+        if created and [x.name for x in p.iterdir()] == [MARKER]:
+            (p / MARKER).unlink()
+            with contextlib.suppress(OSError):
+                p.rmdir()
+        raise
 
 
 # --- recognisers of single-file outputs (by their own content; cheap: they read a header or a first line) ---

@@ -29,16 +29,23 @@ def _load_yaml(path: Path | None) -> dict:
         return {}
     import yaml
 
-    with open(path, encoding="utf-8") as f:
-        d = yaml.safe_load(f) or {}
+    from eval.io import FormatError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = yaml.safe_load(f) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        mark = getattr(e, "problem_mark", None)
+        raise FormatError(path, f"not valid YAML ({' '.join(str(e).split())[:200]})",
+                          line=None if mark is None else mark.line + 1) from None
     if not isinstance(d, dict):
-        raise typer.BadParameter(f"{path}: expected a mapping of run options")
+        raise FormatError(path, f"expected a mapping of run options, got {type(d).__name__}")
     from forecasters.runner import RunConfig
 
     names = {f.name for f in dataclasses.fields(RunConfig)}
     unknown = sorted(set(d) - names)
     if unknown:
-        raise typer.BadParameter(f"{path}: unknown option(s) {unknown}")
+        raise FormatError(path, f"unknown option(s) {unknown}; known: {sorted(names)}")
     return d
 
 
@@ -196,18 +203,18 @@ def tiny_model(
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Build a tiny random-weight model (a few MB, no download) for plumbing checks; optionally fit it briefly."""
-    from eval.outputs import claim_dir
+    from eval.outputs import claimed_dir
     from forecasters.tiny_models import TINY_KINDS, build_tiny_model
 
     if kind not in TINY_KINDS:
         raise typer.BadParameter(f"--kind must be one of {TINY_KINDS}")
-    claim_dir(out, "forecasters tiny-model", inputs=[fit_data], overwrite=overwrite)
-    path = build_tiny_model(out, kind, seed=seed)
-    if fit_data is not None:
-        from forecasters.tiny_fit import fit_on_benchmark
+    with claimed_dir(out, "forecasters tiny-model", inputs=[fit_data], overwrite=overwrite):
+        path = build_tiny_model(out, kind, seed=seed)
+        if fit_data is not None:
+            from forecasters.tiny_fit import fit_on_benchmark
 
-        loss = fit_on_benchmark(path, fit_data, forecaster=forecaster, steps=steps, seed=seed)
-        console.print(f"fitted {steps} steps on {fit_data} ({forecaster} prompts): final loss {loss:.3f}")
+            loss = fit_on_benchmark(path, fit_data, forecaster=forecaster, steps=steps, seed=seed)
+            console.print(f"fitted {steps} steps on {fit_data} ({forecaster} prompts): final loss {loss:.3f}")
     console.print(f"[green]wrote[/] {path}")
 
 

@@ -235,15 +235,15 @@ def _lftr_config(config: list[Path], space: str, seed: int | None, prefix_space:
                        question_space=question_space or None)
 
 
-def _claim(out: Path, kind: str, inputs: list, overwrite: bool) -> None:
-    """A resumable output folder (checkpoints, runs): new, an earlier one of ``kind``, or --overwrite (eval.outputs).
-    Folders written before output markers existed are recognised by their files."""
-    from eval.outputs import claim_dir
+def _claim(out: Path, kind: str, inputs: list, overwrite: bool):
+    """A resumable output folder (checkpoints, runs) for the job in a ``with``: new, an earlier one of ``kind``, or
+    --overwrite (eval.outputs). Folders written before output markers existed are recognised by their files."""
+    from eval.outputs import claimed_dir
 
     legacy = {"retrieval lftr train": ("config.yaml", "train_info.json"),
               "retrieval lftr seeds": lambda d: any(d.glob("seed*/train_info.json")),
               "retrieval demo": ("random.parquet", "question-only.parquet")}
-    claim_dir(out, kind, inputs=inputs, overwrite=overwrite, legacy=legacy.get(kind))
+    return claimed_dir(out, kind, inputs=inputs, overwrite=overwrite, legacy=legacy.get(kind))
 
 
 CONFIG = typer.Option([], "--config", help="YAML config(s), applied in order over the paper defaults")
@@ -269,9 +269,9 @@ def lftr_train(
     from retrieval.lftr.train import train
 
     cfg = _lftr_config(config, space, seed, prefix_space, question_space, overrides)
-    _claim(out, "retrieval lftr train", [data, *config], overwrite)
-    res = train(Benchmark.load(data), cfg, out, validate=validation_recall, log=console.print,
-                stop_after=stop_after or None)
+    with _claim(out, "retrieval lftr train", [data, *config], overwrite):
+        res = train(Benchmark.load(data), cfg, out, validate=validation_recall, log=console.print,
+                    stop_after=stop_after or None)
     console.print(f"[green]done[/] {out}: best val R@{cfg.val_k} {res['best_val']:.4f} "
                   f"({res['epochs_done']}/{res['epochs']} epochs, {res['parameters']:,} parameters)")
 
@@ -317,9 +317,9 @@ def lftr_seeds(
     from retrieval.lftr.jobs import multi_seed
 
     cfg = _lftr_config(config, space, None, prefix_space, question_space, overrides)
-    _claim(out, "retrieval lftr seeds", [data, *config], overwrite)
-    summary = multi_seed(Benchmark.load(data), cfg, [int(s) for s in seeds.split(",") if s.strip()], out,
-                         split=split, log=console.print)
+    with _claim(out, "retrieval lftr seeds", [data, *config], overwrite):
+        summary = multi_seed(Benchmark.load(data), cfg, [int(s) for s in seeds.split(",") if s.strip()], out,
+                             split=split, log=console.print)
     console.print(summary["markdown"])
 
 
@@ -340,7 +340,7 @@ def demo(
     from eval.benchmark import Benchmark
     from retrieval.lftr.jobs import run_demo
 
-    _claim(out, "retrieval demo", [data, *config], overwrite)
-    paths = run_demo(Benchmark.load(data), out, text_model=text_model, semantic_space=semantic_space,
-                     visual_space=visual_space, configs=list(config), seed=seed, split=split, log=console.print)
+    with _claim(out, "retrieval demo", [data, *config], overwrite):
+        paths = run_demo(Benchmark.load(data), out, text_model=text_model, semantic_space=semantic_space,
+                         visual_space=visual_space, configs=list(config), seed=seed, split=split, log=console.print)
     console.print(f"[green]{len(paths)} runs in[/] {out}")

@@ -32,7 +32,7 @@ from eval.benchmark import Benchmark
 from eval.errors import OutputRefused
 from eval.features import space_dir, write_meta, write_table
 from eval.io import FormatError, atomic_path, write_json
-from eval.outputs import check_output_dir, claim_dir
+from eval.outputs import check_output_dir, write_marker
 from eval.schema import PREFIX_FRAMES
 from retrieval.encoders import (
     TEXT_TOWER_MODEL_TYPES,
@@ -142,15 +142,15 @@ def _written_by_encode(d: Path) -> bool:
     return (d / "encode_config.json").exists() or (d / ".partial").is_dir()
 
 
-def _space_target(root: Path, cfg: EncodeConfig, *, claim: bool) -> Path:
-    """Check (and with ``claim`` create and mark) ``features/<space>/``: a new space, one encode wrote, or
-    ``cfg.overwrite``; never a link to another benchmark's space (encode would write through it)."""
+def _check_space_target(root: Path, cfg: EncodeConfig) -> Path:
+    """``features/<space>/`` may be written: a new space, one encode wrote (its marker is written when the tables
+    are assembled), or ``cfg.overwrite``; never a link to another benchmark's space (encode would write through
+    it)."""
     d = space_dir(root, cfg.space)
     if d.exists() and not d.resolve().is_relative_to(root.resolve()):
         raise OutputRefused(f"{d} links to {d.resolve()}, outside the benchmark; encode never writes through a link",
                             fix="encode into a new --space name")
-    check = claim_dir if claim else check_output_dir
-    return check(d, OUTPUT_KIND, overwrite=cfg.overwrite, legacy=_written_by_encode, option="--space")
+    return check_output_dir(d, OUTPUT_KIND, overwrite=cfg.overwrite, legacy=_written_by_encode, option="--space")
 
 
 def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
@@ -159,7 +159,7 @@ def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
     cfg = cfg.resolved()
     bench = Benchmark.load(cfg.data)
     root = bench.root
-    _space_target(root, cfg, claim=False)  # refuse before loading a model
+    _check_space_target(root, cfg)  # refuse before loading a model
     extra: dict = {}
     shard = cfg.shard
     if shard is not None:
@@ -172,7 +172,6 @@ def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
             write_table(root, cfg.space, table, ids, arr.reshape(shape))
     if cfg.kind == "semantic":
         enc = TextEncoder(cfg.model, device=cfg.device, batch_size=cfg.batch_size, query_prompt=cfg.query_prompt)
-        _space_target(root, cfg, claim=True)
         texts = bench.states_ds["text"][:]
         ids = bench.state_ids
         arr = _encode_chunked(root, cfg.space, "states", ids, _fingerprint(cfg, "states", ids), cfg.chunk_size,
@@ -181,7 +180,6 @@ def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
         dim, extra = enc.dim, {"encoder": "sentence-transformers", "query_prompt": cfg.query_prompt}
     else:
         enc = ImageEncoder(cfg.model, device=cfg.device, batch_size=cfg.batch_size)
-        _space_target(root, cfg, claim=True)
         dim = enc.dim
         if "corpus" in cfg.tables:
             frames = [str(bench.path(f)) for f in bench.corpus_ds["frame"][:]]
@@ -204,4 +202,5 @@ def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
     shutil.rmtree(space_dir(root, cfg.space) / ".partial", ignore_errors=True)
     write_json(space_dir(root, cfg.space) / "encode_config.json", asdict(cfg))
     write_meta(root, cfg.space, kind=cfg.kind, dim=dim, model=cfg.model, **extra)
+    write_marker(space_dir(root, cfg.space), OUTPUT_KIND)
     return space_dir(root, cfg.space)

@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import io
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,3 +77,15 @@ def assert_one_clear_error(res, *needles: str) -> str:
     for n in needles:
         assert n in lines[0], (n, lines[0])
     return lines[0]
+
+
+def copy_world(world: dict, dest: Path) -> dict:
+    """A private, writable copy of `cli_world` under ``dest`` (same keys)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(world["bench"], dest / "bench", ignore=shutil.ignore_patterns(".cache"), symlinks=True)
+    (dest / "runs").mkdir(exist_ok=True)
+    for f in world["run"].parent.iterdir():
+        shutil.copy2(f, dest / "runs" / f.name)
+    shutil.copy2(world["phrases"], dest / "phrases.jsonl")
+    return {"root": dest, "bench": dest / "bench", "run": dest / "runs" / world["run"].name,
+            "phrases": dest / "phrases.jsonl"}

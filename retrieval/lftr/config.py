@@ -12,6 +12,7 @@ text), ``use_sigma: false`` (no sigma head: one sample, the mean), and ``read_ru
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
@@ -20,7 +21,9 @@ from typing import Any
 
 import yaml
 
-from eval.io import atomic_path
+from eval.io import FormatError, atomic_path
+
+_TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool}
 
 #: How the prediction is read off the rollout ``mu_1..mu_H``:
 #: ``matched`` reads step h (the query's horizon, clipped to H); ``fixed1`` reads step 1; ``best_step_oracle``
@@ -72,6 +75,10 @@ class LFTRConfig:
         self.validate()
 
     def validate(self) -> None:
+        for f in fields(self):  # a YAML or --set value of the wrong type (epochs: many) is named, not cast
+            v, want = getattr(self, f.name), _TYPES.get(str(f.type))
+            if want is not None and (not isinstance(v, want) or (isinstance(v, bool) and want is not bool)):
+                raise ValueError(f"{f.name} must be {f.type}, got {type(v).__name__} {v!r}")
         if self.read_rule not in READ_RULES:
             raise ValueError(f"read_rule must be one of {READ_RULES}, got {self.read_rule!r}")
         for name in ("d_model", "n_layers", "n_heads", "transition_depth", "rollout_depth", "n_samples", "epochs",
@@ -109,6 +116,9 @@ class LFTRConfig:
                 raise ValueError(f"unknown LFTR config key {k!r} in override; known keys: {sorted(d)}")
             if isinstance(v, str) and types[k] != "str":
                 v = yaml.safe_load(v)
+            if isinstance(v, str) and types[k] == "float":  # YAML 1.1 reads 1e-3 (no dot) as a string
+                with contextlib.suppress(ValueError):
+                    v = float(v)
             d[k] = v
         return LFTRConfig.from_dict(d)
 
@@ -127,8 +137,13 @@ class LFTRConfig:
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """The key/value mapping of a config file; unknown keys raise `ValueError` naming the file."""
-    with open(path, encoding="utf-8") as f:
-        d = yaml.safe_load(f) or {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = yaml.safe_load(f) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        mark = getattr(e, "problem_mark", None)
+        raise FormatError(path, f"not valid YAML ({' '.join(str(e).split())[:200]})",
+                          line=None if mark is None else mark.line + 1) from None
     if not isinstance(d, dict):
         raise ValueError(f"{path}: expected a mapping of config keys, got {type(d).__name__}")
     known = {f.name for f in fields(LFTRConfig)}
@@ -149,6 +164,11 @@ def load_config(paths: list[str | Path] | None = None, overrides: list[str] | No
     """Defaults <- each YAML file in order <- ``fixed`` (CLI options that are set) <- ``key=value`` overrides."""
     cfg = LFTRConfig()
     for p in paths or []:
-        cfg = cfg.with_overrides(read_yaml(p))
+        try:
+            cfg = cfg.with_overrides(read_yaml(p))
+        except FormatError:
+            raise
+        except ValueError as e:  # a value the config rejects: name the file it came from
+            raise FormatError(p, str(e)) from None
     cfg = cfg.with_overrides({k: v for k, v in fixed.items() if v is not None})
     return cfg.with_overrides(overrides or [])

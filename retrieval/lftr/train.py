@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from eval.benchmark import Benchmark
-from eval.io import atomic_path, write_json
+from eval.io import FormatError, atomic_path, write_json
 from retrieval.encoders import pick_device
 from retrieval.lftr.config import LFTRConfig
 from retrieval.lftr.data import (
@@ -307,8 +307,12 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[LFTR, LFTRCo
         path = path / "best.pt"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no checkpoint (train first with `python -m retrieval lftr train`)")
-    ck = torch.load(path, map_location="cpu", weights_only=False)
-    cfg = LFTRConfig.from_dict(ck["config"], source=str(path))
+    try:
+        ck = torch.load(path, map_location="cpu", weights_only=False)
+        cfg = LFTRConfig.from_dict(ck["config"], source=str(path))
+    except Exception as e:  # not a torch file, a torn write, another program's checkpoint
+        raise FormatError(path, f"not a checkpoint written by `python -m retrieval lftr train` "
+                                f"({type(e).__name__}: {' '.join(str(e).split())[:200]})") from None
     model = build_model(cfg, tuple(ck["dims"]))
     model.load_state_dict(ck["model"])
     return model.to(device).eval(), cfg, ck

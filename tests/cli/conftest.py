@@ -20,7 +20,7 @@ for p in (TESTS, TESTS / "retrieval"):  # cli_run, retrieval_tiny_bench
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from cli_run import run_cli  # noqa: E402
+from cli_run import copy_world, run_cli  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 #: Examples per property (kept small: every example runs a command on a fresh copy of the benchmark).
@@ -34,6 +34,7 @@ settings.register_profile(
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
     monkeypatch.delenv("PSR_DEBUG", raising=False)
+    monkeypatch.setenv("COLUMNS", "1000")  # rich panels (typer's usage errors) keep a message on one line
 
 
 @pytest.fixture(scope="session")
@@ -59,18 +60,6 @@ def cli_world(tmp_path_factory):
                                for i in b.query_rows("test")))
     shutil.rmtree(bench / ".cache", ignore_errors=True)
     return {"root": root, "bench": bench, "run": run, "phrases": phrases}
-
-
-def copy_world(world: dict, dest: Path) -> dict:
-    """A private, writable copy of `cli_world` under ``dest`` (same keys)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(world["bench"], dest / "bench", ignore=shutil.ignore_patterns(".cache"), symlinks=True)
-    (dest / "runs").mkdir(exist_ok=True)
-    for f in world["run"].parent.iterdir():
-        shutil.copy2(f, dest / "runs" / f.name)
-    shutil.copy2(world["phrases"], dest / "phrases.jsonl")
-    return {"root": dest, "bench": dest / "bench", "run": dest / "runs" / world["run"].name,
-            "phrases": dest / "phrases.jsonl"}
 
 
 @pytest.fixture
