@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,14 +27,15 @@ from eval.outputs import (
 )
 
 #: Config fields that name inputs of a stage (files, folders, local models).
-INPUT_FIELDS = ("data", "predicates", "rationales", "dataset", "phrases", "adapter", "model")
+INPUT_FIELDS = ("data", "predicates", "rationales", "perturbed", "dataset", "phrases", "snap_runs", "adapter", "model")
 #: stage -> (output field, "dir" | "file" | "atomic", recogniser of an earlier output written before markers).
 OUTPUTS: dict[str, tuple[str, str, Any]] = {
     "predicates": ("out", "file", jsonl_with_keys("query_id", "facts")),
+    "counterfactuals": ("out", "file", jsonl_with_keys("query_id", "facts")),
+    "rationale-stats": ("out", "dir", ("rationale_stats.json",)),
     "validate": ("out", "file", json_with_keys("checked", "rejected", "by_code")),
     "narrate": ("out", "dir", ("narrate.config.json",)),
     "sft": ("out", "dir", ("sft.config.json",)),
-    "train": ("output_dir", "dir", ("train.config.json",)),
     "faithfulness": ("out", "dir", ("faithfulness.json",)),
     "answers": ("out", "dir", ("answers.json",)),
     "merge": ("out", "atomic", ("psr_merge.json",)),  # built beside and swapped in (distill.merge)
@@ -69,12 +71,13 @@ def pop_overwrite(argv: Sequence[str]) -> tuple[list[str], bool | None]:
 
 
 def _inputs(cfg) -> list[str]:
+    """Every input path of a stage config (``NAME=PATH`` items count by their path)."""
     out = []
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
         if f.name in INPUT_FIELDS and v:
             out += [str(x) for x in v] if isinstance(v, list | tuple) else [str(v)]
-    return out
+    return [x.split("=", 1)[1] if "=" in x and not os.path.lexists(x) else x for x in out]
 
 
 def with_overwrite(cls, argv: Sequence[str]) -> tuple[list[str], bool]:
@@ -100,6 +103,18 @@ def stage_output(stage: str, cfg, overwrite: bool = False) -> Iterator[Path | No
     with claimed_dir(target, output_kind(stage), inputs=_inputs(cfg), legacy=legacy, option=f"--{name}",
                      overwrite=overwrite or bool(getattr(cfg, "overwrite", False))) as p:
         yield p
+
+
+#: Files that identify a `distill.train` output directory written before output markers existed.
+TRAIN_LEGACY = ("train.config.json",)
+
+
+def train_output(psr, sft, model_args, *, overwrite: bool = False):
+    """`eval.outputs.claimed_dir` of ``python -m distill.train``'s ``--output_dir`` (its inputs: the SFT dataset and
+    a local base model); `distill.checkpoints.check_output_dir` then checks the run's config hash inside it."""
+    inputs = [psr.dataset_name, model_args.model_name_or_path]
+    return claimed_dir(sft.output_dir, output_kind("train"), inputs=inputs, overwrite=overwrite, legacy=TRAIN_LEGACY,
+                       option="--output_dir")
 
 
 def prepare_output(stage: str, cfg, overwrite: bool = False) -> Path | None:

@@ -1,8 +1,10 @@
 """One error surface for every command line of the toolkit (``python -m eval | retrieval | forecasters | distill``
 and ``distill.train``).
 
-Every package's ``__main__`` runs its command through `run_typer` (typer apps) or `run_main` (argparse-style
-``main(argv) -> int``). Errors are reported as follows:
+Every typer app is set up with `install` (its command group reports errors, so ``python -m PACKAGE``, typer's
+``CliRunner`` and scripts calling the app see the same thing) and every package's ``__main__`` runs it through
+`run_typer`; argparse-style ``main(argv) -> int`` entry points run through `run_main`. Errors are reported as
+follows:
 
 - a known error -- `eval.errors.PSRError` (``FormatError``, ``InputError``, ``OutputRefused``, ``ModelNotFound``,
   ...), an operating-system error about a file (missing, a directory, no permission, disk full), a model that is
@@ -26,10 +28,14 @@ import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import typer
+
 from eval.errors import EXIT_INTERNAL, EXIT_USER_ERROR, InputError, PSRError
 
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "PSR_DEBUG"
+#: Keys of the click context's ``obj`` / ``meta`` that `run_typer` and the ``--debug`` option fill.
+DEBUG_KEY, ARGV_KEY = "psr_debug", "psr_argv"
 #: Top-level packages whose own ``raise`` statements are checks with a message for the user.
 TOOLKIT_PACKAGES = frozenset({"eval", "retrieval", "forecasters", "distill", "prompts"})
 #: Libraries that load models by id or path; an OSError / ValueError from them while loading means "model not found".
@@ -45,24 +51,28 @@ OVERWRITE_HELP = ("replace an existing --out that this toolkit did not write for
 
 # --- entry points ---------------------------------------------------------------------------------------------
 
+def debug_env() -> bool:
+    return os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
 def split_debug(argv: Sequence[str]) -> tuple[list[str], bool]:
     """``argv`` without ``--debug`` (before a ``--`` separator), and whether debug output is on."""
     argv = list(argv)
     end = argv.index("--") if "--" in argv else len(argv)
     debug = DEBUG_FLAG in argv[:end]
     rest = [a for a in argv[:end] if a != DEBUG_FLAG] + argv[end:]
-    env = os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no")
-    return rest, debug or env
+    return rest, debug or debug_env()
 
 
 def run_typer(app, argv: Sequence[str] | None = None, prog_name: str | None = None) -> int:
-    """Run a typer app on ``argv`` (default ``sys.argv[1:]``) and return its exit code (see the module docstring)."""
+    """Run a typer app on ``argv`` (default ``sys.argv[1:]``) and return its exit code (see the module docstring).
+    ``--debug`` may stand anywhere; the app's group (`install`) reports errors of its commands."""
     args, debug = split_debug(sys.argv[1:] if argv is None else argv)
     try:
-        app(args=args, prog_name=prog_name, standalone_mode=True)
-    except SystemExit as e:  # click exits through SystemExit: usage errors, --help, typer.Exit
+        app(args=args, prog_name=prog_name, standalone_mode=True, obj={DEBUG_KEY: debug, ARGV_KEY: args})
+    except SystemExit as e:  # click exits through SystemExit: usage errors, --help, typer.Exit, reported errors
         return _exit_code(e.code)
-    except Exception as e:
+    except Exception as e:  # outside any command (an app without `install`)
         return report_error(e, debug=debug, argv=args)
     return 0
 
@@ -207,7 +217,6 @@ def check_benchmark_dir(path: str | os.PathLike, option: str = "--data") -> Path
 
 def data_callback(value):
     """typer callback of a ``--data`` option: an existing benchmark directory, else a usage error (exit 2)."""
-    import typer
 
     if value is None:
         return value
@@ -219,23 +228,44 @@ def data_callback(value):
 
 def data_option(default=..., help: str = "benchmark directory"):
     """A ``--data`` typer option that must name an existing benchmark directory (checked before the command runs)."""
-    import typer
 
     return typer.Option(default, "--data", help=help, callback=data_callback)
 
 
 def overwrite_option():
     """The ``--overwrite`` typer option of every command that writes ``--out``."""
-    import typer
 
     return typer.Option(False, "--overwrite", help=OVERWRITE_HELP)
 
 
-def add_debug_option(app) -> None:
-    """Show ``--debug`` in ``--help`` of ``app`` (`split_debug` takes it off the command line before typer parses)."""
-    import typer
+def _group_class():
+    """A typer command group that reports the errors of its commands the toolkit's way and exits with their code."""
+    from typer.core import TyperGroup
+    from typer.exceptions import Abort, Exit, TyperException
+
+    class PSRGroup(TyperGroup):
+        def invoke(self, ctx):
+            try:
+                return super().invoke(ctx)
+            except (Exit, Abort, TyperException, SystemExit):  # click's own: --help, usage errors, typer.Exit
+                raise
+            except Exception as e:
+                obj = ctx.find_root().obj if isinstance(ctx.find_root().obj, dict) else {}
+                debug = bool(obj.get(DEBUG_KEY) or ctx.meta.get(DEBUG_KEY)) or debug_env()
+                ctx.exit(report_error(e, debug=debug, argv=obj.get(ARGV_KEY, ())))
+
+    return PSRGroup
+
+
+def install(app) -> None:
+    """Give the typer ``app`` the toolkit's error surface (its group reports errors of every command, nested apps
+    included) and a ``--debug`` option (also accepted after the command: `run_typer` takes it off the line)."""
+
+    app.info.cls = _group_class()
 
     @app.callback()
-    def _root(debug: bool = typer.Option(False, DEBUG_FLAG, help="print the traceback of known errors too "
-                                                                  f"(or set {DEBUG_ENV}=1)")) -> None:
-        pass
+    def _root(ctx: typer.Context, debug: bool = typer.Option(False, DEBUG_FLAG, help="print the traceback of known "
+                                                                                    f"errors too (or set {DEBUG_ENV}=1)")
+              ) -> None:
+        if debug:
+            ctx.meta[DEBUG_KEY] = True

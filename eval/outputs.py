@@ -134,7 +134,9 @@ def check_output_dir(path: str | os.PathLike, kind: str | None, *, inputs: Itera
             return p
         raise OutputRefused(f"{option} {path} is a file, not an output folder" +
                             (f" of `{kind}`" if kind else ""), fix=force)
-    if not any(p.iterdir()) and inside is None:
+    # a marker being written by a concurrent claim of the same folder (another rank of a distributed job) is its
+    # temporary file `.{MARKER}.*` (eval.io.atomic_path): it does not make the folder someone else's
+    if not any(not x.name.startswith(f".{MARKER}.") for x in p.iterdir()) and inside is None:
         return p
     marker = read_marker(p)
     if kind is not None and marker is not None and marker["kind"] == kind:

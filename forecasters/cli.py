@@ -11,14 +11,14 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from eval.cli_support import add_debug_option, data_callback, data_option, overwrite_option
+from eval.cli_support import data_callback, data_option, install, overwrite_option
 
 app = typer.Typer(help="Forecasters: multimodal-LLM / text-only / student phrase predictors as resumable batch jobs.",
                   no_args_is_help=True, add_completion=False)
 
 from forecasters.probes import app as probes_app  # noqa: E402  (canonicalization probes without a model)
 
-add_debug_option(app)
+install(app)
 app.add_typer(probes_app, name="probes")
 console = Console()
 err = Console(stderr=True)

@@ -235,12 +235,44 @@ def select_queries(bench, cfg: RunConfig) -> list:
     return qs[: cfg.limit] if cfg.limit is not None else qs
 
 
+#: The record a distilled student's adapter carries (written by ``distill.train``): its training preprocessing.
+STUDENT_INFO = "psr_student.json"
+
+
+def adapter_preprocessing(cfg: RunConfig, template: prompts.Template) -> RunConfig:
+    """For an adapter trained by ``distill.train``: take its preprocessing (frames, max / min pixels) where the run
+    leaves them unset, and refuse a run that sets another value or renders another prompt (id + hash), so the
+    student is served the image tokens and prompt it was trained on."""
+    from eval.errors import InputError
+    from eval.io import read_json
+
+    info = Path(cfg.adapter) / STUDENT_INFO if cfg.adapter else None
+    if info is None or not info.is_file():
+        return cfg
+    pre = read_json(info).get("preprocessing") or {}
+    updates, conflicts = {}, []
+    for key in ("frames", "max_pixels", "min_pixels"):
+        want, have = pre.get(key), getattr(cfg, key)
+        if want is not None and have is None:
+            updates[key] = want
+        elif want is not None and have != want:
+            conflicts.append(f"--{key.replace('_', '-')} {have} (trained with {want})")
+    if pre.get("prompt_hash") and (template.id, template.hash) != (pre.get("prompt_id"), pre["prompt_hash"]):
+        conflicts.append(f"prompt {template.id} {template.hash} (trained with {pre.get('prompt_id')} "
+                         f"{pre['prompt_hash']})")
+    if conflicts:
+        raise InputError(f"{cfg.adapter}: the run differs from the adapter's training preprocessing: "
+                         + "; ".join(conflicts), fix="leave these options unset to take the adapter's")
+    return dataclasses.replace(cfg, **updates) if updates else cfg
+
+
 def plan(cfg: RunConfig) -> Plan:
     """Resolve the config and decide which queries to run (reads the benchmark and the existing output)."""
     from eval.benchmark import Benchmark
 
     spec = get_forecaster(cfg.forecaster)
     template = prompts.load(cfg.prompt or spec.prompt)
+    cfg = adapter_preprocessing(cfg, template)
     model_name = cfg.model or spec.default_model
     model = resolve_model(model_name)
     sampling = _decoding(cfg, spec)

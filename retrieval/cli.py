@@ -8,13 +8,13 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from eval.cli_support import add_debug_option, data_option, overwrite_option
+from eval.cli_support import data_option, install, overwrite_option
 
 app = typer.Typer(help="PSR retrieval: encode spaces, baselines, oracles, phrase search, fusion, LFTR.",
                   no_args_is_help=True, add_completion=False)
 lftr_app = typer.Typer(help="LFTR, the latent-rollout retriever: train, predict, multi-seed.", no_args_is_help=True,
                        add_completion=False)
-add_debug_option(app)
+install(app)
 app.add_typer(lftr_app, name="lftr")
 from retrieval.canon.cli import app as canon_app  # noqa: E402  (canonicalization probes)
 

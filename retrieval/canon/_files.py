@@ -27,7 +27,7 @@ def _legacy(job: str):
     return recognise
 
 
-def check_target(final: str | os.PathLike, job: str, *, inputs: Iterable = (), overwrite: bool = False) -> Path:
+def check_out_dir(final: str | os.PathLike, job: str, *, inputs: Iterable = (), overwrite: bool = False) -> Path:
     """Refuse ``final`` before any work unless it may receive the output of ``canon <job>`` (`eval.outputs`)."""
     return check_output_dir(final, output_kind(job), inputs=inputs, overwrite=overwrite, legacy=_legacy(job))
 

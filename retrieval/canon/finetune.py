@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from eval.io import write_json, write_jsonl
-from retrieval.canon._files import check_target, staged_dir
+from retrieval.canon._files import check_out_dir, staged_dir
 from retrieval.canon.vocab import segment_phrases
 
 
@@ -124,7 +124,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, log=print) -> Path:
     from eval.benchmark import Benchmark
     from retrieval.encoders import pick_device, resolve_model
 
-    check_target(cfg.out, "finetune", inputs=[cfg.data], overwrite=cfg.overwrite)
+    check_out_dir(cfg.out, "finetune", inputs=[cfg.data], overwrite=cfg.overwrite)
     bench = Benchmark.load(cfg.data)
     seen, held = split_states(bench, cfg.split, cfg.holdout_fraction, cfg.seed)
     pairs = training_pairs(bench, seen, cfg.split)

@@ -33,7 +33,7 @@ from eval.io import write_json
 from eval.metrics import RankStats, mean_valid, recall_at_k, reciprocal_rank
 from eval.runs import read_run
 from eval.stats import mcnemar_exact, paired_bootstrap
-from retrieval.canon._files import check_target, staged_dir
+from retrieval.canon._files import check_out_dir, staged_dir
 
 #: The paper's numbers (R@5, fair test set, BGE): exact-string oracle, paraphrase oracle, best method (fusion),
 #: cross-model description (LLaVA-1.6-7B).
@@ -98,7 +98,9 @@ def _pct(x: float) -> str:
     return "—" if not np.isfinite(x) else f"{100 * x:.2f}"
 
 
-def _fmt_p(p: float) -> str:
+def _fmt_p(p: float | None) -> str:
+    if p is None:  # eval.stats gives no bootstrap p-value below MIN_BOOTSTRAP_N queries
+        return "n too small"
     return f"{p:.2g}" if p >= 1e-4 else "<1e-4"
 
 
@@ -249,7 +251,7 @@ def _plot(doc: dict, path: Path) -> None:
 
 def write_report(cfg: CanonReportConfig) -> dict:
     """Build the report and write its directory (module docstring); returns the JSON document."""
-    check_target(cfg.out, "report", inputs=cfg.inputs(), overwrite=cfg.overwrite)
+    check_out_dir(cfg.out, "report", inputs=cfg.inputs(), overwrite=cfg.overwrite)
     res = build(cfg)
     doc, tables = res["doc"], res["tables"]
     md = "# Canonicalization probes\n\n" + _EXPLAIN + "\n" + "\n".join(t.markdown() for t in tables)

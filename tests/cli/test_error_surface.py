@@ -41,7 +41,8 @@ DISTILL_DATA_COMMANDS = {
     "validate": ["--predicates", "p", "--rationales", "r"],
     "narrate": ["--predicates", "p", "--out", "o"],
     "sft": ["--rationales", "r", "--out", "o"],
-    "faithfulness": ["--model", "m", "--rationales", "r", "--out", "o"],
+    "faithfulness": ["--model", "m", "--predicates", "p", "--out", "o"],
+    "rationale-stats": ["--rationales", "[r]", "--out", "o"],
     "answers": ["--phrases", "[a.jsonl]", "--out", "o"],
 }
 
@@ -106,7 +107,8 @@ def test_debug_shows_the_traceback_of_a_known_error(cli_world, tmp_path, monkeyp
     ["retrieval", "canon", "sweep", "--phrases", "{tmp}/missing.txt", "--out", "{tmp}/o", "--model", MINILM],
     ["forecasters", "merge", "{tmp}/missing.jsonl", "--out", "{tmp}/o.jsonl"],
     ["distill", "predicates", "--data", "{tmp}/b", "--out", "{tmp}/o.jsonl"],
-    ["distill.train", "--model", "m", "--dataset", "{tmp}/d", "--output_dir", "{tmp}", "--lora_r", "many"],
+    ["distill.train", "--model_name_or_path", "m", "--dataset_name", "{tmp}/d", "--output_dir", "{tmp}/o",
+     "--effective_batch_size", "3", "--per_device_train_batch_size", "2"],
 ])
 def test_the_real_entry_points(tmp_path, argv):
     """``python -m PACKAGE``: the same exit code (2) and one line, from a fresh interpreter."""

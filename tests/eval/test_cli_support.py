@@ -101,3 +101,28 @@ def test_usage_errors_and_help_keep_typer_behaviour():
     assert code == 0 and out.strip() == "fine"
     code, out, _ = _run(lambda a: run_typer(app, a), "--help")
     assert code == 0 and "go" in out
+
+
+def test_an_installed_app_reports_errors_however_it_is_invoked():
+    """`install` puts the error surface in the app's command group: typer's CliRunner (and any script calling the
+    app) sees the one line and exit code 2 too, and --debug before the command turns the traceback on."""
+    from typer.testing import CliRunner
+
+    from eval.cli_support import install
+
+    app = _app(InputError("bad input", fix="fix it"))
+    install(app)
+    res = CliRunner().invoke(app, ["go"])
+    assert res.exit_code == EXIT_USER_ERROR and _lines(res.output) == ["error: bad input: fix it"]
+    res = CliRunner().invoke(app, ["--debug", "go"])
+    assert res.exit_code == EXIT_USER_ERROR and "Traceback" in res.output
+    res = CliRunner().invoke(_installed(ZeroDivisionError("x")), ["go"])
+    assert res.exit_code == EXIT_INTERNAL and "Traceback" in res.output
+
+
+def _installed(exc):
+    from eval.cli_support import install
+
+    app = _app(exc)
+    install(app)
+    return app
