@@ -11,7 +11,8 @@ follows:
   neither a local path nor in the local cache (an ``OSError`` / ``ValueError`` raised while transformers,
   sentence-transformers or huggingface_hub load it), or a check of the toolkit's own (a ``ValueError``,
   ``LookupError`` or ``RuntimeError`` raised by a ``raise`` statement in toolkit code) -- prints ONE red line
-  ``error: WHAT AND WHERE: FIX`` and exits with `EXIT_USER_ERROR`;
+  ``error: WHAT AND WHERE: FIX`` and exits with `EXIT_USER_ERROR` (`EXIT_INCOMPLETE` for an `IncompleteJob`: the
+  job ran but left items undone);
 - typer/click usage errors (a missing option, a bad value, a ``--data`` that is not a benchmark directory) keep
   click's own message and exit code (2, the same as `EXIT_USER_ERROR`);
 - anything else is a bug: the traceback is printed, then one red line, and the exit code is `EXIT_INTERNAL`.
@@ -30,7 +31,7 @@ from pathlib import Path
 
 import typer
 
-from eval.errors import EXIT_INTERNAL, EXIT_USER_ERROR, InputError, PSRError
+from eval.errors import EXIT_INCOMPLETE, EXIT_INTERNAL, EXIT_USER_ERROR, IncompleteJob, InputError, PSRError
 
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "PSR_DEBUG"
@@ -111,7 +112,7 @@ def report_error(e: BaseException, *, debug: bool = False, argv: Sequence[str] =
         traceback.print_exception(e)
     message, fix = known
     _print_line("error: " + message.rstrip(" .:;") + (f": {fix}" if fix else ""))
-    return EXIT_USER_ERROR
+    return EXIT_INCOMPLETE if isinstance(e, IncompleteJob) else EXIT_USER_ERROR
 
 
 def _print_line(text: str) -> None:

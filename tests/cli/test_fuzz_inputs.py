@@ -4,9 +4,6 @@ NaN/inf features, broken run files, mismatched benchmarks, existing --out target
 Every property runs the real entry point (`cli_run.run_cli`) on a fresh copy of the tiny benchmark and asserts what
 a user must see: a non-zero exit code (2), one ``error:`` line naming the file (and the line or row where there is
 one), no traceback, nothing written to ``--out``, and every file that existed before byte-identical after.
-
-Cases marked ``xfail(strict=True)`` are known gaps that other work fixes (the reason names it); when that work lands
-they pass, strict xfail turns that into a failure, and the marker must be removed.
 """
 
 from __future__ import annotations
@@ -18,7 +15,6 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-import pytest
 from cli_run import assert_one_clear_error, assert_unchanged, copy_world, run_cli, snapshot
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -26,7 +22,6 @@ from hypothesis import strategies as st
 from eval.schema import REQUIRED_QUERY_FIELDS, REQUIRED_SEGMENT_FIELDS, REQUIRED_STATE_FIELDS
 
 settings.load_profile("psr-cli")
-NEEDS_RUNNER = "i11-runner: --require-complete means every query answered"
 
 REQUIRED = {"queries.jsonl": REQUIRED_QUERY_FIELDS, "corpus.jsonl": REQUIRED_SEGMENT_FIELDS,
             "states.jsonl": REQUIRED_STATE_FIELDS}
@@ -273,7 +268,6 @@ def test_malformed_phrase_file_stops_phrase_search(cli_world, tmp_path):
                            "--out", out], f"{w['phrases']}:2", "query_id", out=out)
 
 
-@pytest.mark.xfail(strict=True, reason=NEEDS_RUNNER)
 def test_merge_require_complete_with_only_failed_lines_fails(cli_world, tmp_path):
     with fresh_world(cli_world, tmp_path) as w:
         rows = [json.loads(x) for x in w["phrases"].read_text().splitlines()]
@@ -281,7 +275,8 @@ def test_merge_require_complete_with_only_failed_lines_fails(cli_world, tmp_path
                                         for r in rows))
         res = run_cli("forecasters", "merge", w["phrases"], "--out", w["root"] / "m.jsonl", "--data", w["bench"],
                       "--require-complete")
-        assert res.code != 0
+        assert res.code == 3 and "Traceback" not in res.text  # EXIT_INCOMPLETE: the job ran, queries are unanswered
+        assert len([x for x in res.err.splitlines() if x.startswith("error:")]) == 1
 
 
 # --- canonicalization inputs ----------------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ def main() -> None:
 
     codes = []
     for argv in json.loads(sys.argv[1]):
-        try:  # without standalone mode click returns the exit code of typer.Exit and of a reported error
+        try:  # without standalone mode, click returns a command's exit code instead of raising SystemExit
             codes.append(int(app(argv, standalone_mode=False) or 0))
         except SystemExit as e:
             codes.append(int(e.code or 0))
