@@ -11,7 +11,7 @@ follows:
   neither a local path nor in the local cache (an ``OSError`` / ``ValueError`` raised while transformers,
   sentence-transformers or huggingface_hub load it), or a check of the toolkit's own (a ``ValueError``,
   ``LookupError`` or ``RuntimeError`` raised by a ``raise`` statement in toolkit code) -- prints ONE red line
-  ``error: WHAT AND WHERE: FIX`` and exits with `EXIT_USER_ERROR` (`EXIT_INCOMPLETE` for an `IncompleteJob`: the
+  ``error: WHAT AND WHERE (FIX)`` and exits with `EXIT_USER_ERROR` (`EXIT_INCOMPLETE` for an `IncompleteJob`: the
   job ran but left items undone);
 - typer/click usage errors (a missing option, a bad value, a ``--data`` that is not a benchmark directory) keep
   click's own message and exit code (2, the same as `EXIT_USER_ERROR`);
@@ -111,7 +111,7 @@ def report_error(e: BaseException, *, debug: bool = False, argv: Sequence[str] =
     if debug:
         traceback.print_exception(e)
     message, fix = known
-    _print_line("error: " + message.rstrip(" .:;") + (f": {fix}" if fix else ""))
+    _print_line("error: " + message + (f" ({fix})" if fix else ""))  # as str(PSRError): one format everywhere
     return EXIT_INCOMPLETE if isinstance(e, IncompleteJob) else EXIT_USER_ERROR
 
 

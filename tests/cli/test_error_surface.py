@@ -73,8 +73,8 @@ def test_a_hub_id_offline_names_the_model_and_the_packaged_fix(tmp_path, monkeyp
     (tmp_path / "p.txt").write_text("falling\nrolling\n")
     res = run_cli("retrieval", "canon", "sweep", "--phrases", tmp_path / "p.txt", "--out", tmp_path / "o")
     line = assert_one_clear_error(res)
-    assert line == ("error: BAAI/bge-small-en-v1.5 is not in the local cache and the hub is unreachable: pass "
-                    "--model packaged:all-MiniLM-L6-v2 or a local path")
+    assert line == ("error: BAAI/bge-small-en-v1.5 is not in the local cache and the hub is unreachable (pass "
+                    "--model packaged:all-MiniLM-L6-v2 or a local path)")
     assert not (tmp_path / "o").exists()
     res = run_cli("retrieval", "canon", "finetune", "--data", tmp_path / "nope", "--out", tmp_path / "o")
     assert res.code == 2

@@ -46,7 +46,7 @@ def test_known_error_is_one_line_with_the_fix_and_exit_2():
     app = _app(InputError("runs/a.parquet: column missing", fix="rescore the run"))
     code, _, err = _run(lambda a: run_typer(app, a), "go")
     assert code == EXIT_USER_ERROR
-    assert _lines(err) == ["error: runs/a.parquet: column missing: rescore the run"]
+    assert _lines(err) == ["error: runs/a.parquet: column missing (rescore the run)"]
 
 
 def test_debug_flag_and_env_show_the_traceback(monkeypatch):
@@ -90,7 +90,7 @@ def test_missing_file_names_the_path(tmp_path):
 
     code, _, err = _run(lambda a: run_main(main, a))
     assert code == EXIT_USER_ERROR
-    assert _lines(err) == [f"error: {tmp_path / 'nope.jsonl'}: No such file or directory: check the path"]
+    assert _lines(err) == [f"error: {tmp_path / 'nope.jsonl'}: No such file or directory (check the path)"]
 
 
 def test_usage_errors_and_help_keep_typer_behaviour():
@@ -113,7 +113,7 @@ def test_an_installed_app_reports_errors_however_it_is_invoked():
     app = _app(InputError("bad input", fix="fix it"))
     install(app)
     res = CliRunner().invoke(app, ["go"])
-    assert res.exit_code == EXIT_USER_ERROR and _lines(res.output) == ["error: bad input: fix it"]
+    assert res.exit_code == EXIT_USER_ERROR and _lines(res.output) == ["error: bad input (fix it)"]
     res = CliRunner().invoke(app, ["--debug", "go"])
     assert res.exit_code == EXIT_USER_ERROR and "Traceback" in res.output
     res = CliRunner().invoke(_installed(ZeroDivisionError("x")), ["go"])
