@@ -33,13 +33,14 @@ def predict_run(bench: Benchmark, ckpt: str | Path, out: str | Path, *, split: s
                             device=device, progress=progress)
 
 
-def _predict_run(bench, model, cfg, ck, ckpt, out, *, split, read_rule, method, k, device, progress) -> Run:
+def _predict_run(bench, model, cfg, ck, ckpt, out, *, split, read_rule, method, k, device, progress,
+                 prep=None) -> Run:
     rule = read_rule or cfg.read_rule
     ckpt_dir = Path(ckpt) if Path(ckpt).is_dir() else Path(ckpt).parent
-    prep = prepare(bench, cfg, ckpt_dir, device)
+    prep = prep if prep is not None else prepare(bench, cfg, ckpt_dir, device)
     rows = bench.query_rows(split)
     t0 = time.time()
-    qv = predict_query_vectors(model, prep, rows, rule=rule, seed=cfg.seed, progress=progress)
+    qv = predict_query_vectors(model, prep, rows, rule=rule, seed=cfg.seed, progress=progress, ckpt_dir=ckpt_dir)
     name = method or f"lftr[{cfg.target_space}]" + ("" if rule == "matched" else f"/{rule}")
     config = {**cfg.to_dict(), "read_rule": rule, "checkpoint": str(ckpt), "epoch": ck.get("epoch"),
               "val": ck.get("val"), "split": split, "predict_seconds": round(time.time() - t0, 3)}
