@@ -373,9 +373,8 @@ def lftr_lora(
 ) -> None:
     """The LoRA fine-tuned encoder baseline (App. S): LoRA on the prefix encoder through the LFTR head vs frozen."""
     from eval.benchmark import Benchmark
-    from retrieval.lora import LORA_LFTR, LoRAConfig, run_lora_baseline
-
     from retrieval.lftr.config import LFTRConfig, read_yaml
+    from retrieval.lora import LORA_LFTR, LoRAConfig, run_lora_baseline
 
     cfg = LFTRConfig().with_overrides(LORA_LFTR)  # defaults < the baseline's batch/epochs < YAML < options < --set
     for p in config:

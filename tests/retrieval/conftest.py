@@ -123,17 +123,24 @@ def synth_sem_dir(synth_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def synth_demo(synth_sem_dir, lftr_test_config, tmp_path_factory):
-    """`retrieval demo` on the session's synthetic benchmark: every baseline, oracle, LFTR and the fusion."""
+def synth_demo_out(synth_sem_dir, lftr_test_config, tmp_path_factory):
+    """The folder of `retrieval demo` runs on the session's synthetic benchmark (treat as read-only)."""
     from eval.benchmark import Benchmark
-    from eval.runs import read_run
     from retrieval.encoders import PACKAGED_MINILM
     from retrieval.lftr.jobs import run_demo
 
     out = tmp_path_factory.mktemp("demo-runs")
-    paths = run_demo(Benchmark.load(synth_sem_dir), out, text_model=PACKAGED_MINILM, configs=[lftr_test_config],
-                     log=lambda s: None, progress=False)
-    return {p.name.removesuffix(".parquet"): read_run(p) for p in paths}
+    run_demo(Benchmark.load(synth_sem_dir), out, text_model=PACKAGED_MINILM, configs=[lftr_test_config],
+             log=lambda s: None, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def synth_demo(synth_demo_out):
+    """`retrieval demo` on the session's synthetic benchmark: every baseline, oracle, LFTR and the fusion."""
+    from eval.runs import read_run
+
+    return {p.name.removesuffix(".parquet"): read_run(p) for p in sorted(synth_demo_out.glob("*.parquet"))}
 
 
 #: A tiny image tower for tests (seconds on CPU): 24x32 frames, 12 patches of 8x8, one attention block.

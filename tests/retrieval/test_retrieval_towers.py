@@ -74,7 +74,7 @@ def test_ssl_tower_is_reused_resumed_and_guards_foreign_folders(synth_bench, tmp
     assert part["finished"] is False and not (tmp_path / "t" / "config.json").exists()
     done = train_ssl(synth_bench, cfg, tmp_path / "t", log=logs.append, progress=False)
     assert done["finished"] and any("resumed" in s for s in logs)
-    full = train_ssl(synth_bench, cfg, tmp_path / "full", log=lambda s: None, progress=False)
+    train_ssl(synth_bench, cfg, tmp_path / "full", log=lambda s: None, progress=False)
     wa, wb = _tower_weights(tmp_path / "t"), _tower_weights(tmp_path / "full")
     assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)  # resume == uninterrupted
     again = train_ssl(synth_bench, cfg, tmp_path / "t", log=logs.append, progress=False)
