@@ -207,7 +207,7 @@ def test_lora_baseline_trains_only_adapters_and_its_frozen_control_is_plain_lftr
     enc = LoRAPrefixEncoder(prep, "cpu", LoRAConfig(with_out=True))
     trainable = [n for n, p in enc.module.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
-    assert {n.split(".")[-2] for n in trainable if "lora_A" in n} == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    assert {n.split(".")[-4] for n in trainable if "lora_A" in n} == {"q_proj", "k_proj", "v_proj", "o_proj"}
     enc.module.eval()
     with torch.no_grad():
         tok = enc.tokens(torch.arange(5)).numpy()
