@@ -298,13 +298,18 @@ def demo(
     config: list[Path] = typer.Option([], "--config", help="LFTR YAML config(s) (default: configs/lftr/synth.yaml)"),
     seed: int = typer.Option(0, "--seed"),
     split: str = SPLIT,
+    extra_space: list[str] = typer.Option([], "--extra-space", help="more target spaces (e.g. a LiT space): LFTR, "
+                                          "oracles, the fusion of all spaces and the complementarity analysis"),
+    compare_space: str = typer.Option("", "--compare-space", help="a second visual space (e.g. pixels) for LFTR, "
+                                      "persistence and the prototype oracle beside the visual space"),
 ) -> None:
     """Encode the semantic space, run every baseline, oracle, LFTR in both spaces and their fusion (resumable)."""
     from eval.benchmark import Benchmark
     from retrieval.lftr.jobs import run_demo
 
     paths = run_demo(Benchmark.load(data), out, text_model=text_model, semantic_space=semantic_space,
-                     visual_space=visual_space, configs=list(config), seed=seed, split=split, log=console.print)
+                     visual_space=visual_space, configs=list(config), seed=seed, split=split, log=console.print,
+                     extra_spaces=list(extra_space), compare_space=compare_space)
     console.print(f"[green]{len(paths)} runs in[/] {out}")
 
 

@@ -186,3 +186,30 @@ def test_lit_loss_masks_shared_frames_and_texts():
     assert masked.item() < lit_loss(v, t, torch.tensor(50.0), torch.arange(4), torch.arange(4)).item()
     assert sub.item() == pytest.approx(lit_loss(v[keep], t[keep], torch.tensor(50.0), torch.arange(3),
                                                 torch.arange(3)).item())
+
+
+def test_demo_in_the_learned_spaces_with_fusion_and_complementarity(synth_towers_dir, tmp_path):
+    """`retrieval demo --visual-space ssl --extra-space lit --compare-space pixels`: baselines and LFTR in the
+    learned spaces, the LiT zero-shot oracle, the three-space fusion and the complementarity analysis."""
+    import yaml
+
+    from eval.runs import read_run
+    from retrieval.encoders import PACKAGED_MINILM
+    from retrieval.lftr.jobs import run_demo
+
+    d, _ = synth_towers_dir
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"d_model": 32, "n_layers": 1, "n_heads": 2, "n_samples": 4, "epochs": 1,
+                                   "batch_size": 64, "n_random_negatives": 64, "n_hard_negatives": 16, "threads": 1}))
+    out = tmp_path / "runs"
+    paths = run_demo(Benchmark.load(d), out, text_model=PACKAGED_MINILM, visual_space="ssl", extra_spaces=["lit"],
+                     compare_space="pixels", configs=[cfg], log=lambda s: None, progress=False)
+    names = {p.name.removesuffix(".parquet") for p in paths}
+    assert {"persistence", "lftr-ssl", "lftr-lit", "lftr-pixels", "persistence-pixels", "oracle-semantic-text-lit",
+            "question-only-lit", "oracle-state-prototype-pixels", "lftr-fusion-minilm+ssl",
+            "lftr-fusion-minilm+ssl+lit"} <= names
+    assert all(p.exists() for p in paths)
+    assert read_run(out / "lftr-fusion-minilm+ssl+lit.parquet").config["spaces"] == ["minilm", "ssl", "lit"]
+    comp = json.loads((out / "complementarity.json").read_text())
+    assert set(comp["recall"]) == {"lftr-minilm", "lftr-ssl", "lftr-lit"}
+    assert set(comp["state_similarity"]["r"]) == {"minilm~ssl", "minilm~lit", "ssl~lit"}
