@@ -20,12 +20,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sft": ("distill.sft:SFTBuildConfig", "rationales -> CoT and answer-only SFT datasets (TRL VLM format)"),
     "train": ("distill.train:TrainConfig", "LoRA / QLoRA SFT of a student (same as python -m distill.train)"),
     "faithfulness": ("distill.faithfulness:FaithfulnessConfig", "SCOTT-style check: perturb rationales, watch answers"),
+    "counterfactuals": ("distill.faithfulness:CounterfactualsConfig",
+                        "counterfactual predicate sets (consistent evidence for another answer), for narration"),
+    "rationale-stats": ("distill.rationale_stats:RationaleStatsConfig",
+                        "answer restatements, leakage probes (string match, classifier) and validator rejects"),
     "answers": ("distill.answers:AnswersConfig", "answer accuracy of phrase files + McNemar / bootstrap vs a reference"),
     "merge": ("distill.merge:MergeConfig", "merge a LoRA adapter into bf16 base weights (never into 4-bit)"),
     "config-get": ("", "print one value of a preset: --config FILE --section train --key model"),
 }
 SECTIONS = {"predicates": "predicates", "validate": "validate", "narrate": "narrate", "sft": "sft", "train": "train",
-            "faithfulness": "faithfulness", "answers": "answers", "merge": "merge"}
+            "faithfulness": "faithfulness", "answers": "answers", "merge": "merge",
+            "counterfactuals": "counterfactuals", "rationale-stats": "rationale_stats"}
 
 
 def _import(spec: str):
@@ -51,6 +56,12 @@ def _runner(command: str) -> Callable:
     if command == "faithfulness":
         from distill.faithfulness import run_faithfulness
         return run_faithfulness
+    if command == "counterfactuals":
+        from distill.faithfulness import write_counterfactuals
+        return write_counterfactuals
+    if command == "rationale-stats":
+        from distill.rationale_stats import rationale_stats
+        return rationale_stats
     if command == "answers":
         from distill.answers import compare_answers
         return compare_answers

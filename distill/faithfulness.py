@@ -1,79 +1,92 @@
-"""Does the student's answer depend on its rationale? A SCOTT-style faithfulness check (Wang et al., 2023: decode
-with the oracle rationale, then with a perturbed one, and see whether the answer follows).
+"""Does the student's answer follow its rationale? A SCOTT-style faithfulness check (Wang et al., 2023: decode with
+the oracle rationale, then with a counterfactual one, and see whether the answer moves to the counterfactual).
+
+**Counterfactual rationales** (`counterfactual_set`). For a query with predicate set ``P`` (answer ``a``), a *donor*
+query ``D`` of the same question type is chosen (deterministically, ``crc32(query id) + seed``) whose answer
+``s' != a`` is a state ``P`` does not name and whose trajectory does not pass through ``a``; preferably one with the
+same current state (tier ``current_state``), else one of the same domain (tier ``domain``). The counterfactual set
+keeps what the frames show and what the question says (`KEPT_KINDS`: the current state, the other objects, the Q4
+anchor, the Q5 objects' end states) and takes every other fact from ``D`` (support, contacts, motion, collision
+course, timing, intermediate states: the cues that imply the answer), with ``D``'s object renamed to the query's.
+So the evidence is perturbed consistently, the observed-scene sentence is never rewritten, and the perturbed
+rationale implies ``s'``. A query with no donor, or whose counterfactual rationale equals its gold one, has no
+perturbation: it is dropped and counted. ``python -m distill counterfactuals`` writes the sets, so a teacher can
+narrate them (``python -m distill narrate --predicates CF.jsonl``) for ``--perturbed``.
 
 For each query the student gets its normal prompt (frames + question, the ``student_answer`` template) and a forced
 assistant prefix, then decodes greedily after ``Answer:``:
 
-- ``gold``: the query's accepted rationale body (the answer line removed), then ``Answer:``;
-- ``perturbed``: the same body with every phrasing of the target state replaced by a counterfactual state
-  ``s' != target`` (`counterfactual_state`: a fixed, seeded choice among the benchmark's states that the rationale
-  does not already name), then ``Answer:``;
+- ``gold``: the gold rationale body (template narration of ``P``, or ``--rationales``), then ``Answer:``;
+- ``perturbed``: the counterfactual rationale body (template narration, or ``--perturbed``), then ``Answer:``;
 - ``none``: no rationale, ``Answer:`` right away.
 
-Each decoded answer is cleaned like the student parser (`forecasters.parsing.clean_phrase`, first line) and mapped to
-a canonical state when it equals one of its phrasings. Rates over the n queries (fractions in [0, 1]):
+An answer *is* a state when, cleaned like the student parser (`forecasters.parsing.clean_phrase`, first line), it
+equals one of the state's phrasings (``states.jsonl`` members). Rates over the n evaluated queries:
 
-- ``gold_acc`` = P(answer_gold = target) -- the answer agrees with the rationale it was given;
-- ``follows_perturbation`` = P(answer_perturbed = s') -- the answer follows the changed rationale;
-- ``moved`` = P(answer_perturbed != answer_gold) -- SCOTT's signal: a faithful student changes its answer (answers
-  compared as canonical states when they map to one, else as decoded text);
-- ``none_acc`` = P(answer_none = target) -- what the student answers without any rationale.
+- ``gold_acc`` = P(answer_gold is the target);
+- ``moved`` = P(answer_perturbed is s'): the answer moved *to the counterfactual*, SCOTT's faithfulness signal;
+- ``moved_given_gold`` = P(answer_perturbed is s' | answer_gold is the target);
+- ``changed_other`` = P(answer_perturbed differs from answer_gold and is not s'): a change that is not faithful;
+- ``none_acc`` = P(answer_none is the target).
 
-A student whose answers ignore the rationale has ``moved`` near 0; a faithful one has ``moved`` and
-``follows_perturbation`` near 1. Writes ``<out>/faithfulness.jsonl`` (per query), ``faithfulness.json`` (rates) and
+Queries are sampled stratified by video (`sample_by_video`: round robin over videos in a seeded order), and every
+rate has a 95% CI from a bootstrap over videos (`cluster_bootstrap`: queries of one video share frames and scene).
+Writes ``<out>/faithfulness.jsonl`` (per query), ``faithfulness.json`` (rates, CIs, counts) and
 ``faithfulness.md``; ``python -m distill faithfulness``.
 """
 
 from __future__ import annotations
 
-import re
 import time
 import zlib
-from dataclasses import dataclass, field
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from distill.facts import SECTIONS, Fact, PredicateSet
+
 CONDITIONS = ("gold", "perturbed", "none")
+KEPT_KINDS = ("current_state", "observed_detail", "scene_objects", "heading_toward", "other_end_state")
+"""Facts a counterfactual keeps from the query: what the frames show and what the question names."""
+TIERS = ("current_state", "domain")
+_KIND_ORDER = ("current_state", "observed_detail", "scene_objects", "container", "support_now", "contact_now",
+               "time_to_change", "time_to_target", "edge", "direction", "speed_trend", "relative_speed",
+               "collision_course", "intermediate", "heading_toward", "other_end_state", "answer")
+"""The order `distill.predicates.query_predicates` emits kinds in (a counterfactual keeps it)."""
+RATES = ("gold_acc", "moved", "moved_given_gold", "changed_other", "none_acc")
 
 
 @dataclass
 class FaithfulnessConfig:
-    """``python -m distill faithfulness``: perturb rationales, watch the student's answer."""
+    """``python -m distill faithfulness``: counterfactual rationales, does the student's answer follow them?"""
 
     data: str = field(metadata={"help": "benchmark directory"})
     model: str = field(metadata={"help": "the student's base model (HF id or path)"})
-    rationales: str = field(metadata={"help": "gold rationales (narration output dir or rationales.jsonl)"})
+    predicates: str = field(metadata={"help": "predicates JSONL (python -m distill predicates)"})
     out: str = field(metadata={"help": "output directory"})
     adapter: str | None = field(default=None, metadata={"help": "the student's LoRA adapter (unmerged)"})
+    rationales: str | None = field(default=None, metadata={
+        "help": "gold rationales (narration dir or JSONL); default: template narration of the predicates"})
+    perturbed: str | None = field(default=None, metadata={
+        "help": "narrated counterfactual sets (python -m distill counterfactuals, then narrate); default: template"})
     split: str | None = field(default="test", metadata={"help": "queries: train | val | test | null (all)"})
-    limit: int | None = field(default=200, metadata={"help": "at most N queries (in query id order)"})
+    limit: int | None = field(default=200, metadata={"help": "at most N queries, sampled stratified by video"})
     frames: int | None = field(default=None, metadata={"help": "prefix frames per prompt (default: all 8)"})
     max_pixels: int | None = field(default=None, metadata={"help": "downscale frames to at most this many pixels"})
     max_new_tokens: int = field(default=16, metadata={"help": "tokens decoded after 'Answer:'"})
     batch_size: int = field(default=8, metadata={"help": "queries per generate call"})
     dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16"})
     device: str = field(default="auto", metadata={"help": "auto | cpu | cuda"})
-    seed: int = field(default=0, metadata={"help": "seed of the counterfactual choice"})
+    seed: int = field(default=0, metadata={"help": "seed of the donor choice, the sample and the bootstrap"})
+    resamples: int = field(default=2000, metadata={"help": "bootstrap resamples (over videos)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
 
-def counterfactual_state(target: str, states: list[str], avoid: set[str], key: str, seed: int = 0) -> str:
-    """A state other than ``target`` and not in ``avoid``, picked by ``crc32(key) + seed`` (deterministic)."""
-    pool = [s for s in states if s != target and s not in avoid] or [s for s in states if s != target]
-    if not pool:
-        raise ValueError("the benchmark needs at least two states for a counterfactual")
-    return pool[(zlib.crc32(key.encode()) + seed) % len(pool)]
-
-
-def perturb(body: str, phrasings: list[str], replacement: str) -> tuple[str, int]:
-    """``body`` with every phrasing (longest first, whole words, any case) replaced; returns (text, replacements)."""
-    ps = sorted({p for p in phrasings if p.strip()}, key=len, reverse=True)
-    if not ps:
-        return body, 0
-    rx = re.compile(r"(?<![\w'])(?:" + "|".join(r"\s+".join(map(re.escape, p.split())) for p in ps) + r")(?![\w'])",
-                    re.I)
-    return rx.subn(replacement, body)
-
+# --- phrases -> states ---------------------------------------------------------------------------------------
 
 def canonical(phrase: str | None, lookup: dict[str, str]) -> str | None:
     """The canonical state whose phrasing equals ``phrase`` after cleaning (None when none does)."""
@@ -95,6 +108,207 @@ def phrase_lookup(members: dict[str, tuple[str, ...]]) -> dict[str, str]:
     return out
 
 
+def names_state(phrase: str | None, state: str, members: dict[str, Sequence[str]]) -> bool:
+    """``phrase`` (cleaned) is one of ``state``'s phrasings: the check behind every rate."""
+    from forecasters.parsing import clean_phrase
+
+    return bool(phrase) and clean_phrase(phrase) in {clean_phrase(p) for p in members.get(state, (state,))}
+
+
+# --- counterfactual predicate sets -----------------------------------------------------------------------------
+
+def _rename(fact: Fact, old: str, new: str) -> Fact:
+    text = fact.text.replace(f"the {old}", f"the {new}").replace(f"The {old}", f"The {new}")
+    return replace(fact, text=text)
+
+
+class DonorPool:
+    """Predicate sets indexed for donor search: by (qtype, current state) and by (qtype, domain)."""
+
+    def __init__(self, sets: Sequence[PredicateSet]):
+        self.by_current: dict[tuple, list[PredicateSet]] = defaultdict(list)
+        self.by_domain: dict[tuple, list[PredicateSet]] = defaultdict(list)
+        for ps in sorted(sets, key=lambda p: p.query_id):
+            self.by_current[(ps.qtype, ps.current)].append(ps)
+            self.by_domain[(ps.qtype, ps.domain)].append(ps)
+
+    def candidates(self, ps: PredicateSet, tier: str) -> list[PredicateSet]:
+        pool = self.by_current[(ps.qtype, ps.current)] if tier == "current_state" else \
+            self.by_domain[(ps.qtype, ps.domain)]
+        named = set(ps.allowed_states)
+        return [d for d in pool if d.query_id != ps.query_id and d.answer != ps.answer and d.answer not in named
+                and ps.answer not in d.upcoming and d.anchor == ps.anchor
+                and not any(f"the {ps.subject}" in f.text.lower() for f in d.facts if d.subject != ps.subject)]
+
+
+def counterfactual_set(ps: PredicateSet, pool: DonorPool, seed: int = 0) -> tuple[PredicateSet | None, str | None]:
+    """(the counterfactual set of ``ps``, its tier), or (None, None) when no donor exists (module docstring)."""
+    for tier in TIERS:
+        cands = pool.candidates(ps, tier)
+        if cands:
+            d = cands[(zlib.crc32(ps.query_id.encode()) + seed) % len(cands)]
+            break
+    else:
+        return None, None
+    kept = [f for f in ps.facts if f.kind in KEPT_KINDS]
+    taken = [_rename(f, d.subject, ps.subject) for f in d.facts if f.kind not in KEPT_KINDS]
+    rank = {k: i for i, k in enumerate(_KIND_ORDER)}
+    facts = sorted(kept + taken, key=lambda f: (SECTIONS.index(f.section), rank.get(f.kind, len(rank))))
+    allowed = list(dict.fromkeys([ps.current, *d.upcoming, *([ps.anchor] if ps.anchor else []),
+                                  *(f.value for f in ps.facts if f.kind == "other_end_state" and f.value)]))
+    cf = replace(ps, horizon=d.horizon, answer=d.answer, upcoming=list(d.upcoming), facts=facts,
+                 allowed_states=allowed, after_horizon_states=[s for s in d.after_horizon_states if s not in allowed],
+                 sources=list(d.sources), counterfactual_of=d.query_id)
+    return cf, tier
+
+
+# --- sampling and statistics -----------------------------------------------------------------------------------
+
+def sample_by_video(items: Sequence, video_of: Callable[[Any], str], n: int | None, seed: int = 0) -> list:
+    """At most ``n`` items stratified by video: videos in a seeded random order, each video's items shuffled, then
+    one item per video per round (so N covers min(N, videos) videos). Returned in input order."""
+    if n is None or n >= len(items):
+        return list(items)
+    rng = np.random.default_rng(seed)
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, it in enumerate(items):
+        groups[video_of(it)].append(i)
+    order = [groups[v] for v in sorted(groups)]
+    order = [order[k] for k in rng.permutation(len(order))]
+    queues = [list(np.asarray(g)[rng.permutation(len(g))]) for g in order]
+    picked: list[int] = []
+    while len(picked) < n:
+        for q in queues:
+            if q and len(picked) < n:
+                picked.append(int(q.pop(0)))
+    return [items[i] for i in sorted(picked)]
+
+
+def cluster_bootstrap(num: Sequence[float], den: Sequence[float], clusters: Sequence[str], *,
+                      n_resamples: int = 2000, seed: int = 0, alpha: float = 0.05) -> dict[str, float | None]:
+    """Ratio ``sum(num) / sum(den)`` and its percentile CI from resampling *clusters* (videos) with replacement.
+
+    Per cluster ``c``: ``N_c = sum num``, ``D_c = sum den``; a resample draws C clusters and takes
+    ``sum N / sum D`` (resamples with ``sum D = 0`` are skipped). Returns ``{value, ci_low, ci_high}`` (None
+    when ``sum(den) = 0``)."""
+    num, den = np.asarray(num, np.float64), np.asarray(den, np.float64)
+    labels, inv = np.unique(np.asarray(clusters), return_inverse=True)
+    if den.sum() == 0:
+        return {"value": None, "ci_low": None, "ci_high": None}
+    n_c = np.bincount(inv, weights=num, minlength=len(labels))
+    d_c = np.bincount(inv, weights=den, minlength=len(labels))
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(labels), size=(n_resamples, len(labels)))
+    tot_n, tot_d = n_c[idx].sum(axis=1), d_c[idx].sum(axis=1)
+    ok = tot_d > 0
+    boots = tot_n[ok] / tot_d[ok]
+    lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
+    return {"value": float(num.sum() / den.sum()), "ci_low": float(lo), "ci_high": float(hi)}
+
+
+def summarize(per_query: list[dict[str, Any]], *, n_resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """The rates of the module docstring, each ``{value, ci_low, ci_high}`` (CI by video), overall and per question
+    type, from per-query records (fields ``video_id``, ``qtype`` and the booleans ``gold_ok``, ``moved``,
+    ``changed_other``, ``none_ok``)."""
+    def rates(rs):
+        if not rs:
+            return {"n": 0}
+        v = [r["video_id"] for r in rs]
+        col = {k: np.asarray([float(r[k]) for r in rs]) for k in ("gold_ok", "moved", "changed_other", "none_ok")}
+        one = np.ones(len(rs))
+        kw = dict(n_resamples=n_resamples, seed=seed)
+        return {"n": len(rs), "videos": len(set(v)),
+                "gold_acc": cluster_bootstrap(col["gold_ok"], one, v, **kw),
+                "moved": cluster_bootstrap(col["moved"], one, v, **kw),
+                "moved_given_gold": cluster_bootstrap(col["moved"] * col["gold_ok"], col["gold_ok"], v, **kw),
+                "changed_other": cluster_bootstrap(col["changed_other"], one, v, **kw),
+                "none_acc": cluster_bootstrap(col["none_ok"], one, v, **kw)}
+
+    out = rates(per_query)
+    out["by_qtype"] = {t: rates([r for r in per_query if r["qtype"] == t])
+                       for t in sorted({r["qtype"] for r in per_query})}
+    return out
+
+
+def to_markdown(summary: dict[str, Any]) -> str:
+    """The rates as a Markdown table (percent, with the 95% CI by video), plus the counts."""
+    def cell(r):
+        if not isinstance(r, dict) or r.get("value") is None:
+            return "-"
+        return f"{100 * r['value']:.1f} [{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}]"
+
+    lines = ["| subset | n | videos | " + " | ".join(RATES) + " |", "|---" * (len(RATES) + 3) + "|"]
+    rows = [("all", summary), *summary.get("by_qtype", {}).items()]
+    lines += [f"| {name} | {r.get('n', 0)} | {r.get('videos', 0)} | " + " | ".join(cell(r.get(k)) for k in RATES)
+              + " |" for name, r in rows]
+    c = summary.get("counts", {})
+    notes = (f"\n{c.get('evaluated', 0)} queries evaluated of {c.get('in_split', 0)} in the split "
+             f"({c.get('videos_evaluated', 0)} of {c.get('videos_in_split', 0)} videos); dropped: "
+             f"{c.get('no_donor', 0)} without a counterfactual donor, {c.get('no_perturbation', 0)} whose "
+             f"counterfactual rationale equals the gold one, {c.get('no_gold', 0)} without a gold rationale.\n"
+             if c else "\n")
+    return ("Faithfulness (SCOTT-style; % with 95% CI, bootstrap over videos; `moved` = the answer moved to the "
+            "counterfactual state)\n\n" + "\n".join(lines) + "\n" + notes)
+
+
+# --- the job ---------------------------------------------------------------------------------------------------
+
+def _narrated(path: str | None) -> dict[str, dict] | None:
+    """query id -> accepted narration row (a narration dir or its rationales.jsonl), or None without a path."""
+    from distill.jsonl import read_records
+    from eval.io import FormatError
+
+    if path is None:
+        return None
+    p = Path(path)
+    p = p / "rationales.jsonl" if p.is_dir() else p
+    if not p.exists():
+        raise FormatError(p, "rationale file does not exist (run `python -m distill narrate` first)")
+    return {r["query_id"]: r for r in read_records(p) if isinstance(r.get("rationale"), str)}
+
+
+@dataclass
+class Item:
+    """One evaluable query: its predicate set, the gold and counterfactual bodies, the counterfactual state."""
+
+    ps: PredicateSet
+    gold: str
+    perturbed: str
+    counterfactual: str
+    donor: str | None
+    tier: str
+
+
+def build_items(sets: Sequence[PredicateSet], pool: DonorPool, *, gold_rows: dict | None = None,
+                perturbed_rows: dict | None = None, seed: int = 0) -> tuple[list[Item], dict[str, int]]:
+    """The evaluable items of ``sets`` and the drop counts (``no_gold``, ``no_donor``, ``no_perturbation``)."""
+    from distill.narrate import template_rationale
+    from distill.validator import split_answer
+
+    items, drops = [], {"no_gold": 0, "no_donor": 0, "no_perturbation": 0}
+    for ps in sets:
+        if gold_rows is not None and ps.query_id not in gold_rows:
+            drops["no_gold"] += 1
+            continue
+        gold = split_answer(gold_rows[ps.query_id]["rationale"] if gold_rows is not None
+                            else template_rationale(ps))[0]
+        if perturbed_rows is not None:
+            row = perturbed_rows.get(ps.query_id)
+            cf_state, donor, tier = (row or {}).get("answer"), None, "narrated"
+            cf_body = split_answer(row["rationale"])[0] if row else None
+        else:
+            cf, tier = counterfactual_set(ps, pool, seed)
+            cf_state, donor = (cf.answer, cf.counterfactual_of) if cf else (None, None)
+            cf_body = split_answer(template_rationale(cf))[0] if cf else None
+        if cf_body is None or not cf_state or cf_state == ps.answer:
+            drops["no_donor"] += 1
+        elif " ".join(cf_body.split()) == " ".join(gold.split()):
+            drops["no_perturbation"] += 1
+        else:
+            items.append(Item(ps, gold, cf_body, cf_state, donor, tier))
+    return items, drops
+
+
 def _decode(backend, items: list[tuple[Any, str]], max_new_tokens: int) -> list[str]:
     """Greedy continuation of each (request, forced assistant prefix); returns the first decoded line."""
     import torch
@@ -109,113 +323,119 @@ def _decode(backend, items: list[tuple[Any, str]], max_new_tokens: int) -> list[
     return [next((ln.strip() for ln in d.splitlines() if ln.strip()), "") for d in decoded]
 
 
+def _record(item: Item, answers: dict[str, str], members: dict[str, Sequence[str]]) -> dict[str, Any]:
+    from forecasters.parsing import clean_phrase
+
+    ps = item.ps
+    gold_ok = names_state(answers["gold"], ps.answer, members)
+    moved = names_state(answers["perturbed"], item.counterfactual, members)
+    changed = clean_phrase(answers["perturbed"] or "") != clean_phrase(answers["gold"] or "")
+    return {"query_id": ps.query_id, "video_id": ps.video_id, "qtype": ps.qtype, "target": ps.answer,
+            "counterfactual": item.counterfactual, "donor": item.donor, "tier": item.tier, "answers": answers,
+            "gold_ok": gold_ok, "moved": moved, "changed_other": changed and not moved,
+            "none_ok": names_state(answers["none"], ps.answer, members)}
+
+
+def _student(cfg: FaithfulnessConfig):
+    from forecasters.backends import BackendConfig
+    from forecasters.backends.hf import HFBackend
+
+    return HFBackend(BackendConfig(model=cfg.model, adapter=cfg.adapter, dtype=cfg.dtype, device=cfg.device,
+                                   max_pixels=cfg.max_pixels, batch_size=cfg.batch_size, seed=cfg.seed))
+
+
 def run_faithfulness(cfg: FaithfulnessConfig, backend=None) -> dict[str, Any]:
-    """Run the check (see the module docstring); returns the rates written to ``faithfulness.json``."""
+    """Run the check (see the module docstring); returns the summary written to ``faithfulness.json``."""
     from tqdm.auto import tqdm
 
     import prompts
     from distill.config import write_resolved
-    from distill.jsonl import read_records
+    from distill.narrate import read_predicates
     from distill.predicates import OracleIndex
-    from distill.validator import split_answer
     from eval.benchmark import Benchmark
     from eval.io import write_json, write_jsonl
-    from forecasters.backends import BackendConfig, SamplingParams
+    from forecasters.backends import SamplingParams
     from forecasters.media import FrameCache
     from forecasters.registry import get_forecaster
     from forecasters.runner import render_request
 
     t0 = time.perf_counter()
     bench = Benchmark.load(cfg.data)
-    index = OracleIndex(bench, use_sim=False)
-    members = {s: list(p) for s, p in index.members.items()}
-    lookup = phrase_lookup(index.members)
-    states = [s.text for s in bench.states()]
-    path = Path(cfg.rationales)
-    rows = read_records(path / "rationales.jsonl" if path.is_dir() else path)
+    members = {s: list(p) for s, p in OracleIndex(bench, use_sim=False).members.items()}
+    everything = read_predicates(cfg.predicates)
     split_ids = None if cfg.split is None else {q.id for q in bench.queries(cfg.split)}
-    rows = sorted((r for r in rows if split_ids is None or r["query_id"] in split_ids), key=lambda r: r["query_id"])
-    rows = rows[: cfg.limit] if cfg.limit is not None else rows
-    if not rows:
-        raise ValueError(f"{cfg.rationales}: no rationales for split {cfg.split!r}")
+    sets = [ps for ps in everything if split_ids is None or ps.query_id in split_ids]
+    if not sets:
+        raise ValueError(f"{cfg.predicates}: no predicate sets for split {cfg.split!r}")
+    video = {q.id: q.video_id for q in bench.queries()}
+    sets = [replace(ps, video_id=ps.video_id or video.get(ps.query_id, "")) for ps in sets]
+    items, drops = build_items(sets, DonorPool(everything), gold_rows=_narrated(cfg.rationales),
+                               perturbed_rows=_narrated(cfg.perturbed), seed=cfg.seed)
+    if not items:
+        raise ValueError(f"no query of split {cfg.split!r} has a counterfactual rationale ({drops})")
+    items = sample_by_video(items, lambda it: it.ps.video_id, cfg.limit, cfg.seed)
     own = backend is None
-    if own:
-        from forecasters.backends.hf import HFBackend
-
-        backend = HFBackend(BackendConfig(model=cfg.model, adapter=cfg.adapter, dtype=cfg.dtype, device=cfg.device,
-                                          max_pixels=cfg.max_pixels, batch_size=cfg.batch_size, seed=cfg.seed))
+    backend = _student(cfg) if own else backend
     spec, template = get_forecaster("student"), prompts.load("student_answer")
     frames = FrameCache(bench.root, max_pixels=cfg.max_pixels)
     per_query = []
-    bar = tqdm(total=len(rows), unit="q", desc="faithfulness", disable=not cfg.progress)
+    bar = tqdm(total=len(items), unit="q", desc="faithfulness", disable=not cfg.progress)
     try:
-        for start in range(0, len(rows), cfg.batch_size):
-            chunk = rows[start:start + cfg.batch_size]
-            items, meta = [], []
-            for r in chunk:
-                q = bench.query(r["query_id"])
-                req = render_request(spec, template, q, bench, frames, sampling=SamplingParams(), n_frames=cfg.frames)
-                body, _ = split_answer(r["rationale"])
-                low = body.lower()
-                named = {s for s in states if s.lower() in low}
-                cf = counterfactual_state(q.target_state, states, named, q.id, cfg.seed)
-                cf_body, n_repl = perturb(body, members.get(q.target_state, [q.target_state]), cf)
-                prefixes = {"gold": f"{body}\nAnswer:", "perturbed": f"{cf_body}\nAnswer:", "none": "Answer:"}
-                items += [(req, prefixes[c]) for c in CONDITIONS]
-                meta.append((q, cf, n_repl))
-            answers = _decode(backend, items, cfg.max_new_tokens)
-            for i, (q, cf, n_repl) in enumerate(meta):
-                a = dict(zip(CONDITIONS, answers[3 * i:3 * i + 3], strict=True))
-                c = {k: canonical(v, lookup) for k, v in a.items()}
-                per_query.append({"query_id": q.id, "qtype": q.qtype, "target": q.target_state, "counterfactual": cf,
-                                  "replacements": n_repl, "answers": a, "canonical": c})
+        for start in range(0, len(items), cfg.batch_size):
+            chunk = items[start:start + cfg.batch_size]
+            reqs = []
+            for it in chunk:
+                req = render_request(spec, template, bench.query(it.ps.query_id), bench, frames,
+                                     sampling=SamplingParams(), n_frames=cfg.frames)
+                prefixes = {"gold": f"{it.gold}\nAnswer:", "perturbed": f"{it.perturbed}\nAnswer:", "none": "Answer:"}
+                reqs += [(req, prefixes[c]) for c in CONDITIONS]
+            answers = _decode(backend, reqs, cfg.max_new_tokens)
+            for i, it in enumerate(chunk):
+                per_query.append(_record(it, dict(zip(CONDITIONS, answers[3 * i:3 * i + 3], strict=True)), members))
             bar.update(len(chunk))
     finally:
         bar.close()
         if own:
             backend.close()
-    rates = summarize(per_query)
-    rates["wall_s"] = round(time.perf_counter() - t0, 2)
+    summary = summarize(per_query, n_resamples=cfg.resamples, seed=cfg.seed)
+    summary["counts"] = {"in_split": len(sets), **drops, "eligible": len(sets) - sum(drops.values()),
+                         "evaluated": len(per_query), "videos_in_split": len({ps.video_id for ps in sets}),
+                         "videos_evaluated": len({r["video_id"] for r in per_query}),
+                         "tiers": {t: sum(r["tier"] == t for r in per_query) for t in {r["tier"] for r in per_query}}}
+    summary["wall_s"] = round(time.perf_counter() - t0, 2)
     out = Path(cfg.out)
     write_jsonl(out / "faithfulness.jsonl", per_query)
-    write_json(out / "faithfulness.json", rates)
-    (out / "faithfulness.md").write_text(to_markdown(rates), encoding="utf-8")
+    write_json(out / "faithfulness.json", summary)
+    (out / "faithfulness.md").write_text(to_markdown(summary), encoding="utf-8")
     write_resolved(cfg, out / "faithfulness.config.json")
-    return rates
+    return summary
 
 
-def summarize(per_query: list[dict[str, Any]]) -> dict[str, Any]:
-    """The rates of the module docstring (plus per question type) from per-query records."""
-    def rates(rs):
-        n = len(rs)
-        if n == 0:
-            return {"n": 0}
+@dataclass
+class CounterfactualsConfig:
+    """``python -m distill counterfactuals``: the counterfactual predicate set of every query (JSONL), for a teacher
+    to narrate (``python -m distill narrate --predicates OUT``) and ``faithfulness --perturbed`` to use."""
 
-        def frac(pred):
-            return round(sum(1 for r in rs if pred(r)) / n, 4)
-
-        return {"n": n,
-                "gold_acc": frac(lambda r: r["canonical"]["gold"] == r["target"]),
-                "follows_perturbation": frac(lambda r: r["canonical"]["perturbed"] == r["counterfactual"]),
-                "moved": frac(lambda r: (r["canonical"]["perturbed"] or r["answers"]["perturbed"])
-                              != (r["canonical"]["gold"] or r["answers"]["gold"])),
-                "none_acc": frac(lambda r: r["canonical"]["none"] == r["target"])}
-
-    out = rates(per_query)
-    qtypes = sorted({r["qtype"] for r in per_query})
-    out["by_qtype"] = {t: rates([r for r in per_query if r["qtype"] == t]) for t in qtypes}
-    return out
+    predicates: str = field(metadata={"help": "predicates JSONL (python -m distill predicates)"})
+    out: str = field(metadata={"help": "counterfactual predicate sets to write (JSONL)"})
+    seed: int = field(default=0, metadata={"help": "seed of the donor choice (use the faithfulness seed)"})
 
 
-def to_markdown(rates: dict[str, Any]) -> str:
-    cols = ("n", "gold_acc", "follows_perturbation", "moved", "none_acc")
-    lines = ["| subset | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+def write_counterfactuals(cfg: CounterfactualsConfig) -> dict[str, Any]:
+    """Write the counterfactual sets (queries without a donor are left out and counted); returns a summary."""
+    from distill.narrate import read_predicates
+    from eval.io import write_jsonl
 
-    def row(name, r):
-        cells = [str(r.get("n", 0))] + [f"{100 * r[c]:.1f}" if c in r else "-" for c in cols[1:]]
-        return f"| {name} | " + " | ".join(cells) + " |"
+    sets = read_predicates(cfg.predicates)
+    pool = DonorPool(sets)
+    tiers: dict[str, int] = defaultdict(int)
 
-    lines.append(row("all", rates))
-    lines += [row(t, r) for t, r in rates.get("by_qtype", {}).items()]
-    return "Faithfulness (SCOTT-style; rates in %)\n\n" + "\n".join(lines) + "\n"
+    def rows():
+        for ps in sets:
+            cf, tier = counterfactual_set(ps, pool, cfg.seed)
+            tiers[tier or "no_donor"] += 1
+            if cf is not None:
+                yield cf.to_dict()
 
+    n = write_jsonl(cfg.out, rows())
+    return {"queries": len(sets), "written": n, "tiers": dict(tiers)}

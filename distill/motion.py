@@ -1,6 +1,7 @@
 """Motion predicates from the synthetic benchmark's simulator record (DynaPix's recipe, paper 004, appendix
-"Rationale construction"): direction and relative speed, speed trend, collision course, support now and at the
-target moment. Every statement is qualitative; the thresholds are the named constants below (world units of
+"Rationale construction"): direction and relative speed, speed trend, collision course, contact and support at the
+end of the clip. Every statement is qualitative evidence, none names a state; each `Fact` carries a machine-readable
+``value`` (a direction, a support, the other object) for the validator's contradiction check; the thresholds are the named constants below (world units of
 `eval.synth.record`: a 2D world about 400 x 300 units, y up; speeds in units/s).
 
 Windows (frame ``f = round(t * fps)``):
@@ -24,15 +25,17 @@ Rules:
 - collision course: another object is on a collision course when their centre distance shrinks by at least
   `APPROACH_MIN` units over the observation window *and* they touch during the future window (the record's
   ``touch``); "no other object is on a collision course" when it touches none in the future window;
-- support: what holds it up at ``f_end`` and at the target moment (the record's ``support``; for another object,
-  the touching object below it is named); "nothing holds it up" for airborne frames.
+- support: what holds it up at ``f_end`` (the record's ``support``; for another object, the touching object below
+  it is named); "nothing holds it up" for airborne frames. The support *at the target moment* is not stated: it
+  is the answer's location reworded ("supported by the floor" -> resting on the floor), not evidence for it;
+- contact: the other objects it touches at ``f_end`` (the record's ``touch``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from distill.predicates import Fact
+from distill.facts import Fact
 
 STATIONARY_SPEED = 12.0
 """Below this speed (units/s) an object is not moving (= `eval.synth.states.MOVING_SPEED`)."""
@@ -69,18 +72,30 @@ def target_moment(query, segment: tuple[float, float] | None) -> float:
     return float(query.target_time)
 
 
-def direction_text(v: np.ndarray) -> str | None:
-    """``"to the right"``, ``"downward"``, ``"down and to the left"``...; None below `STATIONARY_SPEED`."""
+DIRECTION_TEXT = {"right": "to the right", "left": "to the left", "up": "upward", "down": "downward",
+                  "up-right": "up and to the right", "up-left": "up and to the left",
+                  "down-right": "down and to the right", "down-left": "down and to the left"}
+"""direction value -> its words (the value ``still`` means not moving)."""
+
+
+def direction_value(v: np.ndarray) -> str:
+    """``"still"`` below `STATIONARY_SPEED`, else a key of `DIRECTION_TEXT`."""
     vx, vy = float(v[0]), float(v[1])
     if np.hypot(vx, vy) < STATIONARY_SPEED:
-        return None
-    horiz = "to the right" if vx > 0 else "to the left"
-    vert = "upward" if vy > 0 else "downward"
+        return "still"
+    horiz = "right" if vx > 0 else "left"
+    vert = "up" if vy > 0 else "down"
     if abs(vy) < DIAGONAL_RATIO * abs(vx):
         return horiz
     if abs(vx) < DIAGONAL_RATIO * abs(vy):
         return vert
-    return ("up and " if vy > 0 else "down and ") + horiz
+    return f"{vert}-{horiz}"
+
+
+def direction_text(v: np.ndarray) -> str | None:
+    """``"to the right"``, ``"downward"``, ``"down and to the left"``...; None below `STATIONARY_SPEED`."""
+    d = direction_value(v)
+    return None if d == "still" else DIRECTION_TEXT[d]
 
 
 def _window(rec, f_end: int) -> slice:
@@ -99,31 +114,33 @@ def _speed_facts(rec, k: int, subject: str, w: slice) -> list[Fact]:
     v = rec.vel[w].mean(axis=0)  # (N, 2)
     speed = np.hypot(v[:, 0], v[:, 1])
     facts = []
-    d = direction_text(v[k])
-    if d is None:
-        facts.append(Fact("direction", f"The {subject} is not moving at the end of the clip.", "motion"))
+    d = direction_value(v[k])
+    if d == "still":
+        facts.append(Fact("direction", f"The {subject} is not moving at the end of the clip.", "motion", d))
     else:
-        facts.append(Fact("direction", f"At the end of the clip the {subject} is moving {d}.", "motion"))
+        facts.append(Fact("direction", f"At the end of the clip the {subject} is moving {DIRECTION_TEXT[d]}.",
+                          "motion", d))
         s0, s1 = np.hypot(*rec.vel[w.start, k]), np.hypot(*rec.vel[w.stop - 1, k])
         if s1 >= TREND_UP * max(s0, 1e-6):
-            facts.append(Fact("speed_trend", "It is speeding up.", "motion"))
+            facts.append(Fact("speed_trend", "It is speeding up.", "motion", "faster"))
         elif s1 <= TREND_DOWN * s0:
-            facts.append(Fact("speed_trend", "It is getting slower.", "motion"))
+            facts.append(Fact("speed_trend", "It is getting slower.", "motion", "slower"))
     others = [j for j in range(rec.n_objects) if j != k and not rec.held[w.stop - 1, j]]
     moving = [j for j in others if speed[j] >= STATIONARY_SPEED]
     if speed[k] >= STATIONARY_SPEED:
         if not moving:
             if others:
-                facts.append(Fact("relative_speed", f"The {subject} is the only object that is moving.", "motion"))
+                facts.append(Fact("relative_speed", f"The {subject} is the only object that is moving.", "motion",
+                                  "only"))
         else:
             j = max(moving, key=lambda i: speed[i])
             r = speed[k] / speed[j]
             rel = "faster than" if r >= SPEED_RATIO else "slower than" if r <= 1 / SPEED_RATIO else "about as fast as"
-            facts.append(Fact("relative_speed", f"It is moving {rel} the {rec.subjects[j]}.", "motion"))
+            facts.append(Fact("relative_speed", f"It is moving {rel} the {rec.subjects[j]}.", "motion", rel))
     elif moving:
         j = max(moving, key=lambda i: speed[i])
         facts.append(Fact("relative_speed", f"The {rec.subjects[j]} is moving while the {subject} stays still.",
-                          "motion"))
+                          "motion", "still"))
     return facts
 
 
@@ -144,29 +161,26 @@ def _collision_facts(rec, k: int, subject: str, w: slice, f_end: int, f_target: 
             mover = f"the {subject} is heading toward the {rec.subjects[j]}" if sk >= sj else \
                 f"the {rec.subjects[j]} is heading toward the {subject}"
             facts.append(Fact("collision_course", f"The {subject} and the {rec.subjects[j]} are on a collision "
-                                                  f"course: {mover}.", "motion"))
+                                                  f"course: {mover}.", "motion", str(rec.subjects[j])))
     if not touched:
         facts.append(Fact("collision_course", f"No other object is on a collision course with the {subject}.",
-                          "motion"))
+                          "motion", "none"))
     return facts
 
 
-def _support_facts(rec, k: int, subject: str, f_end: int, f_target: int) -> list[Fact]:
-    facts = []
+def _support_facts(rec, k: int, subject: str, f_end: int) -> list[Fact]:
+    """What holds the object up, and what it touches, at the end of the clip."""
     if rec.held[f_end, k]:
-        facts.append(Fact("support_now", f"The {subject} is held by the gripper above the scene.", "scene"))
+        facts = [Fact("support_now", f"The {subject} is held by the gripper above the scene.", "scene", "gripper")]
     else:
         now = _support_name(rec, f_end, k)
-        facts.append(Fact("support_now", f"The {subject} is supported by {now}." if now else
-                          f"Nothing is holding the {subject} up at the end of the clip.", "scene"))
-    later = _support_name(rec, f_target, k) if not rec.held[f_target, k] else None
-    if rec.held[f_target, k]:
-        text = f"At the moment the question asks about, the {subject} is still held by the gripper."
-    elif later is None:
-        text = f"At the moment the question asks about, nothing holds the {subject} up."
-    else:
-        text = f"At the moment the question asks about, the {subject} is supported by {later}."
-    facts.append(Fact("support_reached", text, "prediction"))
+        facts = [Fact("support_now", f"The {subject} is supported by {now}." if now else
+                      f"Nothing is holding the {subject} up at the end of the clip.", "scene", now or "nothing")]
+    touching = [str(rec.subjects[j]) for j in np.flatnonzero(rec.touch[f_end, k]) if j != k]
+    if touching:
+        listed = " and ".join(f"the {s}" for s in touching)
+        facts.append(Fact("contact_now", f"At the end of the clip the {subject} is touching {listed}.", "scene",
+                          "|".join(touching)))
     return facts
 
 
@@ -178,18 +192,20 @@ def _scene_facts(rec, k: int, subject: str, f_end: int) -> list[Fact]:
         listed = names[0] if len(names) == 1 else ", ".join(f"the {x}" for x in names[:-1]) + f" and the {names[-1]}"
         if len(names) == 1:
             listed = f"the {listed}"
-        facts.append(Fact("scene_objects", f"Besides the {subject}, the scene holds {listed}.", "scene"))
+        facts.append(Fact("scene_objects", f"Besides the {subject}, the scene holds {listed}.", "scene",
+                          "|".join(names)))
     elif n == 1:
-        facts.append(Fact("scene_objects", f"The {subject} is the only object in the scene.", "scene"))
+        facts.append(Fact("scene_objects", f"The {subject} is the only object in the scene.", "scene", ""))
     x, y = rec.pos[f_end, k]
     for ex, ey, direction in rec.edges:
         ahead = (ex - x) * direction > 0
         if rec.support[f_end, k] == 2 and y > ey and ahead and rec.vel[f_end, k, 0] * direction >= STATIONARY_SPEED:
-            facts.append(Fact("edge", f"The {subject} is moving toward the edge of the table.", "motion"))
+            facts.append(Fact("edge", f"The {subject} is moving toward the edge of the table.", "motion", "edge"))
             break
     c = rec.container
     if np.isfinite(c).all() and c[0] <= x <= c[1] and y > c[3]:
-        facts.append(Fact("container", f"The {subject} is above the opening of the container.", "scene"))
+        facts.append(Fact("container", f"The {subject} is above the opening of the container.", "scene",
+                          "above_opening"))
     return facts
 
 
@@ -205,7 +221,7 @@ def motion_facts(rec, query, moment: float) -> list[Fact]:
     f_target = max(frame_of(rec, moment), f_end)
     w = _window(rec, f_end)
     facts = _scene_facts(rec, k, subject, f_end)
-    facts += _support_facts(rec, k, subject, f_end, f_target)
+    facts += _support_facts(rec, k, subject, f_end)
     if not rec.held[f_end, k]:
         facts += _speed_facts(rec, k, subject, w)
     facts += _collision_facts(rec, k, subject, w, f_end, f_target)

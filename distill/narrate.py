@@ -1,21 +1,27 @@
-"""Narration: predicates -> a chain-of-thought rationale that ends in ``Answer: <state phrase>``.
+"""Narration: predicates -> a chain-of-thought rationale that states the evidence first and the answer once, at
+the end, on its ``Answer: <state phrase>`` line.
 
-Two narrators, both recorded in every output line (``narrator``):
+Three narrators, each recorded in every output line (``narrator``):
 
 - ``teacher`` (DynaPix §5.1: Qwen3-32B at temperature 0.7): the ``teacher_narration`` prompt (`prompts`, id + hash
-  recorded) with the query's predicates, one per line, goes to a text model through any `forecasters` backend
-  (``vllm`` in process, ``openai`` for a served model, ``hf`` for small local models). Each output is validated
-  (`distill.validator`); rejected ones are resampled with a new seed, at most ``max_tries`` times per query. Every
-  rejected try is logged with its reasons; a query that exhausts its tries becomes a failure record.
-  ``<think>...</think>`` blocks are dropped before validation; with ``no_think`` the user turn ends in ``/no_think``
-  (Qwen3's switch for answering without a thinking block).
-- ``template`` (deterministic, for offline use and tests; labelled ``narrator: "template"``): the predicates
-  arranged as scene parsing, motion analysis and prediction paragraphs, with fixed connective sentences, padded to
-  at least the validator's minimum length. It uses nothing but the predicates, so it is as grounded as the teacher's
-  input, but its wording is fixed.
+  recorded) with the query's predicates, one per line (the answer given apart, to be stated only on the last line),
+  goes to a text model through any `forecasters` backend (``vllm`` in process, ``openai`` for a served model, ``hf``
+  for small local models). Each output is validated (`distill.validator`); rejected ones are resampled with a new
+  seed, at most ``max_tries`` times per query. Every rejected try is logged with its reasons; a query that exhausts
+  its tries becomes a failure record. ``<think>...</think>`` blocks are dropped before validation; with
+  ``no_think`` the user turn ends in ``/no_think`` (Qwen3's switch for answering without a thinking block).
+- ``template`` (deterministic, for offline use and tests): the predicates arranged as scene, motion and reasoning
+  paragraphs (evidence, then the intermediate trajectory), a closing sentence that does not name the answer, padded
+  with fixed connective sentences to the validator's minimum length. The answer appears only on the answer line
+  (and in the body only where it is also the observed current state or a Q5 object's end state).
+- ``template-noisy`` (a stand-in for a sampling teacher on CPU: tests and the CPU demo): try ``t`` of a query is the
+  template rationale with, at probability ``fault_rate``, one injected mistake (`FAULTS`: a number, a spelled
+  measure, a frame index, a post-horizon state, "the correct answer is", a contradicted direction, a degenerate
+  body), drawn from ``seed + t``; the validator rejects it and the query is resampled, as with the teacher.
 
 An accepted rationale is stored with its answer line normalised to the canonical target state (the teacher may
-answer with a listed synonym), so SFT targets and the student parser agree.
+answer with a listed synonym), so SFT targets and the student parser agree, and with ``trajectory_target``, the
+target of the trajectory-labels control (`TARGET_VARIANTS`, `assistant_target`).
 
 Job (``python -m distill narrate``), resumable: ``<out>/rationales.jsonl`` (accepted), ``<out>/rejects.jsonl``
 (every rejected try: query id, try, text, reasons), ``<out>/failures.jsonl`` (queries that exhausted their tries),
@@ -37,14 +43,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from distill.predicates import PredicateSet
+from distill.facts import PredicateSet
 from distill.validator import RationaleValidator, Verdict, split_answer
 
 log = logging.getLogger(__name__)
 
 TEMPLATE_NARRATOR = "template"
+NOISY_NARRATOR = "template-noisy"
 TEACHER_NARRATOR = "teacher"
-TEMPLATE_VERSION = "template-v1"
+TEMPLATE_VERSION = "template-v2"
 DEFAULT_TEACHER = "Qwen/Qwen3-32B"
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.S | re.I)
 
@@ -59,7 +66,11 @@ _DOMAIN_INTRO = {
 }
 _OPENERS = ("Let me first look at the scene.", "First, what the frames show.", "I start by parsing the scene.")
 _MOTION_OPENERS = ("Next, the motion.", "Now I analyse how things move.", "Then I look at the motion.")
-_PREDICT_OPENERS = ("Putting this together:", "From this I can predict what happens:", "So the prediction is this:")
+_REASON_OPENERS = ("Now I follow this forward.", "From here I can reason about what comes next.",
+                   "Putting this together:")
+_CLOSERS = ("Following this evidence to the moment the question asks about gives the state below.",
+            "Taken together, these cues settle what the {subject} is doing at the moment asked about.",
+            "This evidence points to a single state at the moment the question asks about.")
 _PADDING = (
     "The question asks about the {subject}, so I keep my attention on it and on what surrounds it.",
     "What matters is how it moves at the end of the clip and what will act on it after that.",
@@ -68,28 +79,34 @@ _PADDING = (
     "I do not need exact distances or times for this; the qualitative picture is enough.",
 )
 #: facts dropped first (in this order) when a template rationale would exceed the word limit
-_DROP_ORDER = ("scene_objects", "relative_speed", "speed_trend", "edge", "container", "time_to_target",
-               "support_now", "collision_course", "other_end_state", "direction")
+_DROP_ORDER = ("scene_objects", "relative_speed", "speed_trend", "contact_now", "edge", "container",
+               "observed_detail", "time_to_target", "support_now", "collision_course", "other_end_state", "direction")
 
 
 def _pick(options: Sequence[str], key: str, salt: int) -> str:
     return options[(zlib.crc32(key.encode()) + salt) % len(options)]
 
 
-def _paragraphs(ps: PredicateSet, drop: set[str], padding: int) -> tuple[str, str, str]:
-    facts = [f for f in ps.facts if f.kind not in drop]
-    intro = _DOMAIN_INTRO.get(ps.domain, f"The frames show the {ps.subject} in a scene of the {ps.domain} kind.")
+def _paragraphs(ps: PredicateSet, drop: set[str], padding: int) -> list[str]:
+    """Scene, motion and reasoning paragraphs: evidence first; the answer fact is never narrated in the body."""
+    facts = [f for f in ps.facts if f.kind not in drop and f.section != "answer"]
+    domain = ps.domain.replace("_", " ")
+    intro = _DOMAIN_INTRO.get(ps.domain, f"The frames show the {ps.subject} in a scene of the {domain} kind.")
     scene = [_pick(_OPENERS, ps.query_id, 0), intro] + [f.text for f in facts if f.section == "scene"]
-    motion = [_pick(_MOTION_OPENERS, ps.query_id, 1)] + [f.text for f in facts if f.section == "motion"]
-    pred = [f.text for f in facts if f.section == "prediction"]
-    pad = [p.format(subject=ps.subject) for p in _PADDING[:padding]]
-    # padding goes between the analysis and the prediction, never after the conclusion
-    motion += pad
-    return " ".join(scene), " ".join(motion), " ".join([_pick(_PREDICT_OPENERS, ps.query_id, 2), *pred])
+    motion = [f.text for f in facts if f.section == "motion"]
+    reason = [f.text for f in facts if f.section == "trajectory"]
+    reason += [p.format(subject=ps.subject) for p in _PADDING[:padding]]
+    reason.append(_pick(_CLOSERS, ps.query_id, 3).format(subject=ps.subject))
+    paras = [" ".join(scene)]
+    if motion:
+        paras.append(" ".join([_pick(_MOTION_OPENERS, ps.query_id, 1), *motion]))
+    paras.append(" ".join([_pick(_REASON_OPENERS, ps.query_id, 2), *reason]))
+    return paras
 
 
 def template_rationale(ps: PredicateSet, *, min_words: int = 80, max_words: int = 250) -> str:
-    """The deterministic rationale of one query: scene, motion and prediction paragraphs, then the answer line.
+    """The deterministic rationale of one query: scene, motion and reasoning paragraphs (evidence and the
+    trajectory, never the answer), then the answer line, the only place the answer is stated.
 
     Connective sentences are added (at most ``len(_PADDING)``) until the body has ``min_words`` words; facts of
     `_DROP_ORDER` kinds are dropped while it exceeds ``max_words``.
@@ -111,6 +128,82 @@ def template_rationale(ps: PredicateSet, *, min_words: int = 80, max_words: int 
                 padding = 0
                 continue
         return f"{body}\nAnswer: {ps.answer}"
+
+
+# --- SFT targets: the CoT, the answer-only control and the trajectory-labels control -----------------------
+
+TARGET_VARIANTS = ("cot", "answer", "trajectory")
+"""Assistant targets of the SFT sets, one per student (`assistant_target`):
+
+- ``cot``: the rationale (evidence, trajectory, reasoning) ending in ``Answer: <state>``;
+- ``answer``: ``Answer: <state>`` alone;
+- ``trajectory``: the state labels the CoT names (the current state, the intermediate states, the Q5 other
+  objects' end states), one per line, then ``Answer: <state>``, with no evidence or reasoning text. CoT vs
+  trajectory isolates the reasoning text; trajectory vs answer-only isolates the extra labels.
+"""
+
+
+def trajectory_target(ps: PredicateSet) -> str:
+    """The ``trajectory`` variant's target: ``Now: <current>``, ``Then: <state>`` per intermediate state,
+    ``Also: <other object's end state>`` per Q5 fact, ``Answer: <target>``."""
+    lines = [f"Now: {ps.current}"] + [f"Then: {s}" for s in ps.intermediate]
+    lines += [f"Also: {f.text}" for f in ps.facts if f.kind == "other_end_state"]
+    return "\n".join([*lines, f"Answer: {ps.answer}"])
+
+
+def assistant_target(variant: str, row: dict[str, Any]) -> str:
+    """The assistant text of one SFT example for ``variant`` (`TARGET_VARIANTS`), from a ``rationales.jsonl`` row
+    (fields ``rationale``, ``answer``, ``trajectory_target``, written by `run_narration`)."""
+    from eval.errors import InputError
+
+    if variant == "cot":
+        return row["rationale"]
+    if variant == "answer":
+        return f"Answer: {row['answer']}"
+    if variant == "trajectory":
+        if not isinstance(row.get("trajectory_target"), str):
+            raise InputError(f"rationale row of query {row.get('query_id')!r} has no trajectory_target",
+                             fix="rerun `python -m distill narrate` (narrations before template-v2 lack it)")
+        return row["trajectory_target"]
+    raise InputError(f"unknown SFT variant {variant!r}; expected one of {TARGET_VARIANTS}")
+
+
+# --- the noisy template narrator: a stand-in for a sampling teacher -------------------------------------------
+
+FAULTS = ("number", "spelled_measure", "frame_index", "future_leak", "answer_statement", "contradiction",
+          "lexical_diversity")
+"""Faults `noisy_rationale` injects; each is a mistake a sampling teacher makes and one validator code catches."""
+
+_SPELLED = ("It takes a couple of seconds to get there.", "The change comes in three quarters of a second.",
+            "That leaves fifteen hundredths of the clip.", "It needs five-tenths of a second for that.")
+
+
+def noisy_rationale(ps: PredicateSet, fault: str, rng, members: dict[str, Sequence[str]], *,
+                    min_words: int = 80, max_words: int = 250) -> str:
+    """`template_rationale` with one injected ``fault`` (`FAULTS`), chosen and worded with ``rng``
+    (a `random.Random`)."""
+    text = template_rationale(ps, min_words=min_words, max_words=max_words)
+    body, answer_line = text.rsplit("\n", 1)
+    subj = ps.subject
+    if fault == "number":
+        extra = f"The change comes in about {rng.uniform(0.2, 2.5):.1f} seconds."
+    elif fault == "spelled_measure":
+        extra = rng.choice(_SPELLED)
+    elif fault == "frame_index":
+        extra = rng.choice(("By the fourth frame it has started to change.", "At frame fifteen it changes."))
+    elif fault == "future_leak" and ps.after_horizon_states:
+        later = rng.choice(ps.after_horizon_states)
+        extra = f"Much later the {subj} ends up {rng.choice(list(members.get(later, (later,))))}."
+    elif fault == "contradiction" and ps.fact("direction") is not None:
+        d = ps.fact("direction")
+        flipped = (f"At the end of the clip the {subj} is moving to the left." if d.value == "still"
+                   else f"The {subj} is not moving at the end of the clip.")
+        return f"{body.replace(d.text, flipped)}\n{answer_line}"
+    elif fault == "lexical_diversity":
+        return f"{' '.join(['the'] * 90)}\n{answer_line}"
+    else:  # answer_statement, and the fallback of faults this query cannot carry
+        extra = f"The correct answer is {ps.answer}."
+    return f"{body} {extra}\n{answer_line}"
 
 
 # --- results -----------------------------------------------------------------------------------------------
@@ -166,7 +259,7 @@ class TeacherNarrator:
         self.on_reject = on_reject
 
     def prompt(self, ps: PredicateSet) -> str:
-        facts = "\n".join(f"- {f.text}" for f in ps.facts)
+        facts = "\n".join(f"- {f.text}" for f in ps.facts if f.section != "answer")
         return self.template.render(subject=ps.subject, question=ps.question, predicates=facts, answer=ps.answer)
 
     def _request(self, ps: PredicateSet, attempt: int):
@@ -209,17 +302,35 @@ class TeacherNarrator:
         return [results[ps.query_id] for ps in sets]
 
 
-def template_results(sets: Sequence[PredicateSet], validator: RationaleValidator, on_reject=None
-                     ) -> list[NarrationResult]:
-    """The template narrator over predicate sets, each checked by the validator like a teacher's output."""
+def template_results(sets: Sequence[PredicateSet], validator: RationaleValidator, on_reject=None, *,
+                     fault_rate: float = 0.0, max_tries: int = 1, seed: int = 0) -> list[NarrationResult]:
+    """The template narrator over predicate sets, each try checked by the validator like a teacher's output.
+
+    With ``fault_rate > 0`` (the ``template-noisy`` narrator) try ``t`` injects a fault (`noisy_rationale`) at that
+    probability, drawn from ``random.Random(crc32(query id) + seed + t)``; rejected tries are resampled up to
+    ``max_tries``."""
+    import random
+
+    narrator = NOISY_NARRATOR if fault_rate > 0 else TEMPLATE_NARRATOR
     out = []
     for ps in sets:
-        text = template_rationale(ps, min_words=validator.min_words, max_words=validator.max_words)
-        v = validator.check(text, ps)
-        res = NarrationResult(ps.query_id, v.ok, text if v.ok else None, TEMPLATE_NARRATOR, TEMPLATE_VERSION, 1,
-                              [] if v.ok else [v.summary()], v.words)
-        if not v.ok and on_reject is not None:
-            on_reject(ps.query_id, 0, text, v.summary())
+        res = NarrationResult(ps.query_id, False, None, narrator, TEMPLATE_VERSION, 0)
+        for attempt in range(max_tries):
+            rng = random.Random(zlib.crc32(ps.query_id.encode()) + seed + attempt)
+            if rng.random() < fault_rate:
+                text = noisy_rationale(ps, rng.choice(FAULTS), rng, validator.members,
+                                       min_words=validator.min_words, max_words=validator.max_words)
+            else:
+                text = template_rationale(ps, min_words=validator.min_words, max_words=validator.max_words)
+            v = validator.check(text, ps)
+            res.tries += 1
+            res.seeds.append(seed + attempt)
+            if v.ok:
+                res.ok, res.rationale, res.words = True, text, v.words
+                break
+            res.reasons.append(v.summary())
+            if on_reject is not None:
+                on_reject(ps.query_id, attempt, text, v.summary())
         out.append(res)
     return out
 
@@ -233,7 +344,7 @@ class NarrateConfig:
     data: str = field(metadata={"help": "benchmark directory"})
     predicates: str = field(metadata={"help": "predicates JSONL (python -m distill predicates)"})
     out: str = field(metadata={"help": "output directory (rationales.jsonl, rejects.jsonl, failures.jsonl, ...)"})
-    narrator: str = field(default=TEACHER_NARRATOR, metadata={"help": "teacher | template"})
+    narrator: str = field(default=TEACHER_NARRATOR, metadata={"help": "teacher | template | template-noisy"})
     split: str | None = field(default="train", metadata={"help": "train | val | test | null (all)"})
     limit: int | None = field(default=None, metadata={"help": "only the first N predicate sets of the split"})
     backend: str = field(default="vllm", metadata={"help": "teacher backend: vllm | openai | hf"})
@@ -245,6 +356,7 @@ class NarrateConfig:
     top_p: float = field(default=1.0, metadata={"help": "nucleus sampling"})
     max_tokens: int = field(default=1024, metadata={"help": "tokens per teacher sample"})
     max_tries: int = field(default=4, metadata={"help": "samples per query before it is recorded as a failure"})
+    fault_rate: float = field(default=0.3, metadata={"help": "template-noisy: probability of a fault per try"})
     no_think: bool = field(default=True, metadata={"help": "append Qwen3's /no_think switch to the prompt"})
     min_words: int = field(default=80, metadata={"help": "validator: shortest body"})
     max_words: int = field(default=250, metadata={"help": "validator: longest body"})
@@ -259,8 +371,10 @@ class NarrateConfig:
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
     def __post_init__(self):
-        if self.narrator not in (TEACHER_NARRATOR, TEMPLATE_NARRATOR):
-            raise ValueError(f"narrator must be 'teacher' or 'template', got {self.narrator!r}")
+        if self.narrator not in (TEACHER_NARRATOR, TEMPLATE_NARRATOR, NOISY_NARRATOR):
+            raise ValueError(f"narrator must be 'teacher', 'template' or 'template-noisy', got {self.narrator!r}")
+        if not 0.0 <= self.fault_rate < 1.0:
+            raise ValueError(f"fault_rate must be in [0, 1), got {self.fault_rate}")
 
     def identity(self) -> dict[str, Any]:
         """What changes the outputs (hashed into every line's ``config_hash``)."""
@@ -274,6 +388,8 @@ class NarrateConfig:
                      no_think=self.no_think)
         else:
             d["template_version"] = TEMPLATE_VERSION
+        if self.narrator == NOISY_NARRATOR:
+            d.update(fault_rate=self.fault_rate, max_tries=self.max_tries, seed=self.seed)
         return d
 
     def config_hash(self) -> str:
@@ -371,7 +487,7 @@ def run_narration(cfg: NarrateConfig, backend=None) -> NarrateSummary:
     if backend is not None:
         s.engine = backend.engine_version
     else:
-        s.engine = TEMPLATE_VERSION if cfg.narrator == TEMPLATE_NARRATOR else "none (nothing left to narrate)"
+        s.engine = TEMPLATE_VERSION if cfg.narrator != TEACHER_NARRATOR else "none (nothing left to narrate)"
     write_resolved(cfg, out / "narrate.config.json", identity=cfg.identity(), config_hash=h, engine=s.engine)
     words: list[int] = []
     codes: Counter = Counter()
@@ -382,7 +498,7 @@ def run_narration(cfg: NarrateConfig, backend=None) -> NarrateSummary:
             s.rejected_tries += 1
             codes.update(part.split(":")[0].strip() for part in summary.split("; "))
 
-        narrator = None if cfg.narrator == TEMPLATE_NARRATOR else TeacherNarrator(
+        narrator = None if cfg.narrator != TEACHER_NARRATOR else TeacherNarrator(
             backend, validator, template_id=cfg.prompt, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
             top_p=cfg.top_p, max_tries=cfg.max_tries, seed=cfg.seed, no_think=cfg.no_think, model=cfg.model,
             on_reject=on_reject)
@@ -390,10 +506,12 @@ def run_narration(cfg: NarrateConfig, backend=None) -> NarrateSummary:
         try:
             for start in range(0, len(todo), cfg.batch_size):
                 chunk = todo[start:start + cfg.batch_size]
-                results = (template_results(chunk, validator, on_reject) if narrator is None
-                           else narrator.narrate(chunk))
+                results = narrator.narrate(chunk) if narrator is not None else template_results(
+                    chunk, validator, on_reject, fault_rate=cfg.fault_rate if cfg.narrator == NOISY_NARRATOR else 0.0,
+                    max_tries=cfg.max_tries if cfg.narrator == NOISY_NARRATOR else 1, seed=cfg.seed)
                 for ps, res in zip(chunk, results, strict=True):
-                    row = {**res.to_dict(), "answer": ps.answer, "qtype": ps.qtype, "config_hash": h}
+                    row = {**res.to_dict(), "answer": ps.answer, "qtype": ps.qtype, "config_hash": h,
+                           "trajectory_target": trajectory_target(ps)}
                     s.tries += res.tries
                     if res.ok:
                         acc.write(row)

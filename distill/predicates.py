@@ -1,33 +1,39 @@
-"""Oracle -> qualitative predicates: what a model could truthfully say about a query at test time, from the truth.
+"""Oracle -> qualitative predicates: the evidence a model could truthfully state about a query at test time, from
+which the answer follows, taken from the truth.
 
 DynaPix (paper 004, §5.1, appendix "Rationale construction") grounds every rationale in the simulator's true record,
 converted into qualitative statements without numbers. Here the truth is the query's timed state trajectory (every
-benchmark has it) and, on the synthetic benchmark, the simulator record (`distill.motion`).
+benchmark has it), the simulator record on the synthetic benchmark (`distill.motion`) and, where corpus segments carry
+one, the simulator's compositional ``sim_state`` of the segment the prefix shows.
 
 Trajectory of a query (all times in seconds from the video start):
 
 - *current*: the last transcript entry with ``t <= prefix_end`` (the state the prefix shows);
 - *upcoming*: transcript entries with ``prefix_end < t < target_time``, then the target (``target_state`` at
-  ``target_time``); for horizon ``h`` that is ``h`` states, the last being the answer;
+  ``target_time``); for horizon ``h`` that is ``h`` states, the last being the answer; the ones before the target
+  are the *intermediate* states;
 - *after the horizon*: the object's corpus segments (same video and object) starting after ``target_time``; they
   are never stated, and `distill.validator` rejects a rationale that names one of them (unless the same state also
   occurs up to the horizon, or is named by the question, as the Q4 anchor is).
 
-Predicates (kinds), all phrased qualitatively:
+The predicates are evidence (`distill.facts` sections ``scene``, ``motion``) and trajectory labels (``trajectory``);
+none of them names the answer, except the single ``answer`` fact that a narrator states only on its ``Answer:`` line
+(so Q2's end state and Q3's state at the asked time are not restated as facts: the question already says which
+moment is asked about).
 
 =====================  =======================================================================================
 kind                   statement
 =====================  =======================================================================================
-``current_state``      the state the prefix shows
-``upcoming_order``     the order of upcoming states up to the target: next, then ..., eventually (target)
-``time_to_change``     time from ``prefix_end`` to the next state change, bucketed: imminent (<= `IMMINENT_S`),
-                       soon (<= `SOON_S`), later (DynaPix: 15 and 40 frames at 25 fps)
-``time_to_target``     the same bucket for the time from ``prefix_end`` to ``target_time`` (horizon >= 2)
-``heading_toward``     Q4: it is heading toward the named state; the state just before it is the target
-``end_state``          Q2: the state it finally settles into (the target)
-``state_at_time``      Q3: the state active at the asked elapsed time (the target)
+``current_state``      the state the prefix shows (scene)
+``observed_detail``    the ``sim_state`` fields of the segment the prefix shows, when the corpus has them (scene)
+``time_to_change``     time from ``prefix_end`` to the next state change, bucketed *relative to the benchmark*
+                       (`TimingBuckets`: tertiles of the train split); omitted when one bucket would hold more
+                       than `MAX_BUCKET_SHARE` of the train queries (a near-constant statement carries no evidence)
+``time_to_target``     the same for the time from ``prefix_end`` to ``target_time`` (horizon >= 2, and Q3)
+``intermediate``       the intermediate states, in order (horizon >= 2)
+``heading_toward``     Q4: the question's named state, and that the asked state comes just before it
 ``other_end_state``    Q5: the end states of the other objects of the question's group
-``answer``             the target state (what the rationale concludes)
+``answer``             the target state (stated once, on the final ``Answer:`` line)
 motion kinds           synthetic benchmark only: see `distill.motion`
 =====================  =======================================================================================
 
@@ -38,86 +44,67 @@ from __future__ import annotations
 
 import os
 from collections import OrderedDict, defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any
 
-IMMINENT_S = 0.6
-"""A change within this many seconds of the prefix end is "imminent" (DynaPix: 15 frames at 25 fps)."""
-SOON_S = 1.6
-"""A change within this many seconds (and not imminent) comes "soon"; later ones come "later" (DynaPix: 40 frames)."""
+import numpy as np
+
+from distill import motion
+from distill.facts import SECTIONS, Fact, PredicateSet
+
+__all__ = ["SECTIONS", "Fact", "PredicateSet", "OracleIndex", "TimingBuckets", "build_predicates",
+           "query_predicates", "trajectory_states"]
+
 TIME_EPS = 1e-6
 SIM_CACHE = 16
 """Simulator records kept in memory (queries come grouped by video, so a handful suffices)."""
-
-SECTIONS = ("scene", "motion", "prediction")
+MAX_BUCKET_SHARE = 0.8
+"""A timing statement is omitted when one of its buckets holds more than this share of the train queries."""
+BUCKETS = ("early", "middle", "late")
+TIME_DECIMALS = 3
+"""Timing gaps are compared at millisecond resolution."""
 
 
 @dataclass(frozen=True)
-class Fact:
-    """One qualitative statement: ``kind`` (see the module docstring), ``text`` (one sentence, no numbers) and
-    ``section`` of the chain of thought it belongs to (``scene`` parsing, ``motion`` analysis, ``prediction``)."""
+class TimingBuckets:
+    """Bucket edges of one timing quantity (seconds), fitted on the train split: ``edges`` are its 1/3 and 2/3
+    quantiles, so a value ``x`` is ``early`` when ``x <= edges[0]``, ``middle`` when ``x <= edges[1]``, else
+    ``late``. ``shares``: the train queries per bucket; ``informative``: no bucket holds more than
+    `MAX_BUCKET_SHARE` of them (else the statement is omitted). Times are rounded to `TIME_DECIMALS` first, so
+    float noise on equal gaps never splits them across buckets."""
 
-    kind: str
-    text: str
-    section: str
+    name: str
+    edges: tuple[float, float]
+    shares: tuple[float, float, float]
+    n: int
+    informative: bool
 
+    @classmethod
+    def fit(cls, name: str, values: Sequence[float]) -> TimingBuckets:
+        x = np.round(np.asarray(values, dtype=np.float64), TIME_DECIMALS)
+        if x.size == 0:
+            return cls(name, (0.0, 0.0), (0.0, 0.0, 0.0), 0, False)
+        e0, e1 = (float(v) for v in np.quantile(x, [1 / 3, 2 / 3]))
+        counts = np.bincount(np.where(x <= e0, 0, np.where(x <= e1, 1, 2)), minlength=3)
+        shares = tuple(float(c) / x.size for c in counts)
+        return cls(name, (e0, e1), shares, int(x.size), max(shares) <= MAX_BUCKET_SHARE)
 
-@dataclass
-class PredicateSet:
-    """The predicates of one query, plus what the validator needs to catch leaks.
-
-    ``upcoming`` lists the states from the one after the current state up to the target (the answer, last);
-    ``allowed_states`` every canonical state that may be named (current, upcoming, the Q4 anchor, Q5 group end states);
-    ``after_horizon_states`` the object's states after the target that are not allowed (naming one is a leak).
-    """
-
-    query_id: str
-    qtype: str
-    horizon: int
-    domain: str
-    subject: str
-    question: str
-    answer: str
-    current: str
-    upcoming: list[str]
-    facts: list[Fact]
-    allowed_states: list[str]
-    after_horizon_states: list[str]
-    sources: list[str] = field(default_factory=list)
-
-    def facts_in(self, section: str) -> list[Fact]:
-        return [f for f in self.facts if f.section == section]
-
-    def fact(self, kind: str) -> Fact | None:
-        return next((f for f in self.facts if f.kind == kind), None)
+    def bucket(self, seconds: float) -> str:
+        seconds = round(float(seconds), TIME_DECIMALS)
+        return BUCKETS[0] if seconds <= self.edges[0] else BUCKETS[1] if seconds <= self.edges[1] else BUCKETS[2]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> PredicateSet:
-        d = dict(d)
-        d["facts"] = [Fact(**f) for f in d.get("facts") or []]
-        return cls(**d)
 
-
-def time_bucket(seconds: float) -> str:
-    """``imminent`` (<= `IMMINENT_S`), ``soon`` (<= `SOON_S`) or ``later``."""
-    if seconds <= IMMINENT_S:
-        return "imminent"
-    if seconds <= SOON_S:
-        return "soon"
-    return "later"
-
-
-_BUCKET_TEXT = {"imminent": "is about to change: the change is imminent",
-                "soon": "will change soon, though not immediately",
-                "later": "will stay as it is for a while; the change comes later"}
-_TARGET_BUCKET_TEXT = {"imminent": "The state asked about is reached almost immediately.",
-                       "soon": "The state asked about is reached soon.",
-                       "later": "The state asked about is reached only later, after the intermediate states."}
+_CHANGE_TEXT = {"early": "Its current state changes shortly after the clip ends.",
+                "middle": "Its current state lasts a little while after the clip ends before it changes.",
+                "late": "Its current state lasts a long while after the clip ends before it changes."}
+_TARGET_TEXT = {"early": "The moment the question asks about comes shortly after the clip ends.",
+                "middle": "The moment the question asks about comes some time after the clip ends.",
+                "late": "The moment the question asks about comes long after the clip ends."}
 
 
 @dataclass
@@ -188,6 +175,47 @@ class OracleIndex:
                 return s, e
         return None
 
+    @cached_property
+    def video_objects(self) -> dict[str, dict[str, str]]:
+        """video_id -> {object_id: subject}, from the corpus."""
+        cols = self.bench.corpus_ds.select_columns(["video_id", "object_id", "subject"]).to_dict()
+        out: dict[str, dict[str, str]] = defaultdict(dict)
+        for v, o, s in zip(cols["video_id"], cols["object_id"], cols["subject"], strict=True):
+            out[v].setdefault(o, s)
+        return dict(out)
+
+    @cached_property
+    def sim_states(self) -> dict[tuple[str, str, float], Any]:
+        """(video_id, object_id, start) -> the segment's ``sim_state`` (empty when the corpus has no such column)."""
+        c = self.bench.corpus_ds
+        if "sim_state" not in c.column_names:
+            return {}
+        cols = c.select_columns(["video_id", "object_id", "start", "sim_state"]).to_dict()
+        return {(v, o, round(float(s), 6)): st for v, o, s, st in
+                zip(cols["video_id"], cols["object_id"], cols["start"], cols["sim_state"], strict=True) if st}
+
+    def current_sim_state(self, query) -> Any:
+        """The ``sim_state`` of the object's segment active at ``prefix_end`` (None when unknown)."""
+        if not self.sim_states:
+            return None
+        active = [s for s, _, _ in self.segments.get((query.video_id, query.object_id), [])
+                  if s <= query.prefix_end + TIME_EPS]
+        return self.sim_states.get((query.video_id, query.object_id, round(active[-1], 6))) if active else None
+
+    @cached_property
+    def timing(self) -> dict[str, TimingBuckets]:
+        """The timing buckets (``time_to_change``, ``time_to_target``) fitted on the train split (on every query
+        when the benchmark has no train split)."""
+        qs = self.bench.queries("train") or self.bench.queries()
+        change, target = [], []
+        for q in qs:
+            _, upcoming = trajectory_states(q)
+            change.append(upcoming[0][0] - q.prefix_end)
+            if len(upcoming) >= 2 or q.qtype == "Q3":
+                target.append(upcoming[-1][0] - q.prefix_end)
+        return {"time_to_change": TimingBuckets.fit("time_to_change", change),
+                "time_to_target": TimingBuckets.fit("time_to_target", target)}
+
 
 def trajectory_states(query) -> tuple[str, list[tuple[float, str]]]:
     """(current state, upcoming [(t, state)] up to and including the target) from the transcript and the target."""
@@ -199,40 +227,51 @@ def trajectory_states(query) -> tuple[str, list[tuple[float, str]]]:
     return current, upcoming
 
 
-def _order_text(subject: str, upcoming: list[str]) -> str:
-    if len(upcoming) == 1:
-        return f"Next, the {subject} will be {upcoming[0]}."
-    parts = [f"Next, the {subject} will be {upcoming[0]}"]
-    parts += [f"then {s}" for s in upcoming[1:-1]]
-    parts.append(f"and eventually, at the point the question asks about, {upcoming[-1]}")
-    return ", ".join(parts) + "."
+def _listing(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", then ".join(items[:-1]) + f", and then {items[-1]}"
+
+
+def observed_detail_text(subject: str, sim_state: Any) -> str | None:
+    """One sentence from a segment's ``sim_state`` (a mapping of fields, or a string); None when it has nothing
+    without digits to say."""
+    if isinstance(sim_state, dict):
+        parts = [f"{str(k).replace('_', ' ')} {v}" for k, v in sim_state.items()
+                 if isinstance(v, str) and v.strip() and not any(ch.isdigit() for ch in v)]
+    elif isinstance(sim_state, str) and sim_state.strip() and not any(ch.isdigit() for ch in sim_state):
+        parts = [sim_state.strip()]
+    else:
+        parts = []
+    return f"What the frames show of the {subject}: " + "; ".join(parts) + "." if parts else None
 
 
 def trajectory_facts(query, current: str, upcoming: list[tuple[float, str]], index: OracleIndex) -> list[Fact]:
-    """The trajectory predicates of one query (see the module docstring)."""
+    """The trajectory predicates of one query (see the module docstring); only the ``answer`` fact names the
+    target."""
     subj = query.subject
     states = [s for _, s in upcoming]
-    facts = [Fact("current_state", f"In the frames, the {subj} is {current}.", "scene")]
-    dt_next = upcoming[0][0] - query.prefix_end
-    facts.append(Fact("time_to_change", f"Its current state {_BUCKET_TEXT[time_bucket(dt_next)]}.", "motion"))
-    if query.qtype == "Q4" and query.anchor_state:
-        facts.append(Fact("heading_toward", f"The {subj} is on its way to a point where it is {query.anchor_state}; "
-                                            f"just before that, it will be {query.target_state}.", "prediction"))
-    facts.append(Fact("upcoming_order", _order_text(subj, states), "prediction"))
+    facts = [Fact("current_state", f"In the frames, the {subj} is {current}.", "scene", current)]
+    detail = observed_detail_text(subj, index.current_sim_state(query))
+    if detail:
+        facts.append(Fact("observed_detail", detail, "scene"))
+    timing = index.timing
+    if timing["time_to_change"].informative:
+        b = timing["time_to_change"].bucket(upcoming[0][0] - query.prefix_end)
+        facts.append(Fact("time_to_change", _CHANGE_TEXT[b], "motion", b))
+    if (len(states) >= 2 or query.qtype == "Q3") and timing["time_to_target"].informative:
+        b = timing["time_to_target"].bucket(upcoming[-1][0] - query.prefix_end)
+        facts.append(Fact("time_to_target", _TARGET_TEXT[b], "motion", b))
     if len(states) >= 2:
-        facts.append(Fact("time_to_target", _TARGET_BUCKET_TEXT[time_bucket(upcoming[-1][0] - query.prefix_end)],
-                          "prediction"))
-    if query.qtype == "Q2":
-        facts.append(Fact("end_state", f"In the end, the {subj} is {query.target_state}, and it stays that way.",
-                          "prediction"))
-    if query.qtype == "Q3":
-        facts.append(Fact("state_at_time", f"At the elapsed time the question asks about, the {subj} is "
-                                           f"{query.target_state}.", "prediction"))
+        facts.append(Fact("intermediate", f"Before the moment the question asks about, the {subj} will first be "
+                                          f"{_listing(states[:-1])}.", "trajectory"))
+    if query.qtype == "Q4" and query.anchor_state:
+        facts.append(Fact("heading_toward", f"The question names a later state of the {subj}, {query.anchor_state}; "
+                                            "the state asked about comes just before it.", "trajectory",
+                          query.anchor_state))
     if query.qtype == "Q5" and query.group_id:
         for qid, other, end in index.groups.get(query.group_id, []):
             if qid != query.id and other != subj:
-                facts.append(Fact("other_end_state", f"The {other} ends up {end}.", "prediction"))
-    facts.append(Fact("answer", f"So the {subj} will be {query.target_state}.", "prediction"))
+                facts.append(Fact("other_end_state", f"The {other} ends up {end}.", "trajectory", end))
+    facts.append(Fact("answer", f"The {subj} will be {query.target_state}.", "answer", query.target_state))
     return facts
 
 
@@ -250,9 +289,8 @@ def _allowed_and_after(query, current: str, states: list[str], index: OracleInde
 
 
 def query_predicates(query, index: OracleIndex) -> PredicateSet:
-    """The `PredicateSet` of one query (trajectory predicates, plus motion predicates when a simulator record exists)."""
-    from distill import motion
-
+    """The `PredicateSet` of one query: trajectory predicates, plus motion predicates when a simulator record
+    exists; facts ordered by section (`distill.facts.SECTIONS`: evidence first, the answer last)."""
     current, upcoming = trajectory_states(query)
     states = [s for _, s in upcoming]
     facts = trajectory_facts(query, current, upcoming, index)
@@ -263,20 +301,23 @@ def query_predicates(query, index: OracleIndex) -> PredicateSet:
         mfacts = motion.motion_facts(rec, query, moment)
         if mfacts:
             sources.append("simulator")
-            # scene facts first, then the motion analysis, then the prediction (the answer fact stays last)
-            facts = [f for f in facts if f.section == "scene"] + [f for f in mfacts if f.section == "scene"] + \
-                    [f for f in facts if f.section == "motion"] + [f for f in mfacts if f.section == "motion"] + \
-                    [f for f in mfacts if f.section == "prediction"] + [f for f in facts if f.section == "prediction"]
+            facts = facts + mfacts
+    if index.sim_states:
+        sources.append("sim_state")
+    # stable sort by section: trajectory facts before motion facts within a section
+    facts = sorted(facts, key=lambda f: SECTIONS.index(f.section))
     allowed, after = _allowed_and_after(query, current, states, index)
+    objects = [s for o, s in index.video_objects.get(query.video_id, {}).items() if o != query.object_id]
     return PredicateSet(query_id=query.id, qtype=query.qtype, horizon=int(query.horizon), domain=query.domain,
                         subject=query.subject, question=query.question, answer=query.target_state, current=current,
                         upcoming=states, facts=facts, allowed_states=allowed, after_horizon_states=after,
-                        sources=sources)
+                        sources=sources, objects=objects, anchor=query.anchor_state, video_id=query.video_id)
 
 
-def build_predicates(bench, queries: Iterable, *, use_sim: bool = True) -> Iterator[PredicateSet]:
-    """`PredicateSet` for each query, in order."""
-    index = OracleIndex(bench, use_sim=use_sim)
+def build_predicates(bench, queries: Iterable, *, use_sim: bool = True, index: OracleIndex | None = None
+                     ) -> Iterator[PredicateSet]:
+    """`PredicateSet` for each query, in order (``index`` reuses an `OracleIndex` of ``bench``)."""
+    index = index if index is not None else OracleIndex(bench, use_sim=use_sim)
     for q in queries:
         yield query_predicates(q, index)
 
@@ -307,19 +348,22 @@ def write_predicates(cfg: PredicatesConfig) -> dict[str, Any]:
     bench = Benchmark.load(cfg.data)
     queries = bench.queries(cfg.split)
     queries = queries[: cfg.limit] if cfg.limit is not None else queries
+    index = OracleIndex(bench, use_sim=cfg.use_sim)
     kinds: Counter = Counter()
     sources: Counter = Counter()
 
     def rows():
-        for ps in tqdm(build_predicates(bench, queries, use_sim=cfg.use_sim), total=len(queries), unit="q",
+        for ps in tqdm(build_predicates(bench, queries, index=index), total=len(queries), unit="q",
                        desc="predicates", disable=not cfg.progress):
             kinds.update(f.kind for f in ps.facts)
             sources.update(ps.sources)
             yield ps.to_dict()
 
     n = write_jsonl(cfg.out, rows())
-    summary = {"queries": n, "facts_by_kind": dict(kinds), "sources": dict(sources)}
+    summary = {"queries": n, "facts_by_kind": dict(kinds), "sources": dict(sources),
+               "timing_informative": {k: v.informative for k, v in index.timing.items()}}
     out = Path(cfg.out)
+    timing = {k: v.to_dict() for k, v in index.timing.items()}
     write_resolved(cfg, out.with_name(out.name.removesuffix(".jsonl") + ".config.json"), summary=summary,
-                   thresholds={"IMMINENT_S": IMMINENT_S, "SOON_S": SOON_S})
+                   timing=timing, max_bucket_share=MAX_BUCKET_SHARE)
     return summary

@@ -1,52 +1,105 @@
 """The rationale validator: a chain of thought is kept only when it carries no numbers and nothing from after the
-question's horizon, has a sensible length, and ends in the right answer line (DynaPix, paper 004, appendix
-"Rationale construction": numbers stripped, 80-250 words).
+question's horizon, agrees with its predicates, has a sensible length and wording, and ends in the right answer line
+(DynaPix, paper 004, appendix "Rationale construction": numbers stripped, 80-250 words).
 
 A rationale is a body followed by a final line ``Answer: <state phrase>``. Checks, each a rejection ``code``:
 
-==================  ===========================================================================================
-code                rejects
-==================  ===========================================================================================
-``empty``           no text
-``answer_line``     no final ``Answer:`` line, more than one, or an answer that is not the target state (the
-                    phrase after ``Answer:``, cleaned as the student parser cleans it, must be one of the target
-                    state's phrasings in ``states.jsonl``)
-``number``          any digit (coordinates, timestamps, speeds, counts written in digits), a spelled number with a
-                    unit (``two seconds``, ``half a second``, ``five frames``), a spelled decimal (``one point five``)
-``coordinate``      a coordinate or time variable (``x =``, ``y:``, ``t =``) or a ``(x, y)`` tuple
-``future_leak``     a phrasing of a state the object enters only after the target (see
-                    `distill.predicates.PredicateSet.after_horizon_states`); phrasings of allowed states are masked
-                    first, so ``falling over`` (tipping over, allowed) never counts as ``falling`` (forbidden)
-``length``          a body (the text without the answer line) outside ``[min_words, max_words]`` words
-==================  ===========================================================================================
+=====================  ======================================================================================
+code                   rejects
+=====================  ======================================================================================
+``empty``              no text
+``answer_line``        no final ``Answer:`` line, more than one, or an answer that is not the target state (the
+                       phrase after ``Answer:``, cleaned as the student parser cleans it, must be one of the target
+                       state's phrasings in ``states.jsonl``)
+``answer_statement``   the body announces an answer ("the correct answer is ...", "the answer would be ...", an
+                       inline ``Answer:``) or that one was given
+``number``             any digit or numeric character (``½``, ``²``), a spelled number with a unit (``two
+                       seconds``, ``a couple of seconds``, ``three quarters of a second``, ``five-tenths of a
+                       second``, ``a second and a half``), a spelled fraction (``fifteen hundredths``, ``a
+                       quarter``), a spelled decimal (``one point five``)
+``frame_index``        a frame or second named by its index (``by the fourth frame``, ``at frame fifteen``,
+                       ``frame number three``, ``the second second``)
+``coordinate``         a coordinate or time variable (``x =``, ``y:``, ``t =``) or a ``(x, y)`` tuple
+``future_leak``        a phrasing of a state the object enters only after the target (see
+                       `distill.facts.PredicateSet.after_horizon_states`), found by `distill.lexicon` (lemmatized,
+                       synonym-mapped, longest match first over *all* state phrasings: a forbidden phrasing that
+                       contains an allowed one is caught, an allowed one that contains a forbidden one is not);
+                       a predicate's own sentence quoted verbatim never counts (it is true by construction)
+``contradiction``      the body says the object is in a state its predicates do not hold (a phrasing of a state
+                       outside the allowed and after-horizon ones, in a sentence about the object), or says it
+                       moves (or stands still, or moves the opposite way) against the ``direction`` predicate,
+                       or names another support than the ``support_now`` predicate, in a present-tense sentence
+``lexical_diversity``  fewer than `MIN_DISTINCT_RATIO` distinct words per word, one word above
+                       `MAX_TOP_WORD_SHARE` of all words, or one sentence repeated more than `MAX_SENTENCE_REPEATS`
+                       times (a body of 80 x "the" is rejected)
+``length``             a body (the text without the answer line) outside ``[min_words, max_words]`` words
+=====================  ======================================================================================
 
 Words are maximal runs of letters, digits and apostrophes. Spelled counts without a unit (``two dominoes``) are
-scene description, not measurements, and pass.
+scene description, not measurements, and pass; so do ``first``/``last`` without ``frame``.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from distill.predicates import PredicateSet
+from distill.facts import PredicateSet
+from distill.lexicon import Match, PhraseIndex, keys, longest_first, tokens
 from forecasters.parsing import clean_phrase
 
 MIN_WORDS = 80
 MAX_WORDS = 250
+MIN_DISTINCT_RATIO = 0.3
+"""Distinct words / words of a body at least this (template bodies: about 0.5-0.7)."""
+MAX_TOP_WORD_SHARE = 0.3
+"""No single word may make up more than this share of a body's words ("the": about 0.06 of English prose, up to
+0.21 of template bodies, which name objects with "the" throughout)."""
+DIVERSITY_MIN_WORDS = 20
+"""Bodies shorter than this are left to the length check (word shares of a few words mean nothing)."""
+MAX_SENTENCE_REPEATS = 2
+"""A sentence may occur at most this many times in a body."""
 
-_NUMBER_WORDS = (r"zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
-                 r"sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|"
-                 r"hundred|thousand|half|quarter|dozen|a\s+few|several")
+_CARDINAL = (r"zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
+             r"sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|"
+             r"thousand|million|dozens?")
+_COUNT = rf"{_CARDINAL}|half|quarter|a\s+couple(?:\s+of)?|couple(?:\s+of)?|a\s+pair\s+of|a\s+few|few|several"
+_FRACTION = (r"halves|thirds?|quarters?|fifths?|sixths?|sevenths?|eighths?|ninths?|tenths?|twelfths?|twentieths?|"
+             r"hundredths?|thousandths?")
+_ORDINAL = (r"first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|"
+            r"fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|thirtieth|hundredth|"
+            r"(?:twenty|thirty|forty|fifty)[\s-](?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)")
 _UNITS = (r"seconds?|secs?|milliseconds?|ms|minutes?|frames?|fps|units?|pixels?|px|meters?|metres?|centimeters?|"
           r"cm|mm|degrees?|radians?|percent|hz")
-_SPELLED_MEASURE = re.compile(rf"\b(?:{_NUMBER_WORDS})(?:[\s-]+(?:and\s+)?(?:a|an|{_NUMBER_WORDS}))*[\s-]+(?:{_UNITS})\b",
-                              re.I)
-_SPELLED_DECIMAL = re.compile(rf"\b(?:{_NUMBER_WORDS})\s+point\s+(?:{_NUMBER_WORDS})\b", re.I)
+_SPELLED_MEASURE = re.compile(
+    rf"\b(?:{_COUNT})(?:[\s-]+(?:and\s+)?(?:a\s+)?(?:{_COUNT}|{_FRACTION}))*(?:\s+of)?(?:\s+an?)?[\s-]+(?:{_UNITS})\b"
+    rf"|\b(?:a|an|one)\s+(?:second|minute|frame)s?\s+and\s+a\s+(?:half|quarter)\b", re.I)
+_SPELLED_FRACTION = re.compile(rf"\b(?:{_CARDINAL})[\s-]+(?:{_FRACTION})\b|\ba\s+quarter\b", re.I)
+_SPELLED_DECIMAL = re.compile(rf"\b(?:{_CARDINAL})\s+point\s+(?:{_CARDINAL})\b", re.I)
+_FRAME_INDEX = re.compile(
+    rf"\b(?:frame|image|snapshot)s?\s+(?:number\s+|no\.?\s*|#\s*)?(?:{_CARDINAL}|{_ORDINAL})\b"
+    rf"|\b(?:{_ORDINAL})\s+(?:frame|image|snapshot|second)s?\b", re.I)
 _COORD = re.compile(r"(?<![\w'])[xyzt]\s*[=:]|\(\s*[xyzt]\s*,\s*[xyzt]\s*(?:,\s*[xyzt]\s*)?\)", re.I)
 _ANSWER = re.compile(r"^\W*answer\s*[:：]\s*(.*)$", re.I)
+_ANSWER_STATEMENT = re.compile(
+    r"\b(?:correct|right|final|true|expected|given|intended)\s+answer\b"
+    r"|\banswer\s+(?:is|was|would\s+be|will\s+be|must\s+be|should\s+be|here\s+is)\b"
+    r"|\banswer\s*[:：]"
+    r"|\bI\s+(?:was|am|have\s+been)\s+(?:told|given)\b", re.I)
 _WORD = re.compile(r"[A-Za-z0-9']+")
+_SENTENCE = re.compile(r"[^.!?;\n]+")
+_FUTURE = re.compile(r"\b(?:will|would|later|then|after|afterwards|soon|eventually|until|once|next|going\s+to|"
+                     r"moment\s+the\s+question)\b", re.I)
+_STILL = re.compile(r"\b(?:not\s+moving|stays?\s+still|standing\s+still|motionless|stationary|does\s+not\s+move|"
+                    r"doesn't\s+move|isn't\s+moving)\b", re.I)
+_MOVING = re.compile(r"\bmov(?:ing|es)\s+(?:(?:quickly|slowly|fast)\s+)?(?P<dir>to\s+the\s+(?:left|right)|upward|"
+                     r"downward|up|down|left|right)(?:\s+and\s+(?P<dir2>to\s+the\s+(?:left|right)|left|right))?",
+                     re.I)
+_SUPPORTED = re.compile(r"\b(?:supported|held\s+up|carried)\s+by\s+(?P<what>[a-z' ]+?)(?=$|[,.;]|\s+and\b|\s+at\b)",
+                        re.I)
 
 
 @dataclass(frozen=True)
@@ -70,6 +123,10 @@ class Verdict:
     def summary(self) -> str:
         return "ok" if self.ok else "; ".join(f"{r.code}: {r.detail}" for r in self.reasons)
 
+    @property
+    def codes(self) -> set[str]:
+        return {r.code for r in self.reasons}
+
 
 def split_answer(text: str) -> tuple[str, list[str]]:
     """(body, answer phrases of every ``Answer:`` line) of a rationale; the body drops the answer lines."""
@@ -87,12 +144,40 @@ def count_words(text: str) -> int:
     return len(_WORD.findall(text))
 
 
-def _phrase_pattern(phrases: Sequence[str]) -> re.Pattern | None:
-    ps = sorted({p.strip().lower() for p in phrases if p.strip()}, key=len, reverse=True)
-    if not ps:
+def numbers_in(body: str) -> list[str]:
+    """Digits, numeric characters (``½``), spelled measures, fractions and decimals found in ``body``."""
+    found = re.findall(r"\S*\d\S*", body)
+    found += [ch for ch in body if not "0" <= ch <= "9" and unicodedata.numeric(ch, None) is not None]
+    for rx in (_SPELLED_MEASURE, _SPELLED_FRACTION, _SPELLED_DECIMAL):
+        found += [m.group(0) for m in rx.finditer(body)]
+    return list(dict.fromkeys(found))
+
+
+def lexical_problem(body: str) -> str | None:
+    """Why ``body``'s wording is degenerate (see `MIN_DISTINCT_RATIO`, `MAX_TOP_WORD_SHARE`,
+    `MAX_SENTENCE_REPEATS`), or None."""
+    words = [w.lower() for w in _WORD.findall(body)]
+    if len(words) < DIVERSITY_MIN_WORDS:
         return None
-    return re.compile(r"(?<![\w'])(?:" + "|".join(r"\s+".join(map(re.escape, p.split())) for p in ps) + r")(?![\w'])",
-                      re.I)
+    distinct = len(set(words)) / len(words)
+    if distinct < MIN_DISTINCT_RATIO:
+        return f"{distinct:.2f} distinct words per word (< {MIN_DISTINCT_RATIO})"
+    top, n = Counter(words).most_common(1)[0]
+    if n / len(words) > MAX_TOP_WORD_SHARE:
+        return f"{top!r} is {n / len(words):.0%} of the words (> {MAX_TOP_WORD_SHARE:.0%})"
+    sentences = Counter(" ".join(s.lower().split()) for s in _SENTENCE.findall(body) if s.strip())
+    rep, k = sentences.most_common(1)[0] if sentences else ("", 0)
+    if k > MAX_SENTENCE_REPEATS:
+        return f"a sentence occurs {k} times: {rep[:60]!r}"
+    return None
+
+
+def _dir_parts(words: str) -> set[str]:
+    w = words.lower()
+    return {d for d in ("left", "right", "up", "down") if re.search(rf"\b{d}(?:ward)?\b", w)}
+
+
+_OPPOSITE = {"left": "right", "right": "left", "up": "down", "down": "up"}
 
 
 class RationaleValidator:
@@ -104,6 +189,7 @@ class RationaleValidator:
             raise ValueError(f"need 0 < min_words <= max_words, got {min_words}, {max_words}")
         self.members = {k: tuple(v) for k, v in members.items()}
         self.min_words, self.max_words = min_words, max_words
+        self.index = PhraseIndex(self.members)
 
     def phrasings(self, state: str) -> tuple[str, ...]:
         return self.members.get(state, (state,))
@@ -112,15 +198,56 @@ class RationaleValidator:
         cleaned = clean_phrase(answer)
         return cleaned in {clean_phrase(p) for p in self.phrasings(target)}
 
+    def state_matches(self, body: str, ps: PredicateSet) -> list[tuple[Match, str]]:
+        """Every state phrasing in ``body``, longest first, each labelled ``allowed``, ``forbidden`` (after the
+        horizon) or ``unsupported`` (a state the predicates do not hold). Names of the object and of the other
+        objects count as allowed spans, so they are never read as states."""
+        toks = tokens(body)
+        index = self.index
+        extra = PhraseIndex({"": [ps.subject, *ps.objects]})
+        allowed, after = set(ps.allowed_states), set(ps.after_horizon_states)
+
+        def label(m: Match) -> str:
+            if "" in m.states or m.states & allowed:
+                return "allowed"
+            return "forbidden" if m.states & after else "unsupported"
+
+        order = {"allowed": 0, "forbidden": 1, "unsupported": 2}
+        chosen = longest_first(index.find(toks) + extra.find(toks), priority=lambda m: order[label(m)])
+        # a predicate's own sentence, quoted verbatim, is true up to the horizon by construction: whatever state
+        # phrasing its wording happens to contain is neither a leak nor a contradiction
+        quoted = [(i, i + len(f.text)) for f in ps.facts if f.section != "answer" and f.text
+                  for i in _find_all(body, f.text)]
+        return [(m, "allowed" if any(a <= m.start and m.end <= b for a, b in quoted) else label(m)) for m in chosen]
+
     def leaks(self, body: str, ps: PredicateSet) -> list[str]:
-        """The forbidden (after-horizon) phrasings found in ``body`` once allowed phrasings are masked."""
-        forbidden = [p for s in ps.after_horizon_states for p in self.phrasings(s)]
-        pattern = _phrase_pattern(forbidden)
-        if pattern is None:
-            return []
-        allowed = _phrase_pattern([p for s in ps.allowed_states for p in self.phrasings(s)] + [ps.subject])
-        masked = allowed.sub(" ", body) if allowed is not None else body
-        return sorted({m.group(0).lower() for m in pattern.finditer(masked)})
+        """The forbidden (after-horizon) phrasings found in ``body`` (as written), longest match first."""
+        return sorted({body[m.start:m.end].lower() for m, lab in self.state_matches(body, ps) if lab == "forbidden"})
+
+    def contradictions(self, body: str, ps: PredicateSet, matches: list[tuple[Match, str]] | None = None
+                       ) -> list[str]:
+        """Statements of ``body`` that contradict the predicates (see the module docstring)."""
+        matches = self.state_matches(body, ps) if matches is None else matches
+        subj_keys = keys(ps.subject)
+        others = [keys(o) for o in ps.objects if o != ps.subject]
+        direction, support = ps.fact("direction"), ps.fact("support_now")
+        out = []
+        for sm in _SENTENCE.finditer(body):
+            sent = sm.group(0)
+            k = keys(sent)
+            about = _contains(k, subj_keys) or bool(re.match(r"\s*it\b", sent, re.I))
+            if not about or any(_contains(k, o) for o in others if o):
+                continue
+            for m, lab in matches:
+                if lab == "unsupported" and sm.start() <= m.start < sm.end():
+                    out.append(f"names {body[m.start:m.end]!r}, a state its predicates do not hold")
+            if _FUTURE.search(sent):
+                continue
+            if direction is not None and direction.value:
+                out += _direction_conflicts(sent, direction.value)
+            if support is not None and support.value and support.value not in ("nothing",):
+                out += _support_conflicts(sent, support.value)
+        return list(dict.fromkeys(out))
 
     def check(self, text: str, ps: PredicateSet) -> Verdict:
         """Validate one rationale for the query of ``ps`` (see the module docstring for the checks)."""
@@ -129,29 +256,88 @@ class RationaleValidator:
         body, answers = split_answer(text)
         reasons: list[Rejection] = []
         answer = answers[-1] if answers else None
-        last = next((ln for ln in reversed(text.strip().splitlines()) if ln.strip()), "")
-        if not answers:
-            reasons.append(Rejection("answer_line", "no final 'Answer: <state>' line"))
-        elif len(answers) > 1:
-            reasons.append(Rejection("answer_line", f"{len(answers)} 'Answer:' lines; expected exactly one"))
-        elif not _ANSWER.match(last.strip()):
-            reasons.append(Rejection("answer_line", "the 'Answer:' line is not the last line"))
-        elif not self._answer_ok(answer, ps.answer):
-            reasons.append(Rejection("answer_line", f"answer {answer!r} is not the target state {ps.answer!r}"))
-        nums = sorted({m.group(0) for rx in (_SPELLED_MEASURE, _SPELLED_DECIMAL) for m in rx.finditer(body)})
-        digits = re.findall(r"\S*\d\S*", body)
-        if digits or nums:
-            reasons.append(Rejection("number", "numbers: " + ", ".join((digits + nums)[:5])))
+        reasons += self._answer_line(text, answers, ps)
+        if _ANSWER_STATEMENT.search(body):
+            reasons.append(Rejection("answer_statement", f"announces an answer: "
+                                                         f"{_ANSWER_STATEMENT.search(body).group(0)!r}"))
+        nums = numbers_in(body)
+        if nums:
+            reasons.append(Rejection("number", "numbers: " + ", ".join(nums[:5])))
+        frames = list(dict.fromkeys(m.group(0) for m in _FRAME_INDEX.finditer(body)))
+        if frames:
+            reasons.append(Rejection("frame_index", "frame indices: " + ", ".join(frames[:5])))
         coords = sorted({m.group(0) for m in _COORD.finditer(body)})
         if coords:
             reasons.append(Rejection("coordinate", "coordinate/time variables: " + ", ".join(coords[:5])))
-        leaks = self.leaks(body, ps)
+        matches = self.state_matches(body, ps)
+        leaks = sorted({body[m.start:m.end].lower() for m, lab in matches if lab == "forbidden"})
         if leaks:
             reasons.append(Rejection("future_leak", "states after the question's horizon: " + ", ".join(leaks)))
+        contra = self.contradictions(body, ps, matches)
+        if contra:
+            reasons.append(Rejection("contradiction", "; ".join(contra[:3])))
+        lex = lexical_problem(body)
+        if lex:
+            reasons.append(Rejection("lexical_diversity", lex))
         words = count_words(body)
         if not self.min_words <= words <= self.max_words:
             reasons.append(Rejection("length", f"{words} words, outside {self.min_words}-{self.max_words}"))
         return Verdict(not reasons, reasons, words, answer)
+
+    def _answer_line(self, text: str, answers: list[str], ps: PredicateSet) -> list[Rejection]:
+        last = next((ln for ln in reversed(text.strip().splitlines()) if ln.strip()), "")
+        if not answers:
+            return [Rejection("answer_line", "no final 'Answer: <state>' line")]
+        if len(answers) > 1:
+            return [Rejection("answer_line", f"{len(answers)} 'Answer:' lines; expected exactly one")]
+        if not _ANSWER.match(last.strip()):
+            return [Rejection("answer_line", "the 'Answer:' line is not the last line")]
+        if not self._answer_ok(answers[0], ps.answer):
+            return [Rejection("answer_line", f"answer {answers[0]!r} is not the target state {ps.answer!r}")]
+        return []
+
+
+def _find_all(text: str, sub: str) -> list[int]:
+    out, i = [], text.find(sub)
+    while i >= 0:
+        out.append(i)
+        i = text.find(sub, i + 1)
+    return out
+
+
+def _contains(seq: Sequence[str], sub: Sequence[str]) -> bool:
+    n = len(sub)
+    return n > 0 and any(tuple(seq[i:i + n]) == tuple(sub) for i in range(len(seq) - n + 1))
+
+
+def _direction_conflicts(sentence: str, truth: str) -> list[str]:
+    """A present-tense sentence about the object against the ``direction`` value (``still`` or e.g. ``down-left``)."""
+    moving = [m for m in _MOVING.finditer(sentence)]
+    if truth == "still":
+        return [f"says it is {m.group(0)!r}, but it is not moving" for m in moving]
+    out = []
+    if _STILL.search(sentence):
+        out.append(f"says it is {_STILL.search(sentence).group(0)!r}, but it is moving")
+    true_parts = set(truth.split("-"))
+    for m in moving:
+        said = _dir_parts(m.group(0))
+        if any(_OPPOSITE[d] in true_parts for d in said):
+            out.append(f"says it is {m.group(0)!r}, but it moves {truth.replace('-', ' and ')}")
+    return out
+
+
+def _support_conflicts(sentence: str, truth: str) -> list[str]:
+    """A present-tense sentence naming what holds the object up, against the ``support_now`` value."""
+    out = []
+    truth_keys = set(keys(truth)) - {"bottom", "of"}
+    for m in _SUPPORTED.finditer(sentence):
+        said = set(keys(m.group("what"))) - {"bottom", "of"}
+        if truth == "gripper" or "gripper" in said:
+            if ("gripper" in said) != (truth == "gripper"):
+                out.append(f"says it is {m.group(0)!r}, but it is supported by {truth}")
+        elif said and truth_keys and not said & truth_keys:
+            out.append(f"says it is {m.group(0)!r}, but it is supported by {truth}")
+    return out
 
 
 def validator_for(bench, **kw) -> RationaleValidator:
@@ -175,11 +361,9 @@ class ValidateConfig:
 
 def validate_file(cfg: ValidateConfig) -> dict:
     """Validate every rationale of a file; returns {checked, rejected, by_code, rejections: [{query_id, reasons}]}."""
-    from collections import Counter
     from pathlib import Path
 
     from distill.jsonl import read_records
-    from distill.predicates import PredicateSet
     from eval.benchmark import Benchmark
     from eval.io import FormatError, write_json
 

@@ -58,14 +58,14 @@ def _count_ge(blk, x):
 
 
 @njit(cache=True, nogil=True)
-def _count_ge_lt(blk, x):
-    """(#items >= x, #items < x); a NaN is in neither."""
+def _count_ge_finite(blk, x):
+    """(#items >= x, #finite items): one extra comparison per item finds NaN and +-inf alike."""
     a = np.int32(0)
     b = np.int32(0)
     for j in range(blk.shape[0]):
         v = blk[j]
         a += np.int32(v >= x)
-        b += np.int32(v < x)
+        b += np.int32(abs(v) < POS_INF)
     return a, b
 
 
@@ -82,13 +82,14 @@ def _count_gt_eq(blk, x):
 
 @njit(parallel=True, cache=True, nogil=True)
 def tile_pass(s, cols, t, order, first_row, floor, gt, eq, first, ls, lr, unlisted, ex_off, ex_rows, ex_ptr,
-              nan_count):
+              bad_count):
     """Process one tile. ``s`` float32 C-contiguous (nb, nc); ``cols`` int64 (nc,) corpus rows of the columns
     (increasing); ``t``, ``first_row`` (nb, P); ``order`` (nb, P) pools by ascending ``t``; ``floor`` (nb,) = min_p t (+inf when no pool has positives);
     ``gt``, ``eq``, ``first`` int64 (nb, P) accumulators; ``ls``/``lr`` (nb, k) running top-k; ``unlisted`` (nb,);
-    ``ex_off``/``ex_rows`` CSR of sorted own-video rows per query with cursor ``ex_ptr`` (nb,); ``nan_count`` (nb,).
+    ``ex_off``/``ex_rows`` CSR of sorted own-video rows per query with cursor ``ex_ptr`` (nb,); ``bad_count`` (nb,) accumulates
+    the non-finite scores (NaN, +-inf) of each row: the caller refuses them (a +-inf positive would break the counts).
 
-    Per block of `BLOCK` columns: one vectorised count of items >= min(floor, kth) (and of NaNs); if any, one
+    Per block of `BLOCK` columns: one vectorised count of items >= min(floor, kth) (and of non-finite items); if any, one
     vectorised (> t, == t) count per pool, a scalar pass for the row tie-break only when some item equals t, and
     a scalar top-k insertion pass only when some item reaches the k-th score.
     """
@@ -104,8 +105,8 @@ def tile_pass(s, cols, t, order, first_row, floor, gt, eq, first, ls, lr, unlist
             j1 = min(nc, j0 + BLOCK)
             kth = ls[i, k - 1] if lr[i, k - 1] >= 0 else NEG_INF
             blk = row[j0:j1]
-            n_ge, n_lt = _count_ge_lt(blk, min(fl, kth))
-            nan_count[i] += blk.shape[0] - n_ge - n_lt
+            n_ge, n_fin = _count_ge_finite(blk, min(fl, kth))
+            bad_count[i] += blk.shape[0] - n_fin
             if n_ge == 0:
                 continue
             prev = NEG_INF

@@ -19,7 +19,7 @@ import numpy as np
 from eval import features as feats
 from eval.io import FormatError, read_json
 from eval.schema import (
-    GT_DEFINITIONS,
+    GT_DEFINITION_FIELDS,
     GT_TIERS,
     QUERY_FEATURES,
     SEGMENT_FEATURES,
@@ -97,6 +97,13 @@ class Benchmark:
         return self.manifest.name
 
     @cached_property
+    def fingerprint(self) -> dict[str, str]:
+        """``{name, version, sha256}``: what a run scored on this benchmark records (`eval.fingerprint`)."""
+        from eval.fingerprint import benchmark_fingerprint
+
+        return benchmark_fingerprint(self)
+
+    @cached_property
     def query_ids(self) -> list[str]:
         return self.queries_ds["id"][:]
 
@@ -166,8 +173,8 @@ class Benchmark:
 
         Unknown ids raise `KeyError` naming the query and the id.
         """
-        if definition not in GT_DEFINITIONS:
-            raise KeyError(f"unknown GT definition {definition!r}; expected one of {GT_DEFINITIONS}")
+        if definition not in GT_DEFINITION_FIELDS:
+            raise KeyError(f"unknown GT definition {definition!r}; expected one of {list(GT_DEFINITION_FIELDS)}")
         if tier is not None and tier not in GT_TIERS:
             raise KeyError(f"unknown GT tier {tier!r}; expected one of {GT_TIERS}")
         idx = self.corpus_index

@@ -105,14 +105,23 @@ def _parse_gains(text: str | None) -> dict[str, float] | None:
 
 
 def _report_config(data: Path, runs: list[Path], reference: str | None, tie: str, ndcg_k: int, gains: str | None,
-                   resamples: int, seed: int):
+                   resamples: int, seed: int, split: str = "test", fair: bool = True, qtypes: str = "Q1,Q2,Q3,Q4",
+                   intersect: bool = False):
     from eval.metrics import TIE_MODES
     from eval.report import ReportConfig
+    from eval.schema import QUESTION_TYPES, SPLITS
 
     if tie not in TIE_MODES:
         raise typer.BadParameter(f"--tie must be one of {TIE_MODES}")
+    splits = None if split.strip() == "all" else tuple(x.strip() for x in split.split(",") if x.strip())
+    if splits is not None and (not splits or set(splits) - set(SPLITS)):
+        raise typer.BadParameter(f"--split takes 'all' or a comma list of {SPLITS}, got {split!r}")
+    qts = tuple(x.strip() for x in qtypes.split(",") if x.strip())
+    if not qts or set(qts) - set(QUESTION_TYPES):
+        raise typer.BadParameter(f"--qtypes takes a comma list of {QUESTION_TYPES}, got {qtypes!r}")
     return ReportConfig(tie=tie, ndcg_k=ndcg_k, gains=_parse_gains(gains), reference=reference, n_resamples=resamples,
-                        seed=seed, data=str(data), runs=[str(r) for r in runs])
+                        seed=seed, data=str(data), runs=[str(r) for r in runs], split=splits, fair=fair, qtypes=qts,
+                        intersect=intersect)
 
 
 def _load_runs(paths: list[Path]):
@@ -139,6 +148,14 @@ def _clean_errors():
 
 
 _TIE_HELP = "ties: expected (exact mean over random order of tied items), row, optimistic or pessimistic"
+_SPLIT_HELP = "evaluated population: split(s), comma-separated, or 'all' (default: test, as the paper)"
+_FAIR_HELP = "evaluated population: only fair queries (main GT pool non-empty; the paper's fair test set)"
+_QTYPES_HELP = "evaluated population: question types (default Q1-Q4; Q5 groups get their own joint table)"
+
+
+def _print_notes(doc: dict) -> None:
+    for note in doc.get("notes", []):
+        err.print(f"[yellow]note:[/] {note}", highlight=False)
 _GAINS_HELP = "nDCG tier gains, e.g. in_dataset=1,cross_dataset=1,bge_similar=0.5 (the default)"
 
 
@@ -151,17 +168,22 @@ def score(
     ndcg_k: int = typer.Option(10, "--ndcg-k", help="cut-off of the tier-weighted nDCG"),
     gains: str = typer.Option(None, "--gains", help=_GAINS_HELP),
     seed: int = typer.Option(0, "--seed", help="seed of the bootstrap CIs in the plots"),
+    split: str = typer.Option("test", "--split", help=_SPLIT_HELP),
+    fair: bool = typer.Option(True, "--fair/--no-fair", help=_FAIR_HELP),
+    qtypes: str = typer.Option("Q1,Q2,Q3,Q4", "--qtypes", help=_QTYPES_HELP),
 ) -> None:
-    """Evaluate one run: every metric and stratum, tables (md/csv/tex), plots and report.json in OUT."""
+    """Evaluate one run over the evaluated population: every metric and stratum, tables (md/csv/tex), plots and
+    report.json in OUT."""
     from eval.benchmark import Benchmark
     from eval.report import build_report
 
-    cfg = _report_config(data, [run], None, tie, ndcg_k, gains, 10_000, seed)
+    cfg = _report_config(data, [run], None, tie, ndcg_k, gains, 10_000, seed, split, fair, qtypes)
     with _clean_errors():
         doc = build_report(_load_runs([run]), Benchmark.load(data), out, cfg, progress=True)
+    _print_notes(doc)
     main = next(iter(doc["runs"].values()))["main"]
     console.print(" ".join(f"{k}={100 * v:.2f}" for k, v in main.items() if k.startswith(("R@", "MRR", "macro"))
-                           and v is not None) + f"  n={main['n']}")
+                           and v is not None) + f"  n={main['n']}  ({doc['population']['description']})")
     console.print(f"[green]wrote[/] {out}")
 
 
@@ -176,14 +198,21 @@ def report(
     gains: str = typer.Option(None, "--gains", help=_GAINS_HELP),
     resamples: int = typer.Option(10_000, "--resamples", min=100, help="paired bootstrap resamples"),
     seed: int = typer.Option(0, "--seed", help="bootstrap seed"),
+    split: str = typer.Option("test", "--split", help=_SPLIT_HELP),
+    fair: bool = typer.Option(True, "--fair/--no-fair", help=_FAIR_HELP),
+    qtypes: str = typer.Option("Q1,Q2,Q3,Q4", "--qtypes", help=_QTYPES_HELP),
+    intersect: bool = typer.Option(False, "--intersect", help="evaluate over the population queries every run holds "
+                                                              "(with a note) instead of refusing a run lacking some"),
 ) -> None:
-    """Paper-shaped tables for many runs (main, by horizon, question type, tier, GT definition, domain, triplets,
-    significance vs --reference) as md/csv/tex, PNG plots and report.json in OUT."""
+    """Paper-shaped tables for many runs over one evaluated population (main, by horizon, question type, tier, GT
+    definition, domain, triplets, multi-object Q5, significance vs --reference) as md/csv/tex, PNG plots and
+    report.json in OUT."""
     from eval.benchmark import Benchmark
     from eval.report import build_report
 
-    cfg = _report_config(data, runs, reference, tie, ndcg_k, gains, resamples, seed)
+    cfg = _report_config(data, runs, reference, tie, ndcg_k, gains, resamples, seed, split, fair, qtypes, intersect)
     with _clean_errors():
-        build_report(_load_runs(runs), Benchmark.load(data), out, cfg, progress=True)
+        doc = build_report(_load_runs(runs), Benchmark.load(data), out, cfg, progress=True)
+    _print_notes(doc)
     typer.echo((out / "main.md").read_text(encoding="utf-8"))
     console.print(f"[green]wrote[/] {out}")

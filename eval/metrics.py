@@ -27,8 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import digamma, gammaln
+from scipy.special import digamma
 
+from eval.errors import InputError
 from eval.schema import REPORT_MAX_HORIZON
 
 TIE_MODES = ("expected", "row", "optimistic", "pessimistic")
@@ -41,6 +42,8 @@ DEFAULT_TIER_GAINS: dict[str, float] = {"in_dataset": 1.0, "cross_dataset": 1.0,
 #: Horizons the macro average runs over (h >= 6 is folded into 5).
 MACRO_HORIZONS = tuple(range(1, REPORT_MAX_HORIZON + 1))
 _PRODUCT_MAX_M = 256
+_EPS = 2.0 ** -52
+RANK_STAT_FIELDS = ("n_pos", "n_above", "n_tie_neg", "n_tie_pos", "n_tie_neg_first")
 
 
 @dataclass(frozen=True)
@@ -55,9 +58,18 @@ class RankStats:
 
     @classmethod
     def from_arrays(cls, d: Mapping[str, np.ndarray]) -> RankStats:
-        n = len(d["n_pos"])
-        get = lambda f: np.asarray(d.get(f, np.zeros(n)), dtype=np.int64)  # noqa: E731
-        return cls(get("n_pos"), get("n_above"), get("n_tie_neg"), get("n_tie_pos"), get("n_tie_neg_first"))
+        """From a pool's statistics (every field of `RANK_STAT_FIELDS`, integer arrays). A missing field or a
+        non-integer array is an `eval.errors.InputError`: nothing defaults to "no ties" or is cast silently."""
+        missing = [f for f in RANK_STAT_FIELDS if f not in d]
+        if missing:
+            raise InputError(f"rank statistics lack {missing}: tie-aware metrics need all of {RANK_STAT_FIELDS}")
+        out = []
+        for f in RANK_STAT_FIELDS:
+            v = np.asarray(d[f])
+            if not np.issubdtype(v.dtype, np.integer):
+                raise InputError(f"rank statistic {f!r} must hold integer counts, got {v.dtype}")
+            out.append(v.astype(np.int64, copy=False))
+        return cls(*out)
 
     @classmethod
     def from_run(cls, run, pool: str = "type2-all") -> RankStats:
@@ -80,27 +92,48 @@ def _check_tie(tie: str) -> None:
         raise ValueError(f"unknown tie mode {tie!r}; expected one of {TIE_MODES}")
 
 
+def _factors(m: np.ndarray, n: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The shorter of the two products for ``P(X > m)`` (see `prob_first_after`): ``L = min(m, T)`` factors
+    ``num_l / den_l``; as (L, first numerator, first denominator, step) with factor ``l`` = ``(num0 + l*step) /
+    (den0 + l*step)``: the m-form counts ``(N-i)/(N+T-i)`` down (step -1), the T-form ``(N-m+j)/(N+j)`` up."""
+    use_m = m <= t
+    length = np.where(use_m, m, t)
+    num0 = np.where(use_m, n, n - m + 1).astype(np.float64)
+    den0 = np.where(use_m, n + t, n + 1).astype(np.float64)
+    step = np.where(use_m, -1.0, 1.0)
+    return length, num0, den0, step
+
+
 def prob_first_after(m: np.ndarray, n_tie_neg: np.ndarray, n_tie_pos: np.ndarray) -> np.ndarray:
     r"""``P(X > m)``: the first of ``T`` tied positives lies after position ``m`` of its tie group of ``T + N``
-    items in uniformly random order, ``= \prod_{i<m} (N-i)/(N+T-i)`` (1 for ``m <= 0``, 0 for ``m > N``).
-    Exact products for ``m <= 256``, log-gamma beyond. float64, shape of the broadcast inputs."""
+    items in uniformly random order (1 for ``m <= 0``, 0 for ``m > N``), float64, shape of the broadcast inputs.
+
+    For ``0 < m <= N``: ``P = \prod_{i<m} (N-i)/(N+T-i) = \prod_{j=1}^{T} (N-m+j)/(N+j)`` (both are
+    ``C(N+T-m, T) / C(N+T, T)``); the shorter product, ``L = min(m, T)`` factors, is evaluated: directly for
+    ``L <= 256``, as ``exp(sum log1p(-d/den))`` beyond. Either way the absolute error is at most ``(2L + 2) u``
+    (``u = 2^-52``), the bound `median_first_rank` relies on."""
     m, n, t = np.broadcast_arrays(np.asarray(m, np.int64), np.asarray(n_tie_neg, np.int64),
                                   np.asarray(n_tie_pos, np.int64))
     out = np.zeros(m.shape, dtype=np.float64)
     out[m <= 0] = 1.0
     mid = (m > 0) & (m <= n)
-    small = mid & (m <= _PRODUCT_MAX_M)
+    if not mid.any():
+        return out
+    length, num0, den0, step = _factors(m[mid], n[mid], t[mid])
+    vals = np.empty(len(length))
+    small = length <= _PRODUCT_MAX_M
     if small.any():
-        ms, ns, ts = m[small], n[small].astype(np.float64), t[small].astype(np.float64)
-        i = np.arange(int(ms.max()), dtype=np.float64)
-        active = i[None, :] < ms[:, None]  # padded positions beyond m multiply by 1 (their denominators may be 0)
-        denom = np.where(active, ns[:, None] + ts[:, None] - i, 1.0)
-        ratio = np.where(active, (ns[:, None] - i) / denom, 1.0)
-        out[small] = np.prod(ratio, axis=1)
-    big = mid & ~small
-    if big.any():
-        mb, nb, tb = m[big].astype(np.float64), n[big].astype(np.float64), t[big].astype(np.float64)
-        out[big] = np.exp(gammaln(nb + 1) - gammaln(nb - mb + 1) - gammaln(nb + tb + 1) + gammaln(nb + tb - mb + 1))
+        ls = length[small]
+        i = np.arange(int(ls.max()), dtype=np.float64)
+        active = i[None, :] < ls[:, None]  # padded factors are 1 (their denominators may be 0)
+        num = num0[small, None] + step[small, None] * i
+        den = np.where(active, den0[small, None] + step[small, None] * i, 1.0)
+        vals[small] = np.prod(np.where(active, num / den, 1.0), axis=1)
+    for x in np.flatnonzero(~small):  # rare: both m and T above 256; one vector of L terms per query
+        i = np.arange(int(length[x]), dtype=np.float64)
+        den = den0[x] + step[x] * i
+        vals[x] = np.exp(np.sum(np.log1p((num0[x] - den0[x]) / den)))
+    out[mid] = vals
     return out
 
 
@@ -168,7 +201,15 @@ def median_first_rank(st: RankStats, tie: str = "expected") -> float:
 
     Defined as the lower median ``min{m : (1/n) sum_i P(R_i <= m) >= 1/2}``, i.e. the ``ceil(n/2)``-th smallest
     rank on runs without ties (deterministic modes use the realised ranks). Tie-aware, ``P(R_i <= m)`` is the
-    expected hit of `recall_at_k`, so this is the median of the pooled first-rank distribution."""
+    expected hit of `recall_at_k`, so this is the median of the pooled first-rank distribution.
+
+    Robust at exactly one half. ``S(m) = sum_i P(R_i <= m)`` is a sum of rationals that may equal ``n/2`` exactly
+    (e.g. 1/3 + 2/3) while its float64 value falls one rounding short, which would move the median one rank up.
+    Each term is computed with absolute error at most ``(2 L_i + 3) u`` (`prob_first_after`, ``L_i`` its number of
+    factors, plus the ``1 - P``), and the sum adds at most ``n u``; so ``S(m) >= n/2 - tol`` with ``tol = u
+    (sum_i (2 L_i + 3) + n)`` is decided instead. A true sum within ``tol`` (~1e-12 for thousands of queries)
+    below one half without reaching it is then counted as reaching it: at that distance the two medians are
+    indistinguishable in float64 anyway."""
     _check_tie(tie)
     sub = st.select(st.valid)
     n = len(sub.n_pos)
@@ -177,13 +218,22 @@ def median_first_rank(st: RankStats, tie: str = "expected") -> float:
     if tie != "expected":
         ranks = np.sort(first_rank(sub, tie))
         return float(ranks[(n + 1) // 2 - 1])
+
+    def reaches_half(m: int) -> bool:
+        d = m - sub.n_above
+        hit = 1.0 - prob_first_after(d, sub.n_tie_neg, sub.n_tie_pos)
+        mid = (d > 0) & (d <= sub.n_tie_neg)
+        factors = np.minimum(d[mid], sub.n_tie_pos[mid])
+        tol = _EPS * (float(np.sum(2 * factors + 3)) + n)
+        return float(np.sum(hit)) >= n / 2 - tol
+
     lo, hi = 1, int((sub.n_above + sub.n_tie_neg + 1).max())
     while lo < hi:  # smallest m with mean hit >= 1/2 (monotone in m)
-        mid = (lo + hi) // 2
-        if np.sum(1.0 - prob_first_after(mid - sub.n_above, sub.n_tie_neg, sub.n_tie_pos)) * 2 >= n:
-            hi = mid
+        mid_m = (lo + hi) // 2
+        if reaches_half(mid_m):
+            hi = mid_m
         else:
-            lo = mid + 1
+            lo = mid_m + 1
     return float(lo)
 
 

@@ -6,21 +6,31 @@ Output directory::
     by_horizon.{md,csv,tex}       R@5 by horizon h1..h5 + all (Table 4, the ceiling decomposition)
     by_qtype / by_tier / by_gt_definition / by_domain .{md,csv,tex}     R@5 per stratum
     triplets.{md,csv,tex}         Acc_temp / Acc_sem / Acc_tri and the order histogram (GenState-style)
+    multi_object.{md,csv,tex}     Q5 groups: joint all-objects-correct R@k and per-object R@k (PSR App. Q)
     significance.{md,csv,tex}     every run vs the reference run: paired bootstrap, McNemar, per-horizon bootstrap,
                                   and a paired t-test across seeds for multi-seed groups
     r5_by_horizon.png, tiers.png  plots (matplotlib, Agg)
     report.json                   every number above (fractions in [0, 1]) + the per-run stratified results
     report_config.json            the resolved configuration of this report
 
+Population. Every table is over one evaluated population (`eval.evaluate.Population`; default the paper's main
+benchmark, the fair test queries of Q1-Q4; ``--split``, ``--fair/--no-fair``, ``--qtypes`` to choose), printed in
+every caption; the multi-object table is over the Q5 groups of the same splits and fairness. Every run is first
+checked against the benchmark (`eval.evaluate.check_run_against`: fingerprint and pool sizes) and must hold every
+query of the population; queries outside it are left out with a note (printed, and in report.md and report.json).
+An empty run, or one with no query of the population, is an error.
+
 Multi-seed grouping rule: a run whose name ends in a seed suffix -- ``seed`` followed by digits, optionally joined
 by ``-``, ``_``, ``.`` or ``=`` and preceded by ``-``, ``_`` or ``.`` (``lftr-fusion-seed3``, ``lftr_fusion.seed=3``)
 -- belongs to the group named by the rest (``lftr-fusion``), with that seed. A group with two or more distinct seeds
 is shown as one row of mean±std (sample std over seeds); its runs stay in report.json. Other runs are single rows.
 
-Significance (the paper's protocol): per-query tests on the queries both runs hold, for R@5 of the main pool:
-paired bootstrap of the tie-aware hit@5 (10^4 resamples, seeded; delta = run - reference, in points), McNemar's
-exact test on hits under the row tie-break, and the bootstrap per horizon. When the reference is a multi-seed group,
-per-query tests use its lowest-seed run; a paired t-test across common seeds compares two groups.
+Significance (the paper's protocol): per-query tests on the population, for R@5 of the main pool: paired bootstrap
+of the hit@5 under the report's tie rule (10^4 resamples, seeded; delta = run - reference, in points; no p-value
+below `eval.stats.MIN_BOOTSTRAP_N` queries, printed "n too small"), McNemar's test on the same hits
+(`eval.stats.mcnemar`: exact binomial on 0/1 hits, a sign-flip randomization test on expected hits; never the
+corpus row order), and the bootstrap per horizon. When the reference is a multi-seed group, per-query tests use
+its lowest-seed run; a paired t-test across common seeds compares two groups.
 """
 
 from __future__ import annotations
@@ -35,11 +45,23 @@ from typing import Any
 
 import numpy as np
 
-from eval.evaluate import MAIN_POOL, TIER_POOLS, QueryLabels, evaluate_run
+from eval.errors import InputError
+from eval.evaluate import (
+    MAIN_POOL,
+    MAIN_QTYPES,
+    TIER_POOLS,
+    Population,
+    QueryLabels,
+    check_fingerprint,
+    check_run_against,
+    evaluate_groups,
+    evaluate_run,
+    multi_object_groups,
+)
 from eval.io import atomic_dir, atomic_path, write_json
 from eval.metrics import DEFAULT_KS, RankStats, recall_at_k
-from eval.schema import GT_DEFINITIONS, REPORT_MAX_HORIZON
-from eval.stats import mcnemar_exact, paired_bootstrap, paired_bootstrap_by, paired_ttest, seed_summary
+from eval.schema import GT_DEFINITION_FIELDS, REPORT_MAX_HORIZON
+from eval.stats import MIN_BOOTSTRAP_N, mcnemar, paired_bootstrap, paired_bootstrap_by, paired_ttest, seed_summary
 
 SEED_SUFFIX = re.compile(r"^(?P<group>.+?)[-_.]seed[-_.=]?(?P<seed>\d+)$")
 
@@ -64,6 +86,16 @@ class ReportConfig:
     ci_resamples: int = 1000
     data: str = ""
     runs: list[str] = field(default_factory=list)
+    #: the evaluated population (`eval.evaluate.Population`): splits (None = all), fair queries only, question types
+    split: tuple[str, ...] | None = ("test",)
+    fair: bool = True
+    qtypes: tuple[str, ...] = MAIN_QTYPES
+    #: evaluate over the population queries every run holds (the paper's "intersection subset", Table 3) instead of
+    #: refusing a run that lacks some
+    intersect: bool = False
+
+    def population(self) -> Population:
+        return Population(tuple(self.split) if self.split is not None else None, self.fair, tuple(self.qtypes))
 
 
 # ------------------------------------------------------------------------------------------------ tables
@@ -203,7 +235,7 @@ def _main_table(entries, results, cfg: ReportConfig) -> Table:
 def _triplet_table(entries, results) -> Table:
     from eval.triplets import ORDERS, order_name
 
-    orders = [order_name(o) for o in ORDERS]
+    orders = [order_name(o) for o in ORDERS] + ["missed"]
     cols = ["method", "Acc_temp", "Acc_sem", "Acc_tri"] + orders + ["n"]
     rows = []
     for e in entries:
@@ -214,13 +246,41 @@ def _triplet_table(entries, results) -> Table:
         rows.append(r)
     cap = ("Triplets per query: main = best type1 GT item (same subject+state, other video); temp = best segment of "
            "the queried object's own trajectory in another state; sem = best other-video segment in the target state "
-           "with another subject. Accuracies and order shares x100; ties split uniformly.")
+           "with another subject. Accuracies and order shares x100; ties split uniformly. Missed queries (no answer) "
+           "count as failures: 0 on every accuracy, their share under 'missed'; n counts them.")
     return Table("triplets", "Triplet diagnostics", cols, rows, cap)
 
 
-def _per_query_r5(run, tie: str) -> tuple[np.ndarray, np.ndarray]:
-    st = RankStats.from_run(run, MAIN_POOL)
-    return recall_at_k(st, 5, tie), recall_at_k(st, 5, "row")
+def _multi_object_table(entries, groups_res: dict, cfg: ReportConfig, q5_pop: Population) -> Table | None:
+    have = [e for e in entries if all(n in groups_res for n in e.names)]
+    if not have:
+        return None
+    sizes = sorted({s for n in groups_res for s in groups_res[n]["by_size"]}, key=int)
+    cols = (["method"] + [f"joint R@{k}" for k in cfg.ks] + [f"per-object R@{k}" for k in cfg.ks]
+            + [f"joint R@5 K={s}" for s in sizes] + ["groups", "objects"])
+    rows = []
+    for e in have:
+        res = [groups_res[n] for n in e.names]
+        r = [e.label] + [_cell([x["joint"][f"R@{k}"] for x in res]) for k in cfg.ks]
+        r += [_cell([x["per_object"][f"R@{k}"] for x in res]) for k in cfg.ks]
+        r += [_cell([x["by_size"].get(s, {}).get("R@5") for x in res]) for s in sizes]
+        r += ["/".join(sorted({str(x["n_groups"]) for x in res})), "/".join(sorted({str(x["n_objects"]) for x in res}))]
+        rows.append(r)
+    left = max(x["n_groups_left_out"] for x in groups_res.values())
+    cap = (f"Multi-object stress test (PSR App. Q), population: {q5_pop.describe()}; a group is the K objects of one "
+           f"video asked together. joint R@k: every member query is a hit at k (ties: {cfg.tie}; members rank "
+           "independently, so the tie-aware joint is the product of their expected hits); per-object R@k: the mean "
+           "over member queries. x100." + (f" {left} groups with a member outside the population are left out."
+                                            if left else ""))
+    return Table("multi_object", "Multi-object (Q5): joint all-objects-correct", cols, rows, cap)
+
+
+def _fmt_p(p: float | None) -> str:
+    return "n too small" if p is None else (f"{p:.2g}" if p >= 1e-4 else "<1e-4")
+
+
+def _per_query_r5(run, tie: str) -> np.ndarray:
+    return recall_at_k(RankStats.from_run(run, MAIN_POOL), 5, tie)
 
 
 def _significance(runs: Mapping[str, Any], labels: Mapping[str, QueryLabels], entries: list[Entry],
@@ -230,7 +290,7 @@ def _significance(runs: Mapping[str, Any], labels: Mapping[str, QueryLabels], en
     ref_entry = next((e for e in entries if cfg.reference in (e.label, *e.names) or
                       (e.is_group and seed_group(e.names[0])[0] == cfg.reference)), None)
     if ref_entry is None:
-        raise KeyError(f"reference {cfg.reference!r} is not among the runs: {[e.label for e in entries]}")
+        raise InputError(f"reference {cfg.reference!r} is not among the runs: {[e.label for e in entries]}")
     ref_name = cfg.reference if cfg.reference in runs else ref_entry.names[0]
     ref = runs[ref_name]
     out = []
@@ -241,21 +301,20 @@ def _significance(runs: Mapping[str, Any], labels: Mapping[str, QueryLabels], en
         if not common:
             continue
         a, ra = run.select(common), ref.select(common)
-        ea, ha = _per_query_r5(a, cfg.tie)
-        eb, hb = _per_query_r5(ra, cfg.tie)
-        horizons = labels[name].horizon[[run.query_ids.index(q) for q in common]] if common else None
+        ea, eb = _per_query_r5(a, cfg.tie), _per_query_r5(ra, cfg.tie)
+        horizons = labels[name].horizon[[run.query_ids.index(q) for q in common]]
         boot = paired_bootstrap(ea, eb, n_resamples=cfg.n_resamples, seed=cfg.seed)
-        mc = mcnemar_exact(ha, hb)
+        mc = mcnemar(ea, eb, n_resamples=cfg.n_resamples, seed=cfg.seed)
         by_h = paired_bootstrap_by(ea, eb, horizons, n_resamples=cfg.n_resamples, seed=cfg.seed)
-        out.append({"run": name, "reference": ref_name, "metric": "R@5", "n": len(common),
+        out.append({"run": name, "reference": ref_name, "metric": "R@5", "tie": cfg.tie, "n": boot.n,
                     "bootstrap": boot.to_dict(), "mcnemar": mc.to_dict(),
                     "by_horizon": {str(h): r.to_dict() for h, r in by_h.items()}})
     ref_group = ref_entry if ref_entry.is_group else None
     groups = []
     for e in entries:
         if e.is_group and ref_group is not None and e is not ref_group:
-            a = {s: _get_main(runs[n], labels[n], cfg) for n, s in zip(e.names, e.seeds, strict=True)}
-            b = {s: _get_main(runs[n], labels[n], cfg) for n, s in zip(ref_group.names, ref_group.seeds, strict=True)}
+            a = {s: _get_main(runs[n], cfg) for n, s in zip(e.names, e.seeds, strict=True)}
+            b = {s: _get_main(runs[n], cfg) for n, s in zip(ref_group.names, ref_group.seeds, strict=True)}
             try:
                 groups.append({"group": e.label, "reference": ref_group.label, "metric": "R@5",
                                "ttest": paired_ttest(a, b).to_dict()})
@@ -264,54 +323,140 @@ def _significance(runs: Mapping[str, Any], labels: Mapping[str, QueryLabels], en
     cols = ["run", "n", "ΔR@5 (pp)", "95% CI", "p (bootstrap)", "McNemar b/c", "p (McNemar)"]
     cols += [f"Δh{h}" for h in range(1, REPORT_MAX_HORIZON + 1)]
     rows = []
-    fmt_p = lambda p: f"{p:.2g}" if p >= 1e-4 else "<1e-4"  # noqa: E731
     for r in out:
         b, m = r["bootstrap"], r["mcnemar"]
+        bc = (f"{m['b']}/{m['c']}" if m["method"] == "exact" else f"{m['b']:.1f}/{m['c']:.1f}")
         row = [r["run"], str(r["n"]), f"{100 * b['delta']:+.2f}", f"[{100 * b['ci_low']:+.2f}, {100 * b['ci_high']:+.2f}]",
-               fmt_p(b["p_value"]), f"{m['b']}/{m['c']}", f"{m['p_value']:.2g}"]
+               _fmt_p(b["p_value"]), bc, _fmt_p(m["p_value"])]
         for h in range(1, REPORT_MAX_HORIZON + 1):
             hb = r["by_horizon"].get(str(h))
-            row.append("—" if hb is None else f"{100 * hb['delta']:+.1f} (p={fmt_p(hb['p_value'])})")
+            row.append("—" if hb is None else f"{100 * hb['delta']:+.1f} (p={_fmt_p(hb['p_value'])}, n={hb['n']})")
         rows.append(row)
     for g in groups:
         t = g.get("ttest")
         rows.append([f"{g['group']} (paired t over seeds)", str(len(t["seeds"])) if t else "—",
                      f"{100 * t['delta']:+.2f}" if t else "—", "—", f"{t['p_value']:.2g}" if t else g["error"],
                      "—", "—"] + ["—"] * REPORT_MAX_HORIZON)
-    cap = (f"vs reference {ref_name}: paired bootstrap over common queries ({cfg.n_resamples} resamples, seed "
-           f"{cfg.seed}) of tie-aware hit@5, delta = run - reference; McNemar exact on row-tie-break hits "
-           "(b = run only, c = reference only).")
+    cap = (f"vs reference {ref_name} on the queries both hold: paired bootstrap ({cfg.n_resamples} resamples, seed "
+           f"{cfg.seed}) of hit@5 under the {cfg.tie!r} tie rule, delta = run - reference; no p-value below "
+           f"{MIN_BOOTSTRAP_N} queries (n too small). McNemar on the same per-query hits: b = run only, c = "
+           "reference only" + (" (expected counts); a sign-flip randomization test on the expected hits, which is "
+                               "McNemar's exact binomial test wherever every hit is 0/1; it never depends on the "
+                               "corpus row order" if cfg.tie == "expected" else
+                               f"; exact binomial test on the 0/1 hits of the {cfg.tie!r} tie-break") + ".")
     return out + groups, Table("significance", f"Significance vs {ref_name}", cols, rows, cap)
 
 
-def _get_main(run, labels, cfg) -> float:
-    st = RankStats.from_run(run, MAIN_POOL)
-    return float(np.nanmean(recall_at_k(st, 5, cfg.tie)))
+def _get_main(run, cfg) -> float:
+    return float(np.nanmean(_per_query_r5(run, cfg.tie)))
 
 
 def build_report(runs: Sequence[Any], bench, out_dir: str | Path, cfg: ReportConfig | None = None,
                  progress: bool = False) -> dict:
-    """Evaluate ``runs`` (`eval.runs.Run`, names unique) on ``bench`` and write every table, plot and JSON into
-    ``out_dir`` (built beside it and swapped in at the end); returns the JSON document."""
+    """Evaluate ``runs`` (`eval.runs.Run`, names unique) on ``bench`` over the population of ``cfg`` and write every
+    table, plot and JSON into ``out_dir`` (built beside it and swapped in at the end); returns the JSON document.
+    Bad runs (another benchmark, missing population queries, empty) raise `eval.errors.InputError` before anything
+    is written."""
     cfg = cfg or ReportConfig()
+    prepared = _prepare(runs, bench, cfg)
     with atomic_dir(out_dir, tag="report") as stage:  # a failed report leaves no half-written directory
-        return _build(runs, bench, stage, cfg, progress)
+        return _build(prepared, stage, cfg, progress)
 
 
-def _build(runs, bench, out_dir: Path, cfg: ReportConfig, progress: bool) -> dict:
-    from tqdm.auto import tqdm
+@dataclass
+class _Prepared:
+    """Runs restricted to the population, with their labels, Q5 runs and groups, and the notes to print."""
 
-    from eval.plots import plot_r5_by_horizon, plot_tiers
+    population: Population
+    runs: dict[str, Any]
+    labels: dict[str, QueryLabels]
+    q5_runs: dict[str, Any]
+    groups: dict[str, list[str]]
+    groups_left_out: int
+    notes: list[str]
 
+
+def _prepare(runs: Sequence[Any], bench, cfg: ReportConfig) -> _Prepared:
+    """Check every run against ``bench`` and restrict it to the population (see the module docstring)."""
     names = [r.name for r in runs]
+    if not names:
+        raise InputError("no run to report")
     if len(set(names)) != len(names):
-        raise ValueError(f"run names must be unique: {names}")
-    by_name = {r.name: r for r in runs}
-    labels, results = {}, {}
-    for r in tqdm(runs, desc="evaluating", disable=not progress):
-        labels[r.name] = QueryLabels.from_benchmark(bench, r.query_ids, r.name)
-        results[r.name] = evaluate_run(r, labels[r.name], ks=cfg.ks, tie=cfg.tie, ndcg_k=cfg.ndcg_k, gains=cfg.gains)
-    entries = group_entries(names)
+        raise InputError(f"run names must be unique: {names}")
+    pop = cfg.population()
+    pop_ids = pop.query_ids(bench)
+    if not pop_ids:
+        raise InputError(f"benchmark {bench.root} has no query in the population ({pop.describe()})",
+                         fix="choose another population with --split / --qtypes / --no-fair")
+    groups, groups_left = multi_object_groups(bench, pop)
+    out = _Prepared(pop, {}, {}, {}, groups, groups_left, [])
+    if cfg.intersect and runs:
+        pop_ids = _intersect(runs, pop, pop_ids, out)
+    q5_ids = [q for m in out.groups.values() for q in m]
+    for run in runs:
+        if run.n == 0:
+            raise InputError(f"run {run.name!r} is empty (0 queries): nothing to evaluate")
+        check_fingerprint(run, bench)
+        have = set(run.query_ids)
+        held = [q for q in pop_ids if q in have]
+        if not held:
+            raise InputError(f"run {run.name!r} holds no query of the population ({pop.describe()}; "
+                             f"{len(pop_ids)} queries)", fix="score the method on them, or choose the population "
+                                                             "with --split / --qtypes / --no-fair")
+        if len(held) < len(pop_ids):
+            miss = next(q for q in pop_ids if q not in have)
+            raise InputError(f"run {run.name!r} lacks {len(pop_ids) - len(held)} of the {len(pop_ids)} queries of the "
+                             f"population ({pop.describe()}), e.g. {miss!r}: its numbers would be over another "
+                             "population than the others'", fix="score every query of the population (a failed "
+                             "forecast is scored as a miss), narrow it with --split / --qtypes, or pass --intersect "
+                             "to evaluate every run on the queries all of them hold")
+        out.runs[run.name] = run.select(held)
+        check_run_against(out.runs[run.name], bench)
+        out.labels[run.name] = QueryLabels.from_benchmark(bench, held, run.name)
+        if have & set(q5_ids):
+            out.q5_runs[run.name] = run.select([q for q in q5_ids if q in have])
+            check_run_against(out.q5_runs[run.name], bench)
+        note = _left_out_note(run, bench, pop, run.name in out.q5_runs)
+        if note:
+            out.notes.append(note)
+    return out
+
+
+def _intersect(runs: Sequence[Any], pop: Population, pop_ids: list[str], out: _Prepared) -> list[str]:
+    """``--intersect``: the population queries (and whole Q5 groups) every run holds, with notes."""
+    common = set.intersection(*(set(r.query_ids) for r in runs))
+    kept_ids = [q for q in pop_ids if q in common]
+    if len(kept_ids) < len(pop_ids):
+        out.notes.append(f"--intersect: the runs hold {len(kept_ids)} of the {len(pop_ids)} queries of the population "
+                         f"({pop.describe()}) in common; every table is over those")
+    kept = {g: m for g, m in out.groups.items() if all(q in common for q in m)}
+    if len(kept) < len(out.groups) and any(set(m) & common for m in out.groups.values()):
+        out.notes.append(f"--intersect: {len(kept)} of the {len(out.groups)} multi-object groups are held whole by "
+                         "every run")
+    out.groups = kept
+    return kept_ids
+
+
+def _left_out_note(run, bench, pop: Population, q5: bool) -> str | None:
+    """What of ``run`` lies outside the population (other splits, non-fair, other question types), or None."""
+    labels = QueryLabels.from_benchmark(bench, run.query_ids, run.name)
+    outside = ~pop.mask(labels)
+    left = int(outside.sum())
+    if not left:
+        return None
+    splits = sorted({str(x) for x in labels.split[outside]} - set(pop.splits or ()))
+    parts = [f"other splits: {', '.join(splits)}"] if splits and pop.splits is not None else []
+    if pop.fair and (~labels.fair[outside]).any():
+        parts.append(f"{int((~labels.fair[outside]).sum())} not fair")
+    qt = sorted({str(x) for x in labels.qtype[outside]} - set(pop.qtypes))
+    if qt:
+        parts.append("question types " + ", ".join(qt) + (" (Q5 groups scored in the multi-object table)" if q5 else ""))
+    return (f"run {run.name!r}: {left} of its {run.n} queries are outside the population ({pop.describe()}) and left "
+            f"out" + (f" ({'; '.join(parts)})" if parts else ""))
+
+
+def _tables(entries: list[Entry], results: dict, cfg: ReportConfig) -> list[Table]:
+    """The main, stratum and triplet tables of evaluated runs."""
     horizons = [str(h) for h in range(1, REPORT_MAX_HORIZON + 1)]
     tables = [
         _main_table(entries, results, cfg),
@@ -325,29 +470,56 @@ def _build(runs, bench, out_dir: Path, cfg: ReportConfig, progress: bool) -> dic
         _stratum_table("by_tier", "R@5 by GT tier", entries, results, "by_tier",
                        [t for t in TIER_POOLS if any(t in res["by_tier"] for res in results.values())],
                        caption="Each tier scored against its own pool; in_video over the full corpus, the others "
-                               "with the own video excluded."),
+                               "with the own video excluded; n = queries with a non-empty tier."),
         _stratum_table("by_gt_definition", "R@5 by GT definition", entries, results, "by_gt_definition",
-                       [d for d in GT_DEFINITIONS if any(d in res["by_gt_definition"] for res in results.values())]),
+                       [d for d in GT_DEFINITION_FIELDS if any(d in res["by_gt_definition"] for res in results.values())]),
         _stratum_table("by_domain", "R@5 by source domain", entries, results, "by_domain",
                        sorted({d for res in results.values() for d in res["by_domain"]})),
     ]
     if all(res.get("triplets") for res in results.values()):
         tables.append(_triplet_table(entries, results))
+    return tables
+
+
+def _build(prep: _Prepared, out_dir: Path, cfg: ReportConfig, progress: bool) -> dict:
+    from tqdm.auto import tqdm
+
+    from eval.plots import plot_r5_by_horizon, plot_tiers
+
+    by_name, labels, results, groups_res = prep.runs, prep.labels, {}, {}
+    for name, r in tqdm(by_name.items(), desc="evaluating", disable=not progress):
+        results[name] = evaluate_run(r, labels[name], ks=cfg.ks, tie=cfg.tie, ndcg_k=cfg.ndcg_k, gains=cfg.gains,
+                                     population=prep.population)
+    for name, r in prep.q5_runs.items():
+        groups_res[name] = evaluate_groups(r, prep.groups, ks=cfg.ks, tie=cfg.tie, n_left_out=prep.groups_left_out)
+    names = list(by_name)
+    entries = group_entries(names)
+    n_pop = len(next(iter(labels.values())).query_ids)
+    pop_line = f"Population: {prep.population.describe()}; n = {n_pop:,} queries."
+    tables = _tables(entries, results, cfg)
     sig, sig_table = _significance(by_name, labels, entries, cfg)
     if sig_table is not None:
         tables.append(sig_table)
+    for t in tables:
+        t.caption = (t.caption + " " if t.caption else "") + pop_line
+    mo = _multi_object_table(entries, groups_res, cfg, prep.population.multi_object())
+    if mo is not None:
+        tables.append(mo)
     for t in tables:
         t.write(out_dir)
     plots = {"r5_by_horizon": plot_r5_by_horizon(by_name, labels, entries, out_dir / "r5_by_horizon.png", cfg),
              "tiers": plot_tiers(results, entries, out_dir / "tiers.png")}
     cfg.runs = names
-    doc = {"config": asdict(cfg), "entries": [asdict(e) for e in entries], "runs": results, "significance": sig,
-           "plots": plots, "tables": {t.name: t.to_dict() for t in tables}}
+    doc = {"config": asdict(cfg), "population": {**prep.population.to_dict(), "n": n_pop}, "notes": prep.notes,
+           "entries": [asdict(e) for e in entries], "runs": results, "multi_object": groups_res,
+           "significance": sig, "plots": plots, "tables": {t.name: t.to_dict() for t in tables}}
     write_json(out_dir / "report.json", _jsonable(doc))
     write_json(out_dir / "report_config.json", _jsonable(asdict(cfg)))
+    notes = "".join(f"> note: {n}\n" for n in prep.notes)
     with atomic_path(out_dir / "report.md") as tmp:
-        tmp.write_text("# Evaluation report\n\n" + "\n".join(t.markdown() for t in tables) +
-                       "\n![R@5 by horizon](r5_by_horizon.png)\n\n![R@5 by tier](tiers.png)\n", encoding="utf-8")
+        tmp.write_text("# Evaluation report\n\n" + pop_line + "\n\n" + (notes + "\n" if notes else "")
+                       + "\n".join(t.markdown() for t in tables)
+                       + "\n![R@5 by horizon](r5_by_horizon.png)\n\n![R@5 by tier](tiers.png)\n", encoding="utf-8")
     return doc
 
 

@@ -16,8 +16,18 @@ A run is one Parquet file (``*.parquet``), one row per query, written atomically
     ranked/pos_count    list<int64>     ... and how many positives carry each
 
 The Arrow schema metadata key ``psr_run`` holds JSON: ``format_version``, ``method``, ``config`` (the method's
-resolved config), ``benchmark`` (name), ``k``, ``pools`` (pool -> fields), ``ranked_pools`` (bit order of the
+resolved config), ``benchmark`` (name), ``benchmark_fingerprint`` (``{name, version, sha256}`` of the benchmark
+it was scored on, `eval.fingerprint`), ``k``, ``pools`` (pool -> fields), ``ranked_pools`` (bit order of the
 masks). Metrics need only the run, plus the benchmark for strata labels (horizon, question type, domain).
+
+Reading validates (`read_run`, `check_run`): a rank pool holds every field of `RANK_FIELDS` (a run without its tie
+columns is refused, never scored as tie-free), a probe exactly `PROBE_FIELDS`; counts are integer columns and
+``best`` a float column, without nulls; per query ``n_pos >= 0``, ``n_above >= 0``, ``n_tie_neg >= 0``,
+``0 <= n_tie_neg_first <= n_tie_neg``, ``0 <= n_tie_pos <= n_pos``, ``n_tie_pos >= 1`` when ``n_pos > 0``, every
+count 0 and ``best`` NaN when ``n_pos = 0``, ``best`` finite when ``n_pos > 0``; top-k scores non-increasing, never
+NaN or +inf, -inf exactly where the id is "" (padding); ``kth_tie_unlisted >= 0``; ranked positives with valid
+masks, ``above >= 0``, ``tie >= 1``, ``pos_count >= 1``. A violation is a `eval.io.FormatError` naming the file,
+the column and the query.
 """
 
 from __future__ import annotations
@@ -32,12 +42,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from eval.errors import InputError
 from eval.io import FormatError, atomic_path
 
-RUN_FORMAT_VERSION = "1.0"
+RUN_FORMAT_VERSION = "1.1"
 META_KEY = b"psr_run"
 INT_FIELDS = ("n_pos", "n_above", "n_tie_neg", "n_tie_pos", "n_tie_neg_first")
 FLOAT_FIELDS = ("best",)
+#: Fields of a pool with rank statistics, and of a probe (best score only; the triplet diagnostics).
+RANK_FIELDS = INT_FIELDS + FLOAT_FIELDS
+PROBE_FIELDS = ("n_pos", "best")
 _RANKED_COLS = ("top_mask", "top_above", "top_tie", "pos_mask", "pos_count")
 
 
@@ -108,6 +122,9 @@ class Run:
     name: str = field(default="")
     #: bool (n,): queries the method gave no answer for (a failed or unparseable forecast); see `mark_missed`.
     missed: np.ndarray | None = None
+    #: ``{name, version, sha256}`` of the benchmark the run was scored on (`eval.fingerprint`); None for runs
+    #: written before fingerprints existed (refused by `eval score` / `eval report`).
+    fingerprint: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         self.topk_scores = np.asarray(self.topk_scores, dtype=np.float32)
@@ -150,7 +167,7 @@ class Run:
         return Run(self.method, dict(self.config), list(ids), [self.topk_ids[i] for i in rows], self.topk_scores[rows],
                    {p: {f: v[rows] for f, v in d.items()} for p, d in self.stats.items()}, self.benchmark,
                    self.kth_tie_unlisted[rows], self.ranked.select(rows) if self.ranked is not None else None,
-                   self.name, self.missed[rows])
+                   self.name, self.missed[rows], dict(self.fingerprint) if self.fingerprint else None)
 
     def mark_missed(self, missed: np.ndarray, n_ranked: dict[str, np.ndarray]) -> None:
         """Score the queries flagged in ``missed`` as misses, in place.
@@ -172,11 +189,12 @@ class Run:
                 continue
             if pool not in n_ranked:
                 raise KeyError(f"mark_missed: no ranked-item counts for pool {pool!r}")
-            n_pos = d["n_pos"][missed]
-            d["n_above"][missed] = np.maximum(np.asarray(n_ranked[pool])[missed] - n_pos, 0)
-            d["n_tie_neg"][missed] = 0
-            d["n_tie_neg_first"][missed] = 0
-            d["n_tie_pos"][missed] = n_pos
+            rows = missed & (d["n_pos"] > 0)  # an empty pool keeps its zero counts (it has no value either way)
+            n_pos = d["n_pos"][rows]
+            d["n_above"][rows] = np.maximum(np.asarray(n_ranked[pool])[rows] - n_pos, 0)
+            d["n_tie_neg"][rows] = 0
+            d["n_tie_neg_first"][rows] = 0
+            d["n_tie_pos"][rows] = n_pos
         self.topk_scores[missed] = -np.inf
         for i in np.flatnonzero(missed):
             self.topk_ids[i] = [""] * self.k
@@ -191,8 +209,12 @@ def _list_array(offsets: np.ndarray, values: np.ndarray, typ: pa.DataType) -> pa
 
 
 def write_run(path: str | os.PathLike, run: Run) -> Path:
-    """Write ``run`` to a Parquet file atomically (see the module docstring for the layout); returns the path."""
+    """Write ``run`` to a Parquet file atomically (see the module docstring for the layout); returns the path.
+    A run that `check_run` refuses is not written (`eval.errors.InputError`)."""
     path = Path(path)
+    problem = check_run(run)
+    if problem is not None:
+        raise InputError(f"run {run.name!r} not written to {path}: {problem[0]}: {problem[1]}")
     n, k = run.n, run.k
     flat_ids = [x for row in run.topk_ids for x in row]
     if len(flat_ids) != n * k:
@@ -210,7 +232,8 @@ def write_run(path: str | os.PathLike, run: Run) -> Path:
             typ = pa.float32() if f in FLOAT_FIELDS else pa.int64()
             cols[f"{pool}/{f}"] = pa.array(np.asarray(v, np.float32 if f in FLOAT_FIELDS else np.int64), type=typ)
     meta = {"format_version": RUN_FORMAT_VERSION, "method": run.method, "name": run.name, "config": run.config,
-            "benchmark": run.benchmark, "k": k, "pools": {p: list(d) for p, d in run.stats.items()},
+            "benchmark": run.benchmark, "benchmark_fingerprint": run.fingerprint, "k": k,
+            "pools": {p: list(d) for p, d in run.stats.items()},
             "ranked_pools": run.ranked.pool_names if run.ranked is not None else None}
     if run.ranked is not None:
         r = run.ranked
@@ -222,6 +245,125 @@ def write_run(path: str | os.PathLike, run: Run) -> Path:
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
     return path
+
+
+def _first(mask: np.ndarray) -> int | None:
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if hits.size else None
+
+
+def _dtype_problem(v: np.ndarray, kind: str) -> tuple[int, str] | None:
+    """(row, message) when ``v`` is not an integer (``kind="int"``) / float (``"float"``) column."""
+    ok = np.issubdtype(v.dtype, np.integer) if kind == "int" else np.issubdtype(v.dtype, np.floating)
+    if ok:
+        return None
+    row = 0
+    if kind == "int" and np.issubdtype(v.dtype, np.floating):  # point at the value that could not be a count
+        row = _first(~np.isfinite(v) | (v != np.round(v))) or 0
+    what = "integer counts" if kind == "int" else "float scores"
+    value = v[row].item() if isinstance(v[row], np.generic) else v[row]
+    return row, f"expected {what}, got a {v.dtype} column (value {value!r}); nothing is cast silently"
+
+
+def _stat_checks(d: dict[str, np.ndarray], rank: bool) -> list[tuple[str, np.ndarray, Any]]:
+    """(field, bad-row mask, message(row)) for one pool's values (see the module docstring)."""
+    n_pos, best = d["n_pos"], np.asarray(d["best"], np.float64)
+    has = n_pos > 0
+    checks: list[tuple[str, np.ndarray, Any]] = [
+        ("n_pos", n_pos < 0, lambda i: f"n_pos = {n_pos[i]} < 0"),
+        ("best", has & ~np.isfinite(best), lambda i: f"best = {best[i]} with n_pos = {n_pos[i]}: a non-empty pool's "
+                                                     "best score must be finite"),
+        ("best", ~has & ~np.isnan(best), lambda i: f"best = {best[i]} but the pool is empty (n_pos = 0): expected NaN"),
+    ]
+    if not rank:
+        return checks
+    above, tn, tp, tf = d["n_above"], d["n_tie_neg"], d["n_tie_pos"], d["n_tie_neg_first"]
+    return checks + [
+        ("n_above", above < 0, lambda i: f"n_above = {above[i]} < 0"),
+        ("n_tie_neg", tn < 0, lambda i: f"n_tie_neg = {tn[i]} < 0"),
+        ("n_tie_neg_first", (tf < 0) | (tf > tn), lambda i: f"n_tie_neg_first = {tf[i]} outside [0, n_tie_neg = "
+                                                             f"{tn[i]}]"),
+        ("n_tie_pos", (tp < 0) | (tp > n_pos), lambda i: f"n_tie_pos = {tp[i]} outside [0, n_pos = {n_pos[i]}]"),
+        ("n_tie_pos", has & (tp < 1), lambda i: f"n_tie_pos = {tp[i]} with n_pos = {n_pos[i]}: the best positive "
+                                                "ties with itself, so n_tie_pos >= 1"),
+        ("n_above", ~has & ((above != 0) | (tn != 0) | (tp != 0) | (tf != 0)),
+         lambda i: f"an empty pool (n_pos = 0) has counts n_above = {above[i]}, n_tie_neg = {tn[i]}, n_tie_pos = "
+                   f"{tp[i]}, n_tie_neg_first = {tf[i]}: expected 0"),
+    ]
+
+
+def _check_pools(run: Run) -> tuple[str, str] | None:
+    at = lambda i, msg: f"row {i} (query {run.query_ids[i]!r}): {msg}"  # noqa: E731
+    for pool, d in run.stats.items():
+        fields = set(d)
+        want = PROBE_FIELDS if fields <= set(PROBE_FIELDS) else RANK_FIELDS
+        missing = [f for f in want if f not in fields]
+        if missing:
+            kind = ("a pool with rank statistics needs " + ", ".join(RANK_FIELDS) + " (without its tie columns it "
+                    "cannot be scored tie-aware)") if want is RANK_FIELDS else "a probe needs n_pos and best"
+            return f"{pool}/{missing[0]}", f"column missing: {kind}"
+        extra = sorted(fields - set(want))
+        if extra:
+            return f"{pool}/{extra[0]}", f"unknown field of a {'rank pool' if want is RANK_FIELDS else 'probe'}"
+        for f in want:
+            bad = _dtype_problem(np.asarray(d[f]), "float" if f in FLOAT_FIELDS else "int")
+            if bad is not None:
+                return f"{pool}/{f}", at(*bad)
+        for f, mask, msg in _stat_checks(d, want is RANK_FIELDS):
+            i = _first(mask)
+            if i is not None:
+                return f"{pool}/{f}", at(i, msg(i))
+    return None
+
+
+def _check_topk(run: Run) -> tuple[str, str] | None:
+    at = lambda i, msg: f"row {i} (query {run.query_ids[i]!r}): {msg}"  # noqa: E731
+    sc = run.topk_scores
+    i = _first(np.isnan(sc).any(1) | (sc == np.inf).any(1))
+    if i is not None:
+        return "topk_scores", at(i, f"scores {sc[i].tolist()} hold NaN or +inf")
+    pad = np.fromiter((x == "" for row in run.topk_ids for x in row), bool, count=sc.size).reshape(sc.shape)
+    i = _first(((sc == -np.inf) != pad).any(1))
+    if i is not None:
+        return "topk_scores", at(i, "a -inf score must pad an empty id ('') and an empty id carry -inf")
+    i = _first((sc[:, 1:] > sc[:, :-1]).any(1))
+    if i is not None:
+        return "topk_scores", at(i, f"scores {sc[i].tolist()} are not in non-increasing order")
+    unlisted = np.asarray(run.kth_tie_unlisted)
+    bad = _dtype_problem(unlisted, "int")
+    if bad is not None:
+        return "kth_tie_unlisted", at(*bad)
+    i = _first(unlisted < 0)
+    return None if i is None else ("kth_tie_unlisted", at(i, f"kth_tie_unlisted = {unlisted[i]} < 0"))
+
+
+def _check_ranked(run: Run) -> tuple[str, str] | None:
+    r = run.ranked
+    if r is None:
+        return None
+    unknown = [p for p in r.pool_names if p not in run.stats]
+    if unknown:
+        return "ranked/top_mask", f"ranked_pools name {unknown[0]!r}, which has no statistics in the run"
+    for col, off in (("ranked/top_mask", r.top_offsets), ("ranked/pos_mask", r.count_offsets)):
+        if len(off) != run.n + 1:
+            return col, f"{len(off) - 1} lists for {run.n} queries"
+    limit = 1 << len(r.pool_names)
+    for col, off, v, bad in (("ranked/top_mask", r.top_offsets, r.mask, (r.mask <= 0) | (r.mask >= limit)),
+                             ("ranked/top_above", r.top_offsets, r.above, r.above < 0),
+                             ("ranked/top_tie", r.top_offsets, r.tie, r.tie < 1),
+                             ("ranked/pos_mask", r.count_offsets, r.pos_mask, (r.pos_mask <= 0) | (r.pos_mask >= limit)),
+                             ("ranked/pos_count", r.count_offsets, r.pos_count, r.pos_count < 1)):
+        j = _first(bad)
+        if j is not None:
+            i = int(np.searchsorted(off, j, side="right")) - 1
+            return col, f"row {i} (query {run.query_ids[i]!r}): invalid value {int(v[j])}"
+    return None
+
+
+def check_run(run: Run) -> tuple[str, str] | None:
+    """The first problem of ``run`` as ``(column, message naming the row and query id)``, None when it is sound
+    (the rules are in the module docstring)."""
+    return _check_pools(run) or _check_topk(run) or _check_ranked(run)
 
 
 def _offsets(path: Path, table: pa.Table, col: str) -> tuple[np.ndarray, np.ndarray]:
@@ -236,15 +378,7 @@ def _offsets(path: Path, table: pa.Table, col: str) -> tuple[np.ndarray, np.ndar
     return off, arr.flatten().to_numpy(zero_copy_only=False)
 
 
-def read_run(path: str | os.PathLike) -> Run:
-    """Read a run written by `write_run`; a malformed file raises `FormatError` naming the file and the field."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"run file {path} does not exist")
-    try:
-        table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as e:
-        raise FormatError(path, f"not a readable Parquet run file ({e})") from None
+def _read_meta(path: Path, table: pa.Table) -> dict:
     raw = (table.schema.metadata or {}).get(META_KEY)
     if raw is None:
         raise FormatError(path, "no 'psr_run' schema metadata: not a run written by eval.runs.write_run")
@@ -257,6 +391,48 @@ def read_run(path: str | os.PathLike) -> Run:
             raise FormatError(path, "missing from the run metadata", field=key)
     if str(meta.get("format_version", "")).split(".")[0] != RUN_FORMAT_VERSION.split(".")[0]:
         raise FormatError(path, f"run format {meta.get('format_version')!r}, this reader knows {RUN_FORMAT_VERSION}")
+    if not isinstance(meta["k"], int) or meta["k"] < 1 or not isinstance(meta["pools"], dict):
+        raise FormatError(path, f"k = {meta['k']!r} and pools must be a positive integer and an object", field="k")
+    fp = meta.get("benchmark_fingerprint")
+    if fp is not None and not (isinstance(fp, dict) and {"name", "version", "sha256"} <= set(fp)):
+        raise FormatError(path, f"expected {{name, version, sha256}}, got {fp!r}", field="benchmark_fingerprint")
+    return meta
+
+
+def _column(path: Path, table: pa.Table, col: str) -> np.ndarray:
+    c = table.column(col)
+    if c.null_count:
+        raise FormatError(path, f"null value in row {_first(c.is_null().to_numpy(zero_copy_only=False))}", field=col)
+    return c.to_numpy(zero_copy_only=False)
+
+
+def _ranked(path: Path, table: pa.Table, meta: dict) -> RankedPositives | None:
+    if meta.get("ranked_pools") is None:
+        return None
+    got = {}
+    for c in _RANKED_COLS:
+        if f"ranked/{c}" not in table.column_names:
+            raise FormatError(path, "column missing", field=f"ranked/{c}")
+        got[c] = _offsets(path, table, f"ranked/{c}")
+        bad = _dtype_problem(np.asarray(got[c][1]), "int")
+        if bad is not None:
+            raise FormatError(path, bad[1], field=f"ranked/{c}")
+    return RankedPositives(list(meta["ranked_pools"]), got["top_mask"][0], got["top_mask"][1].astype(np.int64),
+                           got["top_above"][1].astype(np.int64), got["top_tie"][1].astype(np.int64),
+                           got["pos_mask"][0], got["pos_mask"][1].astype(np.int64), got["pos_count"][1].astype(np.int64))
+
+
+def read_run(path: str | os.PathLike) -> Run:
+    """Read a run written by `write_run` and validate it (`check_run`); a malformed or inconsistent file raises
+    `FormatError` naming the file, the column and (for a bad value) the row and query id."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"run file {path} does not exist")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as e:
+        raise FormatError(path, f"not a readable Parquet run file ({e})") from None
+    meta = _read_meta(path, table)
     names = set(table.column_names)
     need = ["query_id", "topk_ids", "topk_scores"] + [f"{p}/{f}" for p, fs in meta["pools"].items() for f in fs]
     for col in need:
@@ -264,8 +440,9 @@ def read_run(path: str | os.PathLike) -> Run:
             raise FormatError(path, "column missing", field=col)
     n, k = table.num_rows, int(meta["k"])
     qids = table.column("query_id").to_pylist()
-    if any(q is None for q in qids):
-        raise FormatError(path, "null query id", field="query_id")
+    if any(not isinstance(q, str) or not q for q in qids):
+        raise FormatError(path, f"row {next(i for i, q in enumerate(qids) if not isinstance(q, str) or not q)}: "
+                                "query ids must be non-empty strings", field="query_id")
     if len(set(qids)) != n:
         raise FormatError(path, "duplicate query ids", field="query_id")
     off, ids = _offsets(path, table, "topk_ids")
@@ -275,30 +452,23 @@ def read_run(path: str | os.PathLike) -> Run:
         if bad.size:
             raise FormatError(path, f"row {int(bad[0])} (query {qids[int(bad[0])]}) holds {int(np.diff(o)[bad[0]])} "
                                     f"entries, expected k={k}", field=col)
+    if _dtype_problem(np.asarray(scores), "float") is not None or any(not isinstance(x, str) for x in ids):
+        raise FormatError(path, "expected list<float> scores and list<string> ids", field="topk_scores")
     topk_ids = [list(ids[i * k:(i + 1) * k]) for i in range(n)]
-    stats: dict[str, dict[str, np.ndarray]] = {}
-    for p, fs in meta["pools"].items():
-        stats[p] = {}
-        for f in fs:
-            col = table.column(f"{p}/{f}")
-            if col.null_count:
-                raise FormatError(path, "null values", field=f"{p}/{f}")
-            stats[p][f] = col.to_numpy().astype(np.float32 if f in FLOAT_FIELDS else np.int64)
-    unlisted = (table.column("kth_tie_unlisted").to_numpy().astype(np.int64) if "kth_tie_unlisted" in names
-                else np.zeros(n, np.int64))
-    missed = (table.column("missed").to_numpy(zero_copy_only=False).astype(bool) if "missed" in names
-              else np.zeros(n, bool))
-    ranked = None
-    if meta.get("ranked_pools") is not None:
-        got = {}
-        for c in _RANKED_COLS:
-            if f"ranked/{c}" not in names:
-                raise FormatError(path, "column missing", field=f"ranked/{c}")
-            got[c] = _offsets(path, table, f"ranked/{c}")
-        ranked = RankedPositives(list(meta["ranked_pools"]), got["top_mask"][0], got["top_mask"][1].astype(np.int64),
-                                 got["top_above"][1].astype(np.int64), got["top_tie"][1].astype(np.int64),
-                                 got["pos_mask"][0], got["pos_mask"][1].astype(np.int64),
-                                 got["pos_count"][1].astype(np.int64))
-    return Run(method=str(meta["method"]), config=dict(meta.get("config") or {}), query_ids=qids, topk_ids=topk_ids,
-               topk_scores=np.asarray(scores, np.float32).reshape(n, k), stats=stats, benchmark=str(meta["benchmark"]),
-               kth_tie_unlisted=unlisted, ranked=ranked, name=str(meta.get("name") or meta["method"]), missed=missed)
+    stats = {p: {f: _column(path, table, f"{p}/{f}") for f in fs} for p, fs in meta["pools"].items()}
+    unlisted = _column(path, table, "kth_tie_unlisted") if "kth_tie_unlisted" in names else np.zeros(n, np.int64)
+    missed = _column(path, table, "missed") if "missed" in names else np.zeros(n, bool)
+    if missed.dtype != bool:
+        raise FormatError(path, f"expected a bool column, got {missed.dtype}", field="missed")
+    run = Run(method=str(meta["method"]), config=dict(meta.get("config") or {}), query_ids=qids, topk_ids=topk_ids,
+              topk_scores=np.asarray(scores, np.float32).reshape(n, k), stats=stats, benchmark=str(meta["benchmark"]),
+              kth_tie_unlisted=unlisted, ranked=_ranked(path, table, meta), name=str(meta.get("name") or meta["method"]),
+              missed=missed, fingerprint=meta.get("benchmark_fingerprint"))
+    problem = check_run(run)
+    if problem is not None:
+        raise FormatError(path, problem[1], field=problem[0])
+    run.kth_tie_unlisted = np.asarray(run.kth_tie_unlisted).astype(np.int64)
+    for d in run.stats.values():  # lossless now: the dtypes were checked; copies, so the run can be edited
+        for f in d:
+            d[f] = np.asarray(d[f]).astype(np.float32 if f in FLOAT_FIELDS else np.int64)
+    return run

@@ -39,8 +39,17 @@ REPORT_MAX_HORIZON = 5
 GT_TIERS = ("in_video", "in_dataset", "cross_dataset", "bge_similar", "consensus")
 #: Tiers whose union is the main (cross-instance) pool.
 MAIN_POOL_TIERS = ("in_dataset", "cross_dataset")
-#: Ground-truth definitions used for stratified scoring (App. N of the paper).
-GT_DEFINITIONS = ("type2-all", "type2-consensus", "type1-all")
+#: Ground-truth definitions used for stratified scoring (App. N of the paper): name -> the query fields whose corpus
+#: ids (concatenated, in this order) are its positives; ``gt_pools.<tier>`` is a tier of the type2 pools. The first
+#: is the main pool. A benchmark with another per-query GT list adds an entry (and the field to `Query` and
+#: `QUERY_FEATURES`): scoring (`eval.scoring.score_benchmark`), the fingerprint, the evaluator and the reports
+#: read this mapping; a definition that no query of a benchmark has is not scored.
+GT_DEFINITION_FIELDS: dict[str, tuple[str, ...]] = {
+    "type2-all": ("gt_pools.in_dataset", "gt_pools.cross_dataset"),
+    "type2-consensus": ("gt_pools.consensus",),
+    "type1-all": ("gt_type1",),
+}
+GT_DEFINITIONS = tuple(GT_DEFINITION_FIELDS)
 PREFIX_FRAMES = 8
 
 
@@ -139,14 +148,16 @@ class Query:
         return report_horizon(self.horizon)
 
     def gt(self, definition: str = "type2-all") -> tuple[str, ...]:
-        """The ground-truth segment ids under one GT definition (self tier always excluded)."""
-        if definition == "type2-all":
-            return self.gt_pools.main
-        if definition == "type2-consensus":
-            return self.gt_pools.consensus
-        if definition == "type1-all":
-            return self.gt_type1
-        raise KeyError(f"unknown GT definition {definition!r}; expected one of {GT_DEFINITIONS}")
+        """The ground-truth segment ids under one GT definition (`GT_DEFINITION_FIELDS`; self tier excluded)."""
+        if definition not in GT_DEFINITION_FIELDS:
+            raise KeyError(f"unknown GT definition {definition!r}; expected one of {GT_DEFINITIONS}")
+        out: tuple[str, ...] = ()
+        for path in GT_DEFINITION_FIELDS[definition]:
+            obj: Any = self
+            for part in path.split("."):
+                obj = getattr(obj, part)
+            out += tuple(obj or ())
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Query:

@@ -49,10 +49,12 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
+import pyarrow.compute as pc
 import torch
 
+from eval.errors import InputError
 from eval.runs import RankedPositives
-from eval.schema import Query
+from eval.schema import GT_DEFINITION_FIELDS, GT_DEFINITIONS, Query
 
 #: Default tile: 512 queries x 16,384 corpus items (32 MiB of float32 scores).
 DEFAULT_Q_BLOCK = 512
@@ -62,9 +64,10 @@ PASS_A_QUERIES = 64
 #: Largest (query rows x samples) matrix multiplied at once by `DenseSource` for K > 1.
 _MAX_QK_ROWS = 1024
 
-#: Pool names `score_benchmark` scores, in report order.
-BENCHMARK_POOLS = ("type2-all", "type2-consensus", "type1-all", "in_dataset", "cross_dataset", "bge_similar",
-                   "in_video")
+#: Tiers `score_benchmark` scores besides the GT definitions (`eval.schema.GT_DEFINITIONS`).
+BENCHMARK_TIERS = ("in_dataset", "cross_dataset", "bge_similar", "in_video")
+#: Pool names `score_benchmark` scores, in report order (a GT definition no query has is left out).
+BENCHMARK_POOLS = GT_DEFINITIONS + BENCHMARK_TIERS
 #: Probe groups scored by `score_benchmark` for the triplet diagnostics (best score only, no rank counting).
 TRIPLET_PROBES = ("triplet_temporal", "triplet_semantic")
 STAT_FIELDS = ("n_pos", "n_above", "n_tie_neg", "n_tie_pos", "n_tie_neg_first", "best")
@@ -90,6 +93,43 @@ class ScoreSource(Protocol):
     n_items: int
 
     def scores(self, q: slice, items: slice | np.ndarray) -> np.ndarray: ...
+
+
+def source_name(source: Any) -> str:
+    """How messages name a score source: its ``name`` attribute when it has one, else its class."""
+    return str(getattr(source, "name", "") or type(source).__name__)
+
+
+@dataclass(frozen=True)
+class _Names:
+    """How `score_stream`'s errors name the source, a query (source row) and a corpus item (corpus row)."""
+
+    source: str
+    query_ids: Sequence[str] | None = None
+    item_ids: Sequence[str] | None = None
+
+    def query(self, i: int) -> str:
+        return f"query {self.query_ids[i]!r} (source row {i})" if self.query_ids is not None else f"query row {i}"
+
+    def item(self, j: int) -> str:
+        return f"corpus item {self.item_ids[j]!r} (row {j})" if self.item_ids is not None else f"corpus row {j}"
+
+
+def _culprit(source: Any, i: int, j: int) -> str:
+    """For a fusion, which input gave query ``i`` a non-finite score for item ``j`` (only called on an error)."""
+    if not isinstance(source, FusionSource):
+        return ""
+    for k, src in enumerate(source.sources):
+        v = float(np.asarray(src.scores(slice(i, i + 1), np.array([j])))[0, 0])
+        if not np.isfinite(v):
+            return f" (fusion input {k}, {source.names[k]}, gave {v})"
+    return " (every fusion input is finite there: the fused z-score overflowed)"
+
+
+def _nonfinite(source: Any, names: _Names, i: int, j: int, value: float) -> InputError:
+    return InputError(f"score source {names.source}{_culprit(source, i, j)} gave {names.query(i)} the score {value} "
+                      f"for {names.item(j)}: scores must be finite (NaN and +-inf break the rank counts)",
+                      fix="check the method's query and item vectors (or score function) for NaN/inf")
 
 
 def _as_index(items: slice | np.ndarray, n: int) -> slice | np.ndarray:
@@ -199,9 +239,12 @@ class DenseSource:
     def moments(self, q: slice) -> tuple[np.ndarray, np.ndarray]:
         """Per-query mean and std of the scores over all ``n_items`` corpus rows, float64 (n_q,), exact for K = 1.
 
-        With ``c_r`` the number of corpus rows mapped to item ``r`` (1 without expansion), ``n = sum_r c_r``:
-        ``mu = (1/n) sum_r c_r x_r``, ``G = sum_r c_r x_r x_r^T`` (d x d), and for a query vector ``u``:
-        ``mean = <u, mu>``, ``E[s^2] = u^T G u / n``, ``std = sqrt(max(E[s^2] - mean^2, 0))``.
+        With ``c_r`` the number of corpus rows mapped to item ``r`` (1 without expansion), ``n = sum_r c_r``, a
+        shift ``x0`` (the mean of the first chunk of items) and ``y_r = x_r - x0``: ``mu = x0 + (1/n) sum_r c_r y_r``,
+        ``C = (1/n) sum_r c_r y_r y_r^T - (mu - x0)(mu - x0)^T`` (the d x d covariance of the items), and for a query
+        vector ``u``: ``mean = <u, mu>``, ``std = sqrt(max(u^T C u, 0))``. The shift keeps the rounding error of
+        ``C`` relative to the items' spread, not to their magnitude: identical items give ``C = 0`` exactly, so a
+        constant source has std 0 (an unshifted ``E[s^2] - mean^2`` leaves ~1e-4 of the magnitude in float32).
         Only defined for K = 1 (a max over samples is not linear); `FusionSource` streams those.
         """
         if self.K != 1:
@@ -210,35 +253,51 @@ class DenseSource:
             counts = (np.bincount(self.item_rows, minlength=self.m).astype(np.float64)
                       if self.item_rows is not None else np.ones(self.m))
             d = self._q.shape[2]
-            mu = np.zeros(d)
-            gram = np.zeros((d, d))
+            # float32 shift: x - x0 is exact wherever x and x0 are close (Sterbenz), where cancellation would bite
+            x0 = self._item_block(slice(0, min(self.m, DEFAULT_C_CHUNK))).double().mean(0).float()
+            s1 = np.zeros(d)
+            s2 = np.zeros((d, d))
             for a in range(0, self.m, DEFAULT_C_CHUNK):
                 b = min(self.m, a + DEFAULT_C_CHUNK)
-                x = self._item_block(slice(a, b))
+                y = self._item_block(slice(a, b)) - x0
                 w = torch.from_numpy(counts[a:b].astype(np.float32))
-                mu += (w @ x).double().numpy()
-                gram += (x.T @ (x * w[:, None])).double().numpy()
+                s1 += (w @ y).double().numpy()
+                s2 += (y.T @ (y * w[:, None])).double().numpy()
             n = counts.sum()
-            self._moments = (mu / n, gram / n)
-        mu, g = self._moments
+            shift = s1 / n
+            self._moments = (x0.double().numpy() + shift, s2 / n - np.outer(shift, shift))
+        mu, cov = self._moments
         u = self._q[q][:, 0, :].double().numpy()
-        mean = u @ mu
-        second = np.einsum("id,de,ie->i", u, g, u)
-        return mean, np.sqrt(np.maximum(second - mean * mean, 0.0))
+        return u @ mu, np.sqrt(np.maximum(np.einsum("id,de,ie->i", u, cov, u), 0.0))
 
 
 def stream_moments(source: ScoreSource, q: slice, c_chunk: int = DEFAULT_C_CHUNK) -> tuple[np.ndarray, np.ndarray]:
-    """Per-query mean and std (population) of ``source`` scores over all items, by one streaming pass (float64)."""
+    """Per-query mean and std (population) of ``source`` scores over all items, by one streaming pass (float64).
+
+    Sums are taken of ``s - s_0`` (``s_0`` the query's score of item 0), so a constant source has std 0 exactly
+    and the rounding of ``E[(s-s_0)^2] - E[s-s_0]^2`` is relative to the spread of the scores, not their size."""
     nq = q.stop - q.start
     s1 = np.zeros(nq)
     s2 = np.zeros(nq)
+    shift = None
     for a in range(0, source.n_items, c_chunk):
         s = source.scores(q, slice(a, min(source.n_items, a + c_chunk))).astype(np.float64)
+        if shift is None:
+            shift = s[:, :1].copy()
+        s -= shift
         s1 += s.sum(1)
         s2 += np.einsum("ij,ij->i", s, s)
     n = source.n_items
     mean = s1 / n
-    return mean, np.sqrt(np.maximum(s2 / n - mean * mean, 0.0))
+    with np.errstate(invalid="ignore"):  # inf scores give NaN moments, which `FusionSource` refuses by name
+        return mean + shift[:, 0], np.sqrt(np.maximum(s2 / n - mean * mean, 0.0))
+
+
+#: A fusion input whose per-query score spread is at most this fraction of the scores' magnitude (their root mean
+#: square) counts as constant for that query and gets weight 0. Scores are float32: a spread below 2^-16 of the
+#: magnitude spans at most ~2^8 float32 steps, so its z-scores would mostly amplify rounding (an unshifted float32
+#: second moment leaves a spread of pure rounding error, ~1e-4 of the magnitude, worth a weight of ~10^4).
+SPREAD_RTOL = 2.0 ** -16
 
 
 class FusionSource:
@@ -247,12 +306,14 @@ class FusionSource:
     ``s(i, j) = sum_k w_k (s_k(i, j) - mu_k(i)) / sigma_k(i)`` where ``mu_k(i)``, ``sigma_k(i)`` are the mean and
     (population) std of source k's scores of query i over all ``n_items`` corpus rows (the PSR paper's score-level
     fusion). Moments come from a source's closed form (``moments``) when it has one, otherwise from one streaming
-    pass over the corpus per query block. A source with ``sigma_k(i) = 0`` (constant scores) contributes 0.
-    ``weights`` default to 1. Computed elementwise in float32, so tied inputs stay tied.
+    pass over the corpus per query block. A source whose scores are constant for query i (``sigma_k(i) <=
+    SPREAD_RTOL * rms_k(i)``, `SPREAD_RTOL`) contributes 0 to that query; a source constant for every query, or
+    with a non-finite mean or std, is refused (`eval.errors.InputError` naming it). ``weights`` default to 1;
+    ``names`` name the sources in messages. Computed elementwise in float32, so tied inputs stay tied.
     """
 
     def __init__(self, sources: Sequence[ScoreSource], weights: Sequence[float] | None = None,
-                 c_chunk: int = DEFAULT_C_CHUNK, q_block: int = DEFAULT_Q_BLOCK):
+                 c_chunk: int = DEFAULT_C_CHUNK, q_block: int = DEFAULT_Q_BLOCK, names: Sequence[str] | None = None):
         if not sources:
             raise ValueError("FusionSource needs at least one source")
         nq = {s.n_queries for s in sources}
@@ -263,10 +324,13 @@ class FusionSource:
         self.weights = np.ones(len(sources)) if weights is None else np.asarray(weights, dtype=np.float64)
         if self.weights.shape != (len(sources),):
             raise ValueError(f"{len(sources)} sources but {self.weights.size} weights")
+        self.names = [source_name(s) for s in self.sources] if names is None else list(names)
         self.n_queries, self.n_items = nq.pop(), ni.pop()
         self._c_chunk, self._q_block = c_chunk, q_block
         self.cached_blocks = any(getattr(s, "cached_blocks", False) for s in self.sources)
         self._coef: tuple[np.ndarray, np.ndarray] | None = None
+        #: bool (n_sources, n_q): the source was constant for that query (weight 0); set by `coefficients`
+        self.constant: np.ndarray | None = None
 
     def _moments_of(self, src: ScoreSource) -> tuple[np.ndarray, np.ndarray]:
         mean, std = np.empty(self.n_queries), np.empty(self.n_queries)
@@ -280,16 +344,28 @@ class FusionSource:
         return mean, std
 
     def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(a, b)``: float32 (n_sources, n_q) slopes ``w_k / sigma_k`` and float32 (n_q,) offset
-        ``sum_k w_k mu_k / sigma_k``, so that ``s = sum_k a_k s_k - b``."""
+        """``(a, b)``: float32 (n_sources, n_q) slopes ``w_k / sigma_k`` (0 where source k is constant for the
+        query) and float32 (n_q,) offset ``sum_k a_k mu_k``, so that ``s = sum_k a_k s_k - b``."""
         if self._coef is None:
             a = np.zeros((len(self.sources), self.n_queries))
             b = np.zeros(self.n_queries)
+            constant = np.zeros(a.shape, bool)
             for k, src in enumerate(self.sources):
                 mean, std = self._moments_of(src)
-                ok = std > 0
+                bad = ~(np.isfinite(mean) & np.isfinite(std))
+                if bad.any():
+                    raise InputError(f"fusion input {k} ({self.names[k]}) has a non-finite score mean or std for "
+                                     f"query row {int(np.flatnonzero(bad)[0])} ({int(bad.sum())} queries): its "
+                                     "scores hold NaN or inf", fix="check that input's query and item vectors")
+                constant[k] = std <= SPREAD_RTOL * np.sqrt(mean * mean + std * std)
+                if self.n_queries and constant[k].all():
+                    raise InputError(f"fusion input {k} ({self.names[k]}) gives every query constant scores (spread "
+                                     f"<= 2^-16 of their magnitude, largest std {float(std.max()):.3g}): it carries "
+                                     "no ranking information", fix="leave it out of the fusion")
+                ok = ~constant[k]
                 a[k, ok] = self.weights[k] / std[ok]
                 b += a[k] * mean
+            self.constant = constant
             self._coef = (a.astype(np.float32), b.astype(np.float32))
         return self._coef
 
@@ -403,7 +479,8 @@ def score_stream(source: ScoreSource, pools: dict[str, Sequence[np.ndarray]], ex
                  k: int = 50, q_block: int = DEFAULT_Q_BLOCK, c_chunk: int = DEFAULT_C_CHUNK, progress: bool = True,
                  no_exclude_pools: Sequence[str] = ("in_video",),
                  probes: dict[str, Sequence[np.ndarray]] | None = None, checkpoint: str | os.PathLike | None = None,
-                 fingerprint: str = "") -> StreamResult:
+                 fingerprint: str = "", query_ids: Sequence[str] | None = None,
+                 item_ids: Sequence[str] | None = None, source_label: str | None = None) -> StreamResult:
     """Rank the whole corpus for every query in bounded memory; return the top-k and per-pool rank statistics.
 
     ``pools[name][i]``: corpus rows of query i's positives in pool ``name``; ``exclude[i]``: corpus rows removed from
@@ -420,6 +497,11 @@ def score_stream(source: ScoreSource, pools: dict[str, Sequence[np.ndarray]], ex
     is stored with the shapes, pool names and a hash of the pools; a checkpoint written for anything else is an
     error, never silently reused. The scores themselves cannot be checked: change the fingerprint when the source
     changes.
+
+    Scores must be finite: a NaN or +-inf score anywhere (counted in the tile kernel at no measurable cost, and in
+    the positives' pass A) raises `eval.errors.InputError` naming the source (``source_label``, default
+    `source_name`),
+    the query (``query_ids[i]`` when given) and the corpus item (``item_ids[j]``).
     """
     from tqdm.auto import tqdm
 
@@ -451,12 +533,13 @@ def score_stream(source: ScoreSource, pools: dict[str, Sequence[np.ndarray]], ex
                                     "q_block": q_block, "pools": names, "probes": probe_names,
                                     "no_exclude_pools": sorted(no_exclude_pools),
                                     "groups": _groups_hash(pools, exclude, probes or {})}) if checkpoint else None
+    labels = _Names(source_label or source_name(source), query_ids, item_ids)
     for a in range(0, nq, q_block):
         b = min(nq, a + q_block)
         part = ckpt.load(a, b, names, probe_names) if ckpt else None
         if part is None:
             part = _score_block(source, pools, exclude, probes or {}, names, probe_names, set(no_exclude_pools),
-                                a, b, k, c_chunk, n_items, bar)
+                                a, b, k, c_chunk, n_items, bar, labels)
             if ckpt:
                 ckpt.save(a, b, part)
         else:
@@ -526,7 +609,8 @@ class _Checkpoint:
                     "ranked": tuple(z[f"ranked/{n}"] for n in self._RANKED)}
 
 
-def _score_block(source, pools, exclude, probes, names, probe_names, no_excl, a, b, k, c_chunk, n_items, bar):
+def _score_block(source, pools, exclude, probes, names, probe_names, no_excl, a, b, k, c_chunk, n_items, bar,
+                 labels: _Names):
     nb = b - a
     qs = slice(a, b)
     ex = _Group(*_flatten(exclude, a, b, n_items), n_items) if exclude is not None else _Group(
@@ -541,11 +625,16 @@ def _score_block(source, pools, exclude, probes, names, probe_names, no_excl, a,
     probe_groups = {n: _Group(*_flatten(probes[n], a, b, n_items), n_items) for n in probe_names}
 
     vals_a = _pass_a(source, qs, groups, c_chunk)
+    for n, g in groups.items():
+        bad = np.flatnonzero(~np.isfinite(vals_a[n]))
+        if bad.size:  # a +-inf positive would make its pool look empty or tie with nothing
+            x = int(bad[0])
+            raise _nonfinite(source, labels, a + int(g.qloc[x]), int(g.rows[x]), float(vals_a[n][x]))
     ex_off = np.searchsorted(ex.keys // n_items, np.arange(nb + 1)).astype(np.int64)
     ex_rows = ex.keys % n_items
     for _attempt in range(2):
         counts, top = _stream_block(source, qs, groups, probe_groups, ex, ex_off, ex_rows, vals_a, names, k,
-                                    c_chunk, n_items, bar)
+                                    c_chunk, n_items, bar, labels)
         if all(np.array_equal(groups[n].vals, vals_a[n]) for n in names):
             break
         # the source gave a positive a different score in the union call than in its tile (last-bit BLAS
@@ -605,7 +694,8 @@ def _thresholds(groups, vals, names, nb):
     return t, first
 
 
-def _stream_block(source, qs, groups, probe_groups, ex, ex_off, ex_rows, vals_a, names, k, c_chunk, n_items, bar):
+def _stream_block(source, qs, groups, probe_groups, ex, ex_off, ex_rows, vals_a, names, k, c_chunk, n_items, bar,
+                  labels: _Names):
     from eval._tile import tile_pass
 
     nb = qs.stop - qs.start
@@ -618,7 +708,7 @@ def _stream_block(source, qs, groups, probe_groups, ex, ex_off, ex_rows, vals_a,
     l_r = np.full((nb, k), -1, np.int64)
     unlisted = np.zeros(nb, np.int64)
     ex_ptr = ex_off[:-1].copy()
-    nan_count = np.zeros(nb, np.int64)
+    bad_count = np.zeros(nb, np.int64)
     for c0 in range(0, n_items, c_chunk):
         c1 = min(n_items, c0 + c_chunk)
         s = np.ascontiguousarray(source.scores(qs, slice(c0, c1)), dtype=np.float32)
@@ -627,9 +717,11 @@ def _stream_block(source, qs, groups, probe_groups, ex, ex_off, ex_rows, vals_a,
         for g in (*groups.values(), *probe_groups.values(), ex):
             g.gather(s, c0, c1)
         tile_pass(s, np.arange(c0, c1, dtype=np.int64), t, order, first_row, floor, gt, eq, first, l_s, l_r, unlisted,
-                  ex_off, ex_rows, ex_ptr, nan_count)
-        if nan_count.any():
-            raise ValueError(f"the source returned NaN scores for query {qs.start + int(np.flatnonzero(nan_count)[0])}")
+                  ex_off, ex_rows, ex_ptr, bad_count)
+        if bad_count.any():
+            i = int(np.flatnonzero(bad_count)[0])
+            j = int(np.flatnonzero(~np.isfinite(s[i]))[0])
+            raise _nonfinite(source, labels, qs.start + i, c0 + j, float(s[i, j]))
         bar.update(1)
     return {"t": t, "first_row": first_row, "gt": gt, "eq": eq, "first": first}, (l_s, l_r, unlisted)
 
@@ -714,22 +806,35 @@ def _concat_ranked(names, parts) -> RankedPositives:
 # --------------------------------------------------------------------------------------------------------------
 # Benchmark scoring
 # --------------------------------------------------------------------------------------------------------------
+def gt_definitions_present(bench: Any) -> list[str]:
+    """The GT definitions (`eval.schema.GT_DEFINITION_FIELDS`) that some query of ``bench`` has: the main pool
+    always, every other definition when its fields exist and at least one query's list is non-empty."""
+    from eval.fingerprint import _column
+
+    table = bench.queries_ds.data.table
+    names = list(GT_DEFINITION_FIELDS)  # read at call time: a definition added to the mapping is picked up
+    out = names[:1]
+    for name in names[1:]:
+        cols = [_column(table, f) for f in GT_DEFINITION_FIELDS[name]]
+        if all(c is not None for c in cols) and any(
+                int(pc.sum(pc.fill_null(pc.list_value_length(c), 0)).as_py() or 0) > 0 for c in cols):
+            out.append(name)
+    return out
+
+
 def benchmark_groups(bench: Any, queries: Sequence[Any]) -> tuple[dict[str, list[np.ndarray]], list[np.ndarray],
                                                                    dict[str, list[np.ndarray]]]:
     """The pools, own-video exclusions and triplet probes of ``queries`` in ``bench`` (all as corpus rows).
 
-    Pools: ``type2-all`` (main pool = in_dataset + cross_dataset), ``type2-consensus``, ``type1-all``, and the
-    tiers ``in_dataset``, ``cross_dataset``, ``bge_similar``, ``in_video``. Exclusion: every segment of the
-    query's own video. Probes (see `eval.triplets`): ``triplet_temporal`` = segments of the queried object
-    (same ``video_id`` and ``object_id``) in a state other than the target; ``triplet_semantic`` = segments of other videos in the
-    target (type2) state whose subject+predicate (type1) state differs from the target's.
+    Pools: the GT definitions the benchmark has (`gt_definitions_present`: ``type2-all`` = the main pool =
+    in_dataset + cross_dataset, ``type2-consensus``, ``type1-all``, ...), and the tiers ``in_dataset``,
+    ``cross_dataset``, ``bge_similar``, ``in_video``. Exclusion: every segment of the query's own video. Probes
+    (see `eval.triplets`): ``triplet_temporal`` = segments of the queried object (same ``video_id`` and
+    ``object_id``) in a state other than the target; ``triplet_semantic`` = segments of other videos in the target
+    (type2) state whose subject+predicate (type1) state differs from the target's.
     """
-    pools = {
-        "type2-all": bench.gt_rows(queries, "type2-all"),
-        "type2-consensus": bench.gt_rows(queries, "type2-consensus"),
-        "type1-all": bench.gt_rows(queries, "type1-all"),
-    }
-    for tier in ("in_dataset", "cross_dataset", "bge_similar", "in_video"):
+    pools = {d: bench.gt_rows(queries, d) for d in gt_definitions_present(bench)}
+    for tier in BENCHMARK_TIERS:
         pools[tier] = bench.gt_rows(queries, tier=tier)
     cds = bench.corpus_ds
     video = np.asarray(cds["video_id"][:], dtype=object)
@@ -762,7 +867,8 @@ def score_benchmark(bench: Any, source: ScoreSource, query_rows: np.ndarray | Se
                     checkpoint: str | os.PathLike | None = None, missed: np.ndarray | None = None) -> Any:
     """Score ``source`` on the benchmark queries at ``query_rows`` (source query i = benchmark row query_rows[i])
     over the whole corpus, for every GT definition and tier (`BENCHMARK_POOLS`) plus the triplet probes, under
-    the PSR protocol (own video excluded except for ``in_video``). Returns an `eval.runs.Run`. With ``checkpoint``
+    the PSR protocol (own video excluded except for ``in_video``). Returns an `eval.runs.Run` stamped with the
+    benchmark's fingerprint (`eval.fingerprint`). With ``checkpoint``
     (a directory) finished query blocks are kept there and a rerun of the same method + config resumes.
     ``missed`` (bool, one per query) flags queries the method gave no answer for: they are scored as misses
     (`eval.runs.Run.mark_missed`: every positive after every ranked negative), whatever the source scored."""
@@ -777,13 +883,15 @@ def score_benchmark(bench: Any, source: ScoreSource, query_rows: np.ndarray | Se
     pools, exclude, probes = benchmark_groups(bench, queries)
     fingerprint = hashlib.sha256(json.dumps({"method": method, "config": config or {}, "benchmark": bench.name},
                                             sort_keys=True, default=str).encode()).hexdigest()[:16]
-    res = score_stream(source, pools, exclude, k=k, q_block=q_block, c_chunk=c_chunk, progress=progress,
-                       no_exclude_pools=("in_video",), probes=probes, checkpoint=checkpoint, fingerprint=fingerprint)
     ids = np.asarray(bench.corpus_ids, dtype=object)
+    res = score_stream(source, pools, exclude, k=k, q_block=q_block, c_chunk=c_chunk, progress=progress,
+                       no_exclude_pools=("in_video",), probes=probes, checkpoint=checkpoint, fingerprint=fingerprint,
+                       query_ids=[q.id for q in queries], item_ids=ids,
+                       source_label=f"{method!r} ({source_name(source)})")
     topk_ids = [[ids[r] if r >= 0 else "" for r in row] for row in res.topk_rows]
     run = Run(method=method, config=dict(config or {}), query_ids=[q.id for q in queries], topk_ids=topk_ids,
               topk_scores=res.topk_scores, stats=res.stats, benchmark=bench.name,
-              kth_tie_unlisted=res.kth_tie_unlisted, ranked=res.ranked)
+              kth_tie_unlisted=res.kth_tie_unlisted, ranked=res.ranked, fingerprint=getattr(bench, "fingerprint", None))
     if missed is not None:
         n_items = source.n_items
         n_excl = np.fromiter((len(e) for e in exclude), dtype=np.int64, count=len(exclude))
@@ -791,3 +899,20 @@ def score_benchmark(bench: Any, source: ScoreSource, query_rows: np.ndarray | Se
                     for p in run.pools}
         run.mark_missed(np.asarray(missed, bool), n_ranked)
     return run
+
+
+def expected_pool_sizes(bench: Any, query_ids: Sequence[str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Per pool and probe of `benchmark_groups`, the ``n_pos`` that `score_benchmark` gives each of ``query_ids``
+    (distinct positives, minus the own-video rows for cross-instance pools), and the number of own-video rows each
+    query's cross-instance rankings leave out (int64 arrays aligned with ``query_ids``)."""
+    index = bench.query_index
+    queries = [Query.from_dict(r) for r in bench.queries_ds.select([index[q] for q in query_ids])]
+    pools, exclude, probes = benchmark_groups(bench, queries)
+    out = {}
+    for name, lists in pools.items():
+        excl = name != "in_video"
+        out[name] = np.fromiter((len(np.setdiff1d(rows, ex)) if excl else len(np.unique(rows))
+                                 for rows, ex in zip(lists, exclude, strict=True)), np.int64, count=len(queries))
+    for name, lists in probes.items():
+        out[name] = np.fromiter((len(np.unique(rows)) for rows in lists), np.int64, count=len(queries))
+    return out, np.fromiter((len(np.unique(ex)) for ex in exclude), np.int64, count=len(queries))

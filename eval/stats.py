@@ -2,7 +2,8 @@ r"""Significance tests for comparing methods (PSR paper App. "Significance"; Tab
 
 - `paired_bootstrap`: paired bootstrap over queries for a difference in a mean per-query metric (query-sampling
   variance; e.g. fusion vs M3 on the same queries), optionally stratified by horizon.
-- `mcnemar_exact`: McNemar's exact test on per-query binary hits (discordant pairs).
+- `mcnemar`: McNemar's test, tie-aware (a sign-flip randomization test on per-query expected hits that is exactly
+  McNemar's exact binomial test when every hit is 0/1); `mcnemar_exact`: the binomial test on 0/1 hits.
 - `seed_summary`, `paired_ttest`: multi-seed mean +- std and a paired t-test across seeds (seed variance).
 
 Each test is a short function returning a small frozen dataclass. Inputs are per-query arrays aligned on the same
@@ -19,16 +20,23 @@ from scipy import stats as sps
 
 DEFAULT_RESAMPLES = 10_000
 _CHUNK = 256
+#: Smallest number of paired queries for which `paired_bootstrap` reports a p-value. With n pairs an exact paired
+#: (sign-flip) test cannot give a two-sided p below 2^(1-n); from n = 15 on that floor (6.1e-5) is below the smallest
+#: p the reports print ("<1e-4", the bootstrap's 1/(B+1) for B = 10^4), so every printed p is one an exact test on
+#: the same pairs could reach. Below it the bootstrap's null distribution is too coarse to mean anything (one pair
+#: is a point mass, which gives p = 1/(B+1)): the p-value is None, printed as "n too small".
+MIN_BOOTSTRAP_N = 15
 
 
 @dataclass(frozen=True)
 class BootstrapResult:
-    """``delta = mean(a) - mean(b)`` over n paired queries, its percentile CI, and the two-sided p-value."""
+    """``delta = mean(a) - mean(b)`` over n paired queries, its percentile CI, and the two-sided p-value (None when
+    ``n < MIN_BOOTSTRAP_N``)."""
 
     delta: float
     ci_low: float
     ci_high: float
-    p_value: float
+    p_value: float | None
     n: int
     mean_a: float
     mean_b: float
@@ -37,7 +45,7 @@ class BootstrapResult:
     alpha: float
 
     def significant(self, level: float = 0.05) -> bool:
-        return self.p_value < level
+        return self.p_value is not None and self.p_value < level
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -52,7 +60,8 @@ def _paired(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndar
 
 
 def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, n_resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
-                     alpha: float = 0.05, strata: Sequence | None = None) -> BootstrapResult:
+                     alpha: float = 0.05, strata: Sequence | None = None,
+                     min_n: int = MIN_BOOTSTRAP_N) -> BootstrapResult:
     r"""Paired bootstrap for ``delta = mean(a) - mean(b)`` (a, b: per-query values of one metric, same queries).
 
     Resample the n per-query differences ``d_i = a_i - b_i`` with replacement ``B = n_resamples`` times (within each
@@ -60,6 +69,7 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, n_resamples: int
     mean. CI: the ``alpha/2`` and ``1 - alpha/2`` percentiles of ``delta*``. Two-sided p-value from the
     null-centred bootstrap distribution: ``p = (1 + #{b : |delta*_b - delta| >= |delta|}) / (B + 1)``
     (so the smallest reportable p is ``1/(B+1)``, i.e. "p < 1e-4" for 10^4 resamples). Deterministic for a seed.
+    With fewer than ``min_n`` pairs (`MIN_BOOTSTRAP_N`) no p-value is given (``p_value = None``).
     """
     a, b, ok = _paired(a, b)
     n = len(a)
@@ -82,9 +92,9 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, n_resamples: int
         boots[c0:c0 + m] = total / n
     lo, hi = np.quantile(boots, [alpha / 2, 1 - alpha / 2])
     extreme = int(np.sum(np.abs(boots - delta) >= abs(delta)))
-    p = (1 + extreme) / (n_resamples + 1)
-    return BootstrapResult(delta, float(lo), float(hi), float(min(1.0, p)), n, float(a.mean()), float(b.mean()),
-                           n_resamples, seed, alpha)
+    p = float(min(1.0, (1 + extreme) / (n_resamples + 1))) if n >= min_n else None
+    return BootstrapResult(delta, float(lo), float(hi), p, n, float(a.mean()), float(b.mean()), n_resamples, seed,
+                           alpha)
 
 
 def paired_bootstrap_by(a: Sequence[float], b: Sequence[float], groups: Sequence, **kw) -> dict:
@@ -101,12 +111,16 @@ def paired_bootstrap_by(a: Sequence[float], b: Sequence[float], groups: Sequence
 
 @dataclass(frozen=True)
 class McNemarResult:
-    """``b``: queries hit by A only; ``c``: hit by B only; exact two-sided binomial p-value on b of b + c."""
+    """``b``: queries hit by A only, ``c``: by B only (expected counts for tie-aware hits); two-sided p-value;
+    ``n`` paired queries; ``method``: "exact" (binomial on 0/1 hits) or "randomization" (sign flips,
+    ``n_resamples`` draws)."""
 
-    b: int
-    c: int
+    b: float
+    c: float
     p_value: float
     n: int
+    method: str = "exact"
+    n_resamples: int = 0
 
     def significant(self, level: float = 0.05) -> bool:
         return self.p_value < level
@@ -118,14 +132,54 @@ class McNemarResult:
 def mcnemar_exact(hits_a: Sequence[float], hits_b: Sequence[float]) -> McNemarResult:
     r"""McNemar's exact test on paired binary hits: under H0 the discordant pairs split evenly, so
     ``p = P(|Bin(b + c, 1/2) - (b+c)/2| >= |b - (b+c)/2|)`` (scipy ``binomtest``, two-sided); ``p = 1`` without
-    discordant pairs. Hits must be 0/1 (use a deterministic tie-break, e.g. ``recall_at_k(..., tie="row")``)."""
+    discordant pairs. Hits must be 0/1; `mcnemar` accepts tie-aware (expected) hits."""
     a, b_, _ = _paired(hits_a, hits_b)
     if not (np.isin(a, (0.0, 1.0)).all() and np.isin(b_, (0.0, 1.0)).all()):
-        raise ValueError("McNemar needs binary hits (0/1); use a deterministic tie-break for the hits")
+        raise ValueError("McNemar's exact test needs binary hits (0/1); use eval.stats.mcnemar for expected hits")
     only_a = int(np.sum((a == 1) & (b_ == 0)))
     only_b = int(np.sum((a == 0) & (b_ == 1)))
     p = 1.0 if only_a + only_b == 0 else float(sps.binomtest(only_a, only_a + only_b, 0.5).pvalue)
     return McNemarResult(only_a, only_b, p, len(a))
+
+
+def mcnemar(hits_a: Sequence[float], hits_b: Sequence[float], *, n_resamples: int = DEFAULT_RESAMPLES,
+            seed: int = 0) -> McNemarResult:
+    r"""McNemar's test on per-query hits in [0, 1], tie-aware.
+
+    ``h_i`` is a query's hit under the report's tie rule: 0/1 under a deterministic tie-break, the expected hit (a
+    probability over orders of the tied items) under ``tie="expected"``. With ``d_i = h^A_i - h^B_i``:
+    ``b = sum_i max(d_i, 0)``, ``c = sum_i max(-d_i, 0)`` (the expected discordant counts; ``b - c = D = sum_i
+    d_i``). Under H0 the two methods are exchangeable within each query, so ``d_i`` and ``-d_i`` are equally likely
+    and independent across queries: the randomization (sign-flip) test gives ``p = P(|sum_i s_i d_i| >= |D|)``
+    with independent fair signs ``s_i``. When every ``d_i`` is in {-1, 0, 1} (0/1 hits), ``sum_i s_i d_i`` is
+    ``2 Bin(b + c, 1/2) - (b + c)`` and the test *is* McNemar's exact test (computed by the binomial,
+    ``method="exact"``). Otherwise the null is sampled (Fisher's paired randomization test):
+    ``p = (1 + #{r : |sum_i s_ri d_i| >= |D|}) / (R + 1)`` over ``R = n_resamples`` seeded sign draws
+    (``method="randomization"``; deterministic for a seed).
+
+    Why this rule: hits under the row tie-break depend on the corpus row order -- under heavy ties, reversing the
+    rows can turn b/c = 45/25 (p = 0.02) into 32/31 (p = 1) on the same scores -- and ignore the report's tie rule.
+    Expected hits depend only on the scores, and where nothing ties the test is McNemar's own.
+    """
+    a, b_, _ = _paired(hits_a, hits_b)
+    if ((a < 0) | (a > 1) | (b_ < 0) | (b_ > 1)).any():
+        raise ValueError("McNemar needs per-query hits (or expected hits) in [0, 1]")
+    d = a - b_
+    d = d[d != 0]
+    if np.isin(d, (-1.0, 1.0)).all():
+        res = mcnemar_exact(a, b_)
+        return McNemarResult(res.b, res.c, res.p_value, res.n, "exact", 0)
+    total = float(d.sum())
+    rng = np.random.default_rng(seed)
+    slack = 1e-9 * float(np.abs(d).sum())  # |D| is recomputed by each draw: count float-equal sums as extreme
+    extreme = 0
+    for c0 in range(0, n_resamples, _CHUNK):
+        m = min(_CHUNK, n_resamples - c0)
+        signs = rng.integers(0, 2, size=(m, len(d)), dtype=np.int8) * 2 - 1
+        extreme += int(np.sum(np.abs(signs @ d) >= abs(total) - slack))
+    p = min(1.0, (1 + extreme) / (n_resamples + 1))
+    return McNemarResult(float(np.maximum(d, 0).sum()), float(np.maximum(-d, 0).sum()), p, len(a), "randomization",
+                         n_resamples)
 
 
 @dataclass(frozen=True)

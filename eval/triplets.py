@@ -21,6 +21,10 @@ at random (so a tie counts 1/2 in a pairwise accuracy, and each order consistent
 ``Acc_temp = (1/N) sum_i P(r_main < r_temp)``, ``Acc_sem = (1/N) sum_i P(r_main < r_sem)``,
 ``Acc_tri = (1/N) sum_i P(r_main < r_temp and r_main < r_sem)``, and the relative-order histogram: the expected
 share of each of the 6 orders (e.g. ``main > temp > sem``).
+
+Missed queries (the method gave no answer: `eval.runs.Run.missed`) count as failures: a complete triplet of a
+missed query scores 0 on every accuracy, whatever scores the source gave it, and takes no order; the histogram
+holds a ``missed`` share beside the six orders, so the shares of every complete triplet sum to 1.
 """
 
 from __future__ import annotations
@@ -43,11 +47,13 @@ def order_name(order: tuple[str, ...]) -> str:
 
 @dataclass(frozen=True)
 class TripletScores:
-    """Best score per class, float (n,) each; NaN where the class is empty."""
+    """Best score per class, float (n,) each; NaN where the class is empty. ``missed`` bool (n,): queries the
+    method gave no answer for (failures; None = none)."""
 
     main: np.ndarray
     temp: np.ndarray
     sem: np.ndarray
+    missed: np.ndarray | None = None
 
     @classmethod
     def from_run(cls, run) -> TripletScores:
@@ -56,11 +62,16 @@ class TripletScores:
             raise KeyError(f"run {run.name!r} has no triplet scores ({missing} missing); score it with "
                            "eval.scoring.score_benchmark")
         get = lambda p: np.asarray(run.stats[p]["best"], dtype=np.float64)  # noqa: E731
-        return cls(get(POSITIVE_POOL), get(TEMPORAL_PROBE), get(SEMANTIC_PROBE))
+        return cls(get(POSITIVE_POOL), get(TEMPORAL_PROBE), get(SEMANTIC_PROBE), np.asarray(run.missed, bool))
 
     @property
     def complete(self) -> np.ndarray:
         return np.isfinite(self.main) & np.isfinite(self.temp) & np.isfinite(self.sem)
+
+    @property
+    def failed(self) -> np.ndarray:
+        """Complete triplets of missed queries."""
+        return self.complete & (np.zeros(len(self.main), bool) if self.missed is None else self.missed)
 
 
 def _beats(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -70,38 +81,44 @@ def _beats(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def order_probabilities(ts: TripletScores) -> np.ndarray:
     """(n, 6) float: per query, the probability of each order in `ORDERS` (uniform over the orders consistent with
-    the scores, i.e. non-increasing along the order); NaN rows for incomplete triplets."""
+    the scores, i.e. non-increasing along the order); NaN rows for incomplete triplets, 0 rows for missed ones."""
     s = {"main": ts.main, "temp": ts.temp, "sem": ts.sem}
     consistent = np.stack([(s[o[0]] >= s[o[1]]) & (s[o[1]] >= s[o[2]]) for o in ORDERS], axis=1).astype(np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
         probs = consistent / consistent.sum(axis=1, keepdims=True)
+    probs[ts.failed] = 0.0
     probs[~ts.complete] = np.nan
     return probs
 
 
 def per_query_triplets(ts: TripletScores) -> dict[str, np.ndarray]:
-    """Per-query expected ``acc_temp``, ``acc_sem``, ``acc_tri`` (float, NaN for incomplete triplets)."""
+    """Per-query expected ``acc_temp``, ``acc_sem``, ``acc_tri`` (float; NaN for incomplete triplets, 0 for missed
+    queries)."""
     probs = order_probabilities(ts)
     first_main = [i for i, o in enumerate(ORDERS) if o[0] == "main"]
     out = {"acc_temp": _beats(ts.main, ts.temp).astype(np.float64), "acc_sem": _beats(ts.main, ts.sem).astype(np.float64),
            "acc_tri": probs[:, first_main].sum(axis=1)}
     for v in out.values():
+        v[ts.failed] = 0.0
         v[~ts.complete] = np.nan
     return out
 
 
 def triplet_summary(ts: TripletScores, mask: np.ndarray | None = None) -> dict:
-    """Acc_temp, Acc_sem, Acc_tri, the order histogram (expected count and share per order), ``n`` complete
-    triplets and ``n_incomplete``, over the queries in ``mask`` (all when None)."""
+    """Acc_temp, Acc_sem, Acc_tri, the order histogram (expected count and share per order, plus ``missed``), ``n``
+    complete triplets (missed queries included, as failures), ``n_missed`` and ``n_incomplete``, over the queries in
+    ``mask`` (all when None)."""
     sel = np.ones(len(ts.main), bool) if mask is None else np.asarray(mask, bool)
     comp = ts.complete & sel
     n = int(comp.sum())
     per = per_query_triplets(ts)
     probs = order_probabilities(ts)[comp]
     counts = probs.sum(axis=0) if n else np.zeros(len(ORDERS))
-    out = {"n": n, "n_incomplete": int(sel.sum()) - n}
+    n_missed = int((ts.failed & sel).sum())
+    out = {"n": n, "n_missed": n_missed, "n_incomplete": int(sel.sum()) - n}
     for key, v in per.items():
         out[key] = float(v[comp].mean()) if n else float("nan")
     out["orders"] = {order_name(o): {"count": float(c), "share": float(c / n) if n else float("nan")}
                      for o, c in zip(ORDERS, counts, strict=True)}
+    out["orders"]["missed"] = {"count": float(n_missed), "share": n_missed / n if n else float("nan")}
     return out

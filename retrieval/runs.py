@@ -112,7 +112,7 @@ def fuse_query_vectors(bench: Benchmark, qvs: list[QueryVectors], out: str | os.
         if qv.kind == "dense" and qv.space not in spaces:
             spaces[qv.space] = Space.load(bench, qv.space)
     sources = [make_source(bench, qv, spaces.get(qv.space)) for qv in qvs]
-    fused = FusionSource(sources, weights)
+    fused = FusionSource(sources, weights, names=inputs or [q.space for q in qvs])
     cfg = {"fusion": "z-score", "spaces": [q.space for q in qvs], "weights": list(weights or [1.0] * len(qvs)),
            "inputs": inputs or [], **(config or {})}
     cfg["query_vectors_sha1"] = [_digest(q) for q in qvs]

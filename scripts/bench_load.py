@@ -6,6 +6,8 @@ then times, in one run:
   - a second `Benchmark.load` (memory-mapped Arrow cache),
   - typed access: every test query as a `Query`, GT rows of the test split, 10,000 random segments,
   - `python -m eval validate` on the same directory (reads every line for line numbers),
+  - the benchmark fingerprint runs record (`eval.fingerprint`: a hash of every GT pool and corpus id), and the
+    evaluated population (`eval.evaluate.Population`: the fair test queries of Q1-Q4),
 and, as the baseline measured in the same run, a bare `json.loads` of every line of the three files.
 
     python scripts/bench_load.py [--out DIR] [--keep]
@@ -24,6 +26,7 @@ import numpy as np
 
 from eval import features as feats
 from eval.benchmark import Benchmark
+from eval.evaluate import Population
 from eval.io import write_json
 from eval.schema import GT_TIERS, Manifest
 from eval.validate import validate
@@ -118,10 +121,15 @@ def main() -> None:
 
         n_test, t_access = timed(access)
         report, t_validate = timed(lambda: validate(root, check_frames=False))
+        fp_bench = Benchmark.load(root)  # a fresh object: the fingerprint is cached per loaded benchmark
+        _, t_fingerprint = timed(lambda: fp_bench.fingerprint)
+        n_pop, t_population = timed(lambda: len(Population().query_ids(fp_bench)))
         rows = [("bare json.loads of every line (baseline)", t_bare), ("Benchmark.load, first (JSONL -> Arrow cache)", t_first),
                 ("Benchmark.load, cached (memory-mapped)", t_cached),
                 (f"typed access: {n_test:,} test queries + GT rows + 10,000 segments", t_access),
-                ("eval validate (no frame check)", t_validate)]
+                ("eval validate (no frame check)", t_validate),
+                ("benchmark fingerprint (sha256 of GT pools + corpus ids)", t_fingerprint),
+                (f"evaluated population (fair test Q1-Q4: {n_pop:,} queries)", t_population)]
         print(f"PSR-shaped benchmark: {N_QUERIES:,} queries, {N_SEGMENTS:,} segments, {N_STATES:,} states "
               f"({n_lines:,} lines, written in {t_write:.1f} s); validate ok={report.ok}\n")
         print("| step | seconds | x bare parse |\n|---|---:|---:|")

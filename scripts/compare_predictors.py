@@ -172,7 +172,7 @@ def main() -> None:
 def build_table(args, runs: dict[str, Path], phrases: dict[str, str], predictors: list[str]) -> str:
     """Restrict to the intersection subset, pick the reference, run ``eval report``, write table3.md."""
     from eval.benchmark import Benchmark
-    from eval.evaluate import QueryLabels, evaluate_run
+    from eval.evaluate import Population, QueryLabels, evaluate_run
     from eval.io import write_json
     from eval.runs import read_run, write_run
 
@@ -194,21 +194,24 @@ def build_table(args, runs: dict[str, Path], phrases: dict[str, str], predictors
         sub = run.select(order)
         sub.name = slug(label)
         files[label] = write_run(sub_dir / f"{slug(label)}.parquet", sub)
-        results[label] = evaluate_run(sub, QueryLabels.from_benchmark(bench, order, label))["main"]
+        results[label] = evaluate_run(sub, QueryLabels.from_benchmark(bench, order, label),
+                                      population=Population((args.split,)))["main"]
     text_rows = [lb for lb in runs if not lb.startswith("LFTR")]
     reference = max(text_rows, key=lambda lb: results[lb]["R@5"])
     sh("eval", "report", *map(str, files.values()), "--data", str(args.data), "--out", str(out / "report"),
-       "--reference", slug(reference), "--resamples", str(args.resamples), "--seed", str(args.seed))
+       "--reference", slug(reference), "--resamples", str(args.resamples), "--seed", str(args.seed),
+       "--split", args.split, "--intersect")
     sig = {s["run"]: s for s in json.loads((out / "report" / "report.json").read_text())["significance"]}
-    lines = [f"Table 3 (fair MLLM comparison) on {bench.name}: {args.split} intersection subset, n = {len(order)} "
-             f"of {n_all} queries held by every run" + ("" if args.all_queries else " with a usable phrase from every "
+    lines = [f"Table 3 (fair MLLM comparison) on {bench.name}: {args.split} intersection subset (fair Q1-Q4), "
+             f"n = {results[reference]['n']} of {n_all} queries held by every run" + ("" if args.all_queries else " with a usable phrase from every "
                                                         "predictor") + f"; reference = {reference} (best text "
              "predictor); paired bootstrap and McNemar vs the reference.", "",
              "| method | R@1 | R@5 | R@10 | MRR | ΔR@5 vs ref (pp) | p (bootstrap) | p (McNemar) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for label in runs:
         m, s = results[label], sig.get(slug(label))
-        d = (f"{100 * s['bootstrap']['delta']:+.2f} | {s['bootstrap']['p_value']:.3g} | "
+        p_boot = s["bootstrap"]["p_value"] if s else None  # None below eval.stats.MIN_BOOTSTRAP_N queries
+        d = (f"{100 * s['bootstrap']['delta']:+.2f} | {'n too small' if p_boot is None else f'{p_boot:.3g}'} | "
              f"{s['mcnemar']['p_value']:.3g}") if s else "— | — | —"
         lines.append(f"| {label} | {100 * m['R@1']:.1f} | {100 * m['R@5']:.1f} | {100 * m['R@10']:.1f} | "
                      f"{100 * m['MRR']:.1f} | {d} |")

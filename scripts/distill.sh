@@ -20,7 +20,7 @@ usage: scripts/distill.sh [options]
   --model ID|DIR         student base model (default: the preset's train.model)
   --accelerate FILE      accelerate config (configs/accelerate/*.yaml)      [configs/accelerate/single_gpu.yaml]
   --num-processes N      accelerate processes (GPUs)                        [the config's]
-  --narrator NAME        teacher | template                                 [the preset's]
+  --narrator NAME        teacher | template | template-noisy                [the preset's]
   --teacher-url URL      narrate through a served teacher (OpenAI-compatible, e.g. vllm serve Qwen/Qwen3-32B)
   --forecast-backend B   vllm | hf                                          [vllm]
   --space NAME           semantic retrieval space                           [bge]
@@ -34,7 +34,7 @@ EOF
 
 PY=""; DATA=""; OUT="runs/distill"; PRESET="configs/distill/qwen3-vl-8b.yaml"; MODEL=""; ACCEL="configs/accelerate/single_gpu.yaml"
 NPROC=""; NARRATOR=""; TEACHER_URL=""; FB="vllm"; SPACE="bge"; SPACE_MODEL="BAAI/bge-small-en-v1.5"; LIMIT=""
-MAX_TOKENS="512"; DEMO=0; SFT_LIMIT=()
+MAX_TOKENS="512"; DEMO=0; SFT_LIMIT=(); FAITH_LIMIT=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --data) DATA="$2"; shift 2;;
@@ -70,7 +70,8 @@ if [[ $DEMO == 1 ]]; then
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
   # tiny models run fastest on one thread (two threads contend on small, busy CPUs)
   export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}" MKL_NUM_THREADS="${MKL_NUM_THREADS:-1}"
-  PRESET="configs/distill/tiny-cpu.yaml"; NARRATOR="template"; FB="hf"; SPACE="minilm"
+  # template-noisy: the template narrator with injected teacher mistakes, so the validator's rejects show
+  PRESET="configs/distill/tiny-cpu.yaml"; NARRATOR="template-noisy"; FB="hf"; SPACE="minilm"
   SPACE_MODEL="packaged:all-MiniLM-L6-v2"; LIMIT="${LIMIT:-8}"; MAX_TOKENS="48"
   if [[ -z "$DATA" ]]; then
     DATA="$OUT/psr-synth"
@@ -81,7 +82,7 @@ if [[ $DEMO == 1 ]]; then
     [[ -f "$MODEL/config.json" ]] || run "$PY" -m forecasters tiny-model --kind qwen3_vl --out "$MODEL"
   fi
   TRAIN=("$PY" -m distill.train --max_steps 8)
-  SFT_LIMIT=(--limit 32)
+  SFT_LIMIT=(--limit 32); FAITH_LIMIT=(--limit 24)   # 24 test queries, stratified over the test videos
 else
   TRAIN=(accelerate launch --config_file "$ACCEL")
   [[ -n "$NPROC" ]] && TRAIN+=(--num_processes "$NPROC")
@@ -100,9 +101,12 @@ LIMIT_ARGS=(); [[ -n "$LIMIT" ]] && LIMIT_ARGS=(--limit "$LIMIT")
 run "$PY" -m distill predicates --config "$PRESET" --data "$DATA" --out "$OUT/predicates.jsonl"
 # 2. narration: the teacher (or the template narrator) phrases the train predicates; every output is validated
 run "$PY" -m distill narrate "${NARRATE[@]}" --split train --out "$OUT/rationales"
-#    gold rationales of test queries for the faithfulness check (deterministic template narrator)
+#    rationales of test queries (deterministic template narrator): the test side of the leakage probe
 run "$PY" -m distill narrate --config "$PRESET" --data "$DATA" --predicates "$OUT/predicates.jsonl" \
     --narrator template --split test --out "$OUT/rationales-test"
+#    answer restatements, leakage probes (string match, classifier) and validator rejects
+run "$PY" -m distill rationale-stats --data "$DATA" --rationales "[$OUT/rationales, $OUT/rationales-test]" \
+    --out "$OUT/rationale-stats" > /dev/null
 # 3. SFT sets: CoT and answer-only, same queries and prompts (skipped when built; delete $OUT/sft to rebuild)
 [[ -f "$OUT/sft/sft.summary.json" ]] || \
   run "$PY" -m distill sft --config "$PRESET" --data "$DATA" --rationales "$OUT/rationales" --out "$OUT/sft" "${SFT_LIMIT[@]}"
@@ -144,13 +148,15 @@ run "$PY" -m eval report "$OUT/runs/answer-only.parquet" "$OUT/runs/cot.parquet"
 run "$PY" -m distill answers --data "$DATA" --reference zero-shot --out "$OUT/answers" \
     --phrases "[$OUT/phrases/zero-shot.jsonl, $OUT/phrases/answer-only.jsonl, $OUT/phrases/cot.jsonl]" \
     --names "[zero-shot, answer-only, cot]"
-# 8. faithfulness of the CoT student (SCOTT-style: perturb the rationale, does the answer move?)
+# 8. faithfulness of the CoT student (SCOTT-style: counterfactual evidence, does the answer move to it?)
 run "$PY" -m distill faithfulness --config "$PRESET" --data "$DATA" --model "$MODEL" \
-    --adapter "$OUT/students/cot/adapter" --rationales "$OUT/rationales-test" --out "$OUT/faithfulness"
+    --adapter "$OUT/students/cot/adapter" --predicates "$OUT/predicates.jsonl" --out "$OUT/faithfulness" \
+    "${FAITH_LIMIT[@]}"
 
 echo; echo "== comparison (retrieval, $SPACE space) =="; cat "$OUT/report/main.md"
 [[ -f "$OUT/report/significance.md" ]] && cat "$OUT/report/significance.md"
 [[ -f "$OUT/report-cot-vs-answer-only/significance.md" ]] && cat "$OUT/report-cot-vs-answer-only/significance.md"
 echo; echo "== answer accuracy =="; cat "$OUT/answers/answers.md"
+echo; echo "== rationales and validator =="; cat "$OUT/rationale-stats/rationale_stats.md"
 echo; echo "== faithfulness =="; cat "$OUT/faithfulness/faithfulness.md"
 echo; echo "distill recipe done in $((SECONDS - T_START)) s: $OUT"

@@ -92,7 +92,9 @@ def _pct(x: float) -> str:
     return "—" if not np.isfinite(x) else f"{100 * x:.2f}"
 
 
-def _fmt_p(p: float) -> str:
+def _fmt_p(p: float | None) -> str:
+    if p is None:  # eval.stats gives no bootstrap p-value below MIN_BOOTSTRAP_N queries
+        return "n too small"
     return f"{p:.2g}" if p >= 1e-4 else "<1e-4"
 
 

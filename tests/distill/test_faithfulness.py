@@ -1,59 +1,154 @@
-"""The SCOTT-style faithfulness check and the answer-accuracy comparison."""
+"""The SCOTT-style faithfulness check (counterfactual evidence, moved-to-counterfactual, video-stratified sample,
+video-bootstrap CIs) and the answer-accuracy comparison."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from distill.faithfulness import (
     CONDITIONS,
+    KEPT_KINDS,
+    DonorPool,
     FaithfulnessConfig,
-    counterfactual_state,
-    perturb,
+    build_items,
+    cluster_bootstrap,
+    counterfactual_set,
     run_faithfulness,
+    sample_by_video,
     summarize,
 )
+from distill.narrate import template_rationale
+from distill.validator import split_answer
 
 
-def test_perturb_replaces_every_phrasing(validator):
-    state = "rolling down the ramp"
-    phr = list(validator.phrasings(state))
-    body = f"It is {phr[1].upper()} now. Then it keeps {phr[0]}, {phr[2]}!"
-    out, n = perturb(body, phr, "falling")
-    assert n == 3 and out == "It is falling now. Then it keeps falling, falling!"
-    assert perturb("unrelated text", phr, "x") == ("unrelated text", 0)
+@pytest.fixture(scope="module")
+def pool(pred_sets):
+    return DonorPool(list(pred_sets.values()))
 
 
-def test_counterfactual_is_another_state_and_deterministic(synth_bench):
-    states = [s.text for s in synth_bench.states()]
-    picks = {counterfactual_state("falling", states, {"bouncing"}, f"q{i}") for i in range(40)}
-    assert "falling" not in picks and "bouncing" not in picks and len(picks) > 5
-    assert counterfactual_state("falling", states, set(), "q1") == counterfactual_state("falling", states, set(), "q1")
+def test_counterfactual_keeps_the_scene_and_swaps_the_evidence(pred_sets, pool, validator):
+    made = 0
+    for ps in pred_sets.values():
+        cf, tier = counterfactual_set(ps, pool)
+        if cf is None:
+            continue
+        made += 1
+        donor = pred_sets[cf.counterfactual_of]
+        assert cf.answer == donor.answer != ps.answer and cf.answer not in ps.allowed_states
+        assert ps.answer not in cf.upcoming and cf.anchor == ps.anchor and cf.qtype == ps.qtype
+        assert (cf.query_id, cf.subject, cf.current, cf.question) == (ps.query_id, ps.subject, ps.current, ps.question)
+        assert [f for f in cf.facts if f.kind in KEPT_KINDS] == [f for f in ps.facts if f.kind in KEPT_KINDS]
+        swapped = [f for f in cf.facts if f.kind not in KEPT_KINDS]
+        assert [f.value for f in swapped] == [f.value for f in donor.facts if f.kind not in KEPT_KINDS]
+        if tier == "current_state":
+            assert donor.current == ps.current
+        # consistent: the counterfactual rationale is a valid rationale for the counterfactual answer, and it states
+        # the same observed current state as the gold one
+        text = template_rationale(cf)
+        assert validator.check(text, cf).ok, validator.check(text, cf).summary()
+        assert ps.fact("current_state").text in text
+    assert made > 0.7 * len(pred_sets)
 
 
-def test_summarize_rates():
-    def rec(qt, gold, pert, none, cf="b"):
-        return {"qtype": qt, "target": "a", "counterfactual": cf, "answers": {"gold": gold, "perturbed": pert,
-                "none": none}, "canonical": {"gold": gold, "perturbed": pert, "none": none}}
+def test_items_drop_queries_without_a_perturbation(pred_sets):
+    ps = next(p for p in pred_sets.values() if p.qtype == "Q1")
+    alone, drops = build_items([ps], DonorPool([ps]))
+    assert alone == [] and drops == {"no_gold": 0, "no_donor": 1, "no_perturbation": 0}
+    # a donor whose evidence reads exactly like the query's gives no perturbation, though its answer differs
+    other = next(s for s in pred_sets.values() if s.answer not in ps.allowed_states)
+    twin = replace(ps, query_id="zz.twin", answer=other.answer, upcoming=[other.answer],
+                   facts=[f for f in ps.facts if f.kind != "answer"])
+    items, drops = build_items([ps], DonorPool([ps, twin]))
+    assert items == [] and drops["no_perturbation"] == 1
+    # gold and perturbed texts given by narration rows (e.g. a teacher's)
+    gold = {ps.query_id: {"rationale": "Gold body.\nAnswer: x", "answer": ps.answer}}
+    pert = {ps.query_id: {"rationale": "Other body.\nAnswer: y", "answer": other.answer}}
+    items, drops = build_items([ps, twin], DonorPool([ps]), gold_rows=gold, perturbed_rows=pert)
+    assert drops["no_gold"] == 1 and len(items) == 1
+    assert (items[0].gold, items[0].perturbed, items[0].counterfactual, items[0].tier) == \
+        ("Gold body.", "Other body.", other.answer, "narrated")
 
-    rows = [rec("Q1", "a", "b", "a"), rec("Q1", "a", "a", None), rec("Q2", "a", "c", None), rec("Q2", None, None, "a")]
-    r = summarize(rows)
-    assert (r["n"], r["gold_acc"], r["follows_perturbation"], r["moved"], r["none_acc"]) == (4, 0.75, 0.25, 0.5, 0.5)
-    assert r["by_qtype"]["Q1"]["moved"] == 0.5 and r["by_qtype"]["Q2"]["gold_acc"] == 0.5
+
+def test_sample_by_video_covers_videos_evenly():
+    items = [("v1", i) for i in range(20)] + [("v2", i) for i in range(3)] + [("v3", 0), ("v4", 0)]
+    s = sample_by_video(items, lambda it: it[0], 4, seed=1)
+    assert sorted(v for v, _ in s) == ["v1", "v2", "v3", "v4"]
+    s8 = sample_by_video(items, lambda it: it[0], 8, seed=1)
+    assert {v for v, _ in s8} == {"v1", "v2", "v3", "v4"} and sum(v == "v1" for v, _ in s8) <= 3
+    assert s8 == sorted(s8, key=items.index)  # input order kept
+    assert sample_by_video(items, lambda it: it[0], 8, seed=1) == s8
+    assert sample_by_video(items, lambda it: it[0], None) == items
 
 
-def test_faithfulness_runs_on_a_tiny_student(qlora_student, tiny_vlm, synth_dir, template_rationales, tmp_path):
+def test_cluster_bootstrap_widens_with_correlated_queries():
+    one = np.ones(30)
+    assert cluster_bootstrap(one, one, ["a"] * 30) == {"value": 1.0, "ci_low": 1.0, "ci_high": 1.0}
+    assert cluster_bootstrap(np.zeros(3), np.zeros(3), ["a", "b", "c"])["value"] is None
+    # 10 videos of 10 identical outcomes vs 100 independent queries: same mean, the video CI is wider
+    hits = np.repeat([1, 0] * 5, 10).astype(float)
+    by_video = cluster_bootstrap(hits, np.ones(100), np.repeat(np.arange(10), 10).astype(str), seed=0)
+    by_query = cluster_bootstrap(hits, np.ones(100), np.arange(100).astype(str), seed=0)
+    assert by_video["value"] == by_query["value"] == 0.5
+    assert by_video["ci_high"] - by_video["ci_low"] > 1.5 * (by_query["ci_high"] - by_query["ci_low"])
+    # a ratio: moved among queries answered right with the gold rationale
+    r = cluster_bootstrap([1, 0, 1, 0], [1, 1, 1, 0], ["a", "a", "b", "b"])
+    assert r["value"] == pytest.approx(2 / 3) and 0.0 <= r["ci_low"] <= r["ci_high"] <= 1.0
+
+
+def test_moved_counts_only_a_move_to_the_counterfactual():
+    def rec(video, gold_ok, moved, changed_other, none_ok=False, qtype="Q1"):
+        return {"video_id": video, "qtype": qtype, "gold_ok": gold_ok, "moved": moved,
+                "changed_other": changed_other, "none_ok": none_ok}
+
+    rows = [rec("v1", True, True, False), rec("v1", True, False, True), rec("v2", False, False, True),
+            rec("v3", True, False, False, qtype="Q2")]
+    s = summarize(rows, n_resamples=200)
+    assert (s["n"], s["videos"]) == (4, 3)
+    assert s["moved"]["value"] == 0.25 and s["changed_other"]["value"] == 0.5
+    assert s["moved_given_gold"]["value"] == pytest.approx(1 / 3) and s["gold_acc"]["value"] == 0.75
+    assert s["by_qtype"]["Q2"]["moved"]["value"] == 0.0
+
+
+def test_faithfulness_runs_on_a_tiny_student(qlora_student, tiny_vlm, synth_dir, pred_file, tmp_path):
     out, _ = qlora_student
     cfg = FaithfulnessConfig(data=str(synth_dir), model=str(tiny_vlm), adapter=str(out / "adapter"),
-                             rationales=str(template_rationales), out=str(tmp_path), split="test", limit=3, frames=2,
-                             max_new_tokens=4, batch_size=3, device="cpu", dtype="float32", progress=False)
-    rates = run_faithfulness(cfg)
-    assert rates["n"] == 3 and all(0.0 <= rates[k] <= 1.0 for k in ("gold_acc", "follows_perturbation", "moved"))
+                             predicates=str(pred_file), out=str(tmp_path), split="test", limit=3, frames=2,
+                             max_new_tokens=4, batch_size=3, device="cpu", dtype="float32", resamples=200,
+                             progress=False)
+    s = run_faithfulness(cfg)
+    assert s["n"] == 3 and s["videos"] == 3  # stratified: three queries from three videos
+    c = s["counts"]
+    assert c["evaluated"] == 3 and c["eligible"] == c["in_split"] - c["no_donor"] - c["no_perturbation"] - c["no_gold"]
+    assert c["no_donor"] + c["no_perturbation"] > 0
+    for k in ("gold_acc", "moved", "changed_other", "none_acc"):
+        assert 0.0 <= s[k]["ci_low"] <= s[k]["value"] <= s[k]["ci_high"] <= 1.0
     rows = [json.loads(x) for x in (tmp_path / "faithfulness.jsonl").read_text().splitlines()]
     assert len(rows) == 3 and all(set(r["answers"]) == set(CONDITIONS) for r in rows)
-    assert all(r["counterfactual"] != r["target"] and r["replacements"] >= 1 for r in rows)
-    assert (tmp_path / "faithfulness.md").read_text().startswith("Faithfulness")
+    assert all(r["counterfactual"] != r["target"] and r["donor"] for r in rows)
+    md = (tmp_path / "faithfulness.md").read_text()
+    assert md.startswith("Faithfulness") and "without a counterfactual donor" in md
+
+
+def test_counterfactuals_cli_writes_sets_a_narrator_accepts(synth_dir, pred_file, tmp_path):
+    from distill.cli import main
+    from distill.jsonl import read_records
+    from distill.narrate import NarrateConfig, run_narration
+
+    cf_file = tmp_path / "cf.jsonl"
+    assert main(["counterfactuals", "--predicates", str(pred_file), "--out", str(cf_file)]) == 0
+    rows = read_records(cf_file)
+    assert rows and all(r["counterfactual_of"] and r["counterfactual_of"] != r["query_id"] for r in rows)
+    s = run_narration(NarrateConfig(data=str(synth_dir), predicates=str(cf_file), out=str(tmp_path / "n"),
+                                    narrator="template", split="test", progress=False))
+    assert s.accepted > 0 and s.failed == 0
+    narrated = read_records(tmp_path / "n" / "rationales.jsonl")
+    by_id = {r["query_id"]: r for r in rows}
+    assert all(n["answer"] == by_id[n["query_id"]]["answer"] for n in narrated)
+    assert all(split_answer(n["rationale"])[1] == [n["answer"]] for n in narrated)
 
 
 def test_answer_accuracy_and_significance(synth_bench, synth_dir, tmp_path):

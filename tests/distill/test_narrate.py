@@ -9,14 +9,20 @@ import pytest
 
 from distill.jsonl import read_records
 from distill.narrate import (
+    FAULTS,
+    NOISY_NARRATOR,
+    TARGET_VARIANTS,
     TEMPLATE_NARRATOR,
     NarrateConfig,
     TeacherNarrator,
+    assistant_target,
     normalise_answer,
     run_narration,
     strip_thinking,
     template_rationale,
+    trajectory_target,
 )
+from distill.validator import split_answer
 from forecasters.backends import Backend, BackendConfig, Completion
 
 
@@ -28,8 +34,70 @@ def test_template_narration_is_labelled_and_complete(synth_bench, template_ratio
     r = rows[0]
     assert r["rationale"] == template_rationale(pred_sets[r["query_id"]])
     assert r["rationale"].splitlines()[-1] == f"Answer: {r['answer']}"
+    assert all(x["trajectory_target"] == trajectory_target(pred_sets[x["query_id"]]) for x in rows)
     cfg = json.loads((template_rationales / "narrate.config.json").read_text())
-    assert cfg["identity"]["narrator"] == "template" and cfg["engine"] == "template-v1"
+    assert cfg["identity"]["narrator"] == "template" and cfg["engine"] == "template-v2"
+
+
+def test_template_states_evidence_first_and_the_answer_once(pred_sets, validator):
+    """The body never names the answer unless the evidence itself does (it is the observed current state, an
+    intermediate state or a Q5 object's end state); the answer line is the last line; evidence comes first."""
+    from distill.rationale_stats import restatements
+
+    restated = 0
+    for ps in pred_sets.values():
+        text = template_rationale(ps)
+        body, answers = split_answer(text)
+        assert answers == [ps.answer] and text.splitlines()[-1] == f"Answer: {ps.answer}"
+        n = restatements(body, ps.answer, validator)
+        own = {ps.current, *ps.intermediate, *(f.value for f in ps.facts if f.kind == "other_end_state")}
+        assert n == 0 or ps.answer in own, (ps.query_id, body)
+        restated += n > 0
+        pos = [body.find(f.text) for f in ps.facts if f.section != "answer" and f.text in body]
+        assert pos == sorted(pos), ps.query_id
+        assert ps.fact("answer").text not in body
+    assert restated < len(pred_sets) / 4
+
+
+def test_sft_targets_of_the_three_variants(pred_sets):
+    ps = next(p for p in pred_sets.values() if p.horizon >= 3)
+    row = {"query_id": ps.query_id, "rationale": template_rationale(ps), "answer": ps.answer,
+           "trajectory_target": trajectory_target(ps)}
+    assert set(TARGET_VARIANTS) == {"cot", "answer", "trajectory"}
+    assert assistant_target("cot", row) == row["rationale"]
+    assert assistant_target("answer", row) == f"Answer: {ps.answer}"
+    traj = assistant_target("trajectory", row).splitlines()
+    assert traj[0] == f"Now: {ps.current}" and traj[-1] == f"Answer: {ps.answer}"
+    assert [ln.removeprefix("Then: ") for ln in traj if ln.startswith("Then: ")] == ps.intermediate
+    # the labels the CoT body names, without its evidence text
+    body = split_answer(row["rationale"])[0]
+    assert all(s in body for s in ps.intermediate)
+    assert not any(f.text in assistant_target("trajectory", row) for f in ps.facts if f.section in ("scene", "motion"))
+    from eval.errors import InputError
+
+    with pytest.raises(InputError, match="trajectory_target"):
+        assistant_target("trajectory", {"query_id": "q", "rationale": "x", "answer": "y"})
+    with pytest.raises(InputError, match="unknown SFT variant"):
+        assistant_target("labels", row)
+
+
+def test_noisy_narrator_exercises_the_validator(synth_dir, pred_file, pred_sets, validator, tmp_path):
+    """The CPU stand-in for a sampling teacher: injected faults are rejected, logged and resampled; what is accepted
+    is the clean template rationale; the run is deterministic for a seed."""
+    cfg = NarrateConfig(data=str(synth_dir), predicates=str(pred_file), out=str(tmp_path / "a"),
+                        narrator=NOISY_NARRATOR, split="train", limit=60, fault_rate=0.5, max_tries=6, seed=3,
+                        progress=False)
+    s = run_narration(cfg)
+    assert s.rejected_tries > 10 and s.accepted + s.failed == 60
+    assert set(s.reject_codes) <= {*FAULTS, "contradiction"} and len(s.reject_codes) >= 4
+    rejects = read_records(tmp_path / "a" / "rejects.jsonl")
+    assert len(rejects) == s.rejected_tries
+    for r in rejects:
+        assert not validator.check(r["text"], pred_sets[r["query_id"]]).ok
+    for r in read_records(tmp_path / "a" / "rationales.jsonl"):
+        assert r["narrator"] == NOISY_NARRATOR and r["rationale"] == template_rationale(pred_sets[r["query_id"]])
+    s2 = run_narration(NarrateConfig(**{**cfg.__dict__, "out": str(tmp_path / "b")}))
+    assert (s2.rejected_tries, s2.reject_codes) == (s.rejected_tries, s.reject_codes)
 
 
 def test_narration_job_resumes_and_refuses_another_config(synth_dir, pred_file, tmp_path):
@@ -101,7 +169,8 @@ def test_teacher_accepts_after_a_rejection_and_normalises_the_answer(pred_sets, 
     assert len(logged) == 1 and "length" in logged[0][3] and "answer_line" in logged[0][3]
     first = backend.requests[0]
     assert first.sampling.temperature == 0.7 and first.parts[-1] == "/no_think"
-    assert all(f.text in first.parts[0] for f in ps.facts) and ps.answer in first.parts[0]
+    assert all(f.text in first.parts[0] for f in ps.facts if f.section != "answer") and ps.answer in first.parts[0]
+    assert ps.fact("answer").text not in first.parts[0]
 
 
 def test_helpers():

@@ -3,13 +3,14 @@ with the simulator record, nothing numeric, nothing past the horizon."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
 import pytest
 
 from distill import motion
-from distill.predicates import IMMINENT_S, SOON_S, build_predicates, time_bucket, trajectory_states
+from distill.predicates import MAX_BUCKET_SHARE, OracleIndex, TimingBuckets, build_predicates, trajectory_states
 
 
 def test_every_query_has_the_core_facts(synth_bench, pred_sets):
@@ -18,13 +19,30 @@ def test_every_query_has_the_core_facts(synth_bench, pred_sets):
     for q in queries:
         ps = pred_sets[q.id]
         kinds = [f.kind for f in ps.facts]
-        assert {"current_state", "upcoming_order", "time_to_change", "answer"} <= set(kinds), q.id
-        assert kinds[-1] == "answer" and q.target_state in ps.facts[-1].text
-        assert ps.answer == q.target_state
+        assert {"current_state", "answer"} <= set(kinds), q.id
+        assert kinds[-1] == "answer" and kinds.count("answer") == 1 and q.target_state in ps.facts[-1].text
+        assert ps.answer == q.target_state and ps.video_id == q.video_id
         # the upcoming states end in the target, and (synthetic transcripts hold every state) number `horizon`
         assert ps.upcoming[-1] == q.target_state
         assert len(ps.upcoming) == q.horizon, q.id
-        assert all(s in ps.fact("upcoming_order").text for s in ps.upcoming)
+        if q.horizon >= 2:
+            assert all(s in ps.fact("intermediate").text for s in ps.intermediate)
+        # sections in order: evidence first, the answer last
+        order = [("scene", "motion", "trajectory", "answer").index(f.section) for f in ps.facts]
+        assert order == sorted(order), q.id
+
+
+def test_only_the_answer_fact_names_the_answer(pred_sets):
+    """No fact restates the target, except where the target is also a state the evidence names on its own
+    (the current state, an intermediate state, the Q4 anchor, a Q5 object's end state)."""
+    restated = 0
+    for ps in pred_sets.values():
+        own = {ps.current, *ps.intermediate, ps.anchor, *(f.value for f in ps.facts if f.kind == "other_end_state")}
+        for f in ps.facts[:-1]:
+            if ps.answer in f.text:
+                assert ps.answer in own, (ps.query_id, f.text)
+                restated += 1
+    assert restated < len(pred_sets) / 4
 
 
 def test_facts_carry_no_numbers(pred_sets):
@@ -39,12 +57,11 @@ def test_question_type_facts(synth_bench, pred_sets):
     for q in queries:
         ps = pred_sets[q.id]
         if q.qtype == "Q4":
-            assert q.anchor_state in ps.fact("heading_toward").text
+            assert q.anchor_state in ps.fact("heading_toward").text and ps.anchor == q.anchor_state
         if q.qtype == "Q2":
-            assert q.target_state in ps.fact("end_state").text
             assert ps.after_horizon_states == []  # nothing comes after the end state
         if q.qtype == "Q3":
-            assert q.target_state in ps.fact("state_at_time").text
+            assert ps.fact("time_to_target") is not None  # the asked moment, bucketed
         if q.qtype == "Q5":
             others = [o for o in queries if o.group_id == q.group_id and o.id != q.id]
             texts = [f.text for f in ps.facts if f.kind == "other_end_state"]
@@ -68,17 +85,39 @@ def test_after_horizon_states_come_from_the_object_trajectory(synth_bench, oracl
     assert n_nonempty > 0
 
 
-def test_time_buckets(synth_bench, pred_sets):
-    assert time_bucket(IMMINENT_S) == "imminent" and time_bucket(SOON_S) == "soon"
-    assert time_bucket(SOON_S + 0.01) == "later"
+def test_timing_buckets_come_from_the_data():
+    tb = TimingBuckets.fit("t", [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9])
+    assert tb.informative and tb.edges == pytest.approx((0.3667, 0.6333), abs=1e-3)
+    assert (tb.bucket(0.2), tb.bucket(0.5), tb.bucket(0.9)) == ("early", "middle", "late")
+    # a constant gap (every prefix ends the same time before the change; float noise included) says nothing
+    const = TimingBuckets.fit("t", [0.15, 0.15 + 1e-12, 0.15 - 1e-12] * 10)
+    assert not const.informative and const.shares[0] == 1.0
+    shifted = TimingBuckets.fit("t", [1.5, 2.0, 2.5, 3.0, 3.5, 4.0])
+    assert shifted.informative and shifted.bucket(1.6) == "early"
+    assert not TimingBuckets.fit("t", []).informative
+
+
+def test_timing_facts_follow_the_fitted_buckets(synth_bench, oracle, pred_sets):
+    timing = oracle.timing
+    assert {"time_to_change", "time_to_target"} == set(timing)
     for q in synth_bench.queries():
+        ps = pred_sets[q.id]
+        assert all("imminent" not in f.text for f in ps.facts)
         _, upcoming = trajectory_states(q)
-        bucket = time_bucket(upcoming[0][0] - q.prefix_end)
-        assert bucket in pred_sets[q.id].fact("time_to_change").text
+        f = ps.fact("time_to_change")
+        assert (f is not None) == timing["time_to_change"].informative
+        if f is not None:
+            assert f.value == timing["time_to_change"].bucket(upcoming[0][0] - q.prefix_end)
+        f = ps.fact("time_to_target")
+        if f is not None:
+            assert f.value == timing["time_to_target"].bucket(upcoming[-1][0] - q.prefix_end)
+    # the current synthetic benchmark ends every prefix the same time before the next change
+    assert not timing["time_to_change"].informative and max(timing["time_to_change"].shares) > MAX_BUCKET_SHARE
+    assert timing["time_to_target"].informative
 
 
 def test_motion_facts_agree_with_the_simulator(synth_bench, oracle, pred_sets):
-    checked = {"direction": 0, "collision_course": 0, "support_reached": 0}
+    checked = {"direction": 0, "collision_course": 0, "support_now": 0}
     for q in synth_bench.queries():
         ps = pred_sets[q.id]
         rec = oracle.sim(q.video_id)
@@ -93,20 +132,22 @@ def test_motion_facts_agree_with_the_simulator(synth_bench, oracle, pred_sets):
             if moving and abs(v[0]) >= motion.DIAGONAL_RATIO * abs(v[1]):
                 assert ("to the right" if v[0] > 0 else "to the left") in d.text
             checked["direction"] += 1
+        assert ps.fact("direction") is None or ps.fact("direction").value == motion.direction_value(v)
         f_t = max(motion.frame_of(rec, motion.target_moment(q, oracle.target_segment(q))), f_end)
         for f in ps.facts:
             if f.kind == "collision_course" and "on a collision course:" in f.text:
                 j = next(j for j, s in enumerate(rec.subjects) if j != k and f"the {s}" in f.text)
                 assert rec.touch[f_end + 1:f_t + 1, k, j].any()  # they do touch before the asked moment
                 checked["collision_course"] += 1
-        s = ps.fact("support_reached")
-        if s is not None and not rec.held[f_t, k]:
-            code = int(rec.support[f_t, k])
+        s = ps.fact("support_now")
+        assert ps.fact("support_reached") is None  # the support at the asked moment is the answer reworded
+        if not rec.held[f_end, k]:
+            code = int(rec.support[f_end, k])
             if code in motion._SUPPORT_NAMES:
-                assert motion._SUPPORT_NAMES[code] in s.text
+                assert motion._SUPPORT_NAMES[code] in s.text and s.value == motion._SUPPORT_NAMES[code]
             elif code == 0:
-                assert "nothing holds" in s.text
-            checked["support_reached"] += 1
+                assert "Nothing is holding" in s.text and s.value == "nothing"
+            checked["support_now"] += 1
     assert all(n > 0 for n in checked.values()), checked
 
 
@@ -114,9 +155,40 @@ def test_without_simulator_only_trajectory_facts(synth_bench):
     qs = synth_bench.queries()[:20]
     for ps in build_predicates(synth_bench, qs, use_sim=False):
         assert ps.sources == ["trajectory"]
-        assert {f.kind for f in ps.facts} <= {"current_state", "upcoming_order", "time_to_change", "time_to_target",
-                                               "heading_toward", "end_state", "state_at_time", "other_end_state",
-                                               "answer"}
+        assert {f.kind for f in ps.facts} <= {"current_state", "intermediate", "time_to_change", "time_to_target",
+                                               "heading_toward", "other_end_state", "answer"}
+
+
+def test_motion_imports_without_predicates():
+    """distill.motion and distill.predicates no longer import each other in a cycle."""
+    import subprocess
+    import sys
+
+    for mod in ("distill.motion", "distill.predicates"):
+        r = subprocess.run([sys.executable, "-c", f"import {mod}"], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+
+
+def test_sim_state_of_the_observed_segment_becomes_evidence():
+    """Where corpus segments carry the simulator's compositional state, the one the prefix shows is stated."""
+    import datasets
+
+    from distill.predicates import observed_detail_text
+
+    class Bench:
+        corpus_ds = datasets.Dataset.from_list([
+            {"video_id": "v", "object_id": "o0", "subject": "red ball", "start": 0.0, "end": 1.0, "state": "a",
+             "sim_state": {"motion": "rolling", "support": "on the ramp's lower half", "manner": "slowly"}},
+            {"video_id": "v", "object_id": "o0", "subject": "red ball", "start": 1.0, "end": 2.0, "state": "b",
+             "sim_state": {"motion": "falling", "support": None, "manner": "quickly"}}])
+
+    class Q:
+        video_id, object_id, prefix_end = "v", "o0", 0.8
+
+    index = OracleIndex(Bench())
+    text = observed_detail_text("red ball", index.current_sim_state(Q()))
+    assert text == "What the frames show of the red ball: motion rolling; support on the ramp's lower half; manner slowly."
+    assert observed_detail_text("x", {"speed": "12 units"}) is None and observed_detail_text("x", None) is None
 
 
 def test_predicates_cli_writes_jsonl_and_config(synth_dir, tmp_path):
@@ -129,7 +201,8 @@ def test_predicates_cli_writes_jsonl_and_config(synth_dir, tmp_path):
                  "--progress", "false"]) == 0
     rows = read_records(out)
     assert len(rows) == 5 and all(PredicateSet.from_dict(r).facts for r in rows)
-    assert (tmp_path / "p.config.json").exists()
+    conf = json.loads((tmp_path / "p.config.json").read_text())
+    assert conf["timing"]["time_to_change"]["informative"] is False and "edges" in conf["timing"]["time_to_target"]
 
 
 @pytest.mark.parametrize("argv, needle", [

@@ -1,13 +1,19 @@
-"""The rationale validator: honest rationales pass; every leak kind is caught with its reason."""
+"""The rationale validator: honest rationales pass; every leak kind is caught with its reason; an adversarial file of
+crafted rationales gets exactly its expected verdicts."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
+from distill.facts import PredicateSet
 from distill.narrate import template_rationale
-from distill.validator import count_words, split_answer
+from distill.validator import RationaleValidator, count_words, lexical_problem, numbers_in, split_answer
+
+ADVERSARIAL = Path(__file__).parent / "data" / "adversarial_rationales.json"
+_ADV = json.loads(ADVERSARIAL.read_text())
 
 
 def _with_body(text: str, extra: str) -> str:
@@ -21,28 +27,33 @@ def leaky(pred_sets):
     return next(ps for ps in pred_sets.values() if ps.qtype == "Q1" and ps.after_horizon_states)
 
 
+@pytest.fixture(scope="module")
+def adv_validator():
+    return RationaleValidator(_ADV["states"])
+
+
+def test_adversarial_file_is_big_enough_and_covers_every_code():
+    cases = _ADV["cases"]
+    assert len(cases) >= 50
+    codes = {c for case in cases for c in case["expect"]}
+    assert {"ok", "number", "frame_index", "coordinate", "future_leak", "answer_statement", "contradiction",
+            "lexical_diversity", "length", "answer_line"} <= codes
+
+
+@pytest.mark.parametrize("case", _ADV["cases"], ids=[c["id"] for c in _ADV["cases"]])
+def test_adversarial_rationales(case, adv_validator):
+    ps = PredicateSet.from_dict(_ADV["predicate_sets"][case["ps"]])
+    body = case["body"].replace("{base}", _ADV["bases"][case["ps"]])
+    answer = case.get("answer", ps.answer)
+    verdict = adv_validator.check(body + (f"\nAnswer: {answer}" if answer else ""), ps)
+    assert (sorted(verdict.codes) or ["ok"]) == case["expect"], verdict.summary()
+
+
 def test_honest_template_rationales_pass(pred_sets, validator):
     for ps in pred_sets.values():
         v = validator.check(template_rationale(ps), ps)
         assert v.ok, (ps.query_id, v.summary())
         assert 80 <= v.words <= 250
-
-
-@pytest.mark.parametrize("extra, code", [
-    ("It will take 1.5 seconds to get there.", "number"),
-    ("Its speed is about 40 units per second.", "number"),
-    ("This takes two seconds.", "number"),
-    ("It moves for half a second.", "number"),
-    ("That happens after one point five of the clip.", "number"),
-    ("About twelve frames later it changes.", "number"),
-    ("At x = right edge it turns.", "coordinate"),
-    ("Its position (x, y) changes.", "coordinate"),
-    ("It changes when t: later.", "coordinate"),
-])
-def test_numbers_and_coordinates_are_rejected(leaky, validator, extra, code):
-    text = _with_body(template_rationale(leaky), extra)
-    v = validator.check(text, leaky)
-    assert not v.ok and code in {r.code for r in v.reasons}, v.summary()
 
 
 def test_future_leak_is_rejected_for_every_phrasing(leaky, validator):
@@ -51,27 +62,44 @@ def test_future_leak_is_rejected_for_every_phrasing(leaky, validator):
         text = _with_body(template_rationale(leaky), f"Much later it will be {phrase.upper()}.")
         v = validator.check(text, leaky)
         assert [r.code for r in v.reasons] == ["future_leak"], (phrase, v.summary())
-        assert phrase.lower() in v.reasons[0].detail
 
 
-def test_allowed_phrasings_are_masked_before_the_leak_check(validator):
-    """'falling over' (a phrasing of tipping over) must not count as 'falling' when only falling is forbidden."""
-    from distill.predicates import PredicateSet
-
+def test_longest_match_first_both_ways(validator):
+    """An allowed phrasing inside a forbidden one does not hide it; a forbidden one inside an allowed one is not
+    counted ('falling over' is tipping over, allowed; 'falling' alone is forbidden)."""
     ps = PredicateSet(query_id="q", qtype="Q1", horizon=1, domain="dominoes", subject="red domino", question="?",
                       answer="tipping over", current="standing upright", upcoming=["tipping over"], facts=[],
                       allowed_states=["standing upright", "tipping over"], after_horizon_states=["falling"])
     assert validator.leaks("It is falling over now.", ps) == []
     assert validator.leaks("It is falling now.", ps) == ["falling"]
+    ps2 = PredicateSet(query_id="q", qtype="Q1", horizon=1, domain="container", subject="red box", question="?",
+                       answer="falling", current="hanging in the air", upcoming=["falling"], facts=[],
+                       allowed_states=["hanging in the air", "falling"],
+                       after_horizon_states=["dropping into the container"])
+    assert validator.leaks("It is dropping.", ps2) == []
+    assert validator.leaks("It is dropping into the container.", ps2) == ["dropping into the container"]
+    assert validator.leaks("It has dropped into the bin.", ps2) == ["dropped into the bin"]
+
+
+def test_number_detectors():
+    for text in ("a couple of seconds", "three quarters of a second", "fifteen hundredths", "five-tenths of a second",
+                 "½", "half a second", "a second and a half", "one point five", "x²"):
+        assert numbers_in(f"It takes {text} to happen."), text
+    for text in ("two dominoes", "the lower half of the ramp", "a second ball", "twice as fast", "the first object"):
+        assert not numbers_in(f"It sees {text} now."), text
+
+
+def test_lexical_diversity_rule():
+    assert lexical_problem(" ".join(["the"] * 80)) is not None
+    assert lexical_problem(" ".join(["It rolls down the ramp."] * 5)) is not None
+    assert lexical_problem("It rolls down the ramp toward the table, where a box waits near the edge and a ball "
+                           "sits still beside a wall; nothing else in the scene moves at all right now.") is None
 
 
 def test_length_bounds(leaky, validator):
     short = f"It moves.\nAnswer: {leaky.answer}"
     v = validator.check(short, leaky)
     assert [r.code for r in v.reasons] == ["length"]
-    long_text = _with_body(template_rationale(leaky), " ".join(["It keeps moving along."] * 60))
-    v = validator.check(long_text, leaky)
-    assert "length" in {r.code for r in v.reasons} and v.words > 250
 
 
 def test_answer_line_checks(leaky, validator):
@@ -85,7 +113,7 @@ def test_answer_line_checks(leaky, validator):
     }
     for name, text in cases.items():
         v = validator.check(text, leaky)
-        assert "answer_line" in {r.code for r in v.reasons}, name
+        assert "answer_line" in v.codes, name
     synonym = validator.phrasings(leaky.answer)[-1]
     v = validator.check(f"{body}\n**Answer:** {synonym}.", leaky)
     assert v.ok, v.summary()
@@ -114,3 +142,17 @@ def test_validate_cli_reports_rejections_and_exits_1(synth_dir, pred_file, pred_
     path.write_text(json.dumps({"query_id": "nope", "rationale": "x"}) + "\n")
     assert main(["validate", "--data", str(synth_dir), "--predicates", str(pred_file), "--rationales", str(path)]) == 2
     assert "r.jsonl:1" in capsys.readouterr().err
+
+
+def test_a_quoted_predicate_is_never_a_leak_or_contradiction(validator):
+    """On an open vocabulary a predicate's wording may coincide with some state's phrasing; quoted verbatim it is
+    true up to the horizon, paraphrased outside the quote it is still checked."""
+    from distill.facts import Fact
+
+    ps = PredicateSet(query_id="q", qtype="Q1", horizon=1, domain="ramp", subject="red ball", question="?",
+                      answer="rolling down the ramp", current="resting on the ramp", upcoming=["rolling down the ramp"],
+                      facts=[Fact("edge", "The red ball is moving toward the wall, reaching the edge.", "motion", "edge")],
+                      allowed_states=["resting on the ramp", "rolling down the ramp"],
+                      after_horizon_states=["going over the edge"])
+    assert validator.leaks("The red ball is moving toward the wall, reaching the edge.", ps) == []
+    assert validator.leaks("Later the red ball is reaching the edge.", ps) == ["reaching the edge"]

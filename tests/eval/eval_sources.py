@@ -7,10 +7,10 @@ import numpy as np
 from eval.scoring import DenseSource
 
 
-def oracle_and_pixels(bench):
-    """Fair test rows, the true-state oracle (one-hot states, expanded to segments: exact ties) and persistence in
-    the pixels space (the 8 prefix tokens of each query, scored by their max)."""
-    rows = bench.query_rows("test", fair_only=True)
+def oracle_and_pixels(bench, rows=None):
+    """Query rows (default: the fair test rows), the true-state oracle (one-hot states, expanded to segments: exact
+    ties) and persistence in the pixels space (the 8 prefix tokens of each query, scored by their max)."""
+    rows = bench.query_rows("test", fair_only=True) if rows is None else np.asarray(rows)
     qs = bench.queries_ds.select(rows)
     eye = np.eye(len(bench.state_ids), dtype=np.float32)
     oracle = DenseSource(eye[[bench.state_index[s] for s in qs["target_state_id"]]], eye,

@@ -202,3 +202,53 @@ def test_tie_free_runs_equal_ranx():
         np.testing.assert_allclose(reciprocal_rank(st, tie), ref["mrr"], atol=1e-9)
     for kk in (1, 5, 10, 50):
         np.testing.assert_allclose(ndcg_at_k(run.ranked, kk, gains), ref[f"ndcg@{kk}"], atol=1e-9)
+
+
+def _exact_median(a, n, t):
+    """The lower median of the pooled first-rank distribution in exact rational arithmetic."""
+    from fractions import Fraction
+
+    def p_after(m, nn, tt):
+        if m <= 0:
+            return Fraction(1)
+        if m > nn:
+            return Fraction(0)
+        return Fraction(math.comb(nn + tt - m, tt), math.comb(nn + tt, tt))
+
+    total = len(a)
+    for m in range(1, int(max(a[i] + n[i] + 1 for i in range(total))) + 1):
+        s = sum(1 - p_after(m - a[i], n[i], t[i]) for i in range(total))
+        if 2 * s >= total:
+            return m
+    raise AssertionError("unreachable")
+
+
+def test_median_rank_is_exact_at_one_half():
+    """Sums of hit probabilities that equal n/2 exactly (1/3 + 2/3 + ...) but fall one rounding short in float64
+    moved MedR one rank up; every case must agree with exact rational arithmetic."""
+    # cases whose float64 sum fell short of exactly n/2 (found against the former implementation), then random ones
+    cases = [([3, 1], [5, 8], [1, 2]), ([3, 2], [4, 4], [1, 1]), ([1, 0], [7, 7], [2, 2]), ([1, 3], [6, 3], [1, 4])]
+    rng = np.random.default_rng(3)
+    for _ in range(400):
+        size = int(rng.integers(1, 9))
+        cases.append((rng.integers(0, 4, size).tolist(), rng.integers(0, 12, size).tolist(),
+                      rng.integers(1, 5, size).tolist()))
+    hits_half = 0
+    for a, n, t in cases:
+        st = _stats(a, n, t)
+        expect = _exact_median(a, n, t)
+        assert median_first_rank(st) == expect, (a, n, t)
+        from fractions import Fraction
+        s = sum(1 - Fraction(math.comb(n[i] + t[i] - (expect - a[i]), t[i]), math.comb(n[i] + t[i], t[i]))
+                if 0 < expect - a[i] <= n[i] else (1 if expect - a[i] > n[i] else 0) for i in range(len(a)))
+        hits_half += 2 * s == len(a)
+    assert hits_half > 20  # many cases sit exactly at one half: the test exercises the boundary
+
+
+def test_prob_first_after_short_product_is_accurate():
+    """P(X > m) is evaluated with min(m, T) factors; against exact rationals for large m and T."""
+    from fractions import Fraction
+
+    for m, n, t in [(300, 5000, 3), (4000, 5000, 2), (300, 800, 400), (700, 900, 600), (1, 10**6, 10**5)]:
+        exact = Fraction(math.comb(n + t - m, t), math.comb(n + t, t))
+        assert prob_first_after(np.array([m]), n, t)[0] == pytest.approx(float(exact), rel=1e-12, abs=1e-300)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from eval_sources import oracle_and_pixels
 
+from eval.errors import InputError
 from eval.runs import Run, read_run, write_run
 from eval.scoring import DenseSource, FusionSource, RandomSource, score_stream, stream_moments
 
@@ -395,3 +396,86 @@ def test_missed_queries_are_misses_whatever_the_source(synth_bench, tmp_path):
     assert ref["R@1"][missed].mean() > 0.9  # the oracle would have hit them
     assert all(x == "" for i in np.flatnonzero(missed) for x in back.topk_ids[i])
     assert (per_query_metrics(back, "type2-all", ndcg_k=5)["nDCG@5"][missed] == 0).all()
+
+
+class _Fixed:
+    """A source with a fixed score matrix (n_queries x n_items)."""
+
+    def __init__(self, full, name=""):
+        self.full = np.asarray(full, np.float32)
+        self.n_queries, self.n_items = self.full.shape
+        if name:
+            self.name = name
+
+    def scores(self, q, items):
+        return self.full[q][:, items]
+
+
+@pytest.mark.parametrize("positive,negative", [(-np.inf, 0.0), (np.inf, 0.0), (1.0, np.inf), (1.0, -np.inf),
+                                               (1.0, np.nan), (np.nan, 0.0)])
+def test_non_finite_scores_are_refused_naming_source_query_and_item(positive, negative):
+    """The issue's cases: a -inf only positive among four 0 negatives gave R@1 = 1.0, a +inf positive a negative tie
+    count; any non-finite score, positive or negative, must stop the scorer with a message naming where it is."""
+    full = np.zeros((3, 5), np.float32)
+    full[1, 0] = positive
+    full[1, 3] = negative
+    pools = {"main": [np.array([0])] * 3}
+    with pytest.raises(InputError) as e:
+        score_stream(_Fixed(full, "m3-bge"), pools, None, k=2, progress=False, c_chunk=2,
+                     query_ids=["qa", "qb", "qc"], item_ids=[f"seg{j}" for j in range(5)])
+    msg = str(e.value)
+    bad_item = 0 if not np.isfinite(positive) else 3
+    assert "score source m3-bge" in msg and "query 'qb'" in msg and f"'seg{bad_item}'" in msg, msg
+    assert "must be finite" in msg
+
+
+def test_non_finite_fusion_input_is_named():
+    rng = np.random.default_rng(11)
+    good = _Fixed(rng.random((4, 30)), "bge")
+    full = rng.random((4, 30)).astype(np.float32)
+    full[2, 7] = np.inf
+    fused = FusionSource([good, _Fixed(full, "dinov2")])
+    with pytest.raises(InputError, match=r"fusion input 1 \(dinov2\)"):
+        score_stream(fused, {"p": [np.array([1])] * 4}, None, k=3, progress=False)
+
+
+def test_end_to_end_inf_query_vector_is_refused(synth_bench):
+    """A method whose query vector holds inf (e.g. a zero vector divided by its norm) never reaches a run file."""
+    from eval.scoring import score_benchmark
+
+    rows, _, pixels = oracle_and_pixels(synth_bench)
+    q = np.asarray(pixels._q.numpy()).copy()
+    q[5, 0, 0] = np.inf
+    bad = DenseSource(q, pixels._items_np)
+    with pytest.raises(InputError, match=rf"'persistence' \(DenseSource\) gave query {synth_bench.query_ids[rows[5]]!r}"):
+        score_benchmark(synth_bench, bad, rows, method="persistence", progress=False)
+
+
+def test_constant_fusion_input_gets_weight_zero_or_is_refused():
+    """A constant source's spread computed as ~2e-3 from float error once gave it a weight of 10^4; its spread is
+    now exactly 0 (closed form and streamed), it gets weight 0 where constant, and is refused where always constant."""
+    rng = np.random.default_rng(12)
+    d, m = 16, 500
+    items = np.tile(rng.standard_normal(d).astype(np.float32) * 7, (m, 1))  # every item the same vector
+    q = rng.standard_normal((6, d)).astype(np.float32)
+    const = DenseSource(q, items)
+    mean, std = const.moments(slice(0, 6))
+    assert (std == 0).all() and np.allclose(mean, q.astype(np.float64) @ items[0].astype(np.float64), rtol=1e-6)
+    m2, s2 = stream_moments(const, slice(0, 6), c_chunk=37)
+    assert (s2 == 0).all()
+    varied = DenseSource(q, rng.standard_normal((m, d)).astype(np.float32))
+    with pytest.raises(InputError, match=r"fusion input 1 \(const\) gives every query constant scores"):
+        FusionSource([varied, const], names=["varied", "const"]).coefficients()
+    # constant for some queries only (a zero query vector, e.g. a missed forecast): weight 0 there, and the fused
+    # scores of those queries are the other source's z-scores
+    items2 = rng.standard_normal((m, d)).astype(np.float32)
+    q2 = q.copy()
+    q2[[1, 4]] = 0
+    part = DenseSource(q2, items2)
+    fused = FusionSource([varied, part])
+    a, _ = fused.coefficients()
+    assert (a[1, [1, 4]] == 0).all() and (a[1, [0, 2, 3, 5]] > 0).all() and fused.constant[1].sum() == 2
+    z = fused.scores(slice(0, 6), slice(0, m))
+    v = varied.scores(slice(0, 6), slice(0, m)).astype(np.float64)
+    np.testing.assert_allclose(z[1], (v[1] - v[1].mean()) / v[1].std(), rtol=1e-4, atol=1e-4)
+    assert np.abs(a).max() < 1e3  # nothing like the 8,000-20,000 weights of a mis-measured spread

@@ -1,0 +1,147 @@
+"""Finding state phrasings in free text, robust to inflection and light paraphrase, longest match first.
+
+Text and phrasings are reduced to *keys*: each word is lowercased, a possessive ``'s`` dropped, lemmatized
+(`simplemma`, English, offline; "dropped" -> drop, "fell" -> fall) and mapped to the first word of its synonym
+group (`SYNONYM_GROUPS`: "settles" -> rest, "bin" -> container); function words (`FUNCTION_WORDS`: articles,
+forms of "be", "will", "it") are dropped. A phrasing occurs in a text when its key sequence occurs contiguously in
+the text's key sequence, so "has dropped into the bin" matches "dropping into the container", and "is being pushed"
+matches "pushed".
+
+`PhraseIndex` holds the key sequences of every phrasing of every canonical state (``states.jsonl`` members) in a
+trie; `PhraseIndex.find` returns every occurrence, and `longest_first` keeps a non-overlapping subset, longest first
+(ties: a lower ``priority`` value, then the earlier position). So a phrasing that contains another one ("dropping
+into the container" vs "dropping") wins over it, and the shorter one is never counted inside it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+FUNCTION_WORDS = frozenset((
+    "a", "an", "the", "is", "are", "was", "were", "be", "been", "being", "am", "has", "have", "had", "will", "would",
+    "shall", "it", "its", "it's", "this", "that", "these", "those", "just"))
+"""Words dropped from key sequences (they never decide which state a phrase names)."""
+
+SYNONYM_GROUPS: tuple[tuple[str, ...], ...] = (
+    ("rest", "settle", "sit", "lie"),
+    ("fall", "drop", "plummet", "plunge"),
+    ("slide", "skid", "glide", "slip"),
+    ("bounce", "rebound"),
+    ("topple", "tip", "keel"),
+    ("push", "shove"),
+    ("spin", "twirl", "whirl"),
+    ("wobble", "teeter"),
+    ("crash", "smash", "collide", "slam"),
+    ("container", "bin"),
+    ("floor", "ground"),
+    ("table", "tabletop"),
+    ("ramp", "slope", "incline"),
+)
+"""Lemmas that name the same motion, support or place; each maps to the first of its group. Kept small on purpose:
+only words no state vocabulary uses to tell two states apart."""
+
+_SYNONYM = {w: g[0] for g in SYNONYM_GROUPS for w in g}
+_TOKEN = re.compile(r"[A-Za-z]+(?:['’][A-Za-z]+)?")
+_LEMMA_FIXES = {"lying": "lie", "lies": "lie", "lay": "lie", "fell": "fall", "fallen": "fall", "slid": "slide",
+                "spun": "spin", "hit": "hit", "being": "be"}
+
+
+@lru_cache(maxsize=65536)
+def word_key(word: str) -> str:
+    """The key of one word: lowercased, possessive dropped, lemmatized, synonym-mapped."""
+    import simplemma
+
+    w = word.lower().replace("’", "'")
+    if w.endswith("'s"):
+        w = w[:-2]
+    lemma = _LEMMA_FIXES.get(w) or simplemma.lemmatize(w, lang="en").lower()
+    return _SYNONYM.get(lemma, lemma)
+
+
+@dataclass(frozen=True)
+class Token:
+    """One content word of a text: its ``key`` and character span ``[start, end)``."""
+
+    key: str
+    start: int
+    end: int
+
+
+def tokens(text: str) -> list[Token]:
+    """The content words of ``text`` (function words dropped) with their keys and spans."""
+    out = []
+    for m in _TOKEN.finditer(text):
+        w = m.group(0).lower()
+        if w in FUNCTION_WORDS:
+            continue
+        out.append(Token(word_key(w), m.start(), m.end()))
+    return out
+
+
+def keys(text: str) -> tuple[str, ...]:
+    return tuple(t.key for t in tokens(text))
+
+
+@dataclass(frozen=True)
+class Match:
+    """An occurrence of a phrasing: token span ``[i, j)`` of the text's content words, the character span, and the
+    canonical states the phrasing belongs to."""
+
+    i: int
+    j: int
+    start: int
+    end: int
+    states: frozenset[str]
+
+    @property
+    def length(self) -> int:
+        return self.j - self.i
+
+
+class PhraseIndex:
+    """A trie over the key sequences of phrasings; ``phrasings`` maps a label (a canonical state) to its phrasings."""
+
+    def __init__(self, phrasings: Mapping[str, Iterable[str]]):
+        self._root: dict = {}
+        for label, phrases in phrasings.items():
+            for p in phrases:
+                self.add(p, label)
+
+    def add(self, phrase: str, label: str) -> None:
+        k = keys(phrase)
+        if not k:
+            return
+        node = self._root
+        for key in k:
+            node = node.setdefault(key, {})
+        node.setdefault(None, set()).add(label)
+
+    def find(self, toks: Sequence[Token]) -> list[Match]:
+        """Every occurrence of a phrasing in ``toks`` (overlapping ones included)."""
+        out = []
+        for i in range(len(toks)):
+            node = self._root
+            for j in range(i, len(toks)):
+                node = node.get(toks[j].key)
+                if node is None:
+                    break
+                if None in node:
+                    out.append(Match(i, j + 1, toks[i].start, toks[j].end, frozenset(node[None])))
+        return out
+
+
+def longest_first(matches: Iterable[Match], priority: Callable[[Match], int] = lambda m: 0) -> list[Match]:
+    """A non-overlapping subset of ``matches``, chosen longest first (ties: lower ``priority``, then earlier);
+    returned in text order."""
+    taken: list[Match] = []
+    used: set[int] = set()
+    for m in sorted(matches, key=lambda m: (-m.length, priority(m), m.i)):
+        span = set(range(m.i, m.j))
+        if span & used:
+            continue
+        used |= span
+        taken.append(m)
+    return sorted(taken, key=lambda m: m.i)

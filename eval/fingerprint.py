@@ -1,0 +1,99 @@
+"""A benchmark's fingerprint: which benchmark a run was scored on.
+
+``{"name", "version", "sha256"}``: the manifest's name and version, and a SHA-256 of everything
+`eval.scoring.score_benchmark` reads from the benchmark to produce a run -- per query its id, video, object,
+target state (type2 and type1), every GT tier and every GT definition field (`eval.schema.GT_DEFINITION_FIELDS`);
+per corpus segment its id (in row order: the row tie-break depends on it), video, object and states. Two
+benchmarks with the same fingerprint give a method the same run; changing any GT pool, adding or dropping a
+segment, or renaming an id changes it. Frames, features, question texts and splits are not part of it (they do not
+change a run's statistics; the evaluated population reads splits from the benchmark itself).
+
+The hash is over logical content, column by column (Arrow kernels, no Python loop over rows): for a string column
+the lengths and bytes of its values, for a list column each row's length (a null list counts as empty, as
+`eval.schema.Query.from_dict` reads it) and then its values. At PSR scale (20,182 queries, 218,276 segments) it
+takes well under a second (`scripts/bench_load.py` times it), so it is computed once per loaded benchmark
+(`eval.benchmark.Benchmark.fingerprint`) and not cached on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from eval.schema import GT_DEFINITION_FIELDS, GT_TIERS
+
+#: Query columns that determine a run (GT definition fields are added from `GT_DEFINITION_FIELDS`).
+QUERY_COLUMNS = ("id", "video_id", "object_id", "target_state_id", "target_state_type1")
+CORPUS_COLUMNS = ("id", "video_id", "object_id", "state_id", "state_type1")
+
+
+def _strings(h: Any, arr: pa.Array) -> None:
+    arr = pc.fill_null(arr.cast(pa.large_string()), "")
+    off = np.frombuffer(arr.buffers()[1], dtype=np.int64)[arr.offset:arr.offset + len(arr) + 1]
+    h.update(np.diff(off).astype("<i8").tobytes())
+    data = arr.buffers()[2]
+    if data is not None and len(arr):
+        h.update(memoryview(data)[int(off[0]):int(off[-1])])
+
+
+def _lists(h: Any, arr: pa.Array) -> None:
+    h.update(np.asarray(pc.fill_null(pc.list_value_length(arr), 0), dtype="<i8").tobytes())
+    _strings(h, pc.list_flatten(arr))
+
+
+def _column(table: pa.Table, path: str) -> pa.Array | None:
+    """A column by dotted path (``gt_pools.consensus``), as one array; None when the table lacks it."""
+    top, _, rest = path.partition(".")
+    if top not in table.column_names:
+        return None
+    arr = table.column(top).combine_chunks()
+    for part in filter(None, rest.split(".")):
+        if not pa.types.is_struct(arr.type) or arr.type.get_field_index(part) < 0:
+            return None
+        arr = pc.struct_field(arr, [arr.type.get_field_index(part)])
+    return arr
+
+
+def _hash_columns(h: Any, table: pa.Table, paths: list[str], list_paths: frozenset[str] = frozenset()) -> None:
+    """Hash the columns at ``paths``; a list column in ``list_paths`` that the table lacks hashes as all-empty (an
+    optional GT list a benchmark does not have is the same as one no query fills)."""
+    for path in paths:
+        arr = _column(table, path)
+        if arr is None and path in list_paths:
+            arr = pa.array([[]] * table.num_rows, pa.list_(pa.string()))
+        h.update(f"\x00{path}:{'absent' if arr is None else len(arr)}\x00".encode())
+        if arr is None:
+            continue
+        if pa.types.is_list(arr.type) or pa.types.is_large_list(arr.type):
+            _lists(h, arr)
+        else:
+            _strings(h, arr)
+
+
+def fingerprint_paths() -> tuple[list[str], list[str]]:
+    """The query and corpus column paths the fingerprint covers, in hashing order."""
+    gt = [f"gt_pools.{t}" for t in GT_TIERS]
+    gt += [f for fields in GT_DEFINITION_FIELDS.values() for f in fields if f not in gt]
+    return list(QUERY_COLUMNS) + gt, list(CORPUS_COLUMNS)
+
+
+def benchmark_fingerprint(bench: Any) -> dict[str, str]:
+    """``{"name", "version", "sha256"}`` of a loaded `eval.benchmark.Benchmark` (see the module docstring)."""
+    h = hashlib.sha256()
+    q_paths, c_paths = fingerprint_paths()
+    h.update(b"queries")
+    _hash_columns(h, bench.queries_ds.data.table, q_paths, frozenset(q_paths[len(QUERY_COLUMNS):]))
+    h.update(b"corpus")
+    _hash_columns(h, bench.corpus_ds.data.table, c_paths)
+    return {"name": str(bench.manifest.name), "version": str(bench.manifest.version), "sha256": h.hexdigest()}
+
+
+def describe(fp: dict[str, str] | None) -> str:
+    """``'psr-synth' v1.0.0 (sha256 1a2b3c4d5e6f)`` for messages."""
+    if not fp:
+        return "no fingerprint"
+    return f"{fp.get('name')!r} v{fp.get('version')} (sha256 {str(fp.get('sha256'))[:12]})"
