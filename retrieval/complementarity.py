@@ -4,10 +4,12 @@ queries, and do they organise states differently?
 Given runs of one method in several spaces (e.g. LFTR in the semantic, SSL and CLIP-style spaces), over their common
 queries with a main-pool GT:
 
-- **per-query wins**: a query is a hit of a run when its first GT item is in the top 5 (row tie-break: the
-  deterministic hit McNemar uses); for every space, the share of queries only it gets right, the share all get
-  right, and the **union** (any space right: the per-query oracle over spaces), next to each run's R@5 and, when
-  given, the fused run's;
+- **per-query wins**: ``h_s(q)`` = the tie-aware expected hit@5 of run ``s`` on query ``q`` (eval's R@k per
+  query: the probability that a GT item is in the top 5 under a random order of tied items, so a semantic space's
+  state-level ties are not broken by corpus row order); tie orders of different runs are independent, so the share
+  of queries only space ``s`` gets right is ``mean_q h_s prod_{t != s} (1 - h_t)``, all right ``mean_q prod_s h_s``,
+  and the **union** (any space right: the per-query oracle over spaces) ``mean_q 1 - prod_s (1 - h_s)`` — plain
+  counts when nothing ties — next to each run's R@5 and, when given, the fused run's;
 - **pairwise**: for each pair of spaces, both / only A / only B / neither;
 - **state-similarity correlation**: for each space, the cosine similarity of every pair of states' prototypes
   (`retrieval.spaces.Space.state_prototypes`: the state embedding in a semantic space, the mean segment feature in a
@@ -31,9 +33,9 @@ from eval.runs import read_run
 
 
 def run_hits(run, k: int = 5) -> dict[str, float]:
-    """query id -> deterministic hit@k (row tie-break) of the main pool, for queries with GT."""
+    """query id -> tie-aware expected hit@k of the main pool, for queries with GT."""
     st = RankStats.from_run(run, "type2-all")
-    h = recall_at_k(st, k, tie="row")
+    h = recall_at_k(st, k)
     return {q: float(x) for q, x in zip(run.query_ids, h, strict=True) if np.isfinite(x)}
 
 
@@ -77,18 +79,19 @@ def complementarity(bench: Benchmark, runs: dict[str, str | Path], *, fused: str
     common = sorted(set.intersection(*(set(h) for h in hits.values())))
     if not common:
         raise ValueError("the runs share no query with a main-pool GT")
-    H = np.asarray([[hits[n][q] for q in common] for n in runs], dtype=bool)  # (n_runs, n_queries)
+    H = np.asarray([[hits[n][q] for q in common] for n in runs], dtype=np.float64)  # (n_runs, n_queries)
     names = list(runs)
-    any_hit, all_hit = H.any(0), H.all(0)
+    miss = 1.0 - H
     out = {"queries": len(common), "k": k,
            "recall": {n: float(H[i].mean()) for i, n in enumerate(names)},
-           "only": {n: float((H[i] & ~np.delete(H, i, 0).any(0)).mean()) for i, n in enumerate(names)},
-           "all": float(all_hit.mean()), "union": float(any_hit.mean()), "none": float((~any_hit).mean()),
-           "pairs": {}}
+           "only": {n: float((H[i] * np.delete(miss, i, 0).prod(0)).mean()) for i, n in enumerate(names)},
+           "all": float(H.prod(0).mean()), "union": float((1.0 - miss.prod(0)).mean()),
+           "none": float(miss.prod(0).mean()), "pairs": {}}
     for i, j in combinations(range(len(names)), 2):
         a, b = H[i], H[j]
-        out["pairs"][f"{names[i]}~{names[j]}"] = {"both": float((a & b).mean()), "only_a": float((a & ~b).mean()),
-                                                  "only_b": float((~a & b).mean()), "neither": float((~a & ~b).mean())}
+        out["pairs"][f"{names[i]}~{names[j]}"] = {"both": float((a * b).mean()), "only_a": float((a * (1 - b)).mean()),
+                                                  "only_b": float(((1 - a) * b).mean()),
+                                                  "neither": float(((1 - a) * (1 - b)).mean())}
     if fused is not None:
         fh = run_hits(read_run(fused), k)
         out["fused"] = {"run": str(fused), "recall": float(np.mean([fh[q] for q in common if q in fh]))}
@@ -101,7 +104,7 @@ def complementarity(bench: Benchmark, runs: dict[str, str | Path], *, fused: str
 
 def to_markdown(res: dict) -> str:
     k = res["k"]
-    lines = [f"Per-query wins (hit@{k}, row tie-break; {res['queries']} queries with GT common to all runs)", "",
+    lines = [f"Per-query wins (tie-aware expected hit@{k}; {res['queries']} queries with GT common to all runs)", "",
              f"| run (space) | R@{k} | only this space right |", "|---|---:|---:|"]
     for n, r in res["recall"].items():
         lines.append(f"| {n} ({res['spaces'][n]}) | {100 * r:.1f} | {100 * res['only'][n]:.1f} |")

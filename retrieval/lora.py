@@ -168,39 +168,37 @@ def run_lora_baseline(bench: Benchmark, cfg: LFTRConfig, lora: LoRAConfig, out: 
                      "val_seconds_per_epoch": float(np.mean([h.get("val_seconds", 0.0) for h in hist])),
                      "load_avg": float(np.mean([h.get("load_avg", 0.0) for h in hist])),
                      "best_val": summary["best_val"], "wall_seconds": time.time() - t0, "peak_rss_mb": peak_rss_mb(),
-                     "parameters": summary["parameters"], "hits": _hits(run), "hits_row": _hits(run, "row")}
+                     "parameters": summary["parameters"], "hits": _hits(run)}
         log(f"{name}: R@5 {100 * np.nanmean(res[name]['hits']):.2f}, {res[name]['seconds_per_epoch']:.1f} s/epoch")
     if all(n in res for n in ("frozen", "lora")):
-        res["comparison"] = compare(res["lora"]["hits"], res["frozen"]["hits"], res["lora"]["hits_row"],
-                                    res["frozen"]["hits_row"], resamples=resamples)
+        res["comparison"] = compare(res["lora"]["hits"], res["frozen"]["hits"], resamples=resamples)
         res["comparison"]["cost_ratio"] = res["lora"]["seconds_per_epoch"] / max(res["frozen"]["seconds_per_epoch"],
                                                                                 1e-9)
     for n in ("frozen", "lora"):
         if n in res:
             res[n]["R@5"] = float(np.nanmean(res[n]["hits"]))
-            for h in ("hits", "hits_row"):
-                res[n][h] = [None if np.isnan(x) else float(x) for x in res[n][h]]
+            res[n]["hits"] = [None if np.isnan(x) else float(x) for x in res[n]["hits"]]
     write_json(out / "comparison.json", res)
     (out / "comparison.md").write_text(comparison_markdown(res), encoding="utf-8")
     return res
 
 
-def _hits(run, tie: str = "expected") -> np.ndarray:
-    """Per-query hit@5 of the main pool (tie-aware expectation, or under a deterministic tie-break; NaN without GT)."""
+def _hits(run) -> np.ndarray:
+    """Per-query tie-aware expected hit@5 of the main pool (NaN without GT)."""
     from eval.metrics import RankStats, recall_at_k
 
-    return recall_at_k(RankStats.from_run(run, "type2-all"), 5, tie=tie)
+    return recall_at_k(RankStats.from_run(run, "type2-all"), 5)
 
 
-def compare(a, b, a_row, b_row, *, resamples: int = 10_000) -> dict:
-    """R@5 difference ``a - b``: paired bootstrap of the tie-aware hits, McNemar's exact test on the row
-    tie-break hits (`eval.stats`, as ``eval report`` does)."""
-    from eval.stats import mcnemar_exact, paired_bootstrap
+def compare(a, b, *, resamples: int = 10_000) -> dict:
+    """R@5 difference ``a - b`` over the queries with GT: paired bootstrap and tie-aware McNemar of the expected
+    hits (`eval.stats.paired_bootstrap`, `eval.stats.mcnemar`, as ``eval report`` uses them)."""
+    from eval.stats import mcnemar, paired_bootstrap
 
-    a, b, a_row, b_row = (np.asarray(x, float) for x in (a, b, a_row, b_row))
+    a, b = np.asarray(a, float), np.asarray(b, float)
     ok = np.isfinite(a) & np.isfinite(b)
     boot = paired_bootstrap(a[ok], b[ok], n_resamples=resamples)
-    mc = mcnemar_exact(a_row[ok], b_row[ok])
+    mc = mcnemar(a[ok], b[ok], n_resamples=resamples)
     return {"n": int(ok.sum()), "bootstrap": boot.to_dict(), "mcnemar": mc.to_dict()}
 
 
@@ -214,7 +212,8 @@ def comparison_markdown(res: dict) -> str:
     c = res.get("comparison")
     if c:
         b = c["bootstrap"]
+        p = lambda x: "n too small" if x is None else f"{x:.3g}"  # noqa: E731
         lines += ["", f"LoRA - frozen: ΔR@5 {100 * b['delta']:+.2f} pp, 95% CI [{100 * b['ci_low']:+.2f}, "
-                      f"{100 * b['ci_high']:+.2f}], paired bootstrap p = {b['p_value']:.3g}; McNemar p = "
-                      f"{c['mcnemar']['p_value']:.3g} (n = {c['n']}); cost ratio {c['cost_ratio']:.1f}x s/epoch."]
+                      f"{100 * b['ci_high']:+.2f}], paired bootstrap p = {p(b['p_value'])}; McNemar p = "
+                      f"{p(c['mcnemar']['p_value'])} (n = {c['n']}); cost ratio {c['cost_ratio']:.1f}x s/epoch."]
     return "\n".join(lines) + "\n"

@@ -251,11 +251,12 @@ def test_complementarity_of_runs(synth_demo_out, synth_sem_dir, tmp_path):
                           fused=synth_demo_out / "lftr-fusion-minilm+pixels.parquet")
     h = {n: run_hits(read_run(p)) for n, p in paths.items()}
     common = sorted(set(h["lftr-minilm"]) & set(h["lftr-pixels"]))
-    a = np.asarray([h["lftr-minilm"][q] for q in common], bool)
-    b = np.asarray([h["lftr-pixels"][q] for q in common], bool)
+    a = np.asarray([h["lftr-minilm"][q] for q in common])
+    b = np.asarray([h["lftr-pixels"][q] for q in common])
     assert res["queries"] == len(common) and res["spaces"] == {"lftr-minilm": "minilm", "lftr-pixels": "pixels"}
-    assert res["union"] == pytest.approx((a | b).mean()) and res["union"] >= max(res["recall"].values())
-    assert res["only"]["lftr-minilm"] == pytest.approx((a & ~b).mean())
+    assert res["union"] == pytest.approx((1 - (1 - a) * (1 - b)).mean()) and res["union"] >= max(res["recall"].values())
+    assert res["only"]["lftr-minilm"] == pytest.approx((a * (1 - b)).mean())
+    assert res["recall"]["lftr-minilm"] == pytest.approx(a.mean())
     assert sum(res["pairs"]["lftr-minilm~lftr-pixels"].values()) == pytest.approx(1.0)
     ss = res["state_similarity"]
     assert ss["states"] > 10 and -1 <= ss["r"]["minilm~pixels"] <= 1
