@@ -164,12 +164,13 @@ def torch_main_pool_stats(prep: Prepared, rows: np.ndarray, vectors: np.ndarray,
 
     Per query: item scores ``s_i = max_k <v_k, x_i>`` expanded to corpus rows (a semantic space's states to their
     segments), own-video rows removed; ``t`` = the best positive score; ``n_above`` / ``n_tie_neg`` = negatives
-    scoring ``> t`` / ``== t``; ``n_tie_pos`` = positives scoring ``== t``.
+    scoring ``> t`` / ``== t``; ``n_tie_pos`` = positives scoring ``== t``; ``n_tie_neg_first`` = tied negatives
+    with a lower corpus row than the first tied positive (the row tie-break).
     """
     device = torch.device(device or "cpu")
     pt = _pool_targets(prep, rows, device)
     n = len(rows)
-    out = {k: np.zeros(n, np.int64) for k in ("n_pos", "n_above", "n_tie_neg", "n_tie_pos")}
+    out = {k: np.zeros(n, np.int64) for k in ("n_pos", "n_above", "n_tie_neg", "n_tie_pos", "n_tie_neg_first")}
     vec = torch.from_numpy(np.ascontiguousarray(vectors, np.float32)).to(device)
     n_corpus = len(prep.bench.corpus_ids)
     for s in range(0, n, chunk):
@@ -187,9 +188,13 @@ def torch_main_pool_stats(prep: Prepared, rows: np.ndarray, vectors: np.ndarray,
         out["n_pos"][s:s + c] = pos.sum(1).cpu().numpy()
         out["n_above"][s:s + c] = ((sc > best) & neg).sum(1).cpu().numpy()
         out["n_tie_neg"][s:s + c] = ((sc == best) & neg).sum(1).cpu().numpy()
-        out["n_tie_pos"][s:s + c] = ((sc == best) & pos).sum(1).cpu().numpy()
+        tie = sc == best
+        out["n_tie_pos"][s:s + c] = (tie & pos).sum(1).cpu().numpy()
+        cols = torch.arange(sc.shape[1], device=device)
+        first = torch.where(tie & pos, cols, sc.shape[1]).amin(1, keepdim=True)  # row of the first tied positive
+        out["n_tie_neg_first"][s:s + c] = (tie & neg & (cols < first)).sum(1).cpu().numpy()
     empty = out["n_pos"] == 0
-    for k in ("n_above", "n_tie_neg", "n_tie_pos"):
+    for k in ("n_above", "n_tie_neg", "n_tie_pos", "n_tie_neg_first"):
         out[k][empty] = 0
     return out
 
