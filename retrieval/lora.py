@@ -166,6 +166,7 @@ def run_lora_baseline(bench: Benchmark, cfg: LFTRConfig, lora: LoRAConfig, out: 
         hist = summary["history"]
         res[name] = {"run": str(run_path), "seconds_per_epoch": float(np.mean([h["train_seconds"] for h in hist])),
                      "val_seconds_per_epoch": float(np.mean([h.get("val_seconds", 0.0) for h in hist])),
+                     "cpu_seconds_per_epoch": float(np.mean([h.get("train_cpu_seconds", np.nan) for h in hist])),
                      "load_avg": float(np.mean([h.get("load_avg", 0.0) for h in hist])),
                      "best_val": summary["best_val"], "wall_seconds": time.time() - t0, "peak_rss_mb": peak_rss_mb(),
                      "parameters": summary["parameters"], "hits": _hits(run)}
@@ -203,11 +204,13 @@ def compare(a, b, *, resamples: int = 10_000) -> dict:
 
 
 def comparison_markdown(res: dict) -> str:
-    lines = ["| run | R@5 | s/epoch (train) | load avg | peak RSS (MB) |", "|---|---:|---:|---:|---:|"]
+    lines = ["| run | R@5 | s/epoch (train, wall) | CPU s/epoch | load avg | peak RSS (MB) |",
+             "|---|---:|---:|---:|---:|---:|"]
     for n in ("frozen", "lora"):
         if n in res:
             r = res[n]
-            lines.append(f"| {n} | {100 * r['R@5']:.2f} | {r['seconds_per_epoch']:.1f} | {r['load_avg']:.1f} | "
+            lines.append(f"| {n} | {100 * r['R@5']:.2f} | {r['seconds_per_epoch']:.1f} | "
+                         f"{r.get('cpu_seconds_per_epoch', float('nan')):.1f} | {r['load_avg']:.1f} | "
                          f"{r['peak_rss_mb']:.0f} |")
     c = res.get("comparison")
     if c:

@@ -271,7 +271,8 @@ def fit(out: Path, module: torch.nn.Module, step_loss, n_items: int, opt_cfg: Op
     ``opt_cfg.epochs`` epochs, training every parameter of ``module`` that requires grad.
 
     Resumable: ``out/train/last.pt`` (module, optimiser, schedule, RNG states, history) is rewritten atomically each
-    epoch and ``out/train/history.jsonl`` logs loss terms, seconds and peak RSS per epoch; a run with another
+    epoch and ``out/train/history.jsonl`` logs loss terms, wall and CPU seconds (all threads), peak RSS and the load
+    average per epoch; a run with another
     ``training_hash`` refuses to resume there. Randomness (shuffling, augmentations) comes from torch's global RNG,
     seeded by ``opt_cfg.seed``. Returns the history (one dict per epoch).
     """
@@ -304,7 +305,7 @@ def fit(out: Path, module: torch.nn.Module, step_loss, n_items: int, opt_cfg: Op
         log(f"resumed from {last} after epoch {start}")
     end = opt_cfg.epochs if stop_after is None else min(opt_cfg.epochs, start + stop_after)
     for epoch in range(start, end):
-        t0 = time.time()
+        t0, c0 = time.time(), time.process_time()
         module.train()
         perm = torch.randperm(n_items)
         sums: dict[str, float] = {}
@@ -322,7 +323,8 @@ def fit(out: Path, module: torch.nn.Module, step_loss, n_items: int, opt_cfg: Op
                 sums[k] = sums.get(k, 0.0) + v
             bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
         rec = {"epoch": epoch + 1, **{k: v / steps for k, v in sums.items()}, "lr": sched.get_last_lr()[0],
-               "seconds": time.time() - t0, "peak_rss_mb": peak_rss_mb(), "load_avg": os.getloadavg()[0]}
+               "seconds": time.time() - t0, "cpu_seconds": time.process_time() - c0, "peak_rss_mb": peak_rss_mb(),
+               "load_avg": os.getloadavg()[0]}
         history.append(rec)
         log(f"epoch {epoch + 1}/{opt_cfg.epochs}: " + ", ".join(f"{k} {v:.4f}" for k, v in rec.items()
                                                                if k not in ("epoch", "lr")))

@@ -386,7 +386,7 @@ def _train(bench: Benchmark, cfg: LFTRConfig, out: str | Path, *, validate, prog
         log(f"resumed from {last} after epoch {start_epoch} (best val R@{cfg.val_k} {best:.4f})")
     end_epoch = cfg.epochs if stop_after is None else min(cfg.epochs, start_epoch + stop_after)
     for epoch in range(start_epoch, end_epoch):
-        t0 = time.time()
+        t0, c0 = time.time(), time.process_time()
         model.train()
         if adapter is not None:
             adapter.module.train()
@@ -408,7 +408,8 @@ def _train(bench: Benchmark, cfg: LFTRConfig, out: str | Path, *, validate, prog
                 sums[k] += v
             bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
         rec = {"epoch": epoch + 1, **{k: v / steps_per_epoch for k, v in sums.items()},
-               "lr": sched.get_last_lr()[0], "train_seconds": time.time() - t0, "load_avg": os.getloadavg()[0]}
+               "lr": sched.get_last_lr()[0], "train_seconds": time.time() - t0,
+               "train_cpu_seconds": time.process_time() - c0, "load_avg": os.getloadavg()[0]}
         if (epoch + 1) % cfg.val_every == 0 or epoch + 1 == cfg.epochs:
             t1 = time.time()
             model.eval()
