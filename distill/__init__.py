@@ -11,10 +11,12 @@ Stages (each a module with a config dataclass and a ``python -m distill <command
   template narrator (and its noisy stand-in for a teacher); the SFT targets of the CoT, answer-only and
   trajectory-labels variants;
 - `distill.rationale_stats`: answer restatements, leakage probes and validator rejects of narrations;
-- `distill.sft`: CoT and answer-only SFT datasets in TRL's vision-language format;
-- `distill.train`: LoRA / QLoRA SFT with TRL + accelerate (``accelerate launch -m distill.train --config ...``);
+- `distill.sft`: CoT and answer-only SFT datasets in TRL's vision-language format, as Parquet;
+- `distill.train`: LoRA / QLoRA SFT with TRL + accelerate (``accelerate launch -m distill.train --config ...``;
+  arguments: `distill.train_args`, TRL's flags through `trl.TrlParser`; eval: `distill.train_eval`; outputs and
+  resumption: `distill.checkpoints`);
 - `distill.faithfulness`: SCOTT-style check that answers follow counterfactual evidence;
-- `distill.answers`: answer accuracy of phrase files with paired significance.
+- `distill.answers`: answer accuracy of phrase files (exact and snapped reads) with video-clustered significance.
 
 Students are served by `forecasters` (``--forecaster student --adapter DIR``). Nothing is imported at package import.
 """

@@ -2,6 +2,8 @@
 
 Every command is one stage of the recipe with a config dataclass; ``--config`` reads the stage's section of a preset
 (``configs/distill/*.yaml``) and ``--<field> VALUE`` overrides any field (``python -m distill <command> --help``).
+``train`` is parsed by `trl.TrlParser` (`distill.train_args`): TRL's flags, and ``--config`` a preset or a flat
+TRL-style YAML.
 Exit codes: 0 done, 1 check failed (``validate``), 2 bad input.
 """
 
@@ -18,13 +20,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("distill.validator:ValidateConfig", "check a rationale file for numbers, leaks, length, answer line"),
     "narrate": ("distill.narrate:NarrateConfig", "predicates -> validated rationales (teacher or template narrator)"),
     "sft": ("distill.sft:SFTBuildConfig", "rationales -> CoT and answer-only SFT datasets (TRL VLM format)"),
-    "train": ("distill.train:TrainConfig", "LoRA / QLoRA SFT of a student (same as python -m distill.train)"),
+    "train": ("distill.train_args:PSRTrainArgs", "LoRA / QLoRA SFT of a student: TRL's flags (same as python -m "
+                                                 "distill.train)"),
     "faithfulness": ("distill.faithfulness:FaithfulnessConfig", "SCOTT-style check: perturb rationales, watch answers"),
     "counterfactuals": ("distill.faithfulness:CounterfactualsConfig",
                         "counterfactual predicate sets (consistent evidence for another answer), for narration"),
     "rationale-stats": ("distill.rationale_stats:RationaleStatsConfig",
                         "answer restatements, leakage probes (string match, classifier) and validator rejects"),
-    "answers": ("distill.answers:AnswersConfig", "answer accuracy of phrase files + McNemar / bootstrap vs a reference"),
+    "answers": ("distill.answers:AnswersConfig", "answer accuracy of phrase files (exact and snapped reads), every "
+                                                 "pair compared with a bootstrap by video"),
     "merge": ("distill.merge:MergeConfig", "merge a LoRA adapter into bf16 base weights (never into 4-bit)"),
     "config-get": ("", "print one value of a preset: --config FILE --section train --key model"),
 }

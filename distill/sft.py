@@ -1,8 +1,8 @@
-"""SFT datasets in TRL's vision-language format, in two variants over the same queries.
+"""SFT datasets in TRL's vision-language format, in two variants over the same queries, written as Parquet.
 
-Each example (one training query with an accepted rationale) is::
+Each example (one query with an accepted rationale) is::
 
-    {"query_id": "v00012.o1.Q2", "qtype": "Q2",
+    {"query_id": "v00012.o1.Q2", "qtype": "Q2", "answer": "<canonical state>",
      "images": [<PIL.Image>, ... K prefix frames],
      "messages": [{"role": "user", "content": [{"type": "image"}, ... K times, {"type": "text", "text": "<question + instruction>"}]},
                   {"role": "assistant", "content": [{"type": "text", "text": "<rationale>\\nAnswer: <state>"}]}]}
@@ -11,20 +11,31 @@ Each example (one training query with an accepted rationale) is::
   ``student`` forecaster and its ``student_answer`` prompt), so training and inference prompts are identical; frames
   are the query's prefix frames, ``frames`` of them evenly spaced (`forecasters.media.subsample`, the last always
   kept), each downscaled to at most ``max_pixels`` pixels with its aspect ratio kept (`forecasters.media.FrameCache`:
-  the serving path; pass the same ``--frames`` / ``--max-pixels`` to ``python -m forecasters run``). DynaPix used
-  12 frames at 336 x 336; the default here is 8 frames at <= 336 * 336 pixels.
+  the serving path). DynaPix used 12 frames at 336 x 336; the default here is 8 frames at <= 336 * 336 pixels.
 - ``cot``: the assistant turn is the rationale ending in ``Answer: <canonical state>``.
-  ``answer``: the control, the answer line alone. Both variants hold exactly the same queries and prompts.
+  ``answer``: the control, the answer line alone. ``trajectory``: the state labels the CoT names, then the answer
+  line, with no evidence or reasoning text (the control separating extra labels from reasoning). The targets are
+  `distill.narrate.assistant_target`; every variant holds exactly the same queries and prompts.
 - Loss on the assistant turn only is the trainer's job (`distill.train`: ``assistant_only_loss``).
 
-Written with ``datasets.save_to_disk`` to ``<out>/cot`` and ``<out>/answer`` (each built in a temporary directory and
-moved into place), plus ``<out>/sft.config.json`` and ``<out>/sft.summary.json``.
+Layout (the Hugging Face Hub's Parquet layout, so ``datasets.load_dataset(<out>/cot)``, ``trl sft --dataset_name
+<out>/cot`` and ``push_to_hub`` read it as is; the images are embedded in the Parquet files as PNG bytes)::
+
+    <out>/cot/data/train-00000-of-0000N.parquet        the training split (``split``, default train)
+    <out>/cot/data/validation-00000-of-00001.parquet   the eval split (``eval_split``: val), when ``eval_rationales``
+    <out>/cot/psr_sft.json                             preprocessing (frames, max_pixels, prompt id + hash), rows
+                                                       per split, sha256 of the Parquet files
+    <out>/answer/..., <out>/trajectory/...             the same for the two controls
+    <out>/sft.config.json, <out>/sft.summary.json
+
+Each variant is built in a temporary directory beside it and moved into place; an existing variant directory is
+replaced only when it is one this command wrote (it holds ``psr_sft.json``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-import shutil
 import tempfile
 import time
 from collections import Counter
@@ -32,32 +43,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-VARIANTS = ("cot", "answer")
+VARIANTS = ("cot", "answer", "trajectory")  # = distill.narrate.TARGET_VARIANTS
 DEFAULT_MAX_PIXELS = 336 * 336
+#: Split names of the written sets (the Hub's names: ``datasets`` infers them from the file names).
+TRAIN_SPLIT, EVAL_SPLIT = "train", "validation"
+SET_INFO = "psr_sft.json"
 
 
 @dataclass
 class SFTBuildConfig:
-    """``python -m distill sft``: accepted rationales -> the CoT and answer-only SFT datasets."""
+    """``python -m distill sft``: accepted rationales -> the CoT and answer-only SFT datasets (Parquet)."""
 
     data: str = field(metadata={"help": "benchmark directory"})
     rationales: str = field(metadata={"help": "narration output directory (or its rationales.jsonl)"})
     out: str = field(metadata={"help": "output directory (<out>/cot, <out>/answer)"})
     split: str = field(default="train", metadata={"help": "queries to train on: train | val | test"})
+    eval_rationales: str | None = field(default=None, metadata={
+        "help": "narration output of the eval split (its rationales.jsonl or directory): the validation split"})
+    eval_split: str = field(default="val", metadata={"help": "benchmark split of the validation examples"})
     frames: int = field(default=8, metadata={"help": "prefix frames per example (evenly spaced, last kept)"})
     max_pixels: int | None = field(default=DEFAULT_MAX_PIXELS,
                                    metadata={"help": "downscale each frame to at most this many pixels (aspect kept)"})
     prompt: str = field(default="student_answer", metadata={"help": "student prompt template (id or .txt path)"})
-    variants: list[str] = field(default_factory=lambda: list(VARIANTS), metadata={"help": "cot and/or answer"})
-    limit: int | None = field(default=None, metadata={"help": "only the first N accepted rationales"})
+    variants: list[str] = field(default_factory=lambda: list(VARIANTS),
+                                metadata={"help": "any of cot, answer, trajectory"})
+    limit: int | None = field(default=None, metadata={"help": "only the first N accepted rationales (train split)"})
+    eval_limit: int | None = field(default=None, metadata={"help": "only the first N of the validation split"})
+    shard_size: int = field(default=500, metadata={"help": "examples per Parquet file"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
     def __post_init__(self):
         bad = [v for v in self.variants if v not in VARIANTS]
         if bad or not self.variants:
             raise ValueError(f"variants must be a non-empty subset of {VARIANTS}, got {self.variants}")
-        if self.frames < 1:
-            raise ValueError(f"frames must be >= 1, got {self.frames}")
+        if self.frames < 1 or self.shard_size < 1:
+            raise ValueError(f"frames and shard_size must be >= 1, got {self.frames} and {self.shard_size}")
 
 
 def features():
@@ -68,6 +88,7 @@ def features():
     return datasets.Features({
         "query_id": datasets.Value("string"),
         "qtype": datasets.Value("string"),
+        "answer": datasets.Value("string"),
         "images": datasets.List(datasets.Image()),
         "messages": datasets.List({"role": datasets.Value("string"), "content": datasets.List(part)}),
     })
@@ -91,13 +112,10 @@ def user_turn(query, bench, frame_cache, *, template, frames: int) -> tuple[list
     return content, images
 
 
-def assistant_text(variant: str, rationale: str, answer: str) -> str:
-    return rationale if variant == "cot" else f"Answer: {answer}"
-
-
 def _examples(data: str, rows: list[dict], variant: str, prompt: str, frames: int, max_pixels: int | None):
     """Generator of one variant's examples (module-level so `datasets` can fingerprint its arguments)."""
     import prompts
+    from distill.narrate import assistant_target
     from eval.benchmark import Benchmark
     from forecasters.media import FrameCache
 
@@ -107,76 +125,139 @@ def _examples(data: str, rows: list[dict], variant: str, prompt: str, frames: in
     for r in rows:
         q = bench.query(r["query_id"])
         content, images = user_turn(q, bench, cache, template=template, frames=frames)
-        yield {"query_id": q.id, "qtype": q.qtype, "images": images,
+        text = assistant_target(variant, {"answer": q.target_state, **r})
+        yield {"query_id": q.id, "qtype": q.qtype, "answer": q.target_state, "images": images,
                "messages": [{"role": "user", "content": content},
-                            {"role": "assistant", "content": [{"type": "text",
-                                                               "text": assistant_text(variant, r["rationale"],
-                                                                                      q.target_state)}]}]}
+                            {"role": "assistant", "content": [{"type": "text", "text": text}]}]}
 
 
-def _rationale_rows(cfg: SFTBuildConfig, bench) -> list[dict]:
+def _rationale_rows(path: str, bench, split: str, limit: int | None) -> list[dict]:
+    """Accepted rationales of ``split``'s queries, sorted by query id (the first ``limit``)."""
     from distill.jsonl import read_records
     from eval.io import FormatError
 
-    path = Path(cfg.rationales)
+    path = Path(path)
     if path.is_dir():
         path = path / "rationales.jsonl"
     if not path.exists():
         raise FormatError(path, "rationales file does not exist (run `python -m distill narrate` first)")
-    split_ids = {q.id for q in bench.queries(cfg.split)}
+    split_ids = {q.id for q in bench.queries(split)}
     rows = []
     for i, d in enumerate(read_records(path), start=1):
         for key in ("query_id", "rationale"):
             if not isinstance(d.get(key), str) or not d[key]:
                 raise FormatError(path, "missing or not a string", line=i, field=key)
+        if d["query_id"] not in bench.query_index:
+            raise FormatError(path, f"unknown query id {d['query_id']!r}", line=i, field="query_id")
         if d.get("ok", True) and d["query_id"] in split_ids:
-            if d["query_id"] not in bench.query_index:
-                raise FormatError(path, f"unknown query id {d['query_id']!r}", line=i, field="query_id")
             rows.append(d)
     rows.sort(key=lambda d: d["query_id"])
-    return rows[: cfg.limit] if cfg.limit is not None else rows
+    return rows[:limit] if limit is not None else rows
+
+
+def _sha256_files(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.name.encode())
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def _write_split(cfg: SFTBuildConfig, rows: list[dict], variant: str, split_name: str, data_dir: Path,
+                 cache_dir: Path) -> list[Path]:
+    """One split of one variant as ``data_dir/<split_name>-0000i-of-0000n.parquet`` (images embedded)."""
+    import datasets
+
+    ds = datasets.Dataset.from_generator(
+        _examples, features=features(), cache_dir=str(cache_dir),
+        gen_kwargs=dict(data=str(cfg.data), rows=rows, variant=variant, prompt=cfg.prompt, frames=cfg.frames,
+                        max_pixels=cfg.max_pixels))
+    n = max(1, -(-len(ds) // cfg.shard_size))
+    files = []
+    for i in range(n):
+        f = data_dir / f"{split_name}-{i:05d}-of-{n:05d}.parquet"
+        ds.shard(n, i, contiguous=True).to_parquet(str(f))
+        files.append(f)
+    return files
+
+
+def _replaceable(target: Path) -> None:
+    from eval.errors import OutputRefused
+
+    if target.exists() and not (target / SET_INFO).exists():
+        raise OutputRefused(f"{target} exists and was not written by `python -m distill sft` (no {SET_INFO})",
+                            fix="choose another --out or move it away")
+
+
+def build_variant(cfg: SFTBuildConfig, variant: str, splits: dict[str, list[dict]], template) -> dict[str, Any]:
+    """Write one variant (all its splits) atomically; returns its ``psr_sft.json`` record."""
+    from eval.io import atomic_dir, write_json
+
+    target = Path(cfg.out) / variant
+    _replaceable(target)
+    with atomic_dir(target) as stage, tempfile.TemporaryDirectory(prefix=f".{variant}.cache-", dir=cfg.out) as cache:
+        (stage / "data").mkdir()
+        files = []
+        for name, rows in splits.items():
+            files += _write_split(cfg, rows, variant, name, stage / "data", Path(cache))
+        info = {"variant": variant, "preprocessing": preprocessing(cfg, template),
+                "splits": {name: len(rows) for name, rows in splits.items()},
+                "files": [f"data/{f.name}" for f in files], "sha256": _sha256_files(files)}
+        write_json(stage / SET_INFO, info)
+    return info
+
+
+def preprocessing(cfg: SFTBuildConfig, template) -> dict[str, Any]:
+    """What the served student must reproduce: frames per prefix, the pixel cap, the prompt (id + hash)."""
+    return {"frames": cfg.frames, "max_pixels": cfg.max_pixels, "prompt_id": template.id,
+            "prompt_hash": template.hash}
 
 
 def build_sft(cfg: SFTBuildConfig) -> dict[str, Any]:
     """Build the requested variants (see the module docstring); returns the summary."""
     import datasets
 
+    import prompts
     from distill.config import write_resolved
+    from distill.narrate import assistant_target
     from eval.benchmark import Benchmark
     from eval.io import write_json
 
     t0 = time.perf_counter()
     bench = Benchmark.load(cfg.data)
-    rows = _rationale_rows(cfg, bench)
+    template = prompts.load(cfg.prompt)
+    rows = _rationale_rows(cfg.rationales, bench, cfg.split, cfg.limit)
     if not rows:
         raise ValueError(f"{cfg.rationales}: no accepted rationales for split {cfg.split!r}")
+    splits = {TRAIN_SPLIT: rows}
+    if cfg.eval_rationales:
+        eval_rows = _rationale_rows(cfg.eval_rationales, bench, cfg.eval_split, cfg.eval_limit)
+        if not eval_rows:
+            raise ValueError(f"{cfg.eval_rationales}: no accepted rationales for split {cfg.eval_split!r}")
+        splits[EVAL_SPLIT] = eval_rows
+    for variant in cfg.variants:  # every target can be built (e.g. trajectory_target present) before writing any
+        for r in (r for split_rows in splits.values() for r in split_rows):
+            assistant_target(variant, r)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, Any] = {"examples": len(rows), "split": cfg.split, "frames": cfg.frames,
-                               "max_pixels": cfg.max_pixels, "qtypes": dict(Counter(r.get("qtype") for r in rows)),
+    for variant in cfg.variants:
+        _replaceable(out / variant)
+    summary: dict[str, Any] = {"examples": {k: len(v) for k, v in splits.items()}, "split": cfg.split,
+                               "eval_split": cfg.eval_split if cfg.eval_rationales else None,
+                               "preprocessing": preprocessing(cfg, template),
+                               "qtypes": dict(Counter(r.get("qtype") for r in rows)),
                                "narrators": dict(Counter(r.get("narrator", "?") for r in rows)), "variants": {}}
     was_enabled = datasets.is_progress_bar_enabled()
     if not cfg.progress:
         datasets.disable_progress_bars()
     try:
         for variant in cfg.variants:
-            stage = Path(tempfile.mkdtemp(prefix=f".{variant}.building-", dir=out))
-            try:
-                ds = datasets.Dataset.from_generator(
-                    _examples, features=features(), cache_dir=str(stage / "cache"),
-                    gen_kwargs=dict(data=str(cfg.data), rows=rows, variant=variant, prompt=cfg.prompt,
-                                    frames=cfg.frames, max_pixels=cfg.max_pixels))
-                ds.save_to_disk(str(stage / "dataset"))
-                del ds
-                target = out / variant
-                if target.exists():
-                    shutil.rmtree(target)
-                os.replace(stage / "dataset", target)
-            finally:
-                shutil.rmtree(stage, ignore_errors=True)
-            words = [len(assistant_text(variant, r["rationale"], r.get("answer", "")).split()) for r in rows]
-            summary["variants"][variant] = {"path": str(out / variant), "mean_assistant_words":
-                                            round(sum(words) / len(words), 1)}
+            info = build_variant(cfg, variant, splits, template)
+            words = [len(assistant_target(variant, {"answer": "", **r}).split()) for r in rows]
+            summary["variants"][variant] = {"path": str(out / variant), "sha256": info["sha256"],
+                                            "mean_assistant_words": round(sum(words) / len(words), 1)}
     finally:
         if was_enabled:
             datasets.enable_progress_bars()
@@ -186,15 +267,27 @@ def build_sft(cfg: SFTBuildConfig) -> dict[str, Any]:
     return summary
 
 
-def load_sft(path: str | os.PathLike):
-    """Load a dataset written by `build_sft` (``<out>/cot`` or ``<out>/answer``)."""
+def read_set_info(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The ``psr_sft.json`` of a set written by `build_sft` (None for any other dataset: a Hub id, foreign files)."""
+    from eval.io import read_json
+
+    f = Path(path) / SET_INFO
+    return read_json(f) if f.is_file() else None
+
+
+def load_sft(path: str | os.PathLike, split: str | None = None):
+    """Load a set written by `build_sft` (``<out>/cot`` or ``<out>/answer``) with ``datasets.load_dataset``: a
+    ``DatasetDict`` (train, and validation when built), or one split."""
     import datasets
 
     from eval.io import FormatError
 
     p = Path(path)
-    if not (p / "dataset_info.json").exists():
-        raise FormatError(p, "not an SFT dataset directory (expected datasets.save_to_disk output; run "
-                             "`python -m distill sft`)")
-    return datasets.load_from_disk(str(p))
-
+    if read_set_info(p) is None:
+        raise FormatError(p, f"not an SFT set directory (no {SET_INFO}; run `python -m distill sft`)")
+    ds = datasets.load_dataset(str(p))
+    if split is None:
+        return ds
+    if split not in ds:
+        raise FormatError(p, f"has no split {split!r} (splits: {sorted(ds)})")
+    return ds[split]

@@ -1,30 +1,38 @@
 """LoRA / QLoRA supervised fine-tuning of a vision-language student with TRL (DynaPix §5.1, appendix "Training",
 Table 10): LoRA r 16 / alpha 32 on the language tower's attention and MLP projections, the vision encoder frozen,
-the base loaded in 4-bit NF4 (bitsandbytes), lr 2e-5, 3 epochs, micro batch 1 x accumulation 16, max length 3,072,
-bf16 on GPU. Every value comes from the preset's ``train`` section and is overridable with ``--<field> VALUE``.
+the base loaded in 4-bit NF4 (bitsandbytes), lr 2e-5, 3 epochs, micro batch 1 and an effective batch of 16, max
+length 3,072, bf16 on GPU. Arguments are TRL's (`trl.SFTConfig`, `trl.ModelConfig`) plus `PSRTrainArgs`, parsed by
+`trl.TrlParser` with the recipe's defaults (`distill.train_args`): defaults < ``--config FILE`` < flags.
 
 One GPU::
 
     accelerate launch --config_file configs/accelerate/single_gpu.yaml -m distill.train \\
-        --config configs/distill/qwen3-vl-8b.yaml --dataset runs/distill/sft/cot --output_dir runs/distill/students/cot
+        --config configs/distill/qwen3-vl-8b.yaml --dataset_name runs/distill/sft/cot --output_dir runs/distill/students/cot
 
-Several GPUs (DDP; the effective batch is processes x micro batch x accumulation)::
-
-    accelerate launch --config_file configs/accelerate/multi_gpu.yaml --num_processes 4 -m distill.train \\
-        --config configs/distill/qwen3-vl-8b.yaml --dataset ... --output_dir ... --gradient_accumulation_steps 4
+Several GPUs (DDP, or DeepSpeed ZeRO-2/3: ``configs/accelerate/zero2.yaml``, ``zero3.yaml``): the same command with
+another ``--config_file`` and ``--num_processes N``. The effective batch stays ``effective_batch_size`` (16): each
+process accumulates ``16 / (per_device_train_batch_size x N)`` micro batches (derived, logged, and an error when it
+does not divide).
 
 FSDP with the 4-bit base (QLoRA-compatible: quantized weights stored as bf16 so FSDP can shard them)::
 
-    accelerate launch --config_file configs/accelerate/fsdp_qlora.yaml -m distill.train --config ... \\
-        --bnb_4bit_quant_storage bfloat16
+    accelerate launch --config_file configs/accelerate/fsdp_qlora.yaml -m distill.train --config ...
 
-CPU (tests, the demo): ``python -m distill.train --config configs/distill/tiny-cpu.yaml --model DIR ...``.
+CPU (tests, the demo): ``python -m distill.train --config configs/distill/tiny-cpu.yaml --model_name_or_path DIR ...``.
 
-Outputs under ``output_dir``: ``checkpoints/`` (Trainer checkpoints; ``resume_from_checkpoint: auto`` continues from
-the newest), ``adapter/`` (the final LoRA adapter, written atomically; serve it unmerged with
-``python -m forecasters run --forecaster student --model <base> --adapter <output_dir>/adapter``, or merge it into
-bf16 weights, never into the 4-bit ones), ``train.config.json`` (resolved config, versions), ``train_log.json``
-(the Trainer's log history: loss per logging step) and ``metrics.json``.
+Precision: the trainable LoRA weights stay in fp32 (TRL casts them to bf16 on a quantized base, where a small step
+is lost to rounding: at lr 2e-5 most ``lora_A`` updates round away); compute runs under bf16 autocast (``bf16``).
+Under DeepSpeed the optimizer keeps fp32 master weights itself; under FSDP the adapters share the flat parameters'
+storage dtype (bf16), as FSDP-QLoRA requires (recorded as ``adapter_dtype``).
+
+Outputs under ``output_dir``: ``checkpoints/`` (Trainer checkpoints, each with ``psr_train.json`` holding the config
+hash; ``resume_from_checkpoint: auto`` continues from the newest one of the same hash and refuses any other),
+``adapter/`` (the final LoRA adapter with ``psr_student.json``: base model, config hash and the preprocessing the
+student is served with: frames, max/min pixels, image tokens per frame, prompt id + hash; written atomically; serve
+it unmerged with ``python -m forecasters run --forecaster student --model <base> --adapter <output_dir>/adapter``, or
+merge it into bf16 weights, never into the 4-bit ones), ``train.config.json`` (config hash, resolved arguments, batch
+arithmetic, versions; a directory holding another config's is refused), ``train_log.json`` (the Trainer's log
+history: loss per logging step, eval loss and answer accuracy per evaluation) and ``metrics.json``.
 
 Sequences are never truncated: every example is measured first (the same chat template and processor the collator
 uses) and an example longer than ``max_length`` is an error naming it (or dropped with ``drop_overlong``); the trainer
@@ -34,159 +42,169 @@ then runs with no truncation, so no image-token run is ever cut. Loss is on the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from distill.checkpoints import (
+    TRAIN_CONFIG,
+    check_output_dir,
+    checkpoint_callback,
+    eval_history,
+    loss_over_all_steps,
+    resolve_resume,
+)
+from distill.train_args import (  # noqa: F401  (re-exported: the recipe's constants)
+    LANGUAGE_PROJECTIONS,
+    QUANT_SKIP_MODULES,
+    VISION_MODULES_REGEX,
+    PSRTrainArgs,
+    parse_train_args,
+    resolve_batch,
+    train_identity,
+)
+
 log = logging.getLogger("distill.train")
 
-LANGUAGE_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-#: Modules LoRA never touches: vision towers and projectors of Qwen-VL (``visual``) and LLaVA (``vision_tower``,
-#: ``multi_modal_projector``). Their names end in q_proj/... in some families (Qwen2.5-VL's vision MLP), hence the regex.
-VISION_MODULES_REGEX = r".*(?:visual|vision_tower|vision_model|multi_modal_projector).*"
-#: Modules the 4-bit load leaves unquantized (transformers matches each as a name prefix, regex or suffix): the frozen
-#: vision tower and projector keep their precision, and so does the output head.
-QUANT_SKIP_MODULES = (r".*visual", r".*vision_tower", r".*multi_modal_projector", "lm_head")
+STUDENT_INFO = "psr_student.json"
 
 
-@dataclass
-class TrainConfig:
-    """``python -m distill.train`` / ``accelerate launch -m distill.train`` (see the module docstring)."""
-
-    model: str = field(metadata={"help": "base VLM: HF id or local path"})
-    dataset: str = field(metadata={"help": "SFT dataset directory (python -m distill sft: <out>/cot or <out>/answer)"})
-    output_dir: str = field(metadata={"help": "where checkpoints/, adapter/ and logs go"})
-    load_in_4bit: bool = field(default=True, metadata={"help": "QLoRA: load the base in 4-bit (bitsandbytes)"})
-    bnb_4bit_quant_type: str = field(default="nf4", metadata={"help": "nf4 | fp4"})
-    bnb_4bit_use_double_quant: bool = field(default=True, metadata={"help": "quantize the quantization constants"})
-    bnb_4bit_compute_dtype: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | dtype"})
-    bnb_4bit_quant_storage: str | None = field(default=None, metadata={
-        "help": "storage dtype of 4-bit weights; bfloat16 for FSDP (set automatically under FSDP)"})
-    quant_skip_modules: list[str] = field(default_factory=lambda: list(QUANT_SKIP_MODULES), metadata={
-        "help": "modules kept unquantized in 4-bit loading (prefix, suffix or regex of module names)"})
-    lora_r: int = field(default=16, metadata={"help": "LoRA rank"})
-    lora_alpha: int = field(default=32, metadata={"help": "LoRA alpha"})
-    lora_dropout: float = field(default=0.05, metadata={"help": "LoRA dropout"})
-    lora_target_modules: list[str] = field(default_factory=lambda: list(LANGUAGE_PROJECTIONS), metadata={
-        "help": "LoRA targets (module name suffixes): the language tower's attention and MLP projections"})
-    lora_exclude_modules: str = field(default=VISION_MODULES_REGEX, metadata={
-        "help": "regex of modules LoRA must not touch (the vision tower stays frozen)"})
-    learning_rate: float = field(default=2e-5, metadata={"help": "peak learning rate"})
-    num_train_epochs: float = field(default=3.0, metadata={"help": "epochs"})
-    max_steps: int = field(default=-1, metadata={"help": "optimizer steps (overrides epochs when > 0)"})
-    per_device_train_batch_size: int = field(default=1, metadata={"help": "micro batch per device"})
-    gradient_accumulation_steps: int = field(default=16, metadata={"help": "micro batches per optimizer step"})
-    max_length: int = field(default=3072, metadata={"help": "longest example (tokens, image tokens included)"})
-    drop_overlong: bool = field(default=False, metadata={"help": "drop examples over max_length instead of failing"})
-    warmup_ratio: float = field(default=0.03, metadata={"help": "linear warmup, a fraction of the steps in [0, 1)"})
-    lr_scheduler_type: str = field(default="cosine", metadata={"help": "transformers scheduler name"})
-    weight_decay: float = field(default=0.0, metadata={"help": "AdamW weight decay"})
-    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping"})
-    optim: str = field(default="adamw_torch", metadata={"help": "transformers optimizer name"})
-    precision: str = field(default="auto", metadata={"help": "auto (bf16 on GPU, fp32 on CPU) | bf16 | fp16 | fp32"})
-    gradient_checkpointing: bool = field(default=True, metadata={"help": "trade compute for memory"})
-    attn_implementation: str | None = field(default=None, metadata={"help": "sdpa | flash_attention_2 | eager"})
-    max_pixels: int | None = field(default=None, metadata={"help": "processor cap on pixels per frame"})
-    min_pixels: int | None = field(default=None, metadata={"help": "processor floor on pixels per frame"})
-    assistant_only_loss: bool = field(default=True, metadata={"help": "loss on the assistant turn only"})
-    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N examples"})
-    repeat: int = field(default=1, metadata={"help": "repeat the dataset N times (tiny overfitting checks)"})
-    logging_steps: int = field(default=10, metadata={"help": "log the loss every N steps"})
-    save_steps: int = field(default=200, metadata={"help": "checkpoint every N steps"})
-    save_total_limit: int | None = field(default=2, metadata={"help": "checkpoints kept"})
-    resume_from_checkpoint: str | None = field(default="auto", metadata={
-        "help": "auto (newest checkpoint in output_dir/checkpoints, if any) | a checkpoint path | null"})
-    seed: int = field(default=42, metadata={"help": "seed of the Trainer (data order, dropout, LoRA init)"})
-    device: str = field(default="auto", metadata={"help": "auto | cpu | cuda"})
-    dataloader_num_workers: int = field(default=0, metadata={"help": "dataloader workers"})
-    report_to: list[str] = field(default_factory=list, metadata={"help": "trackers (wandb, tensorboard, ...)"})
-
-    def __post_init__(self):
-        if self.precision not in ("auto", "bf16", "fp16", "fp32"):
-            raise ValueError(f"precision must be auto | bf16 | fp16 | fp32, got {self.precision!r}")
-        if self.repeat < 1 or self.max_length < 1:
-            raise ValueError("repeat and max_length must be >= 1")
-
-    @property
-    def checkpoints_dir(self) -> Path:
-        return Path(self.output_dir) / "checkpoints"
-
-    @property
-    def adapter_dir(self) -> Path:
-        return Path(self.output_dir) / "adapter"
-
-
-# --- small pure functions: device, precision, quantization, LoRA ---------------------------------------------
-
-def use_cuda(cfg: TrainConfig) -> bool:
-    import torch
-
-    if cfg.device == "cpu":
-        return False
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device 'cuda' requested but CUDA is not available")
-    return torch.cuda.is_available()
-
+# --- device, precision, quantization, LoRA: TRL's helpers plus what the recipe needs -------------------------
 
 def fsdp_enabled() -> bool:
     """True under ``accelerate launch`` with an FSDP config."""
     return os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true"
 
 
-def compute_dtype(cfg: TrainConfig, cuda: bool):
-    """bf16 on a GPU that supports it (fp16 otherwise), fp32 on CPU, unless ``precision`` says otherwise."""
+def deepspeed_enabled(sft) -> bool:
+    """True under DeepSpeed (``accelerate launch`` with a DeepSpeed config, or ``--deepspeed FILE``)."""
+    return bool(getattr(sft, "deepspeed", None)) or os.environ.get("ACCELERATE_USE_DEEPSPEED", "false") == "true"
+
+
+def compute_dtype(sft):
+    """The compute dtype of the run: bf16 with ``bf16``, fp16 with ``fp16``, else fp32."""
     import torch
 
-    if cfg.precision == "auto":
-        if not cuda:
-            return torch.float32
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[cfg.precision]
+    return torch.bfloat16 if sft.bf16 else torch.float16 if sft.fp16 else torch.float32
 
 
-def quantization_config(cfg: TrainConfig, dtype):
-    """The bitsandbytes 4-bit NF4 config of QLoRA (None without ``load_in_4bit``)."""
+def load_dtype(model_args):
+    """dtype of the base's unquantized weights: ``model_args.dtype`` (``auto``: as saved in the checkpoint)."""
     import torch
-    from transformers import BitsAndBytesConfig
 
-    if not cfg.load_in_4bit:
+    return "auto" if model_args.dtype in (None, "auto") else getattr(torch, model_args.dtype)
+
+
+def quantization_config(psr: PSRTrainArgs, sft, model_args):
+    """`trl.get_quantization_config` (4-bit NF4 with nested quantization in the recipe), computing in the run's dtype,
+    with the vision tower, projector and head left unquantized; under FSDP the 4-bit weights are stored in bf16 so
+    FSDP can shard them with the rest."""
+    import torch
+    from trl import get_quantization_config
+
+    q = get_quantization_config(model_args)
+    if q is None or not model_args.load_in_4bit:
+        return q
+    q.bnb_4bit_compute_dtype = compute_dtype(sft)
+    q.llm_int8_skip_modules = list(psr.quant_skip_modules)
+    if model_args.bnb_4bit_quant_storage is None and fsdp_enabled():
+        q.bnb_4bit_quant_storage = torch.bfloat16
+        log.info("FSDP: storing 4-bit weights as bfloat16 so FSDP can shard them")
+    elif model_args.bnb_4bit_quant_storage is not None:
+        q.bnb_4bit_quant_storage = getattr(torch, model_args.bnb_4bit_quant_storage)
+    return q
+
+
+def lora_config(psr: PSRTrainArgs, model_args):
+    """`trl.get_peft_config` with the vision modules excluded by regex (so the vision tower stays frozen)."""
+    from trl import get_peft_config
+
+    cfg = get_peft_config(model_args)
+    if cfg is not None:
+        cfg.exclude_modules = psr.lora_exclude_modules
+    return cfg
+
+
+def kbit_device_map(sft) -> Any:
+    """Where a quantized base loads (TRL 0.x's ``get_kbit_device_map``, gone from TRL 1.x): the process's GPU (one
+    copy per DDP rank); None under FSDP / DeepSpeed (they place the model) and on CPU."""
+    import torch
+
+    if fsdp_enabled() or deepspeed_enabled(sft) or sft.use_cpu or not torch.cuda.is_available():
         return None
-    cdt = dtype if cfg.bnb_4bit_compute_dtype == "auto" else getattr(torch, cfg.bnb_4bit_compute_dtype)
-    storage = cfg.bnb_4bit_quant_storage
-    if storage is None and fsdp_enabled():
-        storage = "bfloat16" if cdt == torch.bfloat16 else str(cdt).removeprefix("torch.")
-        log.info("FSDP: storing 4-bit weights as %s so FSDP can shard them", storage)
-    kw = {"bnb_4bit_quant_storage": getattr(torch, storage)} if storage else {}
-    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type=cfg.bnb_4bit_quant_type,
-                              bnb_4bit_use_double_quant=cfg.bnb_4bit_use_double_quant, bnb_4bit_compute_dtype=cdt,
-                              llm_int8_skip_modules=list(cfg.quant_skip_modules), **kw)
+    from accelerate import PartialState
+
+    return {"": PartialState().local_process_index}
 
 
-def lora_config(cfg: TrainConfig):
-    """LoRA on the language tower's projections; the vision tower excluded by regex, so it stays frozen."""
-    from peft import LoraConfig
+def load_model(psr: PSRTrainArgs, sft, model_args):
+    """The base VLM (``AutoModelForImageTextToText``), 4-bit when ``load_in_4bit``."""
+    from transformers import AutoModelForImageTextToText
 
-    return LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, bias="none",
-                      target_modules=list(cfg.lora_target_modules), exclude_modules=cfg.lora_exclude_modules,
-                      task_type="CAUSAL_LM")
+    kw: dict[str, Any] = {"dtype": load_dtype(model_args), "revision": model_args.model_revision,
+                          "trust_remote_code": getattr(sft, "trust_remote_code", False)}
+    q = quantization_config(psr, sft, model_args)
+    if q is not None:
+        kw["quantization_config"] = q
+        dm = kbit_device_map(sft)
+        if dm is not None:
+            kw["device_map"] = dm
+    if model_args.attn_implementation:
+        kw["attn_implementation"] = model_args.attn_implementation
+    return keep_4bit_training_layout(AutoModelForImageTextToText.from_pretrained(model_args.model_name_or_path, **kw))
 
 
-def device_map(cfg: TrainConfig, cuda: bool) -> Any:
-    """Where the base loads: the process's GPU for a quantized base (one copy per DDP rank); none under FSDP
-    (it shards the model itself) or when not quantized (the Trainer moves it)."""
-    if fsdp_enabled() or not cfg.load_in_4bit:
-        return None
-    if cuda:
-        from accelerate import PartialState
+def keep_4bit_training_layout(model):
+    """Stop bitsandbytes from repacking 4-bit weights for its CPU inference kernel. On CPUs with AVX512-BF16 the
+    first eval-mode forward (an evaluation, the answer-accuracy generation) repacks each weight and nothing unpacks
+    it; training steps after that run the packed kernel, which passes no gradient to the layers below (measured
+    here: the gradient norm of the step after an eval fell from 1.28 to 0.35)."""
+    for m in model.modules():
+        if hasattr(m, "support_avx512bf16_for_cpu"):
+            m.support_avx512bf16_for_cpu = False
+    return model
 
-        return {"": PartialState().local_process_index}
-    return {"": "cpu"}
+
+def keep_adapters_fp32(model) -> str:
+    """Cast the trainable (LoRA) weights back to fp32 after TRL cast them to bf16 on a quantized base, so a small
+    update is not rounded away; returns their dtype. Compute still runs in bf16 under autocast."""
+    import torch
+
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    for p in trainable:
+        if p.dtype != torch.float32:
+            p.data = p.data.float()
+    return str(trainable[0].dtype).removeprefix("torch.") if trainable else "none"
+
+
+def adapter_dtype(model) -> str:
+    p = next((p for p in model.parameters() if p.requires_grad), None)
+    return str(p.dtype).removeprefix("torch.") if p is not None else "none"
+
+
+def count_parameters(model) -> dict[str, int]:
+    """Trainable and total parameter counts; a 4-bit weight counts its logical elements (``quant_state.shape``),
+    not the packed bytes ``numel`` sees (two 4-bit values per element); raises when anything outside LoRA, or any
+    vision-tower parameter, is trainable."""
+    import re
+
+    def n(p) -> int:
+        qs = getattr(p, "quant_state", None)
+        return int(qs.shape.numel()) if qs is not None and getattr(qs, "shape", None) is not None else p.numel()
+
+    trainable = [(name, n(p)) for name, p in model.named_parameters() if p.requires_grad]
+    vision = [name for name, _ in trainable if re.match(VISION_MODULES_REGEX, name)]
+    non_lora = [name for name, _ in trainable if "lora_" not in name]
+    if vision or non_lora:
+        raise RuntimeError(f"unexpected trainable parameters: vision {vision[:3]}, non-LoRA {non_lora[:3]}")
+    return {"trainable": sum(c for _, c in trainable), "total": sum(n(p) for p in model.parameters())}
 
 
 # --- chat template with assistant masks -------------------------------------------------------------------
@@ -235,206 +253,300 @@ def training_chat_template(processor) -> str | None:
 
 @dataclass
 class LengthReport:
-    """Token lengths of the examples (image tokens included) and supervised (assistant) tokens."""
+    """Per example: token length (image tokens included), supervised (assistant) tokens, image tokens per frame;
+    the ids of examples over ``max_length``."""
 
     lengths: list[int]
     supervised: list[int]
+    image_tokens_per_frame: list[float]
     overlong: list[str]
+
+
+def _image_token_id(processor) -> int | None:
+    tid = getattr(processor, "image_token_id", None)
+    if tid is None and getattr(processor, "image_token", None):
+        tid = processor.tokenizer.convert_tokens_to_ids(processor.image_token)
+    return tid
 
 
 def measure(dataset, processor, max_length: int) -> LengthReport:
     """Tokenize every example exactly as TRL's vision collator does and report lengths and assistant tokens."""
     from trl.data_utils import prepare_multimodal_messages
 
-    lengths, supervised, overlong = [], [], []
-    for ex in dataset:
+    image_id = _image_token_id(processor)
+    lengths, supervised, per_frame, overlong = [], [], [], []
+    for i, ex in enumerate(dataset):
         msgs = prepare_multimodal_messages(ex["messages"], images=ex["images"])
         out = processor.apply_chat_template(msgs, tokenize=True, return_dict=True, return_tensors="pt",
                                             return_assistant_tokens_mask=True,
                                             processor_kwargs={"add_special_tokens": False})
-        n = int(out["input_ids"].shape[-1])
+        ids = out["input_ids"]
+        n = int(ids.shape[-1])
         lengths.append(n)
         supervised.append(int(out["assistant_masks"].sum()))
+        if image_id is not None and ex["images"]:
+            per_frame.append(int((ids == image_id).sum()) / len(ex["images"]))
         if n > max_length:
-            overlong.append(ex["query_id"])
-    return LengthReport(lengths, supervised, overlong)
+            overlong.append(ex.get("query_id") or f"row {i}")
+    return LengthReport(lengths, supervised, per_frame, overlong)
 
 
-def prepare_dataset(cfg: TrainConfig, processor):
-    """Load the SFT dataset, check lengths and assistant masks (see the module docstring), repeat if asked."""
+def load_splits(psr: PSRTrainArgs):
+    """(train split, eval split or None, the set's ``psr_sft.json`` or None) of ``dataset_name``, read with
+    ``datasets.load_dataset`` (a directory of `distill.sft`, any Parquet directory, a Hub id)."""
     import datasets
 
-    from distill.sft import load_sft
+    from distill.sft import read_set_info
+    from eval.errors import InputError
 
-    ds = load_sft(cfg.dataset)
-    if cfg.max_train_samples is not None:
-        ds = ds.select(range(min(cfg.max_train_samples, len(ds))))
+    name = psr.dataset_name
+    info = read_set_info(name) if Path(name).is_dir() else None
+    try:
+        dd = datasets.load_dataset(name)
+    except (FileNotFoundError, ValueError, OSError, ConnectionError) as e:
+        raise InputError(f"dataset {name}: cannot be loaded ({type(e).__name__}: {e})",
+                         fix="pass an SFT set directory (python -m distill sft) or a dataset id") from None
+    if psr.dataset_train_split not in dd:
+        raise InputError(f"dataset {name} has no split {psr.dataset_train_split!r} (splits: {sorted(dd)})")
+    eval_ds = dd.get(psr.dataset_test_split) if psr.dataset_test_split else None
+    if psr.dataset_test_split and eval_ds is None:
+        log.warning("dataset %s has no split %r: no eval loss / answer accuracy", name, psr.dataset_test_split)
+    return dd[psr.dataset_train_split], eval_ds, info
+
+
+def prepare_dataset(ds, processor, *, max_length: int, drop_overlong: bool = False, assistant_only_loss: bool = True,
+                    limit: int | None = None, repeat: int = 1, name: str = "dataset"):
+    """Check lengths and assistant masks of ``ds`` (see the module docstring), keep ``limit``, repeat if asked;
+    returns (dataset with ``images`` and ``messages`` only, `LengthReport`)."""
+    import datasets
+
+    if limit is not None:
+        ds = ds.select(range(min(limit, len(ds))))
     if len(ds) == 0:
-        raise ValueError(f"{cfg.dataset}: the dataset is empty")
-    rep = measure(ds, processor, cfg.max_length)
-    empty = [q for q, s in zip(ds["query_id"], rep.supervised, strict=True) if s == 0]
-    if empty and cfg.assistant_only_loss:
-        raise ValueError(f"{cfg.dataset}: {len(empty)} example(s) with no supervised tokens, e.g. {empty[:3]}")
+        raise ValueError(f"{name}: the dataset is empty")
+    rep = measure(ds, processor, max_length)
+    ids = ds["query_id"] if "query_id" in ds.column_names else [f"row {i}" for i in range(len(ds))]
+    empty = [q for q, s in zip(ids, rep.supervised, strict=True) if s == 0]
+    if empty and assistant_only_loss:
+        raise ValueError(f"{name}: {len(empty)} example(s) with no supervised tokens, e.g. {empty[:3]}")
     if rep.overlong:
-        if not cfg.drop_overlong:
-            raise ValueError(f"{cfg.dataset}: {len(rep.overlong)} example(s) longer than max_length={cfg.max_length} "
+        if not drop_overlong:
+            raise ValueError(f"{name}: {len(rep.overlong)} example(s) longer than max_length={max_length} "
                              f"tokens (longest {max(rep.lengths)}), e.g. {rep.overlong[:3]}; raise max_length, use "
                              "fewer frames / lower max_pixels, or set drop_overlong true (never truncated)")
-        bad = set(rep.overlong)
-        ds = ds.filter(lambda q: q not in bad, input_columns=["query_id"])
-        log.warning("dropped %d example(s) longer than %d tokens", len(bad), cfg.max_length)
-        if len(ds) == 0:
-            raise ValueError(f"{cfg.dataset}: every example is longer than max_length={cfg.max_length} tokens")
+        keep = [i for i, n in enumerate(rep.lengths) if n <= max_length]
+        if not keep:
+            raise ValueError(f"{name}: every example is longer than max_length={max_length} tokens")
+        ds = ds.select(keep)
+        log.warning("%s: dropped %d example(s) longer than %d tokens", name, len(rep.overlong), max_length)
     ds = ds.select_columns(["images", "messages"])
-    if cfg.repeat > 1:
-        ds = datasets.concatenate_datasets([ds] * cfg.repeat)
+    if repeat > 1:
+        ds = datasets.concatenate_datasets([ds] * repeat)
     return ds, rep
 
 
-# --- the run ------------------------------------------------------------------------------------------------
+def run_preprocessing(psr: PSRTrainArgs, info: dict | None) -> dict[str, Any]:
+    """What the adapter must be served with: the SFT set's frames, pixel cap and prompt (id + hash), the processor's
+    pixel floor. ``--max_pixels`` may only repeat the set's cap (train and serve must see the same image tokens)."""
+    from eval.errors import InputError
 
-def resolve_resume(cfg: TrainConfig) -> str | None:
-    """The checkpoint to resume from: ``auto`` -> the newest under ``checkpoints/`` (None if there is none)."""
-    if cfg.resume_from_checkpoint in (None, "", "none", "null"):
-        return None
-    if cfg.resume_from_checkpoint == "auto":
-        from transformers.trainer_utils import get_last_checkpoint
-
-        d = cfg.checkpoints_dir
-        return get_last_checkpoint(str(d)) if d.is_dir() else None
-    if not Path(cfg.resume_from_checkpoint).is_dir():
-        raise FileNotFoundError(f"resume_from_checkpoint {cfg.resume_from_checkpoint} does not exist")
-    return cfg.resume_from_checkpoint
-
-
-def sft_config(cfg: TrainConfig, cuda: bool, dtype):
-    import torch
-    from trl import SFTConfig
-
-    return SFTConfig(
-        output_dir=str(cfg.checkpoints_dir), learning_rate=cfg.learning_rate, num_train_epochs=cfg.num_train_epochs,
-        max_steps=cfg.max_steps, per_device_train_batch_size=cfg.per_device_train_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps, warmup_steps=cfg.warmup_ratio,
-        lr_scheduler_type=cfg.lr_scheduler_type, weight_decay=cfg.weight_decay, max_grad_norm=cfg.max_grad_norm,
-        optim=cfg.optim, bf16=cuda and dtype == torch.bfloat16, fp16=cuda and dtype == torch.float16,
-        gradient_checkpointing=cfg.gradient_checkpointing,
-        gradient_checkpointing_kwargs={"use_reentrant": False} if cfg.gradient_checkpointing else None,
-        max_length=None,  # lengths were checked in prepare_dataset: never truncate (image tokens stay whole)
-        assistant_only_loss=cfg.assistant_only_loss, logging_steps=cfg.logging_steps, logging_first_step=True,
-        save_strategy="steps", save_steps=cfg.save_steps, save_total_limit=cfg.save_total_limit, seed=cfg.seed,
-        use_cpu=not cuda, dataloader_num_workers=cfg.dataloader_num_workers, report_to=list(cfg.report_to) or "none",
-        remove_unused_columns=False, disable_tqdm=False)
-
-
-def load_model(cfg: TrainConfig, cuda: bool, dtype):
-    from transformers import AutoModelForImageTextToText
-
-    kw: dict[str, Any] = {"dtype": dtype}
-    q = quantization_config(cfg, dtype)
-    if q is not None:
-        kw["quantization_config"] = q
-    dm = device_map(cfg, cuda)
-    if dm is not None:
-        kw["device_map"] = dm
-    if cfg.attn_implementation:
-        kw["attn_implementation"] = cfg.attn_implementation
-    return AutoModelForImageTextToText.from_pretrained(cfg.model, **kw)
-
-
-def check_frozen_vision(model) -> dict[str, int]:
-    """Trainable parameter counts; raises when anything outside LoRA, or any vision-tower parameter, is trainable."""
-    import re
-
-    trainable = [(n, p.numel()) for n, p in model.named_parameters() if p.requires_grad]
-    vision = [n for n, _ in trainable if re.match(VISION_MODULES_REGEX, n)]
-    non_lora = [n for n, _ in trainable if "lora_" not in n]
-    if vision or non_lora:
-        raise RuntimeError(f"unexpected trainable parameters: vision {vision[:3]}, non-LoRA {non_lora[:3]}")
-    return {"trainable": sum(n for _, n in trainable), "total": sum(p.numel() for p in model.parameters())}
+    pre = dict((info or {}).get("preprocessing") or {})
+    set_px = pre.get("max_pixels")
+    if psr.max_pixels is not None and set_px is not None and psr.max_pixels != set_px:
+        raise InputError(f"max_pixels {psr.max_pixels} differs from the SFT set's {set_px} "
+                         f"({psr.dataset_name}/psr_sft.json): the student would train on other image tokens than "
+                         "its frames carry", fix="drop --max_pixels, or rebuild the set with that cap")
+    return {"frames": pre.get("frames"), "max_pixels": set_px if psr.max_pixels is None else psr.max_pixels,
+            "min_pixels": psr.min_pixels, "prompt_id": pre.get("prompt_id"), "prompt_hash": pre.get("prompt_hash")}
 
 
 def _versions() -> dict[str, str]:
     import platform
 
     out = {"python": platform.python_version()}
-    for mod in ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes", "datasets"):
+    for mod in ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes", "datasets", "deepspeed"):
         m = sys.modules.get(mod)
         if m is not None:
             out[mod] = getattr(m, "__version__", "?")
     return out
 
 
-def train(cfg: TrainConfig) -> dict[str, Any]:
-    """Run one fine-tuning job (see the module docstring); returns the metrics written to ``metrics.json``."""
-    from accelerate import PartialState
-    from trl import SFTTrainer
+# --- the run ------------------------------------------------------------------------------------------------
 
-    from distill.config import write_resolved
-    from eval.io import write_json
+def _processor(model_args, pre: dict, assistant_only_loss: bool):
     from forecasters.backends.hf_loading import load_processor
 
-    t0 = time.perf_counter()
-    state = PartialState()
-    cuda = use_cuda(cfg)
-    dtype = compute_dtype(cfg, cuda)
-    out = Path(cfg.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    proc_kw = {k: v for k, v in (("max_pixels", cfg.max_pixels), ("min_pixels", cfg.min_pixels)) if v}
-    processor = load_processor(cfg.model, **proc_kw)
-    if cfg.assistant_only_loss:
+    kw = {k: pre[k] for k in ("max_pixels", "min_pixels") if pre.get(k)}
+    processor = load_processor(model_args.model_name_or_path, **kw)
+    if assistant_only_loss:
         tpl = training_chat_template(processor)
         if tpl is not None:
             processor.chat_template = tpl
-    dataset, lengths = prepare_dataset(cfg, processor)
-    resume = resolve_resume(cfg)
-    if state.is_main_process:
-        write_resolved(cfg, out / "train.config.json", versions=_versions(), cuda=cuda, dtype=str(dtype),
-                       fsdp=fsdp_enabled(), num_processes=state.num_processes, resume_from=resume,
-                       examples=len(dataset), max_tokens=max(lengths.lengths),
-                       mean_tokens=round(sum(lengths.lengths) / len(lengths.lengths), 1))
-    model = load_model(cfg, cuda, dtype)
-    trainer = SFTTrainer(model=model, args=sft_config(cfg, cuda, dtype), train_dataset=dataset,
-                         processing_class=processor, peft_config=lora_config(cfg))
-    params = check_frozen_vision(trainer.model)
-    result = trainer.train(resume_from_checkpoint=resume)
+    return processor
+
+
+def _dataset_hash(info: dict | None, ds) -> str:
+    """The SFT set's content hash (``psr_sft.json``), else the fingerprint `datasets` gives the loaded split."""
+    return (info or {}).get("sha256") or ds._fingerprint
+
+
+def _write_adapter(trainer, out: Path, record: dict, is_main: bool) -> Path:
+    """Save the adapter to ``out/adapter`` atomically (every rank calls: FSDP gathers the full state dict)."""
+    from eval.io import write_json
+
     if trainer.is_fsdp_enabled:
         trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
     tmp = out / ".adapter.tmp"
-    if state.is_main_process and tmp.exists():
+    if is_main and tmp.exists():
         shutil.rmtree(tmp)
+    trainer.accelerator.wait_for_everyone()
     trainer.save_model(str(tmp))
+    final = out / "adapter"
+    if is_main:
+        write_json(tmp / STUDENT_INFO, record)
+        if final.exists():
+            shutil.rmtree(final)  # ours: the output directory passed check_output_dir
+        os.replace(tmp, final)
+    return final
+
+
+def build_trainer(psr: PSRTrainArgs, sft, model_args, *, train_ds, eval_ds=None, processor, identity, batch,
+                  answer_eval=None):
+    """The `StudentTrainer` of a run: TrainingArguments with the derived accumulation, checkpoints under
+    ``output_dir/checkpoints``, no truncation; LoRA weights in fp32 (except under FSDP / DeepSpeed, see the module
+    docstring). Returns (trainer, adapter dtype)."""
+    from distill.train_eval import student_trainer_class
+
+    args = dataclasses.replace(sft, output_dir=str(Path(sft.output_dir) / "checkpoints"),
+                               gradient_accumulation_steps=batch["gradient_accumulation_steps"],
+                               max_length=None,  # lengths were checked: never truncate (image tokens stay whole)
+                               eval_strategy=sft.eval_strategy if eval_ds is not None else "no")
+    model = load_model(psr, sft, model_args)
+    trainer = student_trainer_class()(
+        model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds, processing_class=processor,
+        peft_config=lora_config(psr, model_args), callbacks=[checkpoint_callback(identity)],
+        answer_eval=answer_eval, answer_max_new_tokens=psr.eval_max_new_tokens)
+    sharded = fsdp_enabled() or deepspeed_enabled(sft)
+    dtype = adapter_dtype(trainer.model) if sharded else keep_adapters_fp32(trainer.model)
+    return trainer, dtype
+
+
+@dataclass
+class RunPlan:
+    """Everything decided before the model loads: data (checked), batch arithmetic, preprocessing, config identity,
+    the checkpoint to resume from."""
+
+    out: Path
+    train_ds: Any
+    eval_ds: Any
+    answers: list | None
+    lengths: LengthReport
+    batch: dict[str, int]
+    preprocessing: dict[str, Any]
+    identity: Any
+    resume: str | None
+    processor: Any
+
+
+def plan_run(psr: PSRTrainArgs, sft, model_args) -> RunPlan:
+    """Load and check the data, derive the batch, hash the config, check the output directory and the checkpoint."""
+    from distill.train_eval import answer_examples
+
+    out = Path(sft.output_dir)
+    train_raw, eval_raw, info = load_splits(psr)
+    batch = resolve_batch(psr, sft, sft.world_size)
+    pre = run_preprocessing(psr, info)
+    identity = train_identity(psr, sft, model_args, effective_batch_size=batch["effective_batch_size"],
+                              dataset_sha256=_dataset_hash(info, train_raw), preprocessing=pre)
+    check_output_dir(out, identity)
+    resume = resolve_resume(sft.resume_from_checkpoint, out, identity)
+    processor = _processor(model_args, pre, sft.assistant_only_loss)
+    common = dict(max_length=sft.max_length, drop_overlong=psr.drop_overlong,
+                  assistant_only_loss=sft.assistant_only_loss)
+    train_ds, rep = prepare_dataset(train_raw, processor, limit=psr.max_train_samples, repeat=psr.repeat,
+                                    name=f"{psr.dataset_name} [{psr.dataset_train_split}]", **common)
+    eval_ds = answers = None
+    if eval_raw is not None and sft.eval_strategy != "no":
+        eval_ds, _ = prepare_dataset(eval_raw, processor, limit=psr.max_eval_samples,
+                                     name=f"{psr.dataset_name} [{psr.dataset_test_split}]", **common)
+        if psr.eval_answer_accuracy:
+            pool = eval_raw.select(range(min(len(eval_raw), psr.max_eval_samples or len(eval_raw))))
+            answers = answer_examples(pool, psr.eval_answer_samples, sft.seed)
+    pre = {**pre, "image_tokens_per_frame": sorted(set(rep.image_tokens_per_frame))}
+    return RunPlan(out, train_ds, eval_ds, answers, rep, batch, pre, identity, resume, processor)
+
+
+def _write_train_config(plan: RunPlan, psr: PSRTrainArgs, sft, model_args) -> None:
+    from eval.io import write_json
+
+    plan.out.mkdir(parents=True, exist_ok=True)
+    lengths = plan.lengths.lengths
+    write_json(plan.out / TRAIN_CONFIG, {
+        "config_hash": plan.identity.config_hash, "identity": plan.identity.to_dict(), "batch": plan.batch,
+        "preprocessing": plan.preprocessing, "psr": dataclasses.asdict(psr), "model": dataclasses.asdict(model_args),
+        "sft": json.loads(json.dumps(sft.to_dict(), default=str)), "versions": _versions(),
+        "fsdp": fsdp_enabled(), "deepspeed": deepspeed_enabled(sft), "resume_from": plan.resume,
+        "examples": {"train": len(plan.train_ds), "eval": len(plan.eval_ds) if plan.eval_ds is not None else 0},
+        "max_tokens": max(lengths), "mean_tokens": round(sum(lengths) / len(lengths), 1)})
+
+
+def _metrics(trainer, result, plan: RunPlan, adapter: str, params: dict, t0: float) -> dict[str, Any]:
+    history = trainer.state.log_history
+    losses = [(h["step"], h["loss"]) for h in history if "loss" in h]
+    resumed_at = int(Path(plan.resume).name.split("-")[-1]) if plan.resume else 0
+    return {"train_loss": loss_over_all_steps(history, resumed_at, result.training_loss, trainer.state.global_step),
+            "train_loss_this_run": result.training_loss, "global_step": trainer.state.global_step,
+            "first_loss": losses[0][1] if losses else None, "last_loss": losses[-1][1] if losses else None,
+            "losses": losses, "eval": eval_history(history), "resumed_from": plan.resume, "adapter_dtype": adapter,
+            "wall_s": round(time.perf_counter() - t0, 2), **plan.batch, **params}
+
+
+def train(psr: PSRTrainArgs, sft, model_args) -> dict[str, Any]:
+    """Run one fine-tuning job (see the module docstring); returns the metrics written to ``metrics.json``."""
+    from accelerate import PartialState
+
+    from eval.io import write_json
+
+    t0 = time.perf_counter()
+    sft.world_size  # noqa: B018  (sets up the distributed state as the Trainer will: PartialState(cpu=use_cpu))
+    state = PartialState()
+    plan = plan_run(psr, sft, model_args)
+    if state.is_main_process:
+        _write_train_config(plan, psr, sft, model_args)
+    trainer, adapter = build_trainer(psr, sft, model_args, train_ds=plan.train_ds, eval_ds=plan.eval_ds,
+                                     processor=plan.processor, identity=plan.identity, batch=plan.batch,
+                                     answer_eval=plan.answers)
+    params = count_parameters(trainer.model)
+    log.info("trainable LoRA weights in %s; %d of %d parameters trainable", adapter, params["trainable"],
+             params["total"])
+    result = trainer.train(resume_from_checkpoint=plan.resume)
+    record = {"base_model": model_args.model_name_or_path, "dataset": psr.dataset_name,
+              "load_in_4bit": model_args.load_in_4bit, "config_hash": plan.identity.config_hash,
+              "preprocessing": plan.preprocessing}
+    _write_adapter(trainer, plan.out, record, state.is_main_process)
+    if sft.push_to_hub:
+        trainer.push_to_hub(dataset_name=psr.dataset_name)
     metrics: dict[str, Any] = {}
     if state.is_main_process:
-        if cfg.adapter_dir.exists():
-            shutil.rmtree(cfg.adapter_dir)
-        os.replace(tmp, cfg.adapter_dir)
-        write_json(cfg.adapter_dir / "psr_student.json", {"base_model": cfg.model, "dataset": cfg.dataset,
-                                                          "load_in_4bit": cfg.load_in_4bit})
-        history = trainer.state.log_history
-        losses = [(h["step"], h["loss"]) for h in history if "loss" in h]
-        metrics = {"train_loss": result.training_loss, "global_step": trainer.state.global_step,
-                   "first_loss": losses[0][1] if losses else None, "last_loss": losses[-1][1] if losses else None,
-                   "losses": losses, "resumed_from": resume, "wall_s": round(time.perf_counter() - t0, 2), **params}
-        write_json(out / "train_log.json", history)
-        write_json(out / "metrics.json", metrics)
+        metrics = _metrics(trainer, result, plan, adapter, params, t0)
+        write_json(plan.out / "train_log.json", trainer.state.log_history)
+        write_json(plan.out / "metrics.json", metrics)
     state.wait_for_everyone()
     return metrics
 
 
 def main(argv: list[str] | None = None) -> int:
-    from distill.config import parse
-    from eval.io import FormatError
+    from eval.errors import PSRError
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
-        cfg = parse(TrainConfig, "train", argv, prog="python -m distill.train",
-                    description=__doc__.split("\n\n")[0] + "\n\nSee the module docstring of distill.train.")
-        metrics = train(cfg)
-    except (FormatError, ValueError, FileNotFoundError) as e:
+        psr, sft, model_args = parse_train_args(argv)
+        metrics = train(psr, sft, model_args)
+    except (PSRError, ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if metrics:
-        print(json.dumps({k: v for k, v in metrics.items() if k != "losses"}, indent=2))
+        print(json.dumps({k: v for k, v in metrics.items() if k not in ("losses", "eval")}, indent=2))
     return 0
 
 

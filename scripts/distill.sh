@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The chain-of-thought distillation recipe end to end (DynaPix §5.1 applied to PSR):
-#   predicates -> narration -> SFT sets -> train CoT + answer-only students -> forecast (zero-shot base, answer-only,
-#   CoT) -> retrieve -> eval report (comparison table + paired significance) -> answer accuracy -> faithfulness.
+#   predicates -> narration -> SFT sets -> train CoT, answer-only and trajectory-labels students -> forecast
+#   (zero-shot base and the three students) -> retrieve -> eval report (comparison table + paired significance) ->
+#   answer accuracy (exact and snapped, every pair) -> faithfulness.
 # Every step is a package command (logged before it runs); the jobs resume, so rerunning continues where it stopped.
 #
 # GPU (student 8B, teacher Qwen3-32B through in-process vLLM):
@@ -82,7 +83,7 @@ if [[ $DEMO == 1 ]]; then
     [[ -f "$MODEL/config.json" ]] || run "$PY" -m forecasters tiny-model --kind qwen3_vl --out "$MODEL"
   fi
   TRAIN=("$PY" -m distill.train --max_steps 8)
-  SFT_LIMIT=(--limit 32); FAITH_LIMIT=(--limit 24)   # 24 test queries, stratified over the test videos
+  SFT_LIMIT=(--limit 32 --eval_limit 8); FAITH_LIMIT=(--limit 24)   # 24 test queries, stratified over the test videos
 else
   TRAIN=(accelerate launch --config_file "$ACCEL")
   [[ -n "$NPROC" ]] && TRAIN+=(--num_processes "$NPROC")
@@ -90,7 +91,7 @@ else
 fi
 [[ -n "$DATA" ]] || { echo "--data is required" >&2; usage >&2; exit 2; }
 cfg() { "$PY" -m distill config-get --config "$PRESET" --section "$1" --key "$2"; }
-[[ -n "$MODEL" ]] || MODEL="$(cfg train model)"
+[[ -n "$MODEL" ]] || MODEL="$(cfg train model_name_or_path)"
 FRAMES="$(cfg sft frames)"; MAX_PIXELS="$(cfg sft max_pixels)"
 NARRATE=(--config "$PRESET" --data "$DATA" --predicates "$OUT/predicates.jsonl")
 [[ -n "$NARRATOR" ]] && NARRATE+=(--narrator "$NARRATOR")
@@ -101,22 +102,28 @@ LIMIT_ARGS=(); [[ -n "$LIMIT" ]] && LIMIT_ARGS=(--limit "$LIMIT")
 run "$PY" -m distill predicates --config "$PRESET" --data "$DATA" --out "$OUT/predicates.jsonl"
 # 2. narration: the teacher (or the template narrator) phrases the train predicates; every output is validated
 run "$PY" -m distill narrate "${NARRATE[@]}" --split train --out "$OUT/rationales"
+#    the validation split, narrated the same way: eval loss and answer accuracy of the students during training
+run "$PY" -m distill narrate "${NARRATE[@]}" --split val --out "$OUT/rationales-val"
 #    rationales of test queries (deterministic template narrator): the test side of the leakage probe
 run "$PY" -m distill narrate --config "$PRESET" --data "$DATA" --predicates "$OUT/predicates.jsonl" \
     --narrator template --split test --out "$OUT/rationales-test"
 #    answer restatements, leakage probes (string match, classifier) and validator rejects
 run "$PY" -m distill rationale-stats --data "$DATA" --rationales "[$OUT/rationales, $OUT/rationales-test]" \
     --out "$OUT/rationale-stats" > /dev/null
-# 3. SFT sets: CoT and answer-only, same queries and prompts (skipped when built; delete $OUT/sft to rebuild)
+# 3. SFT sets (Parquet): CoT, answer-only and trajectory-labels, same queries and prompts, train + validation splits
+#    (skipped when built; delete $OUT/sft to rebuild)
 [[ -f "$OUT/sft/sft.summary.json" ]] || \
-  run "$PY" -m distill sft --config "$PRESET" --data "$DATA" --rationales "$OUT/rationales" --out "$OUT/sft" "${SFT_LIMIT[@]}"
-# 4. students: LoRA on a 4-bit base, one per variant (an interrupted run resumes from its newest checkpoint;
-#    a finished one, with adapter/ written, is skipped)
-for V in cot answer; do
+  run "$PY" -m distill sft --config "$PRESET" --data "$DATA" --rationales "$OUT/rationales" \
+      --eval_rationales "$OUT/rationales-val" --out "$OUT/sft" "${SFT_LIMIT[@]}"
+# 4. students: LoRA on a 4-bit base, one per variant, at the preset's effective batch on any number of processes
+#    (an interrupted run resumes from its newest checkpoint of the same config; a finished one is skipped)
+for V in cot answer trajectory; do
   [[ -f "$OUT/students/$V/adapter/adapter_config.json" ]] || \
-    run "${TRAIN[@]}" --config "$PRESET" --model "$MODEL" --dataset "$OUT/sft/$V" --output_dir "$OUT/students/$V"
+    run "${TRAIN[@]}" --config "$PRESET" --model_name_or_path "$MODEL" --dataset_name "$OUT/sft/$V" \
+        --output_dir "$OUT/students/$V"
 done
-# 5. forecast the test split: zero-shot base (same prompt, no adapter), answer-only student, CoT student.
+# 5. forecast the test split: zero-shot base (same prompt, no adapter), answer-only, trajectory-labels and CoT
+#    students (an adapter carries its frames and pixel cap; the values passed here must agree with them).
 #    The vllm backend runs in vLLM's own venv (scripts/install_vllm.sh [--gpu]; VLLM_PY overrides) with this repo on
 #    PYTHONPATH: vLLM pins an older transformers than the toolkit's.
 FPY="$PY"
@@ -125,8 +132,10 @@ if [[ "$FB" == vllm ]]; then
   [[ -x "$FPY" ]] || { echo "--forecast-backend vllm needs vLLM's venv at $FPY: run scripts/install_vllm.sh --gpu" >&2; exit 2; }
   export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
-declare -A ADAPTER=([zero-shot]="" [answer-only]="$OUT/students/answer/adapter" [cot]="$OUT/students/cot/adapter")
-for NAME in zero-shot answer-only cot; do
+declare -A ADAPTER=([zero-shot]="" [answer-only]="$OUT/students/answer/adapter"
+                    [trajectory-labels]="$OUT/students/trajectory/adapter" [cot]="$OUT/students/cot/adapter")
+METHODS=(zero-shot answer-only trajectory-labels cot)
+for NAME in "${METHODS[@]}"; do
   A=(); [[ -n "${ADAPTER[$NAME]}" ]] && A=(--adapter "${ADAPTER[$NAME]}")
   run "$FPY" -m forecasters run --data "$DATA" --split test --forecaster student --backend "$FB" --model "$MODEL" \
       "${A[@]}" --frames "$FRAMES" --max-pixels "$MAX_PIXELS" --max-tokens "$MAX_TOKENS" "${LIMIT_ARGS[@]}" \
@@ -135,19 +144,26 @@ done
 # 6. retrieve: embed each phrase file in the semantic space, rank the corpus
 [[ -f "$DATA/features/$SPACE/meta.json" ]] || \
   run "$PY" -m retrieval encode --data "$DATA" --space "$SPACE" --model "$SPACE_MODEL" --kind semantic
-for NAME in zero-shot answer-only cot; do
+for NAME in "${METHODS[@]}"; do
   run "$PY" -m retrieval search --data "$DATA" --phrases "$OUT/phrases/$NAME.jsonl" --space "$SPACE" --split test \
       --method "$NAME" --out "$OUT/runs/$NAME.parquet"
+  #  the snap read of the answers table: each phrase snapped to its nearest canonical state
+  run "$PY" -m retrieval search --data "$DATA" --phrases "$OUT/phrases/$NAME.jsonl" --space "$SPACE" --split test \
+      --method "$NAME+snap" --canonicalize 1 --out "$OUT/runs/$NAME+snap.parquet"
 done
-# 7. evaluate: the comparison table with paired significance vs the zero-shot base, and CoT vs answer-only
+# 7. evaluate: the comparison table with paired significance vs the zero-shot base, and vs the answer-only control
 #    (retrieval names a run METHOD[SPACE])
-run "$PY" -m eval report "$OUT/runs/zero-shot.parquet" "$OUT/runs/answer-only.parquet" "$OUT/runs/cot.parquet" \
-    --data "$DATA" --out "$OUT/report" --reference "zero-shot[$SPACE]"
-run "$PY" -m eval report "$OUT/runs/answer-only.parquet" "$OUT/runs/cot.parquet" \
-    --data "$DATA" --out "$OUT/report-cot-vs-answer-only" --reference "answer-only[$SPACE]"
-run "$PY" -m distill answers --data "$DATA" --reference zero-shot --out "$OUT/answers" \
-    --phrases "[$OUT/phrases/zero-shot.jsonl, $OUT/phrases/answer-only.jsonl, $OUT/phrases/cot.jsonl]" \
-    --names "[zero-shot, answer-only, cot]"
+RUNS=(); PHRASES=(); SNAPS=()
+for NAME in "${METHODS[@]}"; do
+  RUNS+=("$OUT/runs/$NAME.parquet"); PHRASES+=("$OUT/phrases/$NAME.jsonl"); SNAPS+=("$NAME=$OUT/runs/$NAME+snap.parquet")
+done
+join() { local IFS=,; echo "[$*]"; }
+run "$PY" -m eval report "${RUNS[@]}" --data "$DATA" --out "$OUT/report" --reference "zero-shot[$SPACE]"
+run "$PY" -m eval report "${RUNS[@]:1}" --data "$DATA" --out "$OUT/report-cot-vs-answer-only" \
+    --reference "answer-only[$SPACE]"
+#    answer accuracy, exact and snapped, every pair (cot vs trajectory-labels vs answer-only) with a bootstrap by video
+run "$PY" -m distill answers --data "$DATA" --out "$OUT/answers" --phrases "$(join "${PHRASES[@]}")" \
+    --names "$(join "${METHODS[@]}")" --snap_runs "$(join "${SNAPS[@]}")"
 # 8. faithfulness of the CoT student (SCOTT-style: counterfactual evidence, does the answer move to it?)
 run "$PY" -m distill faithfulness --config "$PRESET" --data "$DATA" --model "$MODEL" \
     --adapter "$OUT/students/cot/adapter" --predicates "$OUT/predicates.jsonl" --out "$OUT/faithfulness" \

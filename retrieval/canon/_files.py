@@ -14,12 +14,9 @@ from eval.io import atomic_dir
 MARKER = ".psr-canon"
 
 
-@contextlib.contextmanager
-def staged_dir(final: str | os.PathLike, kind: str) -> Iterator[Path]:
-    """Yield an empty staging directory; on success it replaces ``final``.
-
-    ``final`` may be missing, empty, or an earlier output of the same ``kind``; anything else raises
-    `FileExistsError` before any work is done."""
+def check_out_dir(final: str | os.PathLike, kind: str) -> Path:
+    """``final`` when it may be replaced by a ``canon <kind>`` output: missing, empty, or an earlier output of the same
+    ``kind``; anything else raises `FileExistsError` (call it before the work, to refuse early)."""
     final = Path(final)
     if final.exists():
         if not final.is_dir():
@@ -28,6 +25,13 @@ def staged_dir(final: str | os.PathLike, kind: str) -> Iterator[Path]:
         mine = marker.exists() and marker.read_text(encoding="utf-8").strip() == kind
         if any(final.iterdir()) and not mine:
             raise FileExistsError(f"{final} is not empty and was not written by `canon {kind}`; refusing to replace it")
+    return final
+
+
+@contextlib.contextmanager
+def staged_dir(final: str | os.PathLike, kind: str) -> Iterator[Path]:
+    """Yield an empty staging directory; on success it replaces ``final`` (which `check_out_dir` must accept)."""
+    final = check_out_dir(final, kind)
     with atomic_dir(final, tag=kind) as stage:
         yield stage
         (stage / MARKER).write_text(kind + "\n", encoding="utf-8")

@@ -44,7 +44,7 @@ from eval.features import list_spaces, read_meta
 from eval.io import write_json, write_jsonl
 from eval.schema import GT_TIERS
 from retrieval.canon._files import staged_dir
-from retrieval.canon.cluster import Clustering, assign, greedy_cluster, similar_pairs, to_grid, visit_order
+from retrieval.canon.cluster import Clustering, assign, greedy_cluster, similar_pairs, unit_rows, visit_order
 from retrieval.canon.metrics import partition_scores, vocabulary_stats
 from retrieval.canon.vocab import PhraseVocab, from_benchmark, segment_phrases
 
@@ -61,6 +61,7 @@ class ApplyConfig:
     batch_size: int = 128
     device: str | None = None
     copy: bool = False  # copy frames / visual features instead of linking them
+    ties: str = "first"  # count ties of the visiting order: `retrieval.canon.cluster.visit_order`
 
     def resolved_similar(self) -> float:
         return self.threshold - 0.10 if self.similar_threshold is None else self.similar_threshold
@@ -84,12 +85,12 @@ class Canonical:
         """Append a state with no raw phrase (a target text that joined no seed); returns its index."""
         self.texts.append(text)
         self.members.append([text])
-        self.grid = np.vstack([self.grid, to_grid(vec[None])])
+        self.grid = np.vstack([self.grid, unit_rows(vec[None])])
         return len(self.texts) - 1
 
 
 def canonical_states(vocab: PhraseVocab, emb: np.ndarray, cl: Clustering) -> Canonical:
-    grid = to_grid(emb)
+    grid = unit_rows(emb)
     members = [[vocab.phrases[i] for i in rows] for rows in cl.members()]
     return Canonical([m[0] for m in members], members, grid[cl.seeds], cl.labels.copy())
 
@@ -283,7 +284,7 @@ def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print
     encoder = encoder or TextEncoder(cfg.model, device=cfg.device, batch_size=cfg.batch_size)
     log(f"{len(vocab):,} raw phrases ({int(vocab.counts.sum()):,} segments); embedding with {cfg.model}")
     emb = encoder.encode_items(vocab.phrases, progress=progress)
-    cl = greedy_cluster(emb, cfg.threshold, visit_order(vocab.counts, vocab.phrases), progress=progress)
+    cl = greedy_cluster(emb, cfg.threshold, visit_order(vocab.counts, vocab.phrases, cfg.ties), progress=progress)
     canon = canonical_states(vocab, emb, cl)
     log(f"threshold {cfg.threshold:g}: {cl.n_clusters:,} canonical states (source benchmark: {len(bench.state_ids):,})")
     out = rekey(bench, vocab, canon, encoder, cfg)

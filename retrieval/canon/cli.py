@@ -1,4 +1,5 @@
-"""``python -m retrieval canon ...``: the canonicalization probes (sweep, apply, finetune, report).
+"""``python -m retrieval canon ...``: canonicalization (sweep, cluster, assign, apply) and its probes (finetune,
+report).
 
 The snap (canonicalize-then-retrieve) is an option of phrase search: ``python -m retrieval search ... --canonicalize
 TOP_M``. The phrase sources of the probes are forecasters: ``python -m forecasters run --forecaster paraphrase |
@@ -13,12 +14,19 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-app = typer.Typer(help="Canonicalization probes: greedy clustering sweep, re-keying, robust encoder, report.",
+app = typer.Typer(help="Canonicalization: greedy clustering sweep, one saved clustering, assigning and re-keying "
+                       "phrases and benchmarks; probes: robust encoder, report.",
                   no_args_is_help=True, add_completion=False)
 console = Console()
 
 MODEL = typer.Option("BAAI/bge-small-en-v1.5", "--model",
                      help="sentence-transformers text model (HF id or path; 'packaged:all-MiniLM-L6-v2' offline)")
+
+
+TIES = typer.Option("first", "--ties", help="visiting order of phrases of equal count: 'first' (first occurrence in "
+                                             "the input) or 'text' (phrase text, code-point order)")
+PHRASES_HELP = ("phrase file: .txt (one per line), .csv/.tsv (header naming a 'phrase' column; optional 'count', "
+                "'label', 'query_id'), .json (array) or .jsonl (objects with 'phrase', or a forecaster's phrase file)")
 
 
 def _log(msg: str) -> None:
@@ -36,19 +44,20 @@ def _floats(text: str) -> list[float]:
 def sweep(
     out: Path = typer.Option(..., "--out", help="output directory (tables, sweep.json, clusters, plot)"),
     data: Path = typer.Option(None, "--data", help="benchmark directory: cluster its corpus's raw descriptions"),
-    phrases: Path = typer.Option(None, "--phrases", help="or a phrase list: .txt (one per line), .tsv "
-                                                         "(phrase, count[, label]) or .jsonl (phrase[, count, label])"),
+    phrases: Path = typer.Option(None, "--phrases", help="or a " + PHRASES_HELP),
     thresholds: str = typer.Option("0.80,0.85,0.90", "--thresholds", help="comma-separated cosine thresholds"),
     model: str = MODEL,
+    ties: str = TIES,
     batch_size: int = typer.Option(128, "--batch-size", min=1),
     device: str = typer.Option(None, "--device"),
 ) -> None:
     """Cluster the raw state vocabulary at each threshold: vocabulary size, merge rate, cluster sizes, and purity /
-    inverse purity / ARI against the true synonym sets when known."""
+    inverse purity / ARI against the true synonym sets when known; per threshold the clusters and the per-phrase
+    map."""
     from retrieval.canon.sweep import SweepConfig, run_sweep
 
     cfg = SweepConfig(out=str(out), data=str(data) if data else None, phrases=str(phrases) if phrases else None,
-                      thresholds=_floats(thresholds), model=model, batch_size=batch_size, device=device)
+                      thresholds=_floats(thresholds), model=model, ties=ties, batch_size=batch_size, device=device)
     try:
         doc = run_sweep(cfg, log=_log)
     except (ValueError, FileExistsError) as e:
@@ -58,23 +67,99 @@ def sweep(
 
 
 @app.command()
-def apply(
-    data: Path = typer.Option(..., "--data", help="source benchmark directory (read only)"),
-    out: Path = typer.Option(..., "--out", help="directory of the re-keyed benchmark"),
-    threshold: float = typer.Option(0.85, "--threshold", min=0.0, max=1.0),
+def cluster(
+    out: Path = typer.Option(..., "--out", help="output directory (states, per-phrase map, seed embeddings)"),
+    data: Path = typer.Option(None, "--data", help="benchmark directory: cluster its corpus's raw descriptions"),
+    phrases: Path = typer.Option(None, "--phrases", help="or a " + PHRASES_HELP),
+    threshold: float = typer.Option(0.85, "--threshold", help="cosine threshold"),
     model: str = MODEL,
-    similar_threshold: float = typer.Option(None, "--similar-threshold",
-                                            help="cosine of the bge_similar tier's neighbour states (default T-0.10)"),
-    copy: bool = typer.Option(False, "--copy", help="copy frames and visual features instead of linking them"),
+    ties: str = TIES,
     batch_size: int = typer.Option(128, "--batch-size", min=1),
     device: str = typer.Option(None, "--device"),
 ) -> None:
-    """Canonicalize the raw vocabulary at one threshold and write a re-keyed benchmark (GT pools recomputed)."""
-    from retrieval.canon.apply import ApplyConfig, apply_canonicalization
+    """Canonicalize phrases at one threshold and save the clustering (for `canon assign` and `canon apply
+    --phrases`): states.jsonl, phrases.jsonl (phrase -> state id, seed, cosine, query ids), seeds.npy."""
+    from retrieval.canon.store import ClusterConfig, run_cluster
 
-    cfg = ApplyConfig(data=str(data), out=str(out), threshold=threshold, model=model,
-                      similar_threshold=similar_threshold, batch_size=batch_size, device=device, copy=copy)
+    cfg = ClusterConfig(out=str(out), data=str(data) if data else None, phrases=str(phrases) if phrases else None,
+                        threshold=threshold, model=model, ties=ties, batch_size=batch_size, device=device)
     try:
+        run_cluster(cfg, log=_log)
+    except (ValueError, FileExistsError) as e:
+        raise typer.BadParameter(str(e)) from None
+    console.print(f"[green]wrote[/] {escape(str(out))}")
+
+
+NEW_STATES = typer.Option(True, "--new-states/--no-new-states",
+                          help="a phrase that joins no seed founds a new state (default), or keeps no state")
+
+
+@app.command()
+def assign(
+    clustering: Path = typer.Option(..., "--clustering", help="directory written by `canon cluster`"),
+    phrases: Path = typer.Option(..., "--phrases", help="new phrases: a " + PHRASES_HELP),
+    out: Path = typer.Option(..., "--out", help="output .jsonl: one row per phrase"),
+    model: str = typer.Option(None, "--model", help="text model (default: the clustering's)"),
+    ties: str = TIES,
+    new_states: bool = NEW_STATES,
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing --out file"),
+    batch_size: int = typer.Option(128, "--batch-size", min=1),
+    device: str = typer.Option(None, "--device"),
+) -> None:
+    """Assign new phrases to a saved clustering with its rule (phrase -> state id, seed, cosine, status)."""
+    from retrieval.canon.assign import AssignConfig, run_assign
+
+    cfg = AssignConfig(clustering=str(clustering), phrases=str(phrases), out=str(out), model=model, ties=ties,
+                       new_states=new_states, overwrite=overwrite, batch_size=batch_size, device=device)
+    try:
+        run_assign(cfg, log=_log)
+    except (ValueError, FileExistsError) as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+@app.command()
+def apply(
+    out: Path = typer.Option(..., "--out", help="directory of the re-keyed benchmark, or the re-keyed phrase file"),
+    data: Path = typer.Option(None, "--data", help="source benchmark directory (read only)"),
+    phrases: Path = typer.Option(None, "--phrases", help="or a forecaster's phrase file (.jsonl) to re-key to the "
+                                                         "states of --clustering"),
+    clustering: Path = typer.Option(None, "--clustering", help="with --phrases: a directory written by `canon "
+                                                               "cluster`"),
+    threshold: float = typer.Option(0.85, "--threshold", min=0.0, max=1.0),
+    model: str = typer.Option(None, "--model", help="text model (default: BAAI/bge-small-en-v1.5 with --data, the "
+                                                    "clustering's with --phrases)"),
+    ties: str = TIES,
+    similar_threshold: float = typer.Option(None, "--similar-threshold",
+                                            help="cosine of the bge_similar tier's neighbour states (default T-0.10)"),
+    copy: bool = typer.Option(False, "--copy", help="copy frames and visual features instead of linking them"),
+    new_states: bool = NEW_STATES,
+    overwrite: bool = typer.Option(False, "--overwrite", help="with --phrases: replace an existing --out file"),
+    batch_size: int = typer.Option(128, "--batch-size", min=1),
+    device: str = typer.Option(None, "--device"),
+) -> None:
+    """Canonicalize a benchmark's raw vocabulary at one threshold and write a re-keyed benchmark (GT pools
+    recomputed); or, with --phrases and --clustering, re-key a phrase file to a saved clustering's states."""
+    try:
+        if ties not in ("first", "text"):
+            raise ValueError(f"--ties must be 'first' or 'text', got {ties!r}")
+        if (data is None) == (phrases is None):
+            raise ValueError("give exactly one of --data (a benchmark) or --phrases (a phrase file, with --clustering)")
+        if phrases is not None:
+            from retrieval.canon.assign import AssignConfig, apply_phrase_file
+
+            if clustering is None:
+                raise ValueError("--phrases needs --clustering (a directory written by `canon cluster`)")
+            apply_phrase_file(AssignConfig(clustering=str(clustering), phrases=str(phrases), out=str(out),
+                                           model=model, ties=ties, new_states=new_states, overwrite=overwrite,
+                                           batch_size=batch_size, device=device), log=_log)
+            return
+        from retrieval.canon.apply import ApplyConfig, apply_canonicalization
+
+        if clustering is not None:
+            raise ValueError("--clustering goes with --phrases; with --data the clustering is made at --threshold")
+        cfg = ApplyConfig(data=str(data), out=str(out), threshold=threshold, model=model or ApplyConfig.model,
+                          similar_threshold=similar_threshold, batch_size=batch_size, device=device, copy=copy,
+                          ties=ties)
         apply_canonicalization(cfg, log=_log)
     except (ValueError, FileExistsError) as e:
         raise typer.BadParameter(str(e)) from None

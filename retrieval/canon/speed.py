@@ -9,7 +9,7 @@ frequent first, as in the PSR pipeline (51,362 canonical states from the raw voc
 
 Timed in one run, same data, same threads:
 
-- ``fast``: `greedy_cluster` (blocked float32 BLAS products against the growing seed set + exact refinement);
+- ``fast``: `greedy_cluster` (blocked int8 or float32 screen against the growing seed set + exact refinement);
 - ``(a) loop``: `greedy_cluster_loop` with float32 matrix-vector products (the fastest straightforward loop), run
   on ``loop_phrases`` phrases in slices spread over the visiting order (each slice starts from the true seed set
   at its position) and extrapolated: its per-phrase time is modelled as ``c0 + c1 S`` (``S`` = seeds at that
@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from retrieval.canon.cluster import DEFAULT_BLOCK, DEFAULT_SEED_CHUNK, greedy_cluster, greedy_cluster_loop, to_grid
+from retrieval.canon.cluster import DEFAULT_BLOCK, DEFAULT_SEED_CHUNK, greedy_cluster, greedy_cluster_loop, unit_rows
 
 
 @dataclass
@@ -91,7 +91,7 @@ def _positions(order: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return pos[rows]
 
 
-def time_loop(grid: np.ndarray, clustering, threshold: float, total: int, slices: int = 5) -> list[tuple[int, float]]:
+def time_loop(units: np.ndarray, clustering, threshold: float, total: int, slices: int = 5) -> list[tuple[int, float]]:
     """Time the float32 loop (`greedy_cluster_loop`) on ``slices`` slices of ``total // slices`` phrases spread over
     the visiting order, each started from the true seed set at its start (from ``clustering``, which the loop
     reproduces). Returns ``[(seeds at the slice start, seconds per phrase)]``."""
@@ -104,14 +104,14 @@ def time_loop(grid: np.ndarray, clustering, threshold: float, total: int, slices
     for start in np.linspace(0, max(n - m, 0), slices).astype(int):
         init = seeds_by_pos[: curve[start]]
         rows = np.concatenate([init, clustering.order[start:start + m]])  # the slice as its own small problem
-        sub = grid[rows]
+        sub = units[rows]
         t0 = time.perf_counter()
         greedy_cluster_loop(sub, threshold, exact=False, start=len(init), initial_seeds=np.arange(len(init)))
         points.append((int(curve[start]), (time.perf_counter() - t0) / m))
     return points
 
 
-def dense_bound(grid: np.ndarray, seed_rows: np.ndarray, block: int = DEFAULT_BLOCK,
+def dense_bound(units: np.ndarray, seed_rows: np.ndarray, block: int = DEFAULT_BLOCK,
                 seed_chunk: int = DEFAULT_SEED_CHUNK, kind: str = "float32") -> float:
     """Seconds of one product of all phrases against the final seeds, in the same tiles as the fast path, with the
     running row maximum: nothing but the product and one reduction. ``kind``: ``"float32"`` (BLAS) or ``"int8"``
@@ -119,15 +119,15 @@ def dense_bound(grid: np.ndarray, seed_rows: np.ndarray, block: int = DEFAULT_BL
     import torch
 
     if kind == "int8":
-        scale = float(np.abs(grid).max()) / 127.0
-        grid = np.rint(grid / scale).astype(np.int8)
-    seeds = np.ascontiguousarray(grid[seed_rows])
-    best = np.full(grid.shape[0], np.iinfo(np.int32).min if kind == "int8" else -2.0,
+        scale = float(np.abs(units).max()) / 127.0
+        units = np.rint(units / scale).astype(np.int8)
+    seeds = np.ascontiguousarray(units[seed_rows])
+    best = np.full(units.shape[0], np.iinfo(np.int32).min if kind == "int8" else -2.0,
                    np.int32 if kind == "int8" else np.float32)
     buf = np.empty((block, min(seed_chunk, len(seeds))), np.float32)
     t0 = time.perf_counter()
-    for a in range(0, grid.shape[0], block):
-        blk = grid[a:a + block]
+    for a in range(0, units.shape[0], block):
+        blk = units[a:a + block]
         tb = torch.from_numpy(blk) if kind == "int8" else None
         for s in range(0, len(seeds), seed_chunk):
             t = seeds[s:s + seed_chunk]
@@ -165,10 +165,10 @@ def run_speed_benchmark(cfg: SpeedConfig, *, progress: bool = True, log=print) -
     t0 = time.perf_counter()
     emb, truth, counts = clustered_embeddings(cfg.n, cfg.n_clusters, cfg.dim, sigma_lo=cfg.sigma_lo,
                                               sigma_hi=cfg.sigma_hi, seed=cfg.seed)
-    order = visit_order(counts, [f"{i:09d}" for i in range(cfg.n)])
+    order = visit_order(counts)
     log(f"data: {cfg.n:,} x {cfg.dim} with {cfg.n_clusters:,} true clusters ({time.perf_counter() - t0:.1f} s)")
     greedy_cluster(emb[:2000], cfg.threshold, screen=cfg.screen)  # compile the numba pass outside the timing
-    grid = to_grid(emb)
+    units = unit_rows(emb)
     m = min(cfg.loop_phrases, cfg.n)
     rounds: list[dict] = []
     fast = None
@@ -177,9 +177,9 @@ def run_speed_benchmark(cfg: SpeedConfig, *, progress: bool = True, log=print) -
         fast = greedy_cluster(emb, cfg.threshold, order, block=cfg.block, seed_chunk=cfg.seed_chunk,
                               screen=cfg.screen, progress=progress)
         rd = {"fast_s": time.perf_counter() - t0, "load_avg_1m": os.getloadavg()[0]}
-        rd["dense_bound_s"] = dense_bound(grid, fast.seeds, cfg.block, cfg.seed_chunk)
-        rd["dense_bound_int8_s"] = dense_bound(grid, fast.seeds, cfg.block, cfg.seed_chunk, kind="int8")
-        rd["loop_points"] = time_loop(grid, fast, cfg.threshold, m)
+        rd["dense_bound_s"] = dense_bound(units, fast.seeds, cfg.block, cfg.seed_chunk)
+        rd["dense_bound_int8_s"] = dense_bound(units, fast.seeds, cfg.block, cfg.seed_chunk, kind="int8")
+        rd["loop_points"] = time_loop(units, fast, cfg.threshold, m)
         rounds.append(rd)
         log(f"round {r + 1}: fast {rd['fast_s']:.1f} s; (b) dense {rd['dense_bound_s']:.1f} s float32, "
             f"{rd['dense_bound_int8_s']:.1f} s int8; (a) {sum(p[1] for p in rd['loop_points']) * 1e3 / len(rd['loop_points']):.1f}"

@@ -7,11 +7,14 @@ most frequent phrase first). Per threshold: vocabulary size, merge rate, mean / 
 rule of thumb ``mean size <= 5`` (`retrieval.canon.metrics`), and, when the vocabulary has a true partition (the
 synthetic benchmark's synonym sets), purity, inverse purity and the adjusted Rand index.
 
-Output directory::
+Output directory (``<T>``: `threshold_label`, the threshold to full precision, so two thresholds never share a
+file; a threshold given twice is refused)::
 
     sweep.{md,csv,tex}       one row per threshold
     sweep.json               every number, the vocabulary summary, the resolved config
     clusters_t<T>.jsonl      per threshold, one canonical state per line: id, text (the seed), phrases, counts
+    phrases_t<T>.jsonl       per threshold, one phrase per line (input order): phrase, count, state_id, seed,
+                             similarity (to the seed), query_ids (phrase files), label (when known)
     cluster_sizes.png        cluster-size distribution per threshold (and vocabulary size vs threshold)
     config.json              the resolved config
 """
@@ -24,10 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
+from eval.errors import InputError
 from eval.io import write_json, write_jsonl
-from retrieval.canon._files import staged_dir
-from retrieval.canon.cluster import Clustering, greedy_cluster, visit_order
+from retrieval.canon._files import check_out_dir, staged_dir
+from retrieval.canon.cluster import TIES, greedy_cluster, visit_order
 from retrieval.canon.metrics import MAX_MEAN_CLUSTER_SIZE, partition_scores, vocabulary_stats
+from retrieval.canon.store import clusters_rows, phrase_rows
 from retrieval.canon.vocab import PhraseVocab, from_benchmark, from_file
 
 DEFAULT_THRESHOLDS = (0.80, 0.85, 0.90)
@@ -42,23 +47,42 @@ class SweepConfig:
     phrases: str | None = None
     thresholds: list[float] = field(default_factory=lambda: list(DEFAULT_THRESHOLDS))
     model: str = "BAAI/bge-small-en-v1.5"
+    ties: str = "first"
     batch_size: int = 128
     device: str | None = None
 
     def check(self) -> None:
         if (self.data is None) == (self.phrases is None):
-            raise ValueError("give exactly one of --data (a benchmark directory) or --phrases (a phrase list file)")
+            raise InputError("give exactly one of --data (a benchmark directory) or --phrases (a phrase list file)")
         if not self.thresholds:
-            raise ValueError("give at least one threshold")
+            raise InputError("give at least one threshold")
+        seen: dict[float, str] = {}
         for t in self.thresholds:
-            if not 0.0 < t <= 1.0:
-                raise ValueError(f"thresholds must lie in (0, 1], got {t}")
+            if not 0.0 < float(t) <= 1.0:
+                raise InputError(f"thresholds must lie in (0, 1], got {t}")
+            if float(t) in seen:
+                raise InputError(f"threshold {threshold_label(t)} is given twice (as {seen[float(t)]} and {t!r}): "
+                                 "each threshold has its own output files")
+            seen[float(t)] = repr(t)
+        if self.ties not in TIES:
+            raise InputError(f"--ties must be one of {', '.join(TIES)}, got {self.ties!r}")
+
+
+def threshold_label(t: float) -> str:
+    """The threshold to full precision, with at least two decimals: 0.8 -> ``0.80``, 0.854 -> ``0.854`` (labels of
+    distinct thresholds differ, so their files never collide)."""
+    two = f"{float(t):.2f}"
+    return two if float(two) == float(t) else repr(float(t))
 
 
 def load_vocab(data: str | None, phrases: str | None) -> PhraseVocab:
+    """The vocabulary of a benchmark directory (``data``) or of a phrase file (`retrieval.canon.vocab.from_file`)."""
     if data is not None:
         from eval.benchmark import Benchmark
 
+        if not Path(data).is_dir():
+            raise InputError(f"benchmark directory {data} does not exist" if not Path(data).exists()
+                             else f"--data {data} is not a directory (a benchmark is a directory)")
         return from_benchmark(Benchmark.load(data))
     return from_file(phrases)
 
@@ -73,20 +97,11 @@ def embed_vocab(vocab: PhraseVocab, model: str, *, batch_size: int = 128, device
     return enc.encode_items(vocab.phrases, progress=progress)
 
 
-def clusters_rows(vocab: PhraseVocab, cl: Clustering) -> list[dict]:
-    """One JSON row per canonical state: ``id`` (``c<number>``), ``text`` (the seed phrase), ``phrases`` and
-    their ``counts`` (visiting order, seed first), ``count`` (total)."""
-    rows = []
-    for c, rows_c in enumerate(cl.members()):
-        ph = [vocab.phrases[i] for i in rows_c]
-        cnt = [int(vocab.counts[i]) for i in rows_c]
-        rows.append({"id": f"c{c:06d}", "text": ph[0], "phrases": ph, "counts": cnt, "count": int(sum(cnt))})
-    return rows
-
-
-def sweep_vocab(vocab: PhraseVocab, emb: np.ndarray, thresholds, *, progress: bool = True) -> list[dict]:
-    """Cluster at each threshold; per threshold a dict of statistics (and truth scores when known)."""
-    order = visit_order(vocab.counts, vocab.phrases)
+def sweep_vocab(vocab: PhraseVocab, emb: np.ndarray, thresholds, *, ties: str = "first",
+                progress: bool = True) -> list[dict]:
+    """Cluster at each threshold (most frequent first, count ties by ``ties``: `visit_order`); per threshold a dict
+    of statistics (and truth scores when known)."""
+    order = visit_order(vocab.counts, vocab.phrases, ties)
     out = []
     for t in thresholds:
         t0 = time.perf_counter()
@@ -109,13 +124,13 @@ def _table(rows: list[dict], has_truth: bool):
         cols += ["purity", "inverse purity", "ARI"]
     body = []
     for r in rows:
-        cells = [f"{r['threshold']:.2f}", f"{r['clusters']:,}", f"{100 * r['merge_rate']:.1f}%", f"{r['mean_size']:.2f}",
+        cells = [threshold_label(r["threshold"]), f"{r['clusters']:,}", f"{100 * r['merge_rate']:.1f}%", f"{r['mean_size']:.2f}",
                  str(r["max_size"]), f"{r['singletons']:,}", "yes" if r["mean_size_ok"] else "no"]
         if has_truth:
             cells += [f"{r['purity']:.3f}", f"{r['inverse_purity']:.3f}", f"{r['ari']:.3f}"]
         body.append(cells)
-    cap = ("Greedy canonicalization (most frequent phrase first; join the most similar seed at cosine >= threshold). "
-           "merge rate = 1 - clusters / phrases; mean size = phrases per canonical state (paper: keep <= 5).")
+    cap = ("Greedy canonicalization (most frequent phrase first, count ties by first occurrence or text as configured; "
+           "join the most similar seed at cosine >= threshold). merge rate = 1 - clusters / phrases; mean size = phrases per canonical state (paper: keep <= 5).")
     if has_truth:
         cap += " Purity / inverse purity / adjusted Rand index against the true synonym sets, over unique phrases."
     return Table("sweep", "Canonicalization threshold sweep", cols, body, cap)
@@ -131,7 +146,7 @@ def plot_sizes(rows: list[dict], path: Path, title: str) -> None:
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     for r in rows:
         h = r["size_histogram"]
-        a.plot(list(h), list(h.values()), marker="o", ms=3, label=f"t = {r['threshold']:.2f}")
+        a.plot(list(h), list(h.values()), marker="o", ms=3, label=f"t = {threshold_label(r['threshold'])}")
     a.set(xscale="log", yscale="log", xlabel="cluster size (phrases)", ylabel="canonical states",
           title="cluster-size distribution")
     a.legend()
@@ -152,11 +167,12 @@ def run_sweep(cfg: SweepConfig, *, progress: bool = True, log=print, encoder=Non
     """Run the sweep and write the output directory (see the module docstring); returns the JSON document.
     ``encoder``: an already loaded text encoder of ``cfg.model`` (else it is loaded)."""
     cfg.check()
+    check_out_dir(cfg.out, "sweep")  # refuse before the work
     vocab = load_vocab(cfg.data, cfg.phrases)
     log(f"{len(vocab):,} unique phrases ({int(vocab.counts.sum()):,} occurrences) from {vocab.source}")
     emb = embed_vocab(vocab, cfg.model, batch_size=cfg.batch_size, device=cfg.device, progress=progress,
                       encoder=encoder)
-    rows = sweep_vocab(vocab, emb, cfg.thresholds, progress=progress)
+    rows = sweep_vocab(vocab, emb, cfg.thresholds, ties=cfg.ties, progress=progress)
     ok = [r["threshold"] for r in rows if r["mean_size_ok"]]
     doc = {
         "config": asdict(cfg),
@@ -173,7 +189,9 @@ def run_sweep(cfg: SweepConfig, *, progress: bool = True, log=print, encoder=Non
         table = _table(rows, vocab.truth is not None)
         table.write(d)
         for r in rows:
-            write_jsonl(d / f"clusters_t{r['threshold']:.2f}.jsonl", clusters_rows(vocab, r["_clustering"]))
+            label = threshold_label(r["threshold"])
+            write_jsonl(d / f"clusters_t{label}.jsonl", clusters_rows(vocab, r["_clustering"]))
+            write_jsonl(d / f"phrases_t{label}.jsonl", phrase_rows(vocab, r["_clustering"]))
         plot_sizes(rows, d / "cluster_sizes.png", f"{len(vocab):,} phrases, {cfg.model}")
         write_json(d / "sweep.json", doc)
         write_json(d / "config.json", asdict(cfg))

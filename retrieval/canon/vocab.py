@@ -1,5 +1,5 @@
 """The raw state vocabulary that canonicalization clusters: unique phrases, their frequencies, and (when known) the
-true canonical class of each.
+true canonical class of each and the query ids that produced each.
 
 Sources:
 
@@ -8,34 +8,53 @@ Sources:
   carry it (the synthetic benchmark draws ``raw`` from its state's exact synonym set, so this is the truth there; on
   the PSR release it is the release's own canonicalization). A phrase seen under several states takes the most
   frequent one (ties: smallest id) and is counted in ``ambiguous``.
-- a file (`from_file`): ``.txt`` one phrase per line (a repeated line counts again); ``.tsv`` ``phrase<TAB>count``
-  with an optional third column, the true class; ``.jsonl`` objects with ``phrase`` and optional ``count`` and
-  ``label`` (so a phrase file of `eval.phrases` works too: each query's phrase counts once). Malformed lines raise
-  `eval.io.FormatError` naming the file, the line and the field.
+- a file (`from_file`), its format named by its suffix (`PHRASE_SUFFIXES`; any other suffix is refused):
+
+  - ``.txt``: one phrase a line (a repeated line counts again; blank lines are skipped);
+  - ``.csv`` / ``.tsv``: a header line naming a ``phrase`` column and optionally ``count`` (default 1), ``label``
+    (the true class) and ``query_id`` columns, other columns ignored; ``.csv`` as RFC 4180 (quoted fields may hold
+    commas), ``.tsv`` split on tabs with no quoting;
+  - ``.jsonl``: one object a line, ``phrase`` with optional ``count`` and ``label``; or a forecaster's phrase file
+    (`eval.phrases`: lines with ``query_id``), where each sample (``phrases``, else ``phrase``) of each answered
+    query counts once and keeps its query id, failed lines are skipped, a query id repeated by a rerun counts its
+    last answered line (as `eval.phrases.read_phrases`) and a torn last line is ignored;
+  - ``.json``: an array of phrase strings, or of objects as the lines of a ``.jsonl`` file.
+
+  A UTF-8 byte-order mark is skipped; surrounding whitespace is stripped from phrases; a phrase repeated in the file
+  adds its counts; phrases keep their first-seen order. A missing path, a directory or an unknown suffix raise
+  `eval.errors.InputError`; invalid UTF-8, a malformed line, a count that is not an integer in ``[1, 2^63)`` (or
+  counts adding up beyond it), mixed labelled and unlabelled lines, and a file without a phrase raise
+  `eval.io.FormatError` naming the file, the line (the array index for ``.json``) and the field.
 """
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from eval.io import FormatError, iter_jsonl
+from eval.errors import InputError
+from eval.io import FormatError
+from eval.phrases import PhraseRecord
 
 
 @dataclass
 class PhraseVocab:
     """``phrases`` (unique, first-seen order), ``counts`` ``(n,)`` int64, ``truth`` (true class per phrase, or None
-    when unknown), ``source`` (where it came from), ``ambiguous`` (phrases seen under several true classes)."""
+    when unknown), ``source`` (where it came from), ``ambiguous`` (phrases seen under several true classes),
+    ``query_ids`` (per phrase, the query ids whose answer it was, in file order; None when the source has none)."""
 
     phrases: list[str]
     counts: np.ndarray
     truth: list[str] | None
     source: str
     ambiguous: int = 0
+    query_ids: list[list[str]] | None = None
 
     def __post_init__(self) -> None:
         self.counts = np.asarray(self.counts, np.int64)
@@ -45,6 +64,8 @@ class PhraseVocab:
             raise ValueError("phrases must be unique")
         if self.truth is not None and len(self.truth) != len(self.phrases):
             raise ValueError(f"{len(self.truth)} true labels for {len(self.phrases)} phrases")
+        if self.query_ids is not None and len(self.query_ids) != len(self.phrases):
+            raise ValueError(f"{len(self.query_ids)} query-id lists for {len(self.phrases)} phrases")
 
     def __len__(self) -> int:
         return len(self.phrases)
@@ -75,65 +96,218 @@ def from_benchmark(bench) -> PhraseVocab:
                        f"{bench.root} (corpus raw descriptions)", int((per_phrase["classes"] > 1).sum()))
 
 
-def from_file(path: str | os.PathLike) -> PhraseVocab:
-    """Read a phrase list (``.txt``, ``.tsv`` or ``.jsonl``; see the module docstring)."""
+PHRASE_SUFFIXES = (".txt", ".csv", ".tsv", ".json", ".jsonl")
+#: Largest count (and total of counts) a vocabulary holds: counts are int64.
+MAX_COUNT = 2**63 - 1
+_BOM = "\ufeff"
+
+
+def check_phrase_path(path: str | os.PathLike, what: str = "phrase file") -> Path:
+    """``path`` as a `Path` when it is an existing file with a known suffix, else `InputError` saying why."""
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"phrase file {path} does not exist")
-    counts: Counter = Counter()
-    labels: dict[str, str] = {}
-    has_label = None
+        raise InputError(f"{what} {path} does not exist")
+    if path.is_dir():
+        raise InputError(f"{what} {path} is a directory, not a file")
+    if path.suffix.lower() not in PHRASE_SUFFIXES:
+        raise InputError(f"{what} {path}: unknown suffix {path.suffix or '(none)'!r}",
+                         fix="name it .txt (one phrase a line), .csv/.tsv (a header with a 'phrase' column), "
+                             ".json or .jsonl (objects with 'phrase', or a forecaster's phrase file)")
+    return path
+
+
+def read_text(path: Path) -> str:
+    """The file as text: strict UTF-8, a leading byte-order mark dropped (`FormatError` naming the line otherwise)."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise InputError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(path, f"not valid UTF-8 (byte {e.start} of the file)",
+                          line=data[:e.start].count(b"\n") + 1) from None
+    return text[1:] if text.startswith(_BOM) else text
+
+
+class _Counter:
+    """Phrases of one file in first-seen order with their counts, true labels and query ids."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.counts: dict[str, int] = {}
+        self.labels: dict[str, str] = {}
+        self.query_ids: dict[str, dict[str, None]] = {}
+        self.has_label: bool | None = None
+        self.total = 0
+
+    def add(self, phrase, count, label=None, query_id=None, *, line=None, at: str = "") -> None:
+        """Add ``count`` occurrences of ``phrase``; ``at`` prefixes field names (``[3].`` in a JSON array)."""
+        if not isinstance(phrase, str) or not phrase.strip():
+            raise FormatError(self.path, f"expected a non-empty string, got {phrase!r}", line=line, field=at + "phrase")
+        phrase = phrase.strip()
+        count = _count(self.path, count, line, at + "count")
+        given = label is not None
+        if self.has_label is not None and given != self.has_label:
+            raise FormatError(self.path, "either every phrase or no phrase carries a true label", line=line,
+                              field=at + "label")
+        self.has_label = given
+        if given:
+            if not isinstance(label, str) or not label:
+                raise FormatError(self.path, f"expected a non-empty string, got {label!r}", line=line,
+                                  field=at + "label")
+            if self.labels.setdefault(phrase, label) != label:
+                raise FormatError(self.path, f"phrase {phrase!r} has two labels: {self.labels[phrase]!r} and "
+                                             f"{label!r}", line=line, field=at + "label")
+        self.total += count
+        if self.total > MAX_COUNT:
+            raise FormatError(self.path, f"the counts add up to {self.total}, beyond 2^63 - 1", line=line,
+                              field=at + "count")
+        self.counts[phrase] = self.counts.get(phrase, 0) + count
+        if query_id is not None:
+            self.query_ids.setdefault(phrase, {})[str(query_id)] = None
+
+    def vocab(self, empty_note: str = "") -> PhraseVocab:
+        if not self.counts:
+            raise FormatError(self.path, "holds no phrases" + empty_note)
+        uniq = list(self.counts)
+        truth = [self.labels[p] for p in uniq] if self.has_label else None
+        qids = [list(self.query_ids.get(p, ())) for p in uniq] if self.query_ids else None
+        return PhraseVocab(uniq, [self.counts[p] for p in uniq], truth, str(self.path), query_ids=qids)
+
+
+def _count(path, value, line, field) -> int:
+    """A count: a positive integer below 2^63 (an int, or a string of ASCII digits in a text format)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.isascii() or not text.isdigit():
+            raise FormatError(path, f"expected a positive integer count, got {value!r}", line=line, field=field)
+        value = int(text)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FormatError(path, f"expected a positive integer count, got {value!r}", line=line, field=field)
+    if not 1 <= value <= MAX_COUNT:
+        raise FormatError(path, f"count must lie in [1, 2^63 - 1], got {value}", line=line, field=field)
+    return value
+
+
+def from_file(path: str | os.PathLike) -> PhraseVocab:
+    """Read a phrase file (``.txt``, ``.csv``, ``.tsv``, ``.json`` or ``.jsonl``; see the module docstring)."""
+    path = check_phrase_path(path)
     suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        for line, obj in iter_jsonl(path):
-            p = obj.get("phrase")
-            if p is None and "query_id" in obj:
-                continue  # a failed line of a forecaster's phrase file: no phrase to count
-            if not isinstance(p, str) or not p.strip():
-                raise FormatError(path, "expected a non-empty string", line=line, field="phrase")
-            c = obj.get("count", 1)
-            if isinstance(c, bool) or not isinstance(c, int) or c < 1:
-                raise FormatError(path, f"expected a positive integer, got {c!r}", line=line, field="count")
-            has_label = _add(path, line, p.strip(), c, obj.get("label"), counts, labels, has_label)
-    else:
-        with open(path, encoding="utf-8") as f:
-            for line, text in enumerate(f, start=1):
-                text = text.rstrip("\n")
-                if not text.strip():
-                    continue
-                cols = text.split("\t") if suffix == ".tsv" else [text]
-                if suffix == ".tsv" and not 2 <= len(cols) <= 3:
-                    raise FormatError(path, f"expected 'phrase<TAB>count[<TAB>label]', got {len(cols)} column(s)",
-                                      line=line)
-                c = 1
-                if len(cols) >= 2:
-                    try:
-                        c = int(cols[1])
-                    except ValueError:
-                        raise FormatError(path, f"expected an integer count, got {cols[1]!r}", line=line,
-                                          field="count") from None
-                    if c < 1:
-                        raise FormatError(path, f"count must be positive, got {c}", line=line, field="count")
-                label = cols[2] if len(cols) == 3 else None
-                has_label = _add(path, line, cols[0].strip(), c, label, counts, labels, has_label)
-    if not counts:
-        raise FormatError(path, "holds no phrases")
-    uniq = list(counts)
-    truth = [labels[p] for p in uniq] if has_label else None
-    return PhraseVocab(uniq, [counts[p] for p in uniq], truth, str(path))
+    text = read_text(path)
+    acc = _Counter(path)
+    if suffix == ".txt":
+        for line, raw in enumerate(text.split("\n"), start=1):
+            if raw.strip():
+                acc.add(raw, 1, line=line)
+        return acc.vocab()
+    if suffix in (".csv", ".tsv"):
+        _read_table(path, text, acc, "\t" if suffix == ".tsv" else ",")
+        return acc.vocab()
+    if suffix == ".json":
+        return _read_json(path, text, acc)
+    return _read_jsonl(path, text, acc)
 
 
-def _add(path, line, phrase, count, label, counts, labels, has_label) -> bool:
-    if not phrase:
-        raise FormatError(path, "empty phrase", line=line, field="phrase")
-    given = label is not None
-    if has_label is not None and given != has_label:
-        raise FormatError(path, "either every line or no line carries a true label", line=line, field="label")
-    if given:
-        if not isinstance(label, str) or not label:
-            raise FormatError(path, f"expected a non-empty string, got {label!r}", line=line, field="label")
-        if labels.setdefault(phrase, label) != label:
-            raise FormatError(path, f"phrase {phrase!r} has two labels: {labels[phrase]!r} and {label!r}", line=line,
-                              field="label")
-    counts[phrase] += count
-    return given
+def _read_table(path: Path, text: str, acc: _Counter, delimiter: str) -> None:
+    """``.csv`` / ``.tsv`` rows into ``acc`` (module docstring)."""
+    quoting = csv.QUOTE_NONE if delimiter == "\t" else csv.QUOTE_MINIMAL
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting, strict=True)
+    header: list[str] | None = None
+    col: dict[str, int] = {}
+    try:
+        for row in reader:
+            line = reader.line_num
+            if not any(c.strip() for c in row):
+                continue
+            if header is None:
+                header = [c.strip().lower() for c in row]
+                if "phrase" not in header or len(set(header)) != len(header):
+                    raise FormatError(path, f"expected a header line naming a 'phrase' column (and optional 'count', "
+                                            f"'label', 'query_id'), each once; got {row!r}", line=line)
+                col = {k: header.index(k) for k in ("phrase", "count", "label", "query_id") if k in header}
+                continue
+            if len(row) != len(header):
+                raise FormatError(path, f"expected {len(header)} columns as in the header, got {len(row)}", line=line)
+            qid = row[col["query_id"]].strip() if "query_id" in col else ""
+            acc.add(row[col["phrase"]], row[col["count"]] if "count" in col else 1,
+                    row[col["label"]] if "label" in col else None, qid or None, line=line)
+    except csv.Error as e:
+        raise FormatError(path, f"malformed {'TSV' if delimiter == chr(9) else 'CSV'} ({e})",
+                          line=reader.line_num) from None
+
+
+def _read_json(path: Path, text: str, acc: _Counter) -> PhraseVocab:
+    """A ``.json`` array of phrase strings or objects into ``acc``."""
+    try:
+        items = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise FormatError(path, f"not valid JSON ({e.msg})", line=e.lineno) from None
+    if not isinstance(items, list):
+        raise FormatError(path, f"expected a JSON array of phrases, got {type(items).__name__}")
+    records = []
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            acc.add(item, 1, at=f"[{i}].")
+        elif isinstance(item, dict):
+            records.append((None, f"[{i}].", item))
+        else:
+            raise FormatError(path, f"expected a phrase string or an object, got {type(item).__name__}",
+                              field=f"[{i}]")
+    n = _add_records(acc, records)
+    return acc.vocab(f" ({n} answered queries)" if n is not None else "")
+
+
+def _read_jsonl(path: Path, text: str, acc: _Counter) -> PhraseVocab:
+    """``.jsonl`` lines into ``acc``: phrase objects, or a forecaster's phrase file (module docstring)."""
+    n = _add_records(acc, [(line, "", obj) for line, obj in json_lines(path, text)])
+    return acc.vocab(f" ({n} answered queries)" if n is not None else "")
+
+
+def json_lines(path: Path, text: str) -> list[tuple[int, dict]]:
+    """``(line number, object)`` of each non-blank line of a ``.jsonl`` text; a torn last line (no newline, not
+    JSON: a crash mid-append) is dropped when the first line is a phrase-file line (has ``query_id``)."""
+    lines = text.split("\n")
+    out: list[tuple[int, dict]] = []
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as e:
+            if out and "query_id" in out[0][1] and i == len(lines):
+                break
+            raise FormatError(path, f"not valid JSON ({e.msg})", line=i) from None
+        if not isinstance(obj, dict):
+            raise FormatError(path, f"expected a JSON object, got {type(obj).__name__}", line=i)
+        out.append((i, obj))
+    return out
+
+
+def last_answered(path: Path, records: list[tuple[int | None, str, dict]]) -> list[tuple[int | None, str, dict,
+                                                                                          PhraseRecord]]:
+    """The line kept per query id of a phrase file, as `eval.phrases.read_phrases` keeps it (the last answered
+    line, else the last line), in order of first appearance: ``(line, at, object, record)``."""
+    last: dict[str, tuple[int | None, str, dict, PhraseRecord]] = {}
+    for line, at, obj in records:
+        rec = PhraseRecord.from_dict(obj, path=str(path) + (f" {at[:-1]}" if at else ""), line=line)
+        prev = last.get(rec.query_id)
+        if not (prev is not None and prev[3].ok and not rec.ok):
+            last[rec.query_id] = (line, at, obj, rec)
+    return list(last.values())
+
+
+def _add_records(acc: _Counter, records: list[tuple[int | None, str, dict]]) -> int | None:
+    """Phrase objects into ``acc``; a forecaster's phrase file (records with ``query_id``) when the first record has
+    one. Returns the number of answered queries of a phrase file, else None."""
+    if not records or "query_id" not in records[0][2]:
+        for line, at, obj in records:
+            acc.add(obj.get("phrase"), obj.get("count", 1), obj.get("label"), obj.get("query_id"), line=line, at=at)
+        return None
+    answered = 0
+    for line, at, _, rec in last_answered(acc.path, records):
+        if rec.ok:
+            answered += 1
+            for sample in rec.samples:
+                acc.add(sample, 1, query_id=rec.query_id, line=line, at=at)
+    return answered

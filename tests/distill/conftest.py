@@ -3,7 +3,11 @@ tiny random models (built once), a small SFT set and one trained QLoRA student s
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+TINY_PRESET = Path(__file__).resolve().parents[2] / "configs" / "distill" / "tiny-cpu.yaml"
 
 
 @pytest.fixture(scope="session")
@@ -66,28 +70,44 @@ def tiny_lm(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def sft_dir(synth_dir, template_rationales, tmp_path_factory):
-    """CoT and answer-only SFT sets of 4 train queries, 2 frames each (short sequences keep CPU steps fast)."""
+    """CoT and answer-only SFT sets (Parquet): 4 train queries and 2 val queries, 2 frames each (short sequences
+    keep CPU steps fast)."""
     from distill.sft import SFTBuildConfig, build_sft
 
     out = tmp_path_factory.mktemp("sft")
     build_sft(SFTBuildConfig(data=str(synth_dir), rationales=str(template_rationales), out=str(out), frames=2,
-                             limit=4, progress=False))
+                             limit=4, eval_rationales=str(template_rationales), eval_limit=2, progress=False))
     return out
 
 
 @pytest.fixture(scope="session")
-def qlora_student(tiny_vlm, sft_dir, tmp_path_factory):
-    """A QLoRA student (4-bit NF4 base on CPU) trained 2 steps on the CoT set, checkpointed at step 2.
+def tiny_train_args(tiny_vlm):
+    """``(dataset, output_dir, *flags) -> (PSRTrainArgs, SFTConfig, ModelConfig)`` parsed as the command line does,
+    from the tiny CPU preset with the tiny Qwen3-VL."""
+    from distill.train_args import parse_train_args
 
-    Returns (output_dir, metrics)."""
+    def make(dataset, out, *flags):
+        return parse_train_args(["--config", str(TINY_PRESET), "--model_name_or_path", str(tiny_vlm),
+                                 "--dataset_name", str(dataset), "--output_dir", str(out), *map(str, flags)])
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def student_flags():
+    """Flags of `qlora_student`: 4 examples, effective batch 2 -> 2 steps per epoch, 2 epochs, eval per epoch."""
+    return ("--max_steps", -1, "--num_train_epochs", 2, "--effective_batch_size", 2, "--save_steps", 2,
+            "--save_total_limit", 2, "--eval_strategy", "epoch", "--seed", 0)
+
+
+@pytest.fixture(scope="session")
+def qlora_student(tiny_train_args, student_flags, sft_dir, tmp_path_factory):
+    """A QLoRA student (4-bit NF4 base on CPU) trained on the CoT set for 2 epochs of 2 steps, checkpointed at steps
+    2 and 4, evaluated (loss + answer accuracy) after each epoch. Returns (output_dir, metrics)."""
     import torch
 
-    from distill.train import TrainConfig, train
+    from distill.train import train
 
     torch.set_num_threads(1)
     out = tmp_path_factory.mktemp("student") / "cot"
-    cfg = TrainConfig(model=str(tiny_vlm), dataset=str(sft_dir / "cot"), output_dir=str(out), load_in_4bit=True,
-                      learning_rate=2e-3, max_steps=2, gradient_accumulation_steps=1, gradient_checkpointing=False,
-                      precision="fp32", warmup_ratio=0.0, logging_steps=1, save_steps=2, save_total_limit=1,
-                      max_train_samples=2, device="cpu", seed=0)
-    return out, train(cfg)
+    return out, train(*tiny_train_args(sft_dir / "cot", out, *student_flags))

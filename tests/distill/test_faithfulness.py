@@ -1,5 +1,5 @@
 """The SCOTT-style faithfulness check (counterfactual evidence, moved-to-counterfactual, video-stratified sample,
-video-bootstrap CIs) and the answer-accuracy comparison."""
+video-bootstrap CIs); the answer-accuracy comparison is tested in test_answers.py."""
 
 from __future__ import annotations
 
@@ -150,28 +150,3 @@ def test_counterfactuals_cli_writes_sets_a_narrator_accepts(synth_dir, pred_file
     assert all(n["answer"] == by_id[n["query_id"]]["answer"] for n in narrated)
     assert all(split_answer(n["rationale"])[1] == [n["answer"]] for n in narrated)
 
-
-def test_answer_accuracy_and_significance(synth_bench, synth_dir, tmp_path):
-    from distill.answers import AnswersConfig, compare_answers
-
-    qs = synth_bench.queries("test")
-    members = {s.text: s.members for s in synth_bench.states()}
-    oracle = [{"query_id": q.id, "phrase": members[q.target_state][-1]} for q in qs]  # a synonym of the truth
-    wrong = [{"query_id": q.id, "phrase": "spinning through the air" if q.target_state != "spinning through the air"
-              else "falling"} for q in qs]
-    half = [{"query_id": q.id, "phrase": o["phrase"] if i % 2 else w["phrase"]}
-            for i, (q, o, w) in enumerate(zip(qs, oracle, wrong, strict=True))]
-    files = []
-    for name, rows in (("wrong", wrong), ("oracle", oracle), ("half", half)):
-        p = tmp_path / f"{name}.jsonl"
-        p.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        files.append(str(p))
-    res = compare_answers(AnswersConfig(data=str(synth_dir), phrases=files, out=str(tmp_path / "o"),
-                                        reference="wrong", resamples=2000))
-    m = res["methods"]
-    assert res["n_common"] == len(qs)
-    assert m["oracle"]["accuracy"] == 1.0 and m["wrong"]["accuracy"] == 0.0
-    assert np.isclose(m["half"]["accuracy"], (len(qs) // 2) / len(qs), atol=1 / len(qs))
-    assert m["oracle"]["vs_reference"]["mcnemar"]["b"] == len(qs) and m["oracle"]["vs_reference"]["mcnemar"]["p_value"] < 1e-6
-    assert "vs_reference" not in m["wrong"]
-    assert "| oracle |" in (tmp_path / "o" / "answers.md").read_text()

@@ -1,5 +1,6 @@
-"""SFT datasets: TRL's vision-language format, CoT and answer-only over the same queries and prompts, the prompt equal
-to what the served student sees, and the loss mask on the assistant turn only."""
+"""SFT datasets: TRL's vision-language format in Parquet (read by ``datasets.load_dataset`` and TRL's SFTTrainer),
+CoT and answer-only over the same queries and prompts, the prompt equal to what the served student sees, the loss
+mask on the assistant turn only."""
 
 from __future__ import annotations
 
@@ -11,7 +12,18 @@ from distill.train import CHATML_TRAINING_TEMPLATE, measure, training_chat_templ
 
 @pytest.fixture(scope="module")
 def sets(sft_dir):
-    return load_sft(sft_dir / "cot"), load_sft(sft_dir / "answer")
+    return load_sft(sft_dir / "cot", "train"), load_sft(sft_dir / "answer", "train")
+
+
+def test_trajectory_control_holds_the_labels_and_no_reasoning(sets, sft_dir, synth_bench):
+    cot, _ = sets
+    traj = load_sft(sft_dir / "trajectory", "train")
+    assert traj["query_id"] == cot["query_id"]
+    for a, t in zip(cot, traj, strict=True):
+        assert a["messages"][0] == t["messages"][0]
+        lines = t["messages"][1]["content"][0]["text"].splitlines()
+        assert lines[0].startswith("Now: ") and lines[-1] == f"Answer: {synth_bench.query(t['query_id']).target_state}"
+        assert all(ln.split(": ", 1)[0] in ("Now", "Then", "Also", "Answer") for ln in lines)
 
 
 def test_variants_share_queries_images_and_prompts(sets, synth_bench):
@@ -89,3 +101,57 @@ def test_missing_rationales_is_a_clear_error(synth_dir, tmp_path):
     assert main(["sft", "--data", str(synth_dir), "--rationales", str(tmp_path / "none"),
                  "--out", str(tmp_path / "o")]) == 2
     assert not (tmp_path / "o" / "cot").exists()
+
+
+def test_sets_are_parquet_that_load_dataset_reads(sft_dir, synth_bench):
+    import datasets
+
+    import prompts
+    from distill.sft import read_set_info
+    from eval.io import read_json
+
+    for variant in ("cot", "answer", "trajectory"):
+        d = sft_dir / variant
+        files = sorted(p.relative_to(d).as_posix() for p in d.rglob("*.parquet"))
+        assert files == ["data/train-00000-of-00001.parquet", "data/validation-00000-of-00001.parquet"]
+        dd = datasets.load_dataset(str(d))
+        assert {k: len(v) for k, v in dd.items()} == {"train": 4, "validation": 2}
+        assert all(synth_bench.query(q).split == "val" for q in dd["validation"]["query_id"])
+        assert all(synth_bench.query(q).split == "train" for q in dd["train"]["query_id"])
+        info = read_set_info(d)
+        t = prompts.load("student_answer")
+        assert info["preprocessing"] == {"frames": 2, "max_pixels": 336 * 336, "prompt_id": t.id,
+                                         "prompt_hash": t.hash}
+        assert info["splits"] == {"train": 4, "validation": 2} and len(info["sha256"]) == 64
+    assert read_json(sft_dir / "sft.summary.json")["examples"] == {"train": 4, "validation": 2}
+
+
+def test_trl_sfttrainer_trains_a_step_on_the_set(tiny_vlm, sft_dir, tmp_path):
+    """TRL's own path, nothing of ours but the processor loader: ``load_dataset`` -> ``SFTTrainer`` -> one step."""
+    import datasets
+    from trl import SFTConfig, SFTTrainer
+
+    from forecasters.backends.hf_loading import load_processor
+
+    ds = datasets.load_dataset(str(sft_dir / "cot"))
+    args = SFTConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=1, use_cpu=True, bf16=False,
+                     report_to="none", logging_steps=1, save_strategy="no", gradient_checkpointing=False,
+                     max_length=None)
+    trainer = SFTTrainer(model=str(tiny_vlm), args=args, train_dataset=ds["train"], eval_dataset=ds["validation"],
+                         processing_class=load_processor(str(tiny_vlm)))
+    trainer.train()
+    assert trainer.state.global_step == 1 and trainer.state.log_history[0]["loss"] > 0
+    assert trainer.evaluate()["eval_loss"] > 0
+
+
+def test_foreign_output_dir_is_never_replaced(synth_dir, template_rationales, tmp_path):
+    from distill.sft import SFTBuildConfig, build_sft
+    from eval.errors import OutputRefused
+
+    (tmp_path / "cot").mkdir()
+    (tmp_path / "cot" / "mine.txt").write_text("keep me")
+    with pytest.raises(OutputRefused, match="not written by"):
+        build_sft(SFTBuildConfig(data=str(synth_dir), rationales=str(template_rationales), out=str(tmp_path),
+                                 frames=1, limit=1, progress=False))
+    assert (tmp_path / "cot" / "mine.txt").read_text() == "keep me"
+    assert not (tmp_path / "answer").exists()

@@ -1,28 +1,28 @@
-"""`distill.train` on CPU with a tiny random Qwen3-VL: the loss goes down on a tiny repeated set, the 4-bit (QLoRA)
-path trains, checkpoints, resumes, and its adapter reloads and serves through the forecasters' hf backend."""
+"""`distill.train` on CPU with a tiny random Qwen3-VL: the loss goes down on a tiny repeated set; the 4-bit (QLoRA)
+path trains with fp32 adapters, evaluates per epoch, checkpoints with its config hash, resumes only the same config,
+counts 4-bit parameters and the loss of every step; its adapter carries its preprocessing, reloads and serves
+through the forecasters' hf backend, which takes that preprocessing and refuses a conflicting one."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from distill.config import parse
-from distill.train import TrainConfig, prepare_dataset, train
+from distill.train import train
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_loss_goes_down_on_a_tiny_repeated_set(tiny_vlm, sft_dir, tmp_path):
-    cfg = TrainConfig(model=str(tiny_vlm), dataset=str(sft_dir / "cot"), output_dir=str(tmp_path), load_in_4bit=False,
-                      learning_rate=1e-2, max_steps=6, gradient_accumulation_steps=1, gradient_checkpointing=False,
-                      precision="fp32", warmup_ratio=0.0, lr_scheduler_type="constant", logging_steps=1,
-                      save_steps=100, max_train_samples=1, repeat=6, device="cpu", seed=0)
-    m = train(cfg)
+def test_loss_goes_down_on_a_tiny_repeated_set(tiny_train_args, sft_dir, tmp_path):
+    m = train(*tiny_train_args(sft_dir / "cot", tmp_path, "--load_in_4bit", "false", "--learning_rate", "1e-2",
+                               "--max_steps", 6, "--max_train_samples", 1, "--repeat", 6, "--save_steps", 100,
+                               "--eval_strategy", "no", "--seed", 0))
     losses = [loss for _, loss in m["losses"]]
     assert len(losses) == 6
     assert losses[-1] < losses[0] - 0.3, losses
@@ -36,11 +36,13 @@ def test_qlora_student_trains_in_4bit_and_freezes_vision(qlora_student):
     from safetensors import safe_open
 
     out, m = qlora_student
-    assert m["global_step"] == 2 and m["trainable"] > 0 and m["trainable"] < m["total"]
+    assert m["global_step"] == 4 and 0 < m["trainable"] < m["total"] and m["adapter_dtype"] == "float32"
     conf = json.loads((out / "train.config.json").read_text())
-    assert conf["config"]["load_in_4bit"] and conf["config"]["bnb_4bit_quant_type"] == "nf4"
-    assert conf["config"]["lora_r"] == 16 and conf["config"]["lora_alpha"] == 32
-    assert conf["max_tokens"] <= conf["config"]["max_length"] and "bitsandbytes" in conf["versions"]
+    assert conf["model"]["load_in_4bit"] and conf["model"]["bnb_4bit_quant_type"] == "nf4"
+    assert conf["model"]["lora_r"] == 16 and conf["model"]["lora_alpha"] == 32
+    assert conf["batch"] == {"effective_batch_size": 2, "per_device_train_batch_size": 1,
+                             "gradient_accumulation_steps": 2, "world_size": 1}
+    assert conf["max_tokens"] <= conf["sft"]["max_length"] and "bitsandbytes" in conf["versions"]
     adapter = out / "adapter"
     acfg = json.loads((adapter / "adapter_config.json").read_text())
     assert set(acfg["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
@@ -48,115 +50,151 @@ def test_qlora_student_trains_in_4bit_and_freezes_vision(qlora_student):
         keys = list(f.keys())
     assert keys and all("language_model" in k for k in keys)
     assert not any("visual" in k for k in keys)
-    assert (out / "checkpoints" / "checkpoint-2").is_dir()
+    for step in (2, 4):
+        ckpt = json.loads((out / "checkpoints" / f"checkpoint-{step}" / "psr_train.json").read_text())
+        assert ckpt["config_hash"] == conf["config_hash"]
 
 
-def test_quantized_base_is_4bit(tiny_vlm):
-    import torch
+def test_eval_loss_and_answer_accuracy_every_epoch(qlora_student):
+    _, m = qlora_student
+    assert [e["epoch"] for e in m["eval"]] == [1.0, 2.0]
+    for e in m["eval"]:
+        assert e["eval_loss"] > 0 and 0 <= e["eval_answer_accuracy"] <= e["eval_answer_parsed"] <= 1
+        assert e["eval_answer_n"] == 2  # the SFT set's validation split (2 val queries)
 
+
+def test_4bit_parameters_are_counted_by_their_logical_size(qlora_student, tiny_vlm):
+    from transformers import AutoModelForImageTextToText
+
+    _, m = qlora_student
+    full = sum(p.numel() for p in AutoModelForImageTextToText.from_pretrained(str(tiny_vlm)).parameters())
+    assert m["total"] == full + m["trainable"]  # numel() of packed 4-bit weights would be about half
+
+
+def test_quantized_base_is_4bit(tiny_train_args):
     from distill.train import load_model
 
-    cfg = TrainConfig(model=str(tiny_vlm), dataset="-", output_dir="-", device="cpu")
-    model = load_model(cfg, cuda=False, dtype=torch.float32)
+    psr, sft, model_args = tiny_train_args("-", "-")
+    model = load_model(psr, sft, model_args)
     kinds = {n: type(m).__name__ for n, m in model.named_modules()}
     lm = [k for n, k in kinds.items() if "language_model" in n and n.endswith("q_proj")]
     assert lm and set(lm) == {"Linear4bit"}
     assert all(k != "Linear4bit" for n, k in kinds.items() if "visual" in n)  # the vision tower stays unquantized
+    head = [k for n, k in kinds.items() if n.endswith("lm_head")]
+    assert head and "Linear4bit" not in head
 
 
-def test_resume_from_checkpoint(qlora_student, tiny_vlm, sft_dir):
+def _interrupted_copy(out: Path, dest: Path) -> Path:
+    """``out`` as a run cut after its step-2 checkpoint: the last checkpoint, the adapter and metrics removed."""
+    shutil.copytree(out, dest)
+    shutil.rmtree(dest / "checkpoints" / "checkpoint-4")
+    shutil.rmtree(dest / "adapter")
+    (dest / "metrics.json").unlink()
+    return dest
+
+
+def test_resume_continues_the_same_config_and_counts_every_step(qlora_student, tiny_train_args, student_flags,
+                                                               sft_dir, tmp_path):
     out, first = qlora_student
-    cfg = TrainConfig(model=str(tiny_vlm), dataset=str(sft_dir / "cot"), output_dir=str(out), load_in_4bit=True,
-                      learning_rate=2e-3, max_steps=3, gradient_accumulation_steps=1, gradient_checkpointing=False,
-                      precision="fp32", warmup_ratio=0.0, logging_steps=1, save_steps=100, max_train_samples=2,
-                      device="cpu", seed=0)
-    m = train(cfg)
-    assert m["resumed_from"].endswith("checkpoint-2")
-    assert m["global_step"] == 3 and [s for s, _ in m["losses"]] == [1, 2, 3]
-    assert m["losses"][:2] == first["losses"]  # steps 1-2 restored from the checkpoint's history, not rerun
+    run = _interrupted_copy(out, tmp_path / "cot")
+    m = train(*tiny_train_args(sft_dir / "cot", run, *student_flags))
+    assert m["resumed_from"].endswith("checkpoint-2") and m["global_step"] == 4
+    assert [s for s, _ in m["losses"]] == [1, 2, 3, 4]
+    assert m["losses"][:2] == first["losses"][:2]  # steps 1-2 restored from the checkpoint's history, not rerun
+    assert [loss for _, loss in m["losses"][2:]] == pytest.approx([loss for _, loss in first["losses"][2:]], rel=1e-3)
+    mean_all = sum(loss for _, loss in m["losses"]) / 4
+    assert m["train_loss"] == pytest.approx(mean_all, rel=1e-6)
+    assert m["train_loss_this_run"] == pytest.approx((m["losses"][2][1] + m["losses"][3][1]) / 2, rel=1e-6)
+    assert [e["epoch"] for e in m["eval"]] == [1.0, 2.0]
 
 
-def test_adapter_reloads_and_serves_as_student(qlora_student, tiny_vlm, synth_dir, tmp_path):
-    from peft import PeftModel
-    from transformers import AutoModelForImageTextToText
+def test_resume_refuses_another_config(qlora_student, tiny_train_args, student_flags, sft_dir, tmp_path):
+    from eval.errors import InputError, OutputRefused
 
+    out, _ = qlora_student
+    run = _interrupted_copy(out, tmp_path / "cot")
+    before = (run / "train.config.json").read_bytes()
+    with pytest.raises(OutputRefused, match=r"another config.*learning_rate"):
+        train(*tiny_train_args(sft_dir / "cot", run, *student_flags, "--learning_rate", "1e-4"))
+    with pytest.raises(OutputRefused, match=r"another config.*dataset_sha256"):  # the answer-only set
+        train(*tiny_train_args(sft_dir / "answer", run, *student_flags))
+    assert (run / "train.config.json").read_bytes() == before
+    ckpt = str(run / "checkpoints" / "checkpoint-2")
+    with pytest.raises(InputError, match=r"checkpoint-2 was trained with config .*learning_rate"):
+        train(*tiny_train_args(sft_dir / "cot", tmp_path / "new", *student_flags, "--learning_rate", "1e-4",
+                               "--resume_from_checkpoint", ckpt))
+    (run / "checkpoints" / "checkpoint-2" / "psr_train.json").unlink()
+    with pytest.raises(InputError, match="has no psr_train.json"):
+        train(*tiny_train_args(sft_dir / "cot", run, *student_flags))
+
+
+def test_adapter_reloads_and_serves_with_its_preprocessing(qlora_student, tiny_vlm, synth_dir, tmp_path):
+    import prompts
+    from eval.errors import InputError
     from eval.phrases import read_phrases
-    from forecasters.runner import RunConfig, run
+    from forecasters.runner import RunConfig, plan, run
 
     out, _ = qlora_student
     adapter = out / "adapter"
-    base = AutoModelForImageTextToText.from_pretrained(str(tiny_vlm))
-    peft = PeftModel.from_pretrained(base, str(adapter))
-    lora_b = [p for n, p in peft.named_parameters() if "lora_B" in n]
-    assert lora_b and any(float(p.abs().sum()) > 0 for p in lora_b)  # trained (LoRA B starts at zero)
+    pre = json.loads((adapter / "psr_student.json").read_text())["preprocessing"]
+    student_prompt = prompts.load("student_answer")
+    assert pre["frames"] == 2 and pre["max_pixels"] == 336 * 336 and pre["image_tokens_per_frame"]
+    assert (pre["prompt_id"], pre["prompt_hash"]) == (student_prompt.id, student_prompt.hash)
     phrases = tmp_path / "student.jsonl"
-    s = run(RunConfig(data=str(synth_dir), out=str(phrases), forecaster="student", backend="hf", model=str(tiny_vlm),
-                      adapter=str(adapter), split="test", limit=2, max_tokens=8, frames=2, device="cpu",
-                      progress=False))
+    cfg = RunConfig(data=str(synth_dir), out=str(phrases), forecaster="student", backend="hf", model=str(tiny_vlm),
+                    adapter=str(adapter), split="test", limit=2, max_tokens=8, device="cpu", progress=False)
+    s = run(cfg)
     assert s.attempted == 2 and s.failed == 0
-    recs = read_phrases(phrases)
-    assert len(recs) == 2
-    r = next(iter(recs.values()))
+    r = next(iter(read_phrases(phrases).values()))
     assert r.forecaster == "student" and r.prompt_id == "student_answer" and r.extra["adapter"] == str(adapter)
     conf = json.loads(phrases.with_name("student.config.json").read_text())
     assert conf["identity"]["adapter_hash"]
+    assert (conf["run"]["frames"], conf["run"]["max_pixels"]) == (2, 336 * 336)  # taken from the adapter
+    assert conf["backend"]["max_pixels"] == 336 * 336
+    for bad in ({"frames": 8}, {"max_pixels": 64 * 64}, {"prompt": "m3"}):
+        with pytest.raises(InputError, match="adapter's training preprocessing"):
+            plan(RunConfig(**{**cfg.__dict__, "out": str(tmp_path / "x.jsonl"), **bad}))
 
 
-def test_overlong_examples_are_refused_never_truncated(tiny_vlm, sft_dir, tmp_path):
-    from distill.train import training_chat_template
+def test_overlong_examples_are_refused_never_truncated(tiny_vlm, sft_dir):
+    from distill.sft import load_sft
+    from distill.train import prepare_dataset, training_chat_template
     from forecasters.backends.hf_loading import load_processor
 
     proc = load_processor(str(tiny_vlm))
-    cfg = TrainConfig(model=str(tiny_vlm), dataset=str(sft_dir / "cot"), output_dir=str(tmp_path), max_length=64)
+    raw = load_sft(sft_dir / "cot", "train")
     with pytest.raises(ValueError, match="no supervised tokens"):  # the base template has no assistant markers
-        prepare_dataset(cfg, proc)
+        prepare_dataset(raw, proc, max_length=64)
     proc.chat_template = training_chat_template(proc)
     with pytest.raises(ValueError, match=r"longer than max_length=64.*v\d+"):
-        prepare_dataset(cfg, proc)
-    cfg.drop_overlong = True
+        prepare_dataset(raw, proc, max_length=64)
     with pytest.raises(ValueError, match="every example is longer"):
-        prepare_dataset(cfg, proc)
-    cfg.max_length = 3072
-    ds, rep = prepare_dataset(cfg, proc)
+        prepare_dataset(raw, proc, max_length=64, drop_overlong=True)
+    ds, rep = prepare_dataset(raw, proc, max_length=3072)
     assert len(ds) == 4 and ds.column_names == ["images", "messages"] and max(rep.lengths) <= 3072
+    cut = sorted(rep.lengths)[1]
+    ds, _ = prepare_dataset(raw, proc, max_length=cut, drop_overlong=True)
+    assert len(ds) == sum(n <= cut for n in rep.lengths)
 
 
-def test_config_from_preset_and_command_line(tmp_path):
-    from eval.io import FormatError
-
-    preset = REPO / "configs" / "distill" / "tiny-cpu.yaml"
-    cfg = parse(TrainConfig, "train", ["--config", str(preset), "--model", "m", "--dataset", "d", "--output_dir", "o",
-                                       "--learning_rate", "1e-4", "--lora_target_modules", "[q_proj, v_proj]"],
-                prog="t", description="")
-    assert cfg.learning_rate == 1e-4 and cfg.max_steps == 12 and cfg.lora_target_modules == ["q_proj", "v_proj"]
-    for name in ("qwen3-vl-8b", "qwen3-vl-2b"):
-        c = parse(TrainConfig, "train", ["--config", str(REPO / "configs" / "distill" / f"{name}.yaml"),
-                                         "--dataset", "d", "--output_dir", "o"], prog="t", description="")
-        assert (c.lora_r, c.lora_alpha, c.learning_rate, c.num_train_epochs) == (16, 32, 2e-5, 3.0)
-        assert (c.per_device_train_batch_size, c.gradient_accumulation_steps, c.max_length) == (1, 16, 3072)
-        assert c.load_in_4bit and c.precision == "bf16" and c.model.startswith("Qwen/Qwen3-VL-")
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("train:\n  learning_rte: 0.1\n")
-    with pytest.raises(FormatError, match=r"bad.yaml \[train\].*learning_rte"):
-        parse(TrainConfig, "train", ["--config", str(bad)], prog="t", description="")
-    with pytest.raises(FormatError, match="max_steps"):
-        parse(TrainConfig, "train", ["--model", "m", "--dataset", "d", "--output_dir", "o", "--max_steps", "x"],
-              prog="t", description="")
-
-
-def test_accelerate_launch_entry(tiny_vlm, sft_dir, tmp_path):
-    """The documented launcher: ``accelerate launch -m distill.train --config PRESET ...`` (CPU, one process)."""
-    accelerate = Path(sys.executable).with_name("accelerate")
+@pytest.mark.slow
+def test_two_processes_keep_the_effective_batch(tiny_vlm, sft_dir, tmp_path):
+    """Two processes (DDP over gloo on CPU; ``torchrun``, since ``accelerate launch --cpu`` starts one process): an
+    effective batch of 4 gives each process 2 accumulation steps, so the 4 training examples make exactly one
+    optimizer step per epoch (with the accumulation of a single process it would take 2)."""
+    torchrun = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    cmd = [str(accelerate), "launch", "--cpu", "--num_processes", "1", "--num_machines", "1", "--mixed_precision",
-           "no", "--dynamo_backend", "no", "-m", "distill.train", "--config",
-           str(REPO / "configs" / "distill" / "tiny-cpu.yaml"), "--model", str(tiny_vlm), "--dataset",
-           str(sft_dir / "answer"), "--output_dir", str(tmp_path), "--max_steps", "1", "--load_in_4bit", "false",
-           "--max_train_samples", "1"]
-    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
+    cmd = [str(torchrun), "--nproc_per_node", "2", "-m", "distill.train", "--config",
+           str(REPO / "configs" / "distill" / "tiny-cpu.yaml"), "--model_name_or_path", str(tiny_vlm),
+           "--dataset_name", str(sft_dir / "answer"), "--output_dir", str(tmp_path), "--max_steps", "-1",
+           "--num_train_epochs", "1", "--effective_batch_size", "4", "--load_in_4bit", "false",
+           "--eval_strategy", "no"]
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "effective batch 4 = per-device 1 x accumulation 2 x 2 process(es)" in p.stderr
     m = json.loads((tmp_path / "metrics.json").read_text())
-    assert m["global_step"] == 1 and (tmp_path / "adapter" / "adapter_config.json").exists()
+    assert m["world_size"] == 2 and m["gradient_accumulation_steps"] == 2 and m["global_step"] == 1
+    assert (tmp_path / "adapter" / "adapter_config.json").exists()
 
 
 def test_merge_into_full_precision_matches_the_unmerged_adapter(qlora_student, tiny_vlm, tmp_path):

@@ -2,9 +2,9 @@
 
 ``accelerate launch --config_file configs/accelerate/single_gpu.yaml -m distill.train --config
 configs/distill/tiny-cpu.yaml`` with the preset's CPU settings overridden for the GPU path of the real presets:
-4-bit NF4 base on the GPU (bitsandbytes CUDA kernels), bf16, gradient checkpointing. A tiny random Qwen3-VL keeps it
-to seconds; the loss must go down on a repeated example, the adapter must be saved, and it must serve through the
-forecasters' hf backend on CUDA as a student.
+4-bit NF4 base on the GPU (bitsandbytes CUDA kernels), bf16 compute with fp32 LoRA weights, gradient checkpointing.
+A tiny random Qwen3-VL keeps it to seconds; the loss must go down on a repeated example, the adapter must be saved,
+and it must serve through the forecasters' hf backend on CUDA as a student.
 """
 
 from __future__ import annotations
@@ -48,15 +48,15 @@ def test_qlora_on_cuda_through_accelerate(student_set, synth_dir, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")}
     cmd = [str(Path(sys.executable).with_name("accelerate")), "launch", "--config_file",
            str(REPO / "configs" / "accelerate" / "single_gpu.yaml"), "-m", "distill.train",
-           "--config", str(REPO / "configs" / "distill" / "tiny-cpu.yaml"), "--model", str(model),
-           "--dataset", str(student_set / "cot"), "--output_dir", str(out), "--device", "cuda", "--precision", "bf16",
-           "--gradient_checkpointing", "true", "--max_steps", "10", "--max_train_samples", "1", "--repeat", "10",
-           "--learning_rate", "5e-3", "--save_steps", "5"]
+           "--config", str(REPO / "configs" / "distill" / "tiny-cpu.yaml"), "--model_name_or_path", str(model),
+           "--dataset_name", str(student_set / "cot"), "--output_dir", str(out), "--use_cpu", "false", "--bf16",
+           "true", "--dtype", "bfloat16", "--gradient_checkpointing", "true", "--max_steps", "10",
+           "--max_train_samples", "1", "--repeat", "10", "--learning_rate", "5e-3", "--save_steps", "5"]
     p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     m = json.loads((out / "metrics.json").read_text())
     conf = json.loads((out / "train.config.json").read_text())
-    assert conf["cuda"] and conf["dtype"] == "torch.bfloat16" and conf["config"]["load_in_4bit"]
+    assert conf["sft"]["bf16"] and conf["model"]["load_in_4bit"] and m["adapter_dtype"] == "float32"
     losses = [loss for _, loss in m["losses"]]
     assert m["global_step"] == 10 and losses[-1] < losses[0], losses
     assert (out / "adapter" / "adapter_model.safetensors").exists()
@@ -74,12 +74,14 @@ def test_qlora_on_cuda_through_accelerate(student_set, synth_dir, tmp_path):
 
 
 def test_4bit_weights_live_on_the_gpu(tmp_path):
-    from distill.train import TrainConfig, compute_dtype, load_model
+    from distill.train import load_model
+    from distill.train_args import parse_train_args
     from forecasters.tiny_models import build_tiny_vlm
 
     model_dir = build_tiny_vlm(tmp_path / "tiny", "qwen3_vl", seed=0)
-    cfg = TrainConfig(model=str(model_dir), dataset="-", output_dir="-", device="cuda")
-    model = load_model(cfg, cuda=True, dtype=compute_dtype(cfg, True))
+    psr, sft, model_args = parse_train_args(["--model_name_or_path", str(model_dir), "--dataset_name", "-",
+                                             "--output_dir", "-", "--bf16", "true"])
+    model = load_model(psr, sft, model_args)
     q = next(m for n, m in model.named_modules() if n.endswith("language_model.layers.0.self_attn.q_proj"))
     assert type(q).__name__ == "Linear4bit" and q.weight.device.type == "cuda"
     assert q.weight.quant_state.quant_type == "nf4"

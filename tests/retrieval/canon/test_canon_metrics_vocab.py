@@ -51,25 +51,103 @@ def test_vocab_from_files(tmp_path):
     (tmp_path / "a.txt").write_text("falling\ndropping\nfalling\n\n")
     v = from_file(tmp_path / "a.txt")
     assert v.phrases == ["falling", "dropping"] and v.counts.tolist() == [2, 1] and v.truth is None
-    (tmp_path / "b.tsv").write_text("falling\t3\ts1\ndropping\t2\ts1\nrolling\t1\ts2\n")
+    assert v.query_ids is None
+    (tmp_path / "b.tsv").write_text("phrase\tcount\tlabel\nfalling\t3\ts1\ndropping\t2\ts1\nrolling\t1\ts2\n")
     v = from_file(tmp_path / "b.tsv")
     assert v.counts.tolist() == [3, 2, 1] and v.truth == ["s1", "s1", "s2"]
     (tmp_path / "c.jsonl").write_text("\n".join(json.dumps(d) for d in (
         {"query_id": "q1", "phrase": "falling"}, {"query_id": "q2", "phrase": None, "error": "timeout"},
         {"query_id": "q3", "phrase": "falling"})) + "\n")
     v = from_file(tmp_path / "c.jsonl")
-    assert v.phrases == ["falling"] and v.counts.tolist() == [2]
+    assert v.phrases == ["falling"] and v.counts.tolist() == [2] and v.query_ids == [["q1", "q3"]]
+
+
+def test_vocab_csv_with_a_header_quotes_and_extra_columns(tmp_path):
+    # a header names the columns (any order, any case); quoted fields may hold commas; other columns are ignored
+    (tmp_path / "p.csv").write_text('id,Count,phrase\n1,4,"putting something, then dropping it"\n2,2,rolling\n'
+                                    '3,1,"putting something, then dropping it"\n')
+    v = from_file(tmp_path / "p.csv")
+    assert v.phrases == ["putting something, then dropping it", "rolling"] and v.counts.tolist() == [5, 2]
+    (tmp_path / "q.csv").write_text("phrase,query_id\nfalling,q7\nfalling,q9\nrolling,\n")
+    v = from_file(tmp_path / "q.csv")
+    assert v.counts.tolist() == [2, 1] and v.query_ids == [["q7", "q9"], []]
+
+
+def test_vocab_json_arrays_and_phrase_files(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps(["falling", "rolling", {"phrase": "falling", "count": 3}]))
+    v = from_file(tmp_path / "a.json")
+    assert v.phrases == ["falling", "rolling"] and v.counts.tolist() == [4, 1]
+    # a forecaster's phrase file: samples of answered queries; a rerun's last answered line wins; a torn tail is cut
+    lines = [{"query_id": "q1", "phrase": "falling", "phrases": ["falling", "tumbling"]},
+             {"query_id": "q2", "phrase": "", "parse_ok": False, "phrases": []},
+             {"query_id": "q1", "phrase": None, "error": "timeout"},
+             {"query_id": "q3", "phrase": "rolling"}]
+    (tmp_path / "pf.jsonl").write_text("\n".join(json.dumps(d) for d in lines) + '\n{"query_id": "q4", "phr')
+    v = from_file(tmp_path / "pf.jsonl")
+    assert v.phrases == ["falling", "tumbling", "rolling"] and v.counts.tolist() == [1, 1, 1]
+    assert v.query_ids == [["q1"], ["q1"], ["q3"]]
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_phrase(tmp_path):
+    for name, body in (("a.txt", "falling\nrolling\n"), ("a.csv", "phrase\nfalling\nrolling\n"),
+                       ("a.tsv", "phrase\tcount\nfalling\t1\nrolling\t1\n"),
+                       ("a.jsonl", '{"phrase": "falling"}\n{"phrase": "rolling"}\n'),
+                       ("a.json", '["falling", "rolling"]')):
+        (tmp_path / name).write_bytes(b"\xef\xbb\xbf" + body.encode())
+        assert from_file(tmp_path / name).phrases == ["falling", "rolling"], name
 
 
 @pytest.mark.parametrize("name,text,line,field", [
-    ("bad.tsv", "falling\t3\nrolling\tmany\n", 2, "count"),
-    ("bad2.tsv", "falling\t3\ts1\nrolling\t1\n", 2, "label"),
-    ("bad3.tsv", "falling\t3\ts1\nfalling\t1\ts2\n", 2, "label"),
+    ("bad.tsv", "phrase\tcount\nfalling\t3\nrolling\tmany\n", 3, "count"),
+    ("bad2.tsv", "phrase\tcount\tlabel\nfalling\t3\ts1\nrolling\t1\t\n", 3, "label"),
+    ("bad3.tsv", "phrase\tcount\tlabel\nfalling\t3\ts1\nfalling\t1\ts2\n", 3, "label"),
+    ("bad4.tsv", "phrase\tcount\nfalling\t-2\n", 2, "count"),
+    ("bad5.tsv", f"phrase\tcount\nfalling\t{2**63}\n", 2, "count"),
+    ("bad6.csv", f"phrase,count\nfalling,{2**62}\nrolling,{2**62}\n", 3, "count"),  # the total overflows int64
+    ("bad7.csv", "phrase,count\nfalling,1.5\n", 2, "count"),
     ("bad.jsonl", '{"phrase": "falling"}\n{"phrase": ""}\n', 2, "phrase"),
     ("bad2.jsonl", '{"phrase": "falling", "count": 0}\n', 1, "count"),
+    ("bad3.jsonl", f'{{"phrase": "falling", "count": {2**63}}}\n', 1, "count"),
+    ("bad4.jsonl", '{"phrase": "falling"}\n[1, 2]\n', 2, None),
+    ("bad5.jsonl", '{"phrase": "falling"}\n{"phrase": \n{"phrase": "x"}\n', 2, None),
+    ("bad.json", '["falling", {"phrase": "x", "count": -1}]', None, "[1].count"),
+    ("bad2.json", '["falling", 3]', None, "[1]"),
 ])
 def test_vocab_file_errors_name_line_and_field(tmp_path, name, text, line, field):
     (tmp_path / name).write_text(text)
     with pytest.raises(FormatError) as e:
         from_file(tmp_path / name)
     assert e.value.line == line and e.value.field == field and name in str(e.value)
+
+
+@pytest.mark.parametrize("name,text,match", [
+    ("empty.txt", "\n  \n", "holds no phrases"),
+    ("empty.csv", "phrase,count\n", "holds no phrases"),
+    ("failed.jsonl", '{"query_id": "q1", "phrase": null, "error": "timeout"}\n', r"holds no phrases \(0 answered"),
+    ("nohead.csv", "falling,3\nrolling,2\n", "header line naming a 'phrase' column"),
+    ("nohead.tsv", "falling\t3\n", "header line naming a 'phrase' column"),
+    ("ragged.csv", "phrase,count\nfalling,3,extra\n", "expected 2 columns"),
+    ("latin1.txt", "caf\xe9\n".encode("latin-1"), "not valid UTF-8"),
+    ("obj.json", '{"phrase": "falling"}', "expected a JSON array"),
+])
+def test_malformed_or_empty_phrase_files_are_format_errors(tmp_path, name, text, match):
+    path = tmp_path / name
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(FormatError, match=match) as e:
+        from_file(path)
+    assert str(path) in str(e.value)
+
+
+def test_missing_paths_directories_and_unknown_suffixes_are_input_errors(tmp_path):
+    from eval.errors import InputError
+
+    with pytest.raises(InputError, match="does not exist"):
+        from_file(tmp_path / "nope.txt")
+    (tmp_path / "dir.txt").mkdir()
+    with pytest.raises(InputError, match="is a directory"):
+        from_file(tmp_path / "dir.txt")
+    for name in ("phrases", "phrases.xlsx", "phrases.md"):
+        (tmp_path / name).write_text("phrase\nfalling\n")
+        with pytest.raises(InputError, match="unknown suffix") as e:
+            from_file(tmp_path / name)
+        assert ".csv" in str(e.value)  # the fix names the formats

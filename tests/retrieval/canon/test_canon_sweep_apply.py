@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -20,6 +21,11 @@ from retrieval.encoders import PACKAGED_MINILM
 
 def _quiet(*_a, **_k):
     return None
+
+
+def _flat(text: str) -> str:
+    """Text without whitespace and the frame of rich's error panel (which wraps long messages anywhere)."""
+    return re.sub(r"[\s│╭╮╰╯─]", "", text)
 
 
 def test_sweep_on_the_synthetic_benchmark(synth_dir, text_encoder, tmp_path):
@@ -43,10 +49,21 @@ def test_sweep_on_the_synthetic_benchmark(synth_dir, text_encoder, tmp_path):
         assert c["text"] == c["phrases"][0] and counts[c["text"]] == max(counts[p] for p in c["phrases"])
     sizes = np.bincount([len(c["phrases"]) for c in clusters])
     assert {int(k): int(v) for k, v in enumerate(sizes) if v} == {int(k): v for k, v in rows[0.5]["size_histogram"].items()}
+    # the per-phrase map: every phrase once, in first-seen order, with its state, seed and cosine to the seed
+    per_phrase = read_jsonl(out / "phrases_t0.50.jsonl")
+    assert [r["phrase"] for r in per_phrase] == v.phrases
+    state_of = {p: c["id"] for c in clusters for p in c["phrases"]}
+    text_of = {c["id"]: c["text"] for c in clusters}
+    for r in per_phrase:
+        assert r["state_id"] == state_of[r["phrase"]] and r["seed"] == text_of[r["state_id"]]
+        assert r["count"] == counts[r["phrase"]] and r["similarity"] >= 0.5 and "query_ids" not in r
+        assert r["label"] == v.truth[v.index[r["phrase"]]]
+    assert all(r["similarity"] == pytest.approx(1, abs=1e-5) for r in per_phrase if r["phrase"] == r["seed"])
 
 
 def test_sweep_cli_on_a_phrase_list(tmp_path, tiny_st_model):
-    (tmp_path / "p.tsv").write_text("falling\t5\ta\nfalling down\t3\ta\nrolling across the table\t2\tb\n")
+    (tmp_path / "p.tsv").write_text("phrase\tcount\tlabel\nfalling\t5\ta\nfalling down\t3\ta\n"
+                                    "rolling across the table\t2\tb\n")
     r = CliRunner().invoke(app, ["canon", "sweep", "--phrases", str(tmp_path / "p.tsv"), "--out", str(tmp_path / "o"),
                                  "--thresholds", "0.01,1.0", "--model", str(tiny_st_model)])
     assert r.exit_code == 0, r.output
@@ -56,6 +73,60 @@ def test_sweep_cli_on_a_phrase_list(tmp_path, tiny_st_model):
     assert [t["ari"] for t in doc["thresholds"]] == [0.0, 0.0] and doc["thresholds"][0]["purity"] == pytest.approx(2 / 3)
     r = CliRunner().invoke(app, ["canon", "sweep", "--out", str(tmp_path / "o2")])
     assert r.exit_code != 0 and "exactly one of --data" in r.output
+
+
+def test_close_thresholds_get_their_own_files_and_repeats_are_refused(tmp_path, tiny_st_model):
+    (tmp_path / "p.txt").write_text("falling\nfalling down\nrolling across the table\n")
+    out = tmp_path / "o"
+    r = CliRunner().invoke(app, ["canon", "sweep", "--phrases", str(tmp_path / "p.txt"), "--out", str(out),
+                                 "--thresholds", "0.85,0.854,0.8", "--model", str(tiny_st_model)])
+    assert r.exit_code == 0, r.output
+    for label in ("0.85", "0.854", "0.80"):
+        assert (out / f"clusters_t{label}.jsonl").exists() and (out / f"phrases_t{label}.jsonl").exists()
+    assert len(list(out.glob("clusters_t*.jsonl"))) == 3
+    md = (out / "sweep.md").read_text()
+    assert "| 0.85 |" in md and "| 0.854 |" in md and "| 0.80 |" in md
+    # the same threshold twice (in any spelling) is refused before anything is written
+    r = CliRunner().invoke(app, ["canon", "sweep", "--phrases", str(tmp_path / "p.txt"), "--out", str(tmp_path / "o2"),
+                                 "--thresholds", "0.85,0.850", "--model", str(tiny_st_model)])
+    assert r.exit_code != 0 and "given twice" in r.output and not (tmp_path / "o2").exists()
+
+
+def test_the_tie_rule_through_the_cli(tmp_path, text_encoder):
+    # two synonyms of equal count: the first in the file seeds the state by default, the first by text with --ties text
+    (tmp_path / "p.csv").write_text("phrase,count\nfalling down,2\nfalling,2\nrolling away,1\n")
+    seeds = {}
+    for ties in ("first", "text"):
+        out = tmp_path / ties
+        args = ["canon", "sweep", "--phrases", str(tmp_path / "p.csv"), "--out", str(out), "--thresholds", "0.5",
+                "--model", PACKAGED_MINILM] + (["--ties", ties] if ties == "text" else [])
+        r = CliRunner().invoke(app, args)
+        assert r.exit_code == 0, r.output
+        rows = {x["phrase"]: x for x in read_jsonl(out / "phrases_t0.50.jsonl")}
+        assert rows["falling"]["state_id"] == rows["falling down"]["state_id"]  # synonyms at cosine >= 0.5
+        seeds[ties] = rows["falling"]["seed"]
+        assert json.loads((out / "sweep.json").read_text())["config"]["ties"] == ties
+    assert seeds == {"first": "falling down", "text": "falling"}
+    r = CliRunner().invoke(app, ["canon", "sweep", "--phrases", str(tmp_path / "p.csv"), "--out", str(tmp_path / "x"),
+                                 "--ties", "random"])
+    assert r.exit_code != 0 and "--ties" in r.output
+
+
+def test_sweep_refuses_bad_inputs_with_one_clear_message(tmp_path):
+    cases = [(["--phrases", str(tmp_path / "missing.txt")], "does not exist"),
+             (["--phrases", str(tmp_path)], "is a directory"),
+             (["--data", str(tmp_path / "nobench")], "does not exist")]
+    (tmp_path / "p.xlsx").write_text("x")
+    cases.append((["--phrases", str(tmp_path / "p.xlsx")], "unknown suffix"))
+    (tmp_path / "big.tsv").write_text(f"phrase\tcount\nfalling\t{2**63}\n")
+    cases.append((["--phrases", str(tmp_path / "big.tsv")], "big.tsv:2 field 'count'"))
+    (tmp_path / "empty.txt").write_text("")
+    cases.append((["--phrases", str(tmp_path / "empty.txt")], "holds no phrases"))
+    for args, msg in cases:
+        r = CliRunner().invoke(app, ["canon", "sweep", "--out", str(tmp_path / "o"), *args])
+        assert r.exit_code == 2 and _flat(msg) in _flat(r.output), (args, r.output)
+        assert "Traceback" not in r.output and isinstance(r.exception, SystemExit)
+    assert not (tmp_path / "o").exists()
 
 
 def _truth_canonical(bench) -> tuple:
