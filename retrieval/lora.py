@@ -152,7 +152,7 @@ def run_lora_baseline(bench: Benchmark, cfg: LFTRConfig, lora: LoRAConfig, out: 
     from retrieval.towers import peak_rss_mb
 
     out = Path(out)
-    res: dict = {"config": cfg.to_dict(), "lora": {**asdict(lora), "target_modules": lora.target_modules},
+    res: dict = {"config": cfg.to_dict(), "lora_config": {**asdict(lora), "target_modules": lora.target_modules},
                  "split": split}
     for name in runs:
         d = out / name
