@@ -16,6 +16,9 @@ lftr_app = typer.Typer(help="LFTR, the latent-rollout retriever: train, predict,
                        add_completion=False)
 install(app)
 app.add_typer(lftr_app, name="lftr")
+encoder_app = typer.Typer(help="Train image towers on a benchmark's train-split frames (SSL visual, LiT text->image).",
+                          no_args_is_help=True, add_completion=False)
+app.add_typer(encoder_app, name="encoder")
 from retrieval.canon.cli import app as canon_app  # noqa: E402  (canonicalization probes)
 
 app.add_typer(canon_app, name="canon")
@@ -282,7 +285,7 @@ def lftr_predict(
     ckpt: Path = typer.Option(..., "--ckpt", help="checkpoint folder (uses best.pt) or .pt file"),
     out: Path = typer.Option(..., "--out", help="run file to write (.parquet)"),
     split: str = SPLIT,
-    read_rule: str = typer.Option("", "--read-rule", help="matched | fixed1 | multi_hypothesis | best_step_oracle "
+    read_rule: str = typer.Option("", "--read-rule", help="matched | fixed1 | multi_hypothesis | calibrated | best_step_oracle "
                                                           "(default: the checkpoint's)"),
     method: str = typer.Option("", "--method", help="method name stored in the run"),
     k: int = K,
@@ -335,6 +338,10 @@ def demo(
     seed: int = typer.Option(0, "--seed"),
     split: str = SPLIT,
     overwrite: bool = OVERWRITE,
+    extra_space: list[str] = typer.Option([], "--extra-space", help="more target spaces (e.g. a LiT space): LFTR, "
+                                          "oracles, the fusion of all spaces and the complementarity analysis"),
+    compare_space: str = typer.Option("", "--compare-space", help="a second visual space (e.g. pixels) for LFTR, "
+                                      "persistence and the prototype oracle beside the visual space"),
 ) -> None:
     """Encode the semantic space, run every baseline, oracle, LFTR in both spaces and their fusion (resumable)."""
     from eval.benchmark import Benchmark
@@ -342,5 +349,109 @@ def demo(
 
     with _claim(out, "retrieval demo", [data, *config], overwrite):
         paths = run_demo(Benchmark.load(data), out, text_model=text_model, semantic_space=semantic_space,
-                         visual_space=visual_space, configs=list(config), seed=seed, split=split, log=console.print)
+                         visual_space=visual_space, configs=list(config), seed=seed, split=split, log=console.print,
+                         extra_spaces=list(extra_space), compare_space=compare_space)
     console.print(f"[green]{len(paths)} runs in[/] {out}")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# learned image towers, the LoRA baseline, complementarity
+# --------------------------------------------------------------------------------------------------------------
+TOWER_OUT = typer.Option(..., "--out", help="tower directory (a finished tower with the same config is reused)")
+TOWER_SET = typer.Option([], "--set", help="override a config key: --set optim.epochs=5 (repeatable)")
+
+
+@encoder_app.command("ssl")
+def encoder_ssl(data: Path = DATA, out: Path = TOWER_OUT, config: list[Path] = CONFIG, overrides: list[str] = TOWER_SET,
+                stop_after: int = typer.Option(0, "--stop-after", min=0, help="run at most N epochs now (resume later)")
+                ) -> None:
+    """Self-supervised (SimCLR) image tower on the train split's frames; then `encode --model OUT`."""
+    from eval.benchmark import Benchmark
+    from retrieval.ssl import SSLConfig, train_ssl
+    from retrieval.towers import load_dataclass
+
+    rec = train_ssl(Benchmark.load(data), load_dataclass(SSLConfig, config, overrides), out, log=console.print,
+                    stop_after=stop_after or None)
+    _tower_done(out, rec)
+
+
+@encoder_app.command("lit")
+def encoder_lit(data: Path = DATA, out: Path = TOWER_OUT, config: list[Path] = CONFIG, overrides: list[str] = TOWER_SET,
+                init: str = typer.Option("", "--init", help="SSL tower directory to start the image tower from"),
+                text_model: str = typer.Option("", "--text-model", help="locked sentence-transformers text model "
+                                                                        "(default: the packaged MiniLM)"),
+                stop_after: int = typer.Option(0, "--stop-after", min=0)) -> None:
+    """LiT image tower matched to a locked text model on train-split (frame, raw description) pairs."""
+    from eval.benchmark import Benchmark
+    from retrieval.lit import LiTConfig, train_lit
+    from retrieval.towers import load_dataclass
+
+    cfg = load_dataclass(LiTConfig, config, overrides, init=init or None, text_model=text_model or None)
+    rec = train_lit(Benchmark.load(data), cfg, out, log=console.print, stop_after=stop_after or None)
+    _tower_done(out, rec)
+
+
+def _tower_done(out: Path, rec: dict) -> None:
+    if not rec.get("finished"):
+        from eval.errors import IncompleteJob
+
+        raise IncompleteJob(f"{out}: {rec.get('epochs_done')} epochs done, the tower is not finished",
+                            fix="rerun the same command to resume")
+    console.print(f"[green]tower ready[/] {escape(str(out))}: encode with `python -m retrieval encode --data DIR "
+                  f"--space NAME --model {escape(str(out))}`")
+
+
+@lftr_app.command("lora")
+def lftr_lora(
+    data: Path = DATA,
+    space: str = typer.Option(..., "--space", help="target space"),
+    prefix_space: str = typer.Option(..., "--prefix-space", help="space whose image model encodes the prefix frames"),
+    out: Path = typer.Option(..., "--out", help="folder: frozen/ and lora/ checkpoints + runs, comparison.{json,md}"),
+    question_space: str = typer.Option("", "--question-space"),
+    config: list[Path] = CONFIG,
+    overrides: list[str] = SET,
+    seed: int = typer.Option(0, "--seed"),
+    r: int = typer.Option(16, "--r"), alpha: int = typer.Option(32, "--alpha"),
+    dropout: float = typer.Option(0.1, "--dropout"),
+    with_out: bool = typer.Option(False, "--with-out", help="also adapt the attention output projection (CLIP row)"),
+    only: str = typer.Option("", "--only", help="frozen | lora: train just one of the two runs"),
+    split: str = SPLIT,
+) -> None:
+    """The LoRA fine-tuned encoder baseline (App. S): LoRA on the prefix encoder through the LFTR head vs frozen."""
+    from eval.benchmark import Benchmark
+    from retrieval.lftr.config import LFTRConfig, read_yaml
+    from retrieval.lora import LORA_LFTR, LoRAConfig, run_lora_baseline
+
+    cfg = LFTRConfig().with_overrides(LORA_LFTR)  # defaults < the baseline's batch/epochs < YAML < options < --set
+    for p in config:
+        cfg = cfg.with_overrides(read_yaml(p))
+    cfg = cfg.with_overrides({"target_space": space, "prefix_space": prefix_space, "seed": seed,
+                              **({"question_space": question_space} if question_space else {})})
+    cfg = cfg.with_overrides(list(overrides))
+    runs = (only,) if only else ("frozen", "lora")
+    res = run_lora_baseline(Benchmark.load(data), cfg, LoRAConfig(r=r, alpha=alpha, dropout=dropout, with_out=with_out),
+                            out, split=split, log=console.print, runs=runs)
+    from retrieval.lora import comparison_markdown
+
+    console.print(comparison_markdown(res))
+
+
+@app.command()
+def complementarity(
+    data: Path = DATA,
+    run: list[Path] = typer.Option(..., "--run", help="runs of one method in different spaces (repeat, >= 2)"),
+    fused: Path = typer.Option(None, "--fused", help="their fused run (reported beside the union)"),
+    out: Path = typer.Option(..., "--out", help="folder for complementarity.{json,md}"),
+    k: int = typer.Option(5, "--k", min=1),
+) -> None:
+    """Per-query wins of each space, their union, and the correlation of per-pair state similarity across spaces."""
+    from eval.benchmark import Benchmark
+    from eval.io import write_json
+    from retrieval.complementarity import complementarity as analyse
+    from retrieval.complementarity import to_markdown
+
+    res = analyse(Benchmark.load(data), {p.name.split(".")[0]: p for p in run}, fused=fused, k=k)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "complementarity.json", res)
+    (out / "complementarity.md").write_text(to_markdown(res), encoding="utf-8")
+    console.print(to_markdown(res))

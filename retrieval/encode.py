@@ -40,7 +40,9 @@ from retrieval.encoders import (
     TextEncoder,
     is_vision_model,
     pick_device,
+    resolve_model,
 )
+from retrieval.towers import TEXT_TOWER_FILE
 
 #: Output kind of a space directory written by encode (`eval.outputs`).
 OUTPUT_KIND = "retrieval encode"
@@ -197,6 +199,10 @@ def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
             write("prefixes", pids, arr, (len(pids), PREFIX_FRAMES, dim))
         has_text = enc.model_type in TEXT_TOWER_MODEL_TYPES
         extra = {"encoder": enc.model_type, "text_tower": has_text}
+        lit = Path(resolve_model(cfg.model)) / TEXT_TOWER_FILE
+        if lit.exists():  # a LiT image tower (retrieval.lit): phrases go through its locked sentence model
+            t = json.loads(lit.read_text(encoding="utf-8"))
+            extra.update(text_tower=True, text_model=t["text_model"], text_encoder=t["text_encoder"])
     if shard is not None:
         return space_dir(root, cfg.space)  # the plain run after all shards assembles
     shutil.rmtree(space_dir(root, cfg.space) / ".partial", ignore_errors=True)
