@@ -38,6 +38,7 @@ from pathlib import Path
 
 import typer
 
+from eval.cli_support import data_callback, overwrite_option
 from forecasters.registry import ForecasterSpec, PromptInput, register
 
 PARAPHRASE = "paraphrase"
@@ -161,7 +162,8 @@ app = typer.Typer(help="Canonicalization probes that need no model.", no_args_is
 
 @app.command("synonyms")
 def synonyms(
-    data: Path = typer.Option(..., "--data", help="benchmark directory (states.jsonl members = synonym sets)"),
+    data: Path = typer.Option(..., "--data", help="benchmark directory (states.jsonl members = synonym sets)",
+                              callback=data_callback),
     out: Path = typer.Option(..., "--out", help="phrase file to write (JSONL, eval.phrases)"),
     split: str = typer.Option("test", "--split", help="train | val | test | all"),
     seed: int = typer.Option(0, "--seed", help="picks among a state's synonyms (deterministic per query id)"),
@@ -170,11 +172,14 @@ def synonyms(
                                                                 "(default: the benchmark's own)"),
     phrasing: str = typer.Option(None, "--phrasing", help="held-out (default where the benchmark has "
                                                           "sim/phrases.jsonl) or members (synonym sets)"),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """The deterministic paraphrase oracle: each query's true state reworded (held-out lexicon or synonym sets)."""
     from eval.benchmark import Benchmark
     from eval.io import write_json, write_jsonl
+    from forecasters.cli import check_phrase_out
 
+    check_phrase_out(out, [data, synonyms_file], overwrite, sidecars=("config",))
     bench = Benchmark.load(data)
     phrasing = phrasing or default_phrasing(bench)
     recs = synonym_phrase_records(bench, None if split == "all" else split, seed=seed, fair_only=fair_only,

@@ -92,11 +92,12 @@ PRESETS: dict[str, Preset] = {
 
 def build_benchmark(out_dir: str | os.PathLike, videos: int | None = None, seed: int = 0, workers: int | None = None,
                     progress: bool = True, image_size: tuple[int, int] | None = None, preset: str = "demo",
-                    query_videos: int | None = None) -> Path:
+                    query_videos: int | None = None, *, overwrite: bool = False) -> Path:
     """Build the simulator-truth benchmark into ``out_dir`` and return its path.
 
     ``preset`` fixes the defaults of ``videos``, ``query_videos`` and ``image_size`` (`PRESETS`). ``out_dir`` may be
-    missing, empty, or a previous synthetic build (replaced); anything else is refused. The directory is assembled
+    missing, empty, or a previous synthetic build (replaced); anything else is refused (`eval.outputs`;
+    ``overwrite`` forces). The directory is assembled
     beside ``out_dir`` and moved into place at the end. ``workers``: processes for the video pool (default: the CPU
     count, at most 8; small builds run in-process). The output does not depend on ``workers``.
     """
@@ -109,24 +110,22 @@ def build_benchmark(out_dir: str | os.PathLike, videos: int | None = None, seed:
     if videos < len(scenes.DOMAINS):
         raise ValueError(f"videos must be at least {len(scenes.DOMAINS)} (one per domain), got {videos}")
     out = Path(out_dir)
-    _check_target(out)
-    with atomic_dir(out) as stage:
+    with atomic_dir(out, kind=OUTPUT_KIND, overwrite=overwrite, legacy=_is_synth_build) as stage:
         queried = query_set(videos, min(query_videos, videos), seed)
         results = _make_videos(stage, videos, seed, workers, progress, image_size, queried)
         _assemble(stage, results, seed, image_size, preset, queried)
     return out
 
 
-def _check_target(out: Path) -> None:
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise FileExistsError(f"{out} exists and is not a directory")
-    if any(out.iterdir()):
-        with contextlib.suppress(Exception):
-            if read_json(out / "manifest.json").get("name") == NAME:
-                return
-        raise FileExistsError(f"{out} is not empty and is not a {NAME} build; refusing to overwrite it")
+#: Output kind of a synthetic build (`eval.outputs`).
+OUTPUT_KIND = "eval synth"
+
+
+def _is_synth_build(out: Path) -> bool:
+    """An unmarked directory written before output markers existed: its manifest names a synthetic build."""
+    with contextlib.suppress(Exception):
+        return read_json(out / "manifest.json").get("name") in (NAME, "psr-synth")
+    return False
 
 
 # --- videos ------------------------------------------------------------------------------------------------

@@ -18,8 +18,7 @@ from eval.io import read_json, read_jsonl
 from eval.schema import MAX_HORIZON, PREFIX_FRAMES, QUESTION_TYPES, SPLITS
 from eval.synth import build_benchmark, scenes
 from eval.synth.build import read_denotations
-from eval.synth.lexicon import (CORPUS, HELD_OUT, SHAPES, TrueState, corpus_words, describe, reference_text,
-                                satisfies)
+from eval.synth.lexicon import CORPUS, HELD_OUT, SHAPES, TrueState, corpus_words, describe, reference_text, satisfies
 from eval.synth.paraphrase import paraphrase
 from eval.synth.record import load_npz
 from eval.synth.states import MIN_SEGMENT_S, frame_attributes, smooth, trajectories
