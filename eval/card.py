@@ -172,10 +172,16 @@ def _spread(a: np.ndarray, b: np.ndarray, a_of_pairs: np.ndarray) -> tuple[float
     return frac, float(1 - best.sum() / len(a))
 
 
-def write_card(card: Card, out: str | os.PathLike) -> tuple[Path, Path]:
+OUTPUT_KIND = "eval card"
+
+
+def write_card(card: Card, out: str | os.PathLike, *, overwrite: bool = False) -> tuple[Path, Path]:
+    """``out/card.md`` and ``out/card.json``, written as one output folder (`eval.io.atomic_dir`: only a previous
+    card folder is replaced, never the benchmark)."""
+    from eval.io import atomic_dir
+
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    md, js = out / "card.md", out / "card.json"
-    md.write_text(card.markdown(), encoding="utf-8")
-    write_json(js, json.loads(json.dumps(card.to_dict(), default=float)))
-    return md, js
+    with atomic_dir(out, kind=OUTPUT_KIND, inputs=[card.data], overwrite=overwrite) as stage:
+        (stage / "card.md").write_text(card.markdown(), encoding="utf-8")
+        write_json(stage / "card.json", json.loads(json.dumps(card.to_dict(), default=float)))
+    return out / "card.md", out / "card.json"

@@ -101,6 +101,7 @@ def synth(
 def card(
     data: Path = typer.Argument(..., help="benchmark directory"),
     out: Path = typer.Option(None, "--out", help="folder for card.md and card.json (default: print only)"),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """The benchmark card: is this benchmark PSR-shaped? States, segments per state, pool sizes, horizon mix,
     prefix-to-target gap, exact chance R@5, canonicalization errors -- beside the paper's values."""
@@ -109,7 +110,7 @@ def card(
     c = make_card(data)
     typer.echo(c.markdown())
     if out is not None:
-        md, js = write_card(c, out)
+        md, js = write_card(c, out, overwrite=overwrite)
         console.print(f"[green]wrote[/] {md} and {js}")
 
 

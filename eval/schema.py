@@ -145,6 +145,8 @@ class Query:
     k_seconds: float | None = None
     anchor_state: str | None = None
     gt_sim_exact: tuple[str, ...] = ()
+    #: the queried object's box ``[x0, y0, x1, y1]`` (pixels) in each prefix frame, when known (`eval.images`)
+    prefix_boxes: tuple[tuple[float, ...], ...] | None = None
 
     @property
     def report_horizon(self) -> int:
@@ -170,6 +172,8 @@ class Query:
         d["gt_pools"] = GTPools.from_dict(d.get("gt_pools"))
         d["gt_type1"] = tuple(d.get("gt_type1") or ())
         d["gt_sim_exact"] = tuple(d.get("gt_sim_exact") or ())
+        if d.get("prefix_boxes") is not None:
+            d["prefix_boxes"] = tuple(tuple(float(v) for v in b) for b in d["prefix_boxes"])
         return _build(cls, d)
 
     def to_dict(self) -> dict[str, Any]:
@@ -180,6 +184,7 @@ class Query:
         d["gt_pools"] = self.gt_pools.to_dict()
         d["gt_type1"] = list(self.gt_type1)
         d["gt_sim_exact"] = list(self.gt_sim_exact)
+        d["prefix_boxes"] = None if self.prefix_boxes is None else [list(b) for b in self.prefix_boxes]
         return d
 
 
@@ -202,13 +207,20 @@ class Segment:
     raw: str = ""
     #: the simulator's exact true state (`eval.synth.lexicon.TrueState.key`); synthetic benchmark only
     sim_state: str | None = None
+    #: the object's box ``[x0, y0, x1, y1]`` (pixels) in ``frame``, when known (`eval.images`)
+    box: tuple[float, ...] | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Segment:
+        d = dict(d)
+        if d.get("box") is not None:
+            d["box"] = tuple(float(v) for v in d["box"])
         return _build(cls, d)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["box"] = None if self.box is None else list(self.box)
+        return d
 
 
 @dataclass(frozen=True)
@@ -285,6 +297,7 @@ QUERY_FEATURES = datasets.Features(
         "k_seconds": datasets.Value("float64"),
         "anchor_state": datasets.Value("string"),
         "gt_sim_exact": _ids,
+        "prefix_boxes": datasets.Sequence(datasets.Sequence(datasets.Value("float32"))),
     }
 )
 
@@ -303,6 +316,7 @@ SEGMENT_FEATURES = datasets.Features(
         "frame": datasets.Value("string"),
         "raw": datasets.Value("string"),
         "sim_state": datasets.Value("string"),
+        "box": datasets.Sequence(datasets.Value("float32")),
     }
 )
 
@@ -324,12 +338,12 @@ REQUIRED_QUERY_FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 OPTIONAL_QUERY_FIELDS: dict[str, type | tuple[type, ...]] = {
     "gt_type1": list, "fair": bool, "group_id": str, "k_seconds": (int, float), "anchor_state": str,
-    "gt_sim_exact": list,
+    "gt_sim_exact": list, "prefix_boxes": list,
 }
 REQUIRED_SEGMENT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "id": str, "video_id": str, "domain": str, "object_id": str, "subject": str, "state": str, "state_id": str,
     "state_type1": str, "start": (int, float), "end": (int, float), "frame": str,
 }
-OPTIONAL_SEGMENT_FIELDS: dict[str, type | tuple[type, ...]] = {"raw": str, "sim_state": str}
+OPTIONAL_SEGMENT_FIELDS: dict[str, type | tuple[type, ...]] = {"raw": str, "sim_state": str, "box": list}
 REQUIRED_STATE_FIELDS: dict[str, type | tuple[type, ...]] = {"id": str, "text": str}
 OPTIONAL_STATE_FIELDS: dict[str, type | tuple[type, ...]] = {"members": list, "n_segments": int}

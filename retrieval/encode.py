@@ -2,7 +2,10 @@
 
 - semantic (a sentence-transformers model): table ``states`` = the canonical state strings, ``(n_states, d)``;
 - visual (an image encoder): table ``corpus`` = each segment's middle frame, ``(n_corpus, d)``, and table
-  ``prefixes`` = the 8 prefix frames of each prefix, ``(n_prefixes, 8, d)``.
+  ``prefixes`` = the 8 prefix frames of each prefix, ``(n_prefixes, 8, d)``. With ``crop="object"`` (the default
+  ``"auto"`` picks it when the benchmark records object boxes) each image is the object window of the segment's
+  (the prefix's) object (`eval.images`), so objects sharing a frame get their own vectors; ``"frame"`` encodes
+  whole frames.
 
 Work is done in chunks of ``chunk_size`` rows (items, or prefixes). Each finished chunk is saved under
 ``features/<space>/.partial/<table>/`` next to a fingerprint of the job (model, table ids), so a crashed or killed
@@ -31,6 +34,7 @@ from tqdm.auto import tqdm
 from eval.benchmark import Benchmark
 from eval.errors import OutputRefused
 from eval.features import space_dir, write_meta, write_table
+from eval.images import load_view, prefix_views, segment_views
 from eval.io import FormatError, atomic_path, write_json
 from eval.outputs import check_output_dir, write_marker
 from eval.schema import PREFIX_FRAMES
@@ -63,8 +67,16 @@ class EncodeConfig:
     query_prompt: str | None = None
     shard: tuple[int, int] | None = None  # (i, n): compute chunk j only when j % n == i; assemble nothing
     overwrite: bool = False  # replace a space directory that encode did not write (eval.outputs)
+    crop: str = "auto"  # "object" | "frame" | "auto" (object when the benchmark records boxes); visual spaces only
 
-    def resolved(self) -> EncodeConfig:
+    def resolved(self, bench: Benchmark | None = None) -> EncodeConfig:
+        from eval.images import has_boxes
+
+        crop = self.crop
+        if crop not in ("auto", "object", "frame"):
+            raise ValueError(f"--crop must be object, frame or auto, got {crop!r}")
+        if crop == "auto":
+            crop = "object" if bench is not None and has_boxes(bench) else "frame"
         kind = self.kind
         if kind == "auto":
             kind = "visual" if is_vision_model(self.model) else "semantic"
@@ -75,11 +87,12 @@ class EncodeConfig:
         bad = [t for t in tables if t not in default]
         if bad:
             raise ValueError(f"a {kind} space has tables {default}; cannot encode {bad}")
-        return EncodeConfig(**{**asdict(self), "kind": kind, "tables": tables, "device": pick_device(self.device)})
+        return EncodeConfig(**{**asdict(self), "kind": kind, "tables": tables, "device": pick_device(self.device),
+                               "crop": crop})
 
 
 def _fingerprint(cfg: EncodeConfig, table: str, ids: list[str]) -> str:
-    h = hashlib.sha256(json.dumps([cfg.model, cfg.kind, table, cfg.query_prompt, cfg.chunk_size]).encode())
+    h = hashlib.sha256(json.dumps([cfg.model, cfg.kind, table, cfg.query_prompt, cfg.chunk_size, cfg.crop]).encode())
     for x in ids:
         h.update(x.encode() + b"\n")
     return h.hexdigest()[:16]
@@ -124,19 +137,15 @@ def _encode_chunked(root: Path, space: str, table: str, ids: list[str], fingerpr
     return np.concatenate(chunks) if chunks else np.zeros((0,), np.float32)
 
 
-def _prefix_frames(bench: Benchmark) -> tuple[list[str], list[list[str]]]:
-    """Unique prefix ids (first-seen order) and their frame paths, from the queries."""
-    pids = bench.queries_ds["prefix_id"][:]
-    frames = bench.queries_ds["prefix_frames"][:]
-    seen: dict[str, list[str]] = {}
-    for line, (p, fr) in enumerate(zip(pids, frames, strict=True), start=1):
-        if p in seen:
-            continue
+def _prefix_frames(bench: Benchmark, crop: bool = False) -> tuple[list[str], list[list[tuple]]]:
+    """Unique prefix ids (first-seen order) and the views (frame path, box) of their frames, from the queries."""
+    pids, views = prefix_views(bench, crop)
+    for p, fr in zip(pids, views, strict=True):
         if len(fr) != PREFIX_FRAMES:
+            line = bench.queries_ds["prefix_id"][:].index(p) + 1
             raise FormatError(bench.root / "queries.jsonl", f"expected {PREFIX_FRAMES} prefix frames, got {len(fr)}",
                               line=line, field="prefix_frames")
-        seen[p] = list(fr)
-    return list(seen), list(seen.values())
+    return pids, views
 
 
 def _written_by_encode(d: Path) -> bool:
@@ -158,8 +167,8 @@ def _check_space_target(root: Path, cfg: EncodeConfig) -> Path:
 def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
     """Encode the tables of one space (see the module docstring); returns the space directory. A sharded job
     (``cfg.shard``) only leaves its chunks in the partial folder."""
-    cfg = cfg.resolved()
     bench = Benchmark.load(cfg.data)
+    cfg = cfg.resolved(bench)
     root = bench.root
     _check_space_target(root, cfg)  # refuse before loading a model
     extra: dict = {}
@@ -183,22 +192,27 @@ def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
     else:
         enc = ImageEncoder(cfg.model, device=cfg.device, batch_size=cfg.batch_size)
         dim = enc.dim
+        crop = cfg.crop == "object"
+
+        def images(views):
+            return [load_view(bench.path(f), b) for f, b in views]
+
         if "corpus" in cfg.tables:
-            frames = [str(bench.path(f)) for f in bench.corpus_ds["frame"][:]]
+            views = segment_views(bench, crop)
             ids = bench.corpus_ids
             arr = _encode_chunked(root, cfg.space, "corpus", ids, _fingerprint(cfg, "corpus", ids), cfg.chunk_size,
-                                  lambda s, e: enc.encode_images(frames[s:e]), progress, shard)
+                                  lambda s, e: enc.encode_images(images(views[s:e])), progress, shard)
             write("corpus", ids, arr, (len(ids), dim))
         if "prefixes" in cfg.tables:
-            pids, pframes = _prefix_frames(bench)
-            flat = [str(bench.path(f)) for fr in pframes for f in fr]
+            pids, pviews = _prefix_frames(bench, crop)
+            flat = [v for fr in pviews for v in fr]
             step = max(1, cfg.chunk_size // PREFIX_FRAMES)
             arr = _encode_chunked(root, cfg.space, "prefixes", pids, _fingerprint(cfg, "prefixes", pids), step,
-                                  lambda s, e: enc.encode_images(flat[s * PREFIX_FRAMES:e * PREFIX_FRAMES])
+                                  lambda s, e: enc.encode_images(images(flat[s * PREFIX_FRAMES:e * PREFIX_FRAMES]))
                                   .reshape(e - s, PREFIX_FRAMES, dim), progress, shard)
             write("prefixes", pids, arr, (len(pids), PREFIX_FRAMES, dim))
         has_text = enc.model_type in TEXT_TOWER_MODEL_TYPES
-        extra = {"encoder": enc.model_type, "text_tower": has_text}
+        extra = {"encoder": enc.model_type, "text_tower": has_text, "crop": cfg.crop}
         lit = Path(resolve_model(cfg.model)) / TEXT_TOWER_FILE
         if lit.exists():  # a LiT image tower (retrieval.lit): phrases go through its locked sentence model
             t = json.loads(lit.read_text(encoding="utf-8"))

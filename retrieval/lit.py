@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from eval.benchmark import Benchmark
+from eval.images import segment_views
 from retrieval.encoders import PACKAGED_MINILM
 from retrieval.lftr.train import torch_threads
 from retrieval.ssl import AugmentConfig, augmenter
@@ -79,23 +80,24 @@ class LiTConfig:
 
 @dataclass
 class Pairs:
-    """Train-split (frame, description) pairs: ``frame[i]`` / ``text[i]`` index ``frames`` / ``texts``."""
+    """Train-split (view, description) pairs: ``frame[i]`` / ``text[i]`` index ``frames`` (views: frame path and
+    object box, `eval.images`) / ``texts``."""
 
-    frames: list[str]
+    frames: list
     texts: list[str]
     frame: np.ndarray
     text: np.ndarray
 
 
 def caption_pairs(bench: Benchmark, split: str = "train", max_pairs: int = 0) -> Pairs:
-    """Each corpus segment of a ``split`` video with a non-empty ``raw`` description: (middle frame, raw)."""
+    """Each corpus segment of a ``split`` video with a non-empty ``raw`` description: (its view, raw)."""
     vids = split_videos(bench, split)
-    rows = [(f, r) for v, f, r in zip(bench.corpus_ds["video_id"][:], bench.corpus_ds["frame"][:],
+    rows = [(f, r) for v, f, r in zip(bench.corpus_ds["video_id"][:], segment_views(bench),
                                       bench.corpus_ds["raw"][:], strict=True) if v in vids and r and r.strip()]
     if max_pairs and len(rows) > max_pairs:
         step = len(rows) / max_pairs
         rows = [rows[int(i * step)] for i in range(max_pairs)]
-    frames = sorted({f for f, _ in rows})
+    frames = sorted({f for f, _ in rows}, key=lambda v: (v[0], v[1] or ()))
     texts = sorted({r for _, r in rows})
     fi, ti = {f: i for i, f in enumerate(frames)}, {t: i for i, t in enumerate(texts)}
     return Pairs(frames, texts, np.fromiter((fi[f] for f, _ in rows), np.int64, count=len(rows)),

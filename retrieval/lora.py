@@ -68,11 +68,12 @@ def encoder_path(prep: Prepared) -> str:
 def prefix_pixels(prep: Prepared, processor) -> torch.Tensor:
     """``(n_prefixes, 8, 3, H, W)`` float32: every prefix's frames through the encoder's image processor, in the
     order of the prefix space's ``prefixes`` table."""
+    from eval.images import load_view
     from retrieval.encode import _prefix_frames
-    from retrieval.encoders import _load_image
 
     bench = prep.bench
-    pids, frames = _prefix_frames(bench)
+    crop = prep.prefix_space.meta.get("crop") == "object"  # see the prefix space as encode saw it
+    pids, frames = _prefix_frames(bench, crop)
     by_id = dict(zip(pids, frames, strict=True))
     ids = prep.prefix_space.prefixes.ids
     missing = [p for p in ids if p not in by_id]
@@ -80,7 +81,7 @@ def prefix_pixels(prep: Prepared, processor) -> torch.Tensor:
         raise ValueError(f"prefix {missing[0]!r} of space {prep.prefix_space.name!r} is not in the benchmark")
     out = []
     for p in ids:
-        imgs = [_load_image(bench.path(f)) for f in by_id[p]]
+        imgs = [load_view(bench.path(f), b) for f, b in by_id[p]]
         out.append(processor(images=imgs, return_tensors="pt")["pixel_values"])
     return torch.stack(out).float()
 

@@ -32,6 +32,7 @@ import torch
 import yaml
 
 from eval.benchmark import Benchmark
+from eval.images import View, load_view, prefix_views, segment_views
 
 #: File in a tower directory that records what trained it (trainer, config, data fingerprint, train info).
 TRAIN_RECORD = "psr_tower.json"
@@ -94,38 +95,41 @@ def split_videos(bench: Benchmark, split: str) -> set[str]:
     return set(vids[splits == split].tolist())
 
 
-def train_frames(bench: Benchmark, split: str = "train") -> list[str]:
-    """Sorted unique frame paths (relative to the benchmark) of the videos of ``split``: corpus middle frames and
-    prefix frames. Paths only: no state, text or label leaves this function."""
+def train_frames(bench: Benchmark, split: str = "train") -> list[View]:
+    """Sorted unique views (frame path relative to the benchmark, object box or None; `eval.images`) of the videos
+    of ``split``: corpus segments and prefix frames, each as the visual spaces see it (the object window where the
+    benchmark records boxes). Paths and boxes only: no state, text or label leaves this function."""
     vids = split_videos(bench, split)
     seg_vid = bench.corpus_ds["video_id"][:]
-    seg_frame = bench.corpus_ds["frame"][:]
-    out = {f for v, f in zip(seg_vid, seg_frame, strict=True) if v in vids}
-    q_vid = bench.queries_ds["video_id"][:]
-    q_frames = bench.queries_ds["prefix_frames"][:]
-    out.update(f for v, fr in zip(q_vid, q_frames, strict=True) if v in vids for f in fr)
-    return sorted(out)
+    out = {v for vid, v in zip(seg_vid, segment_views(bench), strict=True) if vid in vids}
+    q_vid = dict(zip(bench.queries_ds["prefix_id"][:], bench.queries_ds["video_id"][:], strict=True))
+    pids, views = prefix_views(bench)
+    out.update(v for p, fr in zip(pids, views, strict=True) if q_vid[p] in vids for v in fr)
+    return sorted(out, key=lambda v: (v[0], v[1] or ()))
 
 
-def load_frames(root: Path, paths: Sequence[str], size: tuple[int, int], *, progress: bool = True) -> torch.Tensor:
-    """``(n, 3, H, W)`` uint8: each frame decoded as RGB and resized to ``size = (H, W)`` (bilinear)."""
+def load_frames(root: Path, views: Sequence, size: tuple[int, int], *, progress: bool = True) -> torch.Tensor:
+    """``(n, 3, H, W)`` uint8: each view decoded as RGB (cropped to its object window when it has a box) and resized
+    to ``size = (H, W)`` (bilinear). A view is a `eval.images.View` or a bare frame path."""
     from PIL import Image
     from tqdm.auto import tqdm
 
     h, w = size
-    out = torch.empty((len(paths), 3, h, w), dtype=torch.uint8)
-    for i, p in enumerate(tqdm(paths, desc="frames", unit="frame", disable=not progress)):
-        with Image.open(root / p) as im:
-            arr = np.asarray(im.convert("RGB").resize((w, h), Image.Resampling.BILINEAR))
+    out = torch.empty((len(views), 3, h, w), dtype=torch.uint8)
+    for i, v in enumerate(tqdm(views, desc="frames", unit="frame", disable=not progress)):
+        path, box = (v, None) if isinstance(v, str) else v
+        arr = np.asarray(load_view(root / path, box).resize((w, h), Image.Resampling.BILINEAR))
         out[i] = torch.from_numpy(arr.copy()).permute(2, 0, 1)
     return out
 
 
-def frames_fingerprint(paths: Sequence[str], root: Path) -> str:
-    """SHA-1 over the frame paths and their file sizes (a changed or rebuilt benchmark changes it)."""
+def frames_fingerprint(views: Sequence, root: Path) -> str:
+    """SHA-1 over the views (frame path, box) and their files' sizes (a changed or rebuilt benchmark changes it)."""
     h = hashlib.sha1()
-    for p in paths:
-        h.update(p.encode() + b"\0" + str(os.path.getsize(root / p)).encode() + b"\n")
+    for v in views:
+        path, box = (v, None) if isinstance(v, str) else v
+        h.update(path.encode() + b"\0" + repr(box).encode() + b"\0" + str(os.path.getsize(root / path)).encode()
+                 + b"\n")
     return h.hexdigest()[:16]
 
 

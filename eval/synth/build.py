@@ -210,7 +210,7 @@ def _build_corpus(results: list[V.VideoResult]) -> _Corpus:
                 id=f"{res.video_id}.{oid}.s{j}", video_id=res.video_id, domain=res.domain, object_id=oid,
                 subject=subject, state=text, state_id=state_id(s.state.key), state_type1=f"{subject} {text}",
                 start=_t(s.start, res.fps), end=_t(min(s.stop, last), res.fps),
-                frame=V.frame_path(res.video_id, s.middle), raw=s.raw, sim_state=s.state.key))
+                frame=V.frame_path(res.video_id, s.middle), raw=s.raw, sim_state=s.state.key, box=s.box))
             video.append(res.index)
             domain.append(scenes.DOMAINS.index(res.domain))
             state.append(index[s.state.key])
@@ -377,7 +377,8 @@ def _build_queries(results: list[V.VideoResult], corpus: _Corpus, splits: dict[i
                     prefix_end=prefix_end, prefix_frames=tuple(V.frame_path(res.video_id, f) for f in frames),
                     transcript=transcript, split=splits[res.index], gt_pools=gt, gt_type1=gt1,
                     fair=len(gt.main) > 0, group_id=tg.group_id, k_seconds=tg.k_seconds,
-                    anchor_state=tg.anchor_state, gt_sim_exact=gt.main))
+                    anchor_state=tg.anchor_state, gt_sim_exact=gt.main,
+                    prefix_boxes=tuple(tuple(b) for b in res.prefix_boxes[k])))
     return queries
 
 

@@ -114,6 +114,24 @@ class Renderer:
         (px, py), = self.to_px(self.rec.pos[frame, k])
         return px / SUPERSAMPLE, py / SUPERSAMPLE
 
+    def object_box(self, frame: int, k: int) -> tuple[float, float, float, float]:
+        """Output-image box ``(x0, y0, x1, y1)`` of object ``k`` at ``frame`` (its rotated outline's extent, clipped
+        to the image), rounded to 0.1 pixel."""
+        rec = self.rec
+        x, y = (float(v) for v in rec.pos[frame, k])
+        w, h = (float(v) for v in rec.sizes[k])
+        if str(rec.shapes[k]) in ROUND_SHAPES:
+            pts = np.array([(x - w / 2, y - w / 2), (x + w / 2, y + w / 2)])
+        else:
+            a = float(rec.angle[frame, k])
+            pts = np.array([self._rot(u, v, x, y, a) for u, v in ((-w / 2, -h / 2), (w / 2, -h / 2), (w / 2, h / 2),
+                                                                    (-w / 2, h / 2))])
+        px = np.array(self.to_px(pts)) / SUPERSAMPLE
+        W, H = self.size
+        x0, y0 = np.clip(px.min(0), 0, [W, H])
+        x1, y1 = np.clip(px.max(0), 0, [W, H])
+        return tuple(round(float(v), 1) for v in (x0, y0, x1, y1))  # type: ignore[return-value]
+
     def in_view(self, frame: int, k: int, margin: float = 2.0) -> bool:
         """True when object ``k``'s bounding circle lies inside the (output) image at ``frame``."""
         r = float(np.hypot(*self.rec.sizes[k])) / 2

@@ -46,6 +46,7 @@ class SegmentInfo:
     raw: str
     denotation: Denotation
     clear: bool
+    box: tuple[float, float, float, float]
 
 
 @dataclass
@@ -67,6 +68,8 @@ class VideoResult:
     segment_features: np.ndarray
     #: (n_prefixes, 8, D) float32, rows in ``sorted(prefixes)`` order
     prefix_features: np.ndarray
+    #: object index -> the object's box in each of its 8 prefix frames
+    prefix_boxes: dict[int, list[tuple[float, float, float, float]]]
 
 
 def video_id(index: int) -> str:
@@ -117,7 +120,8 @@ def make_video(seed: int, index: int, domain: str, root: str, image_size: tuple[
         for seg in traj:
             raw, den = describe(seg.state, text_rng, CORPUS)
             clear = (seg.stop - seg.start) / rec.fps >= CONSENSUS_MIN_DURATION_S and renderer.in_view(seg.middle, k)
-            segments.append(SegmentInfo(k, seg.state, seg.start, seg.stop, seg.middle, raw, den, bool(clear)))
+            segments.append(SegmentInfo(k, seg.state, seg.start, seg.stop, seg.middle, raw, den, bool(clear),
+                                        renderer.object_box(seg.middle, k)))
 
     needed = sorted({s.middle for s in segments} | {f for fr in prefixes.values() for f in fr})
     out = Path(root)
@@ -137,9 +141,10 @@ def make_video(seed: int, index: int, domain: str, root: str, image_size: tuple[
                  else np.zeros((0, dim), np.float32))
     pre_feats = (np.stack([np.stack([feature(f, k) for f in prefixes[k]]) for k in sorted(prefixes)]) if prefixes
                  else np.zeros((0, PREFIX_FRAMES, dim), np.float32))
+    boxes = {k: [renderer.object_box(f, k) for f in fr] for k, fr in prefixes.items()}
     return VideoResult(index, vid, domain, family, rec.n_frames, rec.fps, [str(x) for x in rec.object_ids],
                        [str(x) for x in rec.subjects], segments, prefixes, seg_feats.astype(np.float32),
-                       pre_feats.astype(np.float32))
+                       pre_feats.astype(np.float32), boxes)
 
 
 def make_video_star(args: tuple) -> VideoResult:

@@ -194,6 +194,10 @@ def test_truth_build_files(truth, synth_truth_dir):
         assert satisfies(TrueState.from_key(s["sim_state"]), den[s["raw"]])
     corpus = load_table(root, "pixels", "corpus")
     assert corpus.ids == [s["id"] for s in truth["corpus"]]
+    # every segment and prefix frame knows where its object is (the visual spaces' object windows)
+    w, h = truth["manifest"]["extra"]["image_size"]
+    assert all(0 <= s["box"][0] <= s["box"][2] <= w and 0 <= s["box"][1] <= s["box"][3] <= h for s in truth["corpus"])
+    assert all(len(q["prefix_boxes"]) == PREFIX_FRAMES for q in truth["queries"])
     assert np.allclose(np.linalg.norm(corpus.array, axis=-1), 1, atol=1e-4)
     rec = load_npz(root / "sim" / f"{truth['corpus'][0]['video_id']}.npz")
     assert rec.domain in scenes.DOMAINS and rec.family in scenes.FAMILIES
