@@ -140,7 +140,8 @@ def test_q5_joint_metric_is_the_product_and_has_its_own_table(synth_dir, synth_b
     assert res["joint"]["R@5"] == pytest.approx(np.mean(joint)) and res["n_groups"] == len(groups)
     assert res["per_object"]["R@5"] == pytest.approx(np.mean([hit[idx[q]] for m in groups.values() for q in m]))
     assert res["joint"]["R@5"] <= res["per_object"]["R@5"]
-    assert evaluate_groups(runs["oracle"], groups)["joint"]["R@1"] == 1.0
+    # the true-state oracle ties only with its own state's segments: every member is a hit within the top 50
+    assert evaluate_groups(runs["oracle"], groups)["joint"]["R@50"] == pytest.approx(1.0)
     out = tmp_path / "rep"
     r = CliRunner().invoke(app, ["report", str(paths["oracle"]), str(paths["persistence"]), "--data", str(synth_dir),
                                  "--out", str(out), "--resamples", "200"])

@@ -90,12 +90,14 @@ def test_evaluate_strata_are_consistent(synth_bench, synth_runs):
     per_h = [res["by_horizon"][h]["R@5"] for h in res["by_horizon"]]
     assert main["macro"] == pytest.approx(np.mean(per_h))
     assert set(res["by_tier"]) == {"in_video", "in_dataset", "cross_dataset", "bge_similar"}
-    assert set(res["by_gt_definition"]) == {"type2-all", "type2-consensus", "type1-all"}
+    assert set(res["by_gt_definition"]) == {"type2-all", "type2-consensus", "type1-all", "sim-exact"}
     assert res["by_gt_definition"]["type2-all"]["R@5"] == main["R@5"]
     assert res["triplets"]["all"]["n"] + res["triplets"]["all"]["n_incomplete"] == pix.n
-    # the oracle: a perfect main-pool ranking; its semantic negatives share the target state, so they tie
+    # the oracle: nothing ranks above a main-pool positive, only the target state's other (unmined) segments tie
+    # with it, so its R@k is the tie-aware chance of a pool member among them; its semantic negatives share the
+    # target state, so they tie too
     o = evaluate_run(runs[0], QueryLabels.from_benchmark(synth_bench, runs[0].query_ids))
-    assert o["main"]["R@1"] == 1.0 and o["main"]["MedR"] == 1.0
+    assert 0.5 < o["main"]["R@5"] <= o["main"]["R@50"] == 1.0
     assert o["triplets"]["all"]["acc_temp"] == 1.0 and o["triplets"]["all"]["acc_sem"] == 0.5
 
 

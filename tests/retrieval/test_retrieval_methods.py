@@ -63,12 +63,16 @@ def test_oracles(tiny_bench, spaces, text_encoder):
     first = independent_appearance(tiny_bench, rows, vis).vectors[:, 0]
     mean = independent_appearance(tiny_bench, rows, vis, reduce="mean")
     assert mean.n_misses == 0
+    segs = tiny_bench.segments()
     for q, v, m in zip(queries, first, mean.vectors[:, 0], strict=True):
-        own = sorted(q.gt_pools.in_video, key=lambda c: tiny_bench.segment(c).start)
-        feats = vis.items[[tiny_bench.corpus_index[c] for c in own]]
-        assert np.allclose(v, feats[0])  # the earliest observed future frame
-        assert np.allclose(m, l2_normalize(feats.mean(0)), atol=1e-6)
-    assert any(len(q.gt_pools.in_video) > 1 for q in queries)  # so "mean" differs from "first" somewhere
+        target = [i for i, s in enumerate(segs) if (s.video_id, s.object_id, s.start) ==
+                  (q.video_id, q.object_id, q.target_time)]
+        assert len(target) == 1
+        assert np.allclose(v, vis.items[target[0]])  # the queried object's own future frame
+        t = segs[target[0]]
+        own = [i for i, s in enumerate(segs) if (s.video_id, s.object_id, s.state_id) ==
+               (t.video_id, t.object_id, t.state_id)]
+        assert np.allclose(m, l2_normalize(vis.items[own].mean(0)), atol=1e-6)
 
 
 def test_independent_appearance_without_own_segment_is_a_miss(tiny_copy):
@@ -79,7 +83,7 @@ def test_independent_appearance_without_own_segment_is_a_miss(tiny_copy):
 
     lines = (tiny_copy / "queries.jsonl").read_text().splitlines()
     first = json.loads(lines[0])
-    first["gt_pools"]["in_video"] = []
+    first["target_time"] += 0.01  # no segment of its object starts there: the target segment is not in the corpus
     (tiny_copy / "queries.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
     bench = Benchmark.load(tiny_copy)
     qv = independent_appearance(bench, np.arange(3), Space.load(bench, "pixels"))
