@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from retrieval_tiny_bench import build_tiny
+from retrieval_tiny_bench import TINY_TOWER, build_tiny
 
 
 @pytest.fixture(scope="session")
@@ -141,11 +141,6 @@ def synth_demo(synth_demo_out):
     from eval.runs import read_run
 
     return {p.name.removesuffix(".parquet"): read_run(p) for p in sorted(synth_demo_out.glob("*.parquet"))}
-
-
-#: A tiny image tower for tests (seconds on CPU): 24x32 frames, 12 patches of 8x8, one attention block.
-TINY_TOWER = ["tower.image_height=24", "tower.image_width=32", "tower.hidden_size=32", "tower.layers=1",
-              "tower.heads=2", "tower.out_dim=32", "optim.batch_size=32", "optim.threads=1"]
 
 
 @pytest.fixture(scope="session")

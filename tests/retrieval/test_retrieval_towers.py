@@ -8,7 +8,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from conftest import TINY_TOWER
+from retrieval_tiny_bench import TINY_TOWER
 
 from eval.benchmark import Benchmark
 
