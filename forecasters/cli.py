@@ -5,17 +5,23 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shlex
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from eval.cli_support import data_callback, data_option, install, overwrite_option, report_error
+from eval.errors import IncompleteJob, PSRError
 
 app = typer.Typer(help="Forecasters: multimodal-LLM / text-only / student phrase predictors as resumable batch jobs.",
                   no_args_is_help=True, add_completion=False)
 
 from forecasters.probes import app as probes_app  # noqa: E402  (canonicalization probes without a model)
 
+install(app)
 app.add_typer(probes_app, name="probes")
 console = Console()
 err = Console(stderr=True)
@@ -26,39 +32,85 @@ def _load_yaml(path: Path | None) -> dict:
         return {}
     import yaml
 
-    with open(path, encoding="utf-8") as f:
-        d = yaml.safe_load(f) or {}
+    from eval.io import FormatError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = yaml.safe_load(f) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        mark = getattr(e, "problem_mark", None)
+        raise FormatError(path, f"not valid YAML ({' '.join(str(e).split())[:200]})",
+                          line=None if mark is None else mark.line + 1) from None
     if not isinstance(d, dict):
-        raise typer.BadParameter(f"{path}: expected a mapping of run options")
+        raise FormatError(path, f"expected a mapping of run options, got {type(d).__name__}")
     from forecasters.runner import RunConfig
 
     names = {f.name for f in dataclasses.fields(RunConfig)}
     unknown = sorted(set(d) - names)
     if unknown:
-        raise typer.BadParameter(f"{path}: unknown option(s) {unknown}")
+        raise FormatError(path, f"unknown option(s) {unknown}; known: {sorted(names)}")
     return d
+
+
+def check_phrase_out(out: Path, inputs: list, overwrite: bool, sidecars: tuple[str, ...] = ()) -> None:
+    """Refuse --out before any work (eval.outputs): missing, a phrase file of this toolkit (its first line holds
+    query_id and config_hash), or --overwrite; never a job input. ``sidecars``: ``OUT.<kind>.json`` files written
+    beside it (they hold a config_hash)."""
+    from eval.outputs import check_output_file, json_with_keys, jsonl_with_keys
+
+    check_output_file(out, "phrase", recognise=jsonl_with_keys("query_id", "config_hash"), inputs=inputs,
+                      overwrite=overwrite)
+    for kind in sidecars:
+        side = out.with_name(out.name.removesuffix(".jsonl") + f".{kind}.json")
+        check_output_file(side, f"phrase-file {kind}", recognise=json_with_keys("config_hash"), inputs=inputs,
+                          overwrite=overwrite, option="--out's sidecar")
 
 
 def _summary_table(s) -> Table:
     t = Table(title=f"forecast run -> {s.out}", show_header=False)
-    rows = [("selected", s.selected), ("already done (skipped)", s.skipped_done), ("attempted", s.attempted),
-            ("ok (phrase parsed)", s.ok), ("failed requests", s.failed), ("parse failures", s.parse_failures),
-            ("outside 2-5 words", s.length_flags), ("completion tokens/s", f"{s.tokens_per_s:.1f}"),
+    rows = [("selected queries", s.selected), ("  answered: phrase parsed", s.ok),
+            ("  answered: parse failure", s.parse_failures), ("  failed (error recorded)", s.failed),
+            ("  missing (no line yet)", s.missing), ("  outside 2-5 words", s.length_flags),
+            ("this run: already done", s.skipped_done), ("this run: attempted", s.attempted),
+            ("this run: failed", s.attempted_failed), ("completion tokens/s", f"{s.tokens_per_s:.1f}"),
             ("queries/s", f"{s.queries_per_s:.2f}"), ("wall time", f"{s.wall_s:.1f} s"), ("engine", s.engine),
             ("config hash", s.config_hash)]
     if s.error_kinds:
-        rows.append(("errors by kind", json.dumps(s.error_kinds)))
+        rows.append(("failed lines by kind", json.dumps(s.error_kinds)))
     if s.aborted:
-        rows.append(("ABORTED", s.aborted))
+        rows.append(("STOPPED EARLY", s.aborted))
+    rows.append(("complete", "yes" if s.complete else "NO"))
     for k, v in rows:
         t.add_row(k, str(v))
     return t
 
 
+def _exit_for(e: PSRError) -> NoReturn:
+    """Print a toolkit error as one line and exit with its code (`eval.cli_support.report_error`: 3 for an
+    `IncompleteJob`, 2 otherwise)."""
+    raise typer.Exit(report_error(e)) from None
+
+
+def _command_line(ctx: typer.Context) -> str:
+    """The command as given on the command line (the options the user set), rebuilt from the parsed parameters."""
+    parts = ["python", "-m", "forecasters", ctx.info_name or "run"]
+    for param in ctx.command.params:
+        if getattr(ctx.get_parameter_source(param.name), "name", "") != "COMMANDLINE" or not param.opts:
+            continue
+        value = ctx.params[param.name]
+        if getattr(param, "is_flag", False):
+            flag = param.opts[0] if value else (param.secondary_opts or [None])[0]
+            parts += [flag] if flag else []
+        else:
+            for v in value if getattr(param, "multiple", False) else [value]:
+                parts += [param.opts[0], str(v)]
+    return " ".join(shlex.quote(a) for a in parts)
+
+
 @app.command()
 def run(
     ctx: typer.Context,
-    data: Path = typer.Option(..., "--data", help="benchmark directory"),
+    data: Path = data_option(),
     out: Path = typer.Option(..., "--out", help="phrase file to write / resume (JSONL), e.g. runs/m3.jsonl"),
     forecaster: str = typer.Option("m3", "--forecaster", "-f", help="m3 | text-only | llava | llava-video | student"),
     backend: str = typer.Option("hf", "--backend", "-b", help="hf | vllm | openai"),
@@ -78,13 +130,16 @@ def run(
     top_p: float = typer.Option(1.0, "--top-p"),
     seed: int = typer.Option(0, "--seed"),
     frames: int = typer.Option(None, "--frames", min=1, help="use K of the 8 prefix frames (evenly spaced)"),
-    max_pixels: int = typer.Option(None, "--max-pixels", help="cap pixels per frame (resize; Qwen-VL processor cap)"),
-    min_pixels: int = typer.Option(None, "--min-pixels"),
+    max_pixels: int = typer.Option(None, "--max-pixels", min=0, help="resize frames to at most N pixels before "
+                                   "sending (every backend); default: the forecaster's (448x448; student 336x336); "
+                                   "0 = full size"),
+    min_pixels: int = typer.Option(None, "--min-pixels", help="hf / vllm: Qwen-VL processor floor (pixels)"),
     dtype: str = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16"),
     device: str = typer.Option("auto", "--device", help="hf backend: auto | cpu | cuda"),
-    batch_size: int = typer.Option(None, "--batch-size", min=1, help="requests per engine call / per written chunk "
-                                                                     "(default hf 8, vllm 256, openai 4 x concurrency)"),
-    concurrency: int = typer.Option(8, "--concurrency", min=1, help="openai: requests in flight"),
+    batch_size: int = typer.Option(None, "--batch-size", min=1, help="hf / vllm: requests per engine call (default 8 / "
+                                   "256); openai: requests admitted ahead, in flight or waiting for a retry "
+                                   "(default 4 x concurrency)"),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, help="openai: requests in flight at the server"),
     base_url: str = typer.Option(None, "--base-url", help="openai: server URL, e.g. http://127.0.0.1:8000/v1"),
     api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="env var holding the API key"),
     timeout_s: float = typer.Option(120.0, "--timeout", help="openai: per-request timeout (s)"),
@@ -98,9 +153,12 @@ def run(
     max_lora_rank: int = typer.Option(16, "--max-lora-rank"),
     trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
     redo_failed: bool = typer.Option(False, "--redo-failed", help="rerun queries whose line recorded an error"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="discard an existing --out file"),
+    drop_foreign: bool = typer.Option(False, "--drop-foreign", help="move lines of another config out of --out (to "
+                                      "OUT.foreign), keeping this run's lines"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="discard an existing --out file (lines of another "
+                                                              "config, or a file this toolkit did not write)"),
     max_consecutive_failures: int = typer.Option(100, "--max-consecutive-failures", min=1,
-                                                 help="stop after this many transient failures in a row"),
+                                                 help="stop after this many failed requests in a row"),
     num_threads: int = typer.Option(None, "--threads", min=1, help="hf: torch CPU threads"),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
     config: Path = typer.Option(None, "--config", help="YAML file of run options (command-line values win)"),
@@ -108,8 +166,10 @@ def run(
 ) -> None:
     """Run a forecaster over a benchmark split: one phrase-file line per query, resumable, shardable.
 
-    Writes OUT (JSONL, eval.phrases format), OUT's .config.json (resolved config) and .summary.json.
-    Exit code 0 when done, 2 on bad input, 3 when stopped early by a run of failures (rerun to resume).
+    Writes OUT (JSONL, eval.phrases format), OUT's .config.json (resolved config) and .summary.json (what OUT holds
+    for the selected queries). Exit code 0 when every selected query has an answer; 3 when some failed or are
+    missing (stopped early, or failed requests: the message gives the command that finishes); 2 on bad input, an
+    unreachable server or a model it does not serve.
     """
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     from forecasters.runner import RunConfig
@@ -125,49 +185,52 @@ def run(
     if values.get("split") == "all":
         values["split"] = None
     values["qtypes"] = list(values["qtypes"]) if values.get("qtypes") else None
-    try:
-        cfg = RunConfig(**values)
-        summary = run_job(cfg)
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
-        err.print(f"[red]error:[/] {e}")
-        raise typer.Exit(2) from None
+    check_phrase_out(Path(values["out"]), [values["data"], values.get("adapter"), values.get("prompt"), config],
+                     bool(values.get("overwrite")), sidecars=("config", "summary"))
+    cfg = RunConfig(**values)
+    summary = run_job(cfg)
     console.print(_summary_table(summary))
-    if summary.aborted:
-        raise typer.Exit(3)
+    incomplete = summary.incomplete(_command_line(ctx))
+    if incomplete is not None:
+        _exit_for(incomplete)
 
 
 @app.command()
 def merge(
     inputs: list[Path] = typer.Argument(..., help="shard phrase files of one run"),
     out: Path = typer.Option(..., "--out", help="merged phrase file"),
-    data: Path = typer.Option(None, "--data", help="benchmark directory: order by it and check coverage"),
+    data: Path = data_option(None, help="benchmark directory: order by it and check coverage"),
     split: str = typer.Option("test", "--split", help="with --data: the split the run covered (all = every query)"),
-    require_complete: bool = typer.Option(False, "--require-complete", help="exit 1 if a query of the split is missing"),
+    require_complete: bool = typer.Option(False, "--require-complete", help="with --data: exit 3 unless every query "
+                                          "of the split has an answer (a line without an error)"),
     allow_mixed: bool = typer.Option(False, "--allow-mixed", help="merge lines of different configs"),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """Merge shard phrase files into one (each query once; the last successful line wins)."""
-    from eval.io import FormatError
     from forecasters.phrasefile import merge_phrase_files
 
+    check_phrase_out(out, [*inputs, data], overwrite)
+    if require_complete and data is None:
+        _exit_for(PSRError("--require-complete needs --data: the split's queries say what complete means",
+                           fix="add --data DIR (and --split)"))
     expected = None
     if data is not None:
         from eval.benchmark import Benchmark
 
         bench = Benchmark.load(data)
         expected = [q.id for q in bench.queries(None if split == "all" else split)]
-    try:
-        rep = merge_phrase_files(inputs, out, expected_ids=expected, allow_mixed=allow_mixed)
-    except FormatError as e:
-        err.print(f"[red]error:[/] {e}")
-        raise typer.Exit(2) from None
+    rep = merge_phrase_files(inputs, out, expected_ids=expected, allow_mixed=allow_mixed)
     console.print(f"merged {rep.n_inputs} file(s), {rep.n_lines} line(s) -> {out}: {rep.n_queries} queries "
                   f"({rep.n_ok} ok, {rep.n_failed} failed), config {rep.config_hash}")
     if rep.missing:
         err.print(f"[yellow]{len(rep.missing)} quer(ies) of the split missing[/], e.g. {rep.missing[:5]}")
     if rep.unexpected:
         err.print(f"[yellow]{len(rep.unexpected)} line(s) for queries outside the split[/], e.g. {rep.unexpected[:5]}")
-    if require_complete and rep.missing:
-        raise typer.Exit(1)
+    if require_complete and not rep.coverage.complete:
+        c = rep.coverage
+        _exit_for(IncompleteJob(f"{out}, split {split!r}: {c.describe()}",
+                                fix="finish each shard (its `forecasters run` command, with --redo-failed for failed "
+                                    "lines), then merge again"))
 
 
 @app.command("tiny-model")
@@ -179,11 +242,14 @@ def tiny_model(
                                                           "default: the kind's (forecasters.tiny_models)"),
     seed: int = typer.Option(0, "--seed"),
     fit_data: Path = typer.Option(None, "--fit-data", help="benchmark dir: fit the tiny model on its train split so "
-                                                           "it answers with state phrases (plumbing checks)"),
+                                                           "it answers with state phrases (plumbing checks)",
+                                  callback=data_callback),
     forecaster: str = typer.Option("text-only", "--fit-forecaster", help="whose prompts to fit on"),
     steps: int = typer.Option(60, "--fit-steps", min=1, help="steps of 8 examples (about 0.2 s each on CPU)"),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """Build a tiny random-weight model (a few MB, no download) for plumbing checks; optionally fit it briefly."""
+    from eval.outputs import claimed_dir
     from forecasters.tiny_models import TINY_KINDS, build_tiny_model, chat_template
 
     if kind not in TINY_KINDS:
@@ -192,12 +258,13 @@ def tiny_model(
         chat_template(kind, template)
     except ValueError as e:
         raise typer.BadParameter(str(e), param_hint="--template") from None
-    path = build_tiny_model(out, kind, seed=seed, template=template)
-    if fit_data is not None:
-        from forecasters.tiny_fit import fit_on_benchmark
+    with claimed_dir(out, "forecasters tiny-model", inputs=[fit_data], overwrite=overwrite):
+        path = build_tiny_model(out, kind, seed=seed, template=template)
+        if fit_data is not None:
+            from forecasters.tiny_fit import fit_on_benchmark
 
-        loss = fit_on_benchmark(path, fit_data, forecaster=forecaster, steps=steps, seed=seed)
-        console.print(f"fitted {steps} steps on {fit_data} ({forecaster} prompts): final loss {loss:.3f}")
+            loss = fit_on_benchmark(path, fit_data, forecaster=forecaster, steps=steps, seed=seed)
+            console.print(f"fitted {steps} steps on {fit_data} ({forecaster} prompts): final loss {loss:.3f}")
     console.print(f"[green]wrote[/] {path}")
 
 

@@ -1,7 +1,7 @@
 """Loading prefix frames (and other images) once and sharing them across the queries of a prefix.
 
-`FrameCache` maps an image path to one `ImagePart` (RGB, optionally downscaled to at most ``max_pixels`` pixels,
-aspect ratio kept), in an LRU of ``size`` images. The runner sorts queries by prefix, so the 8 frames of a prefix
+`FrameCache` maps an image path to one `ImagePart` (RGB, downscaled to at most ``max_pixels`` pixels when given,
+aspect ratio kept, bicubic: the pixel policy of `forecasters.presets`), in an LRU of ``size`` images. The runner sorts queries by prefix, so the 8 frames of a prefix
 are read and (for the ``openai`` backend) base64-encoded once, however many questions ask about that prefix.
 """
 
@@ -39,6 +39,7 @@ class FrameCache:
         self.size = size
         self._cache: OrderedDict[str, ImagePart] = OrderedDict()
         self.loads = 0  # images read from disk (for tests and the summary)
+        self.largest: tuple[int, int] | None = None  # (width, height) of the largest frame handed out
 
     def path(self, rel: str) -> Path:
         p = Path(rel)
@@ -54,6 +55,8 @@ class FrameCache:
             s = math.sqrt(self.max_pixels / (img.width * img.height))
             img = img.resize((max(1, int(img.width * s)), max(1, int(img.height * s))), Image.Resampling.BICUBIC)
         self.loads += 1
+        if self.largest is None or img.width * img.height > self.largest[0] * self.largest[1]:
+            self.largest = (img.width, img.height)
         return ImagePart(img, source=str(rel))
 
     def get(self, rel: str) -> ImagePart:

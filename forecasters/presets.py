@@ -12,8 +12,16 @@ preset                 model                                       used for
 ``student-2b``         ``Qwen/Qwen3-VL-2B-Instruct``               base of a distilled student
 =====================  ==========================================  =============================================
 
-`VLLM_DEFAULTS` are engine settings per preset for the ``vllm`` backend (tensor parallelism, context, pixel caps)
-that fit the model on H100/H200-class GPUs; every one is overridable from the CLI.
+`VLLM_DEFAULTS` are engine settings per preset for the ``vllm`` backend (tensor parallelism, context) that fit the
+model on H100/H200-class GPUs; every one is overridable from the CLI.
+
+Pixel policy (every backend): the runner resizes each frame on our side, before any backend or server sees it, to
+at most the forecaster's ``max_pixels`` pixels (aspect ratio kept, bicubic; `forecasters.media.FrameCache`):
+`DEFAULT_MAX_PIXELS` (448 x 448) for the image forecasters, `STUDENT_MAX_PIXELS` (336 x 336, the SFT default of
+`distill.sft`) for ``student``. ``--max-pixels N`` overrides it, ``--max-pixels 0`` sends full-size frames. The
+model's own processor then does its usual processing (Qwen-VL rounds to multiples of 28), the same in ``hf``,
+``vllm`` and any server, so no server-side pixel cap is needed. The cap applied goes into the config hash and the
+run config.
 """
 
 from __future__ import annotations
@@ -29,15 +37,18 @@ PRESETS: dict[str, str] = {
 }
 
 #: 8 frames at <= 448x448 (Qwen-VL: 256 tokens a frame at merge 2 / patch 14) keep M3 prompts near 2.2k tokens.
-_QWEN_PIXELS = 448 * 448
+DEFAULT_MAX_PIXELS = 448 * 448
+#: the students' frames: the SFT default (`distill.sft.DEFAULT_MAX_PIXELS`), so a student is served as it was trained
+STUDENT_MAX_PIXELS = 336 * 336
+
 VLLM_DEFAULTS: dict[str, dict] = {
-    "m3": {"tensor_parallel_size": 2, "max_model_len": 8192, "max_pixels": _QWEN_PIXELS},
+    "m3": {"tensor_parallel_size": 2, "max_model_len": 8192},
     "text-only": {"tensor_parallel_size": 1, "max_model_len": 4096},
     "llava": {"tensor_parallel_size": 1, "max_model_len": 32768},
     "llava-video-7b": {"tensor_parallel_size": 1, "max_model_len": 8192},
     "llava-video-34b": {"tensor_parallel_size": 2, "max_model_len": 8192},
-    "student-8b": {"tensor_parallel_size": 1, "max_model_len": 8192, "max_pixels": _QWEN_PIXELS},
-    "student-2b": {"tensor_parallel_size": 1, "max_model_len": 8192, "max_pixels": _QWEN_PIXELS},
+    "student-8b": {"tensor_parallel_size": 1, "max_model_len": 8192},
+    "student-2b": {"tensor_parallel_size": 1, "max_model_len": 8192},
 }
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from forecasters.parsing import ParsedPhrase, parse_answer_line, parse_phrase
+from forecasters.presets import DEFAULT_MAX_PIXELS, STUDENT_MAX_PIXELS
 from prompts import format_transcript
 
 
@@ -39,7 +40,8 @@ class PromptInput:
 @dataclass(frozen=True)
 class ForecasterSpec:
     """One phrase source. ``prompt`` is a template id of `prompts` (or a path to a template file); ``default_model``
-    a preset name or model id; ``max_tokens`` its default generation budget (the paper's baselines: 24)."""
+    a preset name or model id; ``max_tokens`` its default generation budget (the paper's baselines: 24);
+    ``max_pixels`` the cap its frames are resized to before sending (`forecasters.presets`, pixel policy)."""
 
     name: str
     prompt: str
@@ -48,6 +50,7 @@ class ForecasterSpec:
     parse: Callable[[str], ParsedPhrase] = parse_phrase
     media_as: Literal["images", "video"] = "images"
     max_tokens: int = 24
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
     system: str | None = None
     description: str = ""
 
@@ -84,7 +87,7 @@ BUILTIN = (
         media_as="video", description="LLaVA-NeXT-Video with the M3 prompt, the frames as one video"),
     ForecasterSpec(
         name="student", prompt="student_answer", build=student_inputs, default_model="student-8b",
-        parse=parse_answer_line, max_tokens=512,
+        parse=parse_answer_line, max_tokens=512, max_pixels=STUDENT_MAX_PIXELS,
         description="distilled student (--adapter PATH): reasons, then 'Answer: <state phrase>'"),
 )
 

@@ -9,19 +9,31 @@ Steps (`run`):
    ``(prefix_id, query id)`` so the frames of a prefix load once and vLLM's prefix cache is reused; ``--limit N``
    keeps the first N;
 2. resume (`forecasters.phrasefile`): skip queries already in ``--out`` with the same config hash, redo failed ones
-   with ``--redo-failed``;
-3. write the resolved config to ``<out stem>.config.json``;
-4. generate chunk by chunk (``batch_size`` requests for in-process engines, ``4 x concurrency`` for ``openai``),
-   parse each output, append the chunk's lines (whole lines, fsynced), update the progress bar (throughput, ETA,
-   failures, tokens/s);
-5. stop early, with everything written so far kept, after ``max_consecutive_failures`` transient failures in a row
-   (a dead server): rerun with ``--redo-failed`` when it is back;
-6. write ``<out stem>.summary.json`` (ok, failed, parse failures, tokens/s, wall time) and return it.
+   with ``--redo-failed``; lines of another config stop the job unless ``--drop-foreign`` / ``--overwrite``;
+3. check the engine before the first request (`Backend.preflight`: for ``openai``, ``GET /v1/models`` answers and
+   lists the model), then write the resolved config to ``<out stem>.config.json``;
+4. generate through `Backend.stream` (chunks of ``batch_size`` for in-process engines; for ``openai`` a steady
+   ``concurrency`` requests in flight), parse each output and append the lines answered since the last write
+   (whole lines, fsynced) as they arrive; update the progress bar (throughput, ETA, failures, tokens/s);
+5. stop early, with everything written so far kept (`StopRule`, error classes in `forecasters.backends.base`): at
+   the first ``fatal`` error (HTTP 401/403/404: a wrong model, adapter, key or route), after `REJECTED_IN_A_ROW`
+   ``rejected`` requests in a row (other 4xx, e.g. vLLM's 400 for too many images or a too large ``max_tokens``),
+   after ``max_consecutive_failures`` ``transient`` failures in a row (a dead server; each request was already
+   retried), or after `NO_ANSWER_LIMIT` when no request of this invocation has been answered yet (so small jobs
+   and shards stop too);
+6. write ``<out stem>.summary.json``: the state of the file over the selected queries (ok, parse failures, failed,
+   missing, ``complete``; `phrasefile.coverage`) and what this invocation did (attempted, tokens/s, wall time,
+   why it stopped), and return it. ``complete`` means every selected query has an answer; the CLI exits non-zero
+   (`eval.errors.EXIT_INCOMPLETE`) otherwise, naming the command that finishes the job.
+
+Frames are resized on our side before any backend sees them (the pixel policy of `forecasters.presets`): at most
+``--max-pixels`` pixels a frame, by default the forecaster's ``max_pixels``; ``0`` sends full-size frames.
 
 The config hash (`RunIdentity`) covers what changes outputs: forecaster, prompt id + hash, model, adapter (with a
-hash of its files), backend, decoding (temperature, max_tokens, top_p, samples, seed), frames, media mode, pixel
-caps, system prompt and the benchmark's name and version. It does not cover throughput settings (batch size,
-concurrency, timeouts), the shard or ``--limit``, so shards of one run merge, and a run resumes with other settings.
+hash of its files), backend, decoding (temperature, max_tokens, top_p, samples, seed), frames, media mode, the pixel
+cap applied, min pixels, system prompt and the benchmark's name and version. It does not cover throughput settings
+(batch size, concurrency, timeouts), the shard or ``--limit``, so shards of one run merge, and a run resumes with
+other settings.
 """
 
 from __future__ import annotations
@@ -34,16 +46,25 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import prompts
+from eval.errors import IncompleteJob, InputError
 from eval.io import write_json
 from eval.phrases import PhraseRecord
 from forecasters import phrasefile
-from forecasters.backends import BackendConfig, Completion, Request, RetryPolicy, SamplingParams, get_backend
+from forecasters.backends import (
+    BackendConfig,
+    Completion,
+    Request,
+    RetryPolicy,
+    SamplingParams,
+    error_class,
+    get_backend,
+)
 from forecasters.backends.base import VideoPart
 from forecasters.media import FrameCache, subsample
 from forecasters.presets import PRESETS, VLLM_DEFAULTS, resolve_model
@@ -51,8 +72,10 @@ from forecasters.registry import ForecasterSpec, get_forecaster
 
 log = logging.getLogger(__name__)
 
-#: error kinds that mean "the server / network is in trouble" (counted for the early stop)
-TRANSIENT_KINDS = ("timeout", "connection", "http_429", "http_500", "http_502", "http_503", "http_504")
+#: ``rejected`` requests (non-retryable 4xx, unsupported input) in a row that stop a job
+REJECTED_IN_A_ROW = 5
+#: failed requests (transient or rejected) that stop a job when none of this invocation has been answered yet
+NO_ANSWER_LIMIT = 8
 
 
 @dataclass
@@ -97,6 +120,7 @@ class RunConfig:
     max_lora_rank: int = 16
     trust_remote_code: bool = False
     redo_failed: bool = False
+    drop_foreign: bool = False
     overwrite: bool = False
     max_consecutive_failures: int = 100
     num_threads: int | None = None
@@ -124,6 +148,15 @@ class RunConfig:
         if self.batch_size:
             return self.batch_size
         return {"hf": 8, "vllm": 256}.get(self.backend, 4 * max(1, self.concurrency))
+
+    def pixel_cap(self, spec: ForecasterSpec) -> int | None:
+        """The cap frames are resized to (pixels; None = full size): ``max_pixels`` if set (0 = none), else the
+        forecaster's."""
+        if self.max_pixels is None:
+            return spec.max_pixels
+        if self.max_pixels < 0:
+            raise InputError(f"--max-pixels must be >= 0 (0 = full-size frames), got {self.max_pixels}")
+        return self.max_pixels or None
 
 
 def shard_of(prefix_id: str, n: int) -> int:
@@ -173,23 +206,42 @@ class RunIdentity:
 
 @dataclass
 class RunSummary:
+    """What the output file holds for the selected queries, and what this invocation did.
+
+    The file (over the ``selected`` queries; `phrasefile.Coverage`): ``ok`` (a phrase parsed), ``parse_failures``
+    (answered, no phrase parsed), ``failed`` (the line records an error: ``--redo-failed`` redoes it), ``missing``
+    (no line yet), ``length_flags`` (ok lines outside 2-5 words), ``error_kinds`` (failed lines by kind).
+    ``complete``: every selected query is answered (ok or parse failure). This invocation: ``skipped_done``
+    (selected queries already done), ``attempted``, ``attempted_failed``, token counts, generation and wall time,
+    ``aborted`` (why it stopped early, or None).
+    """
+
     out: str
     config_hash: str
     selected: int = 0
+    ok: int = 0
+    parse_failures: int = 0
+    failed: int = 0
+    missing: int = 0
+    length_flags: int = 0
+    error_kinds: dict[str, int] = field(default_factory=dict)
+    failed_ids: list[str] = field(default_factory=list)
+    missing_ids: list[str] = field(default_factory=list)
     skipped_done: int = 0
     attempted: int = 0
-    ok: int = 0
-    failed: int = 0
-    parse_failures: int = 0
-    length_flags: int = 0
+    attempted_failed: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
     generation_s: float = 0.0
     wall_s: float = 0.0
     frames_loaded: int = 0
+    largest_frame: tuple[int, int] | None = None
     aborted: str | None = None
     engine: str = ""
-    error_kinds: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        return self.ok + self.parse_failures == self.selected
 
     @property
     def tokens_per_s(self) -> float:
@@ -199,15 +251,78 @@ class RunSummary:
     def queries_per_s(self) -> float:
         return self.attempted / self.wall_s if self.wall_s > 0 else 0.0
 
+    def set_coverage(self, c: phrasefile.Coverage) -> None:
+        self.selected, self.ok, self.parse_failures, self.failed = c.queries, c.ok, c.parse_failures, c.failed
+        self.missing, self.length_flags, self.error_kinds = c.missing, c.length_flags, dict(c.error_kinds)
+        self.failed_ids, self.missing_ids = list(c.failed_ids), list(c.missing_ids)
+
+    def incomplete(self, command: str | None = None) -> IncompleteJob | None:
+        """The `IncompleteJob` error saying what is missing and how to finish (None when complete). ``command``:
+        the command line that ran, to print the one that finishes."""
+        if self.complete:
+            return None
+        unanswered = self.selected - self.ok - self.parse_failures
+        kinds = ", ".join(f"{k} x{v}" for k, v in sorted(self.error_kinds.items(), key=lambda kv: -kv[1]))
+        msg = (f"{self.out}: {unanswered} of {self.selected} selected queries have no answer ({self.failed} failed"
+               + (f": {kinds}" if kinds else "") + f", {self.missing} missing)")
+        if self.aborted:
+            msg += f"; stopped early: {self.aborted}"
+        flag = " --redo-failed" if self.failed else ""
+        if command:
+            cmd = command + (flag if flag.strip() not in command.split() else "")
+            fix = f"fix the cause, then run: {cmd}"
+        else:
+            fix = f"fix the cause, then rerun the same command{flag and ' with' + flag}"
+        return IncompleteJob(msg, fix=fix)
+
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d.update(tokens_per_s=round(self.tokens_per_s, 2), queries_per_s=round(self.queries_per_s, 3))
+        file_keys = ("selected", "ok", "parse_failures", "failed", "missing", "length_flags", "error_kinds",
+                     "failed_ids", "missing_ids")
+        d = {"out": self.out, "config_hash": self.config_hash, "complete": self.complete,
+             **{k: getattr(self, k) for k in file_keys}}
+        run = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in file_keys and f.name not in ("out", "config_hash")}
+        run.update(tokens_per_s=round(self.tokens_per_s, 2), queries_per_s=round(self.queries_per_s, 3))
+        d["this_run"] = run
         return d
 
 
 @dataclass
+class StopRule:
+    """When a job stops early (see the module docstring, step 5). Feed each completion to `update`; it returns the
+    reason to stop, or None. ``answered``: requests of this invocation answered so far."""
+
+    max_transient: int
+    answered: int = 0
+    streak: int = 0
+    rejected_streak: int = 0
+
+    def update(self, c: Completion) -> str | None:
+        if c.ok:
+            self.answered += 1
+            self.streak = self.rejected_streak = 0
+            return None
+        cls = error_class(c.error_kind)
+        if cls == "input":
+            return None
+        what = f"{c.error_kind}: {(c.error or '')[:200]}"
+        if cls == "fatal":
+            return f"the server refused a request with {what} (a wrong --model / --adapter, API key or --base-url?)"
+        self.streak += 1
+        self.rejected_streak = self.rejected_streak + 1 if cls == "rejected" else 0
+        if self.rejected_streak >= REJECTED_IN_A_ROW:
+            return f"{self.rejected_streak} requests in a row rejected, the last with {what}"
+        if self.answered == 0 and self.streak >= min(NO_ANSWER_LIMIT, self.max_transient):
+            return f"the first {self.streak} requests all failed, the last with {what}"
+        if self.streak >= self.max_transient:
+            return f"{self.streak} failures in a row (server down?), the last with {what}"
+        return None
+
+
+@dataclass
 class Plan:
-    """Everything decided before generation: the spec, template, identity and the queries to run."""
+    """Everything decided before generation: the spec, template, identity, the selected queries (``(id, row)``
+    pairs, in processing order) and the typed queries to run (``todo``)."""
 
     cfg: RunConfig
     spec: ForecasterSpec
@@ -215,7 +330,7 @@ class Plan:
     model: str
     identity: RunIdentity
     sampling: SamplingParams
-    selected: list
+    selected: list[tuple[str, int]]
     todo: list
     existing: phrasefile.ExistingOutput
     bench: Any
@@ -226,13 +341,29 @@ def _decoding(cfg: RunConfig, spec: ForecasterSpec) -> SamplingParams:
                           n=cfg.samples, seed=cfg.seed)
 
 
+def select_query_rows(bench, cfg: RunConfig) -> list[tuple[str, int]]:
+    """``(query id, row)`` of the queries of this run, in processing order (see the module docstring, step 1), from
+    the id columns alone: no query record is built here."""
+    i, n = cfg.shard_spec()
+    rows = bench.query_rows(cfg.split, fair_only=cfg.fair_only, qtypes=cfg.qtypes)
+    ids, prefixes = bench.queries_ds["id"][:], bench.queries_ds["prefix_id"][:]
+    keys = [(prefixes[r], ids[r], int(r)) for r in rows if n == 1 or shard_of(prefixes[r], n) == i]
+    keys.sort()
+    keys = keys[: cfg.limit] if cfg.limit is not None else keys
+    return [(qid, row) for _, qid, row in keys]
+
+
+def load_queries(bench, rows: Sequence[int]) -> list:
+    """The typed queries of benchmark ``rows``, in that order."""
+    from eval.schema import Query
+
+    # to_list converts the Arrow rows in one go: ~5x faster than iterating the dataset row by row
+    return [Query.from_dict(r) for r in bench.queries_ds.select(list(rows)).to_list()] if len(rows) else []
+
+
 def select_queries(bench, cfg: RunConfig) -> list:
     """The queries of this run, in processing order (see the module docstring, step 1)."""
-    i, n = cfg.shard_spec()
-    qs = bench.queries(cfg.split, fair_only=cfg.fair_only, qtypes=cfg.qtypes)
-    qs = [q for q in qs if n == 1 or shard_of(q.prefix_id, n) == i]
-    qs.sort(key=lambda q: (q.prefix_id, q.id))
-    return qs[: cfg.limit] if cfg.limit is not None else qs
+    return load_queries(bench, [row for _, row in select_query_rows(bench, cfg)])
 
 
 #: The record a distilled student's adapter carries (written by ``distill.train``): its training preprocessing.
@@ -253,6 +384,8 @@ def adapter_preprocessing(cfg: RunConfig, template: prompts.Template) -> RunConf
     updates, conflicts = {}, []
     for key in ("frames", "max_pixels", "min_pixels"):
         want, have = pre.get(key), getattr(cfg, key)
+        if key == "max_pixels" and key in pre and want is None:
+            want = 0  # trained on full-size frames: the runner's "no cap" (None would take the forecaster's cap)
         if want is not None and have is None:
             updates[key] = want
         elif want is not None and have != want:
@@ -276,21 +409,27 @@ def plan(cfg: RunConfig) -> Plan:
     model_name = cfg.model or spec.default_model
     model = resolve_model(model_name)
     sampling = _decoding(cfg, spec)
+    if cfg.backend == "openai" and cfg.min_pixels:
+        raise InputError("--min-pixels is a processor setting of the in-process engines (hf, vllm); over HTTP the "
+                         "server's processor decides", fix="drop --min-pixels, or use --backend hf / vllm")
     bench = Benchmark.load(cfg.data)
     identity = RunIdentity(
         forecaster=spec.name, prompt_id=template.id, prompt_hash=template.hash, model=model, adapter=cfg.adapter,
         adapter_hash=_hash_files(cfg.adapter) if cfg.adapter and cfg.backend != "openai" else None,
         backend=cfg.backend, decoding=sampling.to_dict(), frames=cfg.frames, media_as=spec.media_as,
-        max_pixels=cfg.max_pixels, min_pixels=cfg.min_pixels, system=spec.system,
+        max_pixels=cfg.pixel_cap(spec), min_pixels=cfg.min_pixels, system=spec.system,
         benchmark={"name": bench.manifest.name, "version": bench.manifest.version})
-    selected = select_queries(bench, cfg)
+    selected = select_query_rows(bench, cfg)
     existing = phrasefile.scan(cfg.out_path)
     other = {h: c for h, c in existing.config_hashes.items() if h != identity.config_hash}
-    if other and not cfg.overwrite:
-        raise ValueError(f"{cfg.out}: holds {sum(other.values())} line(s) of another config ({sorted(other)}; this run "
-                         f"is {identity.config_hash}); write to a new --out, or pass --overwrite to replace the file")
+    if other and not (cfg.overwrite or cfg.drop_foreign):
+        mine = existing.config_hashes.get(identity.config_hash, 0)
+        raise InputError(f"{cfg.out}: holds {sum(other.values())} line(s) of another config ({sorted(other)}) and "
+                         f"{mine} of this run's ({identity.config_hash})",
+                         fix="write to a new --out; or pass --drop-foreign to move only the other config's lines to "
+                             f"{cfg.out}.foreign and keep this run's; or --overwrite to start the file empty")
     done = set() if cfg.overwrite else existing.done_ids(identity.config_hash, redo_failed=cfg.redo_failed)
-    todo = [q for q in selected if q.id not in done]
+    todo = load_queries(bench, [row for qid, row in selected if qid not in done])  # records for the todo only
     return Plan(cfg=cfg, spec=spec, template=template, model=model, identity=identity, sampling=sampling,
                 selected=selected, todo=todo, existing=existing, bench=bench)
 
@@ -303,10 +442,14 @@ def _prepare_output(p: Plan) -> None:
         if path.exists():
             phrasefile.rewrite(path, [])
         return
-    needs_compaction = ex.duplicates or (cfg.redo_failed and any(phrasefile.record_failed(d) for d in ex.last.values()))
-    if needs_compaction:
-        redo = {q.id for q in p.todo}
-        kept = [d for q, d in ex.last.items() if q not in redo]
+    mine = ex.lines_of(p.identity.config_hash)
+    foreign = sum(ex.config_hashes.values()) - ex.config_hashes.get(p.identity.config_hash, 0)
+    redo = {q.id for q in p.todo}
+    if foreign:
+        moved, dest = phrasefile.move_foreign_lines(path, p.identity.config_hash)
+        log.warning("%s: moved %d line(s) of another config to %s", path, moved, dest)
+    if foreign or ex.duplicates or any(q in redo for q in mine):
+        kept = [d for q, d in mine.items() if q not in redo]
         phrasefile.rewrite(path, kept)  # drops the torn tail as well
         log.info("%s: compacted to %d line(s)", path, len(kept))
     elif ex.torn_tail:
@@ -324,7 +467,8 @@ def backend_config(cfg: RunConfig, model: str) -> BackendConfig:
 
     return BackendConfig(
         model=model, adapter=cfg.adapter, dtype=cfg.dtype, device=cfg.device, trust_remote_code=cfg.trust_remote_code,
-        max_pixels=pick("max_pixels", None), min_pixels=cfg.min_pixels, max_images=max(8, cfg.frames or 8),
+        max_pixels=cfg.pixel_cap(get_forecaster(cfg.forecaster)), min_pixels=cfg.min_pixels,
+        max_images=max(8, cfg.frames or 8),
         tensor_parallel_size=pick("tensor_parallel_size", 1), max_model_len=pick("max_model_len", None),
         gpu_memory_utilization=cfg.gpu_memory_utilization, enforce_eager=cfg.enforce_eager,
         max_lora_rank=cfg.max_lora_rank, batch_size=cfg.default_batch_size(), concurrency=cfg.concurrency,
@@ -383,7 +527,7 @@ def to_record(p: Plan, query_id: str, comp: Completion, *, engine: str, batch_si
 
 def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for mod in ("torch", "transformers", "vllm", "peft", "openai"):
+    for mod in ("torch", "transformers", "vllm", "peft", "httpx"):
         m = sys.modules.get(mod)
         if m is not None and hasattr(m, "__version__"):
             out[mod] = m.__version__
@@ -410,76 +554,76 @@ def execute(p: Plan, backend=None) -> RunSummary:
     """Generate the planned queries (building the backend unless one is given) and write their lines."""
     cfg = p.cfg
     t_start = time.perf_counter()
-    s = RunSummary(out=cfg.out, config_hash=p.identity.config_hash, selected=len(p.selected),
-                   skipped_done=len(p.selected) - len(p.todo))
+    s = RunSummary(out=cfg.out, config_hash=p.identity.config_hash, skipped_done=len(p.selected) - len(p.todo))
     bcfg = backend_config(cfg, p.model)
     own_backend = backend is None and bool(p.todo)
     with phrasefile.locked(cfg.out_path):
-        _prepare_output(p)
-        if own_backend:
-            backend = get_backend(cfg.backend, bcfg)
-        s.engine = backend.engine_version if backend is not None else ""
-        write_config(p, s.engine, bcfg)
-        frames = FrameCache(p.bench.root, max_pixels=cfg.max_pixels)
-        chunk = bcfg.batch_size
-        consecutive = 0
-        bar = _progress(len(p.todo), cfg.progress)
         try:
-            with phrasefile.PhraseWriter(cfg.out_path) as writer:
-                for start in range(0, len(p.todo), chunk):
-                    queries = p.todo[start:start + chunk]
-                    records, consecutive = _run_chunk(p, backend, queries, frames, s, consecutive, bcfg.batch_size)
-                    writer.append(records)
-                    bar.update(len(queries))
-                    bar.set_postfix(ok=s.ok, failed=s.failed, parse_fail=s.parse_failures,
-                                    tok_s=f"{s.tokens_per_s:.0f}", refresh=False)
-                    if consecutive >= cfg.max_consecutive_failures:
-                        s.aborted = (f"{consecutive} transient failures in a row (server down?); "
-                                     "rerun with --redo-failed when it is back")
-                        break
-        finally:
-            bar.close()
             if own_backend:
+                backend = get_backend(cfg.backend, bcfg)
+            if p.todo:
+                backend.preflight()  # before anything is written: a dead server or a wrong model name stops here
+            _prepare_output(p)
+            s.engine = backend.engine_version if backend is not None else ""
+            write_config(p, s.engine, bcfg)
+            frames = FrameCache(p.bench.root, max_pixels=bcfg.max_pixels)
+            try:
+                if p.todo:
+                    _generate(p, backend, frames, s)
+            except BaseException as e:  # Ctrl-C, a crash: the summary still says what the file holds
+                s.aborted = s.aborted or f"interrupted ({type(e).__name__})"
+                raise
+            finally:
+                s.frames_loaded, s.largest_frame = frames.loads, frames.largest
+                s.set_coverage(phrasefile.coverage(phrasefile.scan(cfg.out_path).lines_of(s.config_hash),
+                                                   [qid for qid, _ in p.selected]))
+                s.wall_s = time.perf_counter() - t_start
+                write_json(cfg.sidecar("summary"), s.to_dict())
+        finally:
+            if own_backend and backend is not None:
                 backend.close()
-        s.frames_loaded = frames.loads
-        s.wall_s = time.perf_counter() - t_start
-        write_json(cfg.sidecar("summary"), s.to_dict())
     return s
 
 
-def _run_chunk(p: Plan, backend, queries: Sequence, frames: FrameCache, s: RunSummary, consecutive: int,
-               batch_size: int) -> tuple[list[dict], int]:
-    reqs: list[Request] = []
-    comps: dict[str, Completion] = {}
-    for q in queries:
+def _requests(p: Plan, frames: FrameCache) -> Iterator[Request | Completion]:
+    """The todo queries as requests, built lazily; a query whose request cannot be built (a missing frame, a bad
+    template value) becomes an ``input`` failure, recorded and not fatal."""
+    for q in p.todo:
         try:
-            reqs.append(build_request(p, q, frames))
-        except Exception as e:  # a missing frame or a bad template value: recorded, not fatal
-            comps[q.id] = Completion(request_id=q.id, error=f"input: {type(e).__name__}: {e}", error_kind="input")
+            yield build_request(p, q, frames)
+        except Exception as e:
+            yield Completion(request_id=q.id, error=f"input: {type(e).__name__}: {e}", error_kind="input")
+
+
+def _generate(p: Plan, backend, frames: FrameCache, s: RunSummary) -> None:
+    """Stream the todo queries through the backend; append each group of answered lines as it arrives."""
+    cfg = p.cfg
+    rule = StopRule(max_transient=cfg.max_consecutive_failures)
+    bar = _progress(len(p.todo), cfg.progress)
+    batch_size = backend.config.batch_size if hasattr(backend, "config") else cfg.default_batch_size()
+    stream = backend.stream(_requests(p, frames))
     t0 = time.perf_counter()
-    for c in backend.generate(reqs) if reqs else []:
-        comps[c.request_id] = c
-    s.generation_s += time.perf_counter() - t0
-    records = []
-    for q in queries:
-        c = comps[q.id]
-        rec = to_record(p, q.id, c, engine=s.engine, batch_size=batch_size)
-        s.attempted += 1
-        s.prompt_tokens += c.prompt_tokens or 0
-        s.completion_tokens += c.completion_tokens or 0
-        if not c.ok:
-            s.failed += 1
-            s.error_kinds[c.error_kind or "exception"] = s.error_kinds.get(c.error_kind or "exception", 0) + 1
-            consecutive = consecutive + 1 if c.error_kind in TRANSIENT_KINDS else 0
-        else:
-            consecutive = 0
-            if rec.parse_ok:
-                s.ok += 1
-                s.length_flags += "length" in rec.flags
-            else:
-                s.parse_failures += 1
-        records.append(rec.to_dict())
-    return records, consecutive
+    try:
+        with phrasefile.PhraseWriter(cfg.out_path) as writer:
+            for comps in stream:
+                records = []
+                for c in comps:
+                    records.append(to_record(p, c.request_id, c, engine=s.engine, batch_size=batch_size).to_dict())
+                    s.attempted += 1
+                    s.attempted_failed += not c.ok
+                    s.prompt_tokens += c.prompt_tokens or 0
+                    s.completion_tokens += c.completion_tokens or 0
+                    s.aborted = s.aborted or rule.update(c)
+                writer.append(records)
+                s.generation_s = time.perf_counter() - t0
+                bar.update(len(comps))
+                bar.set_postfix(failed=s.attempted_failed, tok_s=f"{s.tokens_per_s:.0f}", refresh=False)
+                if s.aborted:
+                    log.warning("stopping early: %s", s.aborted)
+                    break
+    finally:
+        stream.close()  # abandons the requests still in flight (their queries stay missing: a rerun does them)
+        bar.close()
 
 
 def run(cfg: RunConfig, backend=None) -> RunSummary:

@@ -1,7 +1,8 @@
 """Prompt templates (verbatim from the papers where marked) and a tiny loader/renderer. Depends on nothing.
 
 Shipped templates (``prompts/templates/<id>.txt``): ``text_only``, ``m3`` and ``benchmark_construction`` (verbatim,
-PSR paper appendix), and ours: ``student_answer``, ``teacher_narration``, ``paraphrase``, ``frame_description``.
+PSR paper appendix, as the paper's reader sees them: the source's ``2--5`` is sent as ``2–5``, see `paper_text`),
+and ours: ``student_answer``, ``teacher_narration``, ``paraphrase``, ``frame_description``.
 See `prompts.templates` for the file format, the hash and the rendering rules::
 
     from prompts import load, format_transcript
@@ -17,9 +18,10 @@ from prompts.templates import (
     list_templates,
     load,
     load_file,
+    paper_text,
     parse_template,
     transcript_before,
 )
 
 __all__ = ["MediaSlot", "PromptError", "Template", "format_transcript", "list_templates", "load", "load_file",
-           "parse_template", "transcript_before"]
+           "paper_text", "parse_template", "transcript_before"]

@@ -6,12 +6,17 @@ A template file (``prompts/templates/<id>.txt``) is a header of ``# `` comment l
     # verbatim: ../shared/papers/001, "M3 (multimodal-LLM baseline)."
     # paper-placeholders: frames = [8 prefix frames]
     ---
-    {frames} {question} Answer with ONLY the object’s predicted future state as a short phrase (2--5 words), no explanation.
+    {frames} {question} Answer with ONLY the object’s predicted future state as a short phrase (2–5 words), no explanation.
 
 - The id is the file stem; the hash is ``sha256(body as UTF-8)`` (first 16 hex digits). The header is documentation
   and does not enter the hash; the body's final newline is not part of the body.
 - ``# key: value`` header lines are parsed into `Template.meta`; ``verbatim:`` marks a prompt copied character for
   character from a paper (``tests/prompts`` checks it against the paper text).
+- A verbatim prompt is the paper's text as its reader sees it, not its LaTeX source: the paper files hold the source
+  (``2--5``), typeset as an en dash (``2–5``), and the model is sent ``2–5``, what the authors' printed prompt shows.
+  `paper_text` renders a source line (``---`` -> em dash, ``--`` -> en dash, simple inline math ``$k$`` -> ``k``);
+  the test compares each verbatim template with the rendered paper line character for character. Our own
+  templates write ranges with the en dash too.
 - Placeholders are ``{name}`` with ``name`` an identifier; ``{{`` and ``}}`` are literal braces; any other brace is
   an error when the template loads.
 - Rendering fails loudly (`PromptError`) on a missing value, on a value for a placeholder the template does not
@@ -149,6 +154,17 @@ class Template:
                 buf.append(v if kind == "text" else values[v])
         flush(strip_right=False)
         return tuple(parts)
+
+
+_INLINE_MATH = re.compile(r"\$([A-Za-z0-9<>=+]+)\$")
+
+
+def paper_text(latex: str) -> str:
+    """A line of a paper's LaTeX source as its reader sees it: ``---`` -> "—" (em dash), ``--`` -> "–" (en dash),
+    inline math of letters, digits and ``<>=+`` -> its content (``after-$k$s`` -> ``after-ks``). Nothing else
+    changes (the paper files already hold Unicode quotes and symbols)."""
+    text = latex.replace("---", "\u2014").replace("--", "\u2013")
+    return _INLINE_MATH.sub(r"\1", text)
 
 
 def parse_template(text: str, *, id: str, path: str = "") -> Template:

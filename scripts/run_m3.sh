@@ -12,7 +12,9 @@
 # Shards split by prefix (a prefix never spans two nodes), each shard file is resumable: rerun the same command after
 # a crash or preemption. Env: PY (python with vllm; default .venv-vllm/bin/python, built by
 # `scripts/install_vllm.sh --gpu`, with this repository on PYTHONPATH), TP (tensor parallel, default 2: 32B in bf16 on 2x80 GB),
-# MODEL (default the m3 preset), EXTRA (more `forecasters run` options, e.g. "--max-pixels 200704").
+# MODEL (default the m3 preset), EXTRA (more `forecasters run` options, e.g. "--frames 4").
+# Exit code 0 when every query of the shard has an answer; 3 when some failed or are missing (the message prints the
+# command that finishes the shard).
 set -euo pipefail
 DATA=${1:?usage: scripts/run_m3.sh DATA [OUT_DIR] [SHARD_I SHARD_N]}
 OUT=${2:-runs/m3}

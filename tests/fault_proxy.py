@@ -6,7 +6,10 @@ request body (``None`` matches everything) and has ``times`` left fires its acti
 body, optionally only for bodies selected by ``select=(m, r)`` (``crc32(body) % m == r``): a deterministic storm.
 
 Actions:
-- ``"500"``, ``"503"``, ``"429"``, ``"400"``: answer with that status (429 carries ``Retry-After: <retry_after>``);
+- an HTTP status (``"500"``, ``"503"``, ``"429"``, ``"400"``, ``"404"``, ...): answer with that status and an
+  OpenAI-style JSON error body (429 carries ``Retry-After: <retry_after>``);
+- ``"html"``: answer 200 with an HTML page (``text/html``), as a misconfigured reverse proxy does;
+- ``"nochoices"``: answer 200 with a JSON chat completion that has no choices;
 - ``"timeout"``: read the request, then hold the connection open for ``hang_s`` seconds without answering;
 - ``"drop"``: read the request and close the connection without a response;
 - ``"down"``: drop this request and stop listening for ``down_s`` seconds (connection refused), then listen again
@@ -55,7 +58,11 @@ class ProxyLog:
                    if (needle is None or needle in b) and (action is None or a == action))
 
 
-_REASONS = {400: "Bad Request", 429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}
+_REASONS = {400: "Bad Request", 404: "Not Found", 429: "Too Many Requests", 500: "Internal Server Error",
+            503: "Service Unavailable"}
+_HTML = b"<html><head><title>502 Bad Gateway</title></head><body><h1>Bad Gateway</h1></body></html>"
+_NO_CHOICES = json.dumps({"id": "cmpl-x", "object": "chat.completion", "created": 0, "model": "tiny-vl",
+                          "choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 0, "total_tokens": 1}})
 
 
 class FaultProxy:
@@ -190,10 +197,16 @@ class FaultProxy:
             rule = self._pick(text) if method == "POST" else None
             action = rule.action if rule else "pass"
             self.log.entries.append((time.monotonic(), action, text))
-            if action in ("400", "429", "500", "503"):
+            if action.isdigit():
                 extra = {"retry-after": f"{rule.retry_after:g}"} if action == "429" else {}
                 msg = json.dumps({"error": {"message": f"injected {action}", "type": "injected", "code": int(action)}})
                 await self._respond(writer, int(action), msg.encode(), extra)
+                return
+            if action == "html":
+                await self._respond(writer, 200, _HTML, {"content-type": "text/html"})
+                return
+            if action == "nochoices":
+                await self._respond(writer, 200, _NO_CHOICES.encode())
                 return
             if action == "timeout":
                 await asyncio.sleep(rule.hang_s)

@@ -18,14 +18,17 @@ import importlib
 from forecasters.backends.base import (
     Backend,
     BackendConfig,
+    BadResponse,
     Completion,
     ImagePart,
     Request,
     RetryPolicy,
     SamplingParams,
+    ServerUnavailable,
     TransientError,
     UnsupportedInput,
     VideoPart,
+    error_class,
 )
 
 #: backend name -> "module:class" (imported on use)
@@ -53,5 +56,6 @@ def get_backend(name: str, config: BackendConfig) -> Backend:
     return backend_class(name)(config)
 
 
-__all__ = ["BACKENDS", "Backend", "BackendConfig", "Completion", "ImagePart", "Request", "RetryPolicy",
-           "SamplingParams", "TransientError", "UnsupportedInput", "VideoPart", "backend_class", "get_backend"]
+__all__ = ["BACKENDS", "Backend", "BackendConfig", "BadResponse", "Completion", "ImagePart", "Request", "RetryPolicy",
+           "SamplingParams", "ServerUnavailable", "TransientError", "UnsupportedInput", "VideoPart", "backend_class",
+           "error_class", "get_backend"]

@@ -5,11 +5,29 @@ A backend turns `Request` objects (a chat: optional system text, then a user tur
 inner call; the base class owns:
 
 - retries (tenacity): exponential backoff with full jitter, ``wait = uniform(0, min(wait_max, wait_initial * 2**k))``
-  for attempt ``k``, at least the server's ``Retry-After``; retried are timeouts, connection errors, HTTP 429 and
-  5xx (`Backend.is_transient`), never other 4xx or programming errors; at most ``RetryPolicy.max_attempts`` calls;
+  for attempt ``k``, at least the server's ``Retry-After``; retried are the ``transient`` errors below
+  (`Backend.is_transient`), never other 4xx or programming errors; at most ``RetryPolicy.max_attempts`` calls;
 - failure records: a request that still fails becomes a `Completion` with ``error`` and ``error_kind`` set; nothing
   raises out of `Backend.generate` for a per-request failure, so a batch job never crashes on one bad request;
-- order: ``generate(requests)[i]`` answers ``requests[i]``.
+- order: ``generate(requests)[i]`` answers ``requests[i]``; `Backend.stream` instead yields completions as they
+  finish (what the batch runner uses, so lines are written as answers arrive);
+- a check of the engine before the first request (`Backend.preflight`: the ``openai`` backend asks the server's
+  ``/v1/models`` whether it serves the model).
+
+Error classes (`error_class`, what the runner does with a failed request):
+
+============  ==================================================================  ==============================
+class         kinds                                                               retried / job
+============  ==================================================================  ==============================
+transient     ``timeout``, ``connection``, ``http_429``, ``http_5xx``,            retried; a long run of them
+              ``bad_response`` (a 200 whose body is not a chat completion:        stops the job (dead server)
+              HTML, not JSON, no choices)
+fatal         ``http_401``, ``http_403``, ``http_404`` (wrong model / adapter     not retried; stops the job at
+              name, wrong key or route: every request fails alike)                once
+rejected      other ``http_4xx`` (vLLM's 400 for too many images or a too large   not retried; a run of them
+              ``max_tokens``), ``unsupported``, ``exception``                     stops the job
+input         ``input`` (the request could not be built: a missing frame)         not retried; never stops it
+============  ==================================================================  ==============================
 
 Backends: ``hf`` (transformers, in process), ``vllm`` (``vllm.LLM``, in process) and ``openai`` (any
 OpenAI-compatible HTTP server, e.g. ``vllm serve``); see `forecasters.backends.get_backend`.
@@ -23,10 +41,12 @@ import io
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
+
+from eval.errors import PSRError
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +90,7 @@ class ImagePart:
     @cached_property
     def data_url(self) -> str:
         buf = io.BytesIO()
-        self.image.save(buf, format="PNG")
+        self.image.save(buf, format="PNG", compress_level=1)  # lossless either way; level 1 encodes ~5x faster
         return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
     def __repr__(self) -> str:
@@ -114,7 +134,8 @@ class Request:
 class Completion:
     """The answer to one `Request`: ``texts`` (``n`` samples) or an ``error``.
 
-    ``error_kind`` is one of ``timeout``, ``connection``, ``http_<status>``, ``unsupported``, ``exception``.
+    ``error_kind`` is one of ``timeout``, ``connection``, ``http_<status>``, ``bad_response``, ``unsupported``,
+    ``input`` (set by the runner), ``exception``; `error_class` groups them.
     ``prompt_tokens`` / ``completion_tokens`` (summed over samples) are ``None`` when the engine does not report them.
     ``latency_s`` is wall time from the first attempt to the answer, retries and waits included.
     """
@@ -155,12 +176,14 @@ class BackendConfig:
     Model: ``model`` (HF id, local path, or served model name for ``openai``), ``adapter`` (a LoRA adapter: a local
     path for ``hf``/``vllm``; the served adapter name for ``openai``), ``dtype`` (``auto``: bf16 on CUDA, float32 on
     CPU), ``device`` (``auto``/``cpu``/``cuda``), ``trust_remote_code``.
-    Vision: ``max_pixels`` / ``min_pixels`` per image (Qwen-VL processors), ``max_images`` per prompt (vLLM's
-    ``limit_mm_per_prompt``).
+    Vision: ``max_pixels`` is the cap the caller resized the frames to (recorded; backends do not resize again),
+    ``min_pixels`` a processor floor for in-process Qwen-VL engines (``hf``, ``vllm``), ``max_images`` per prompt
+    (vLLM's ``limit_mm_per_prompt``).
     vLLM: ``tensor_parallel_size``, ``max_model_len``, ``gpu_memory_utilization``, ``enable_prefix_caching``,
     ``enforce_eager``, ``max_lora_rank``.
-    Throughput: ``batch_size`` (requests per engine call, in-process backends), ``concurrency`` (requests in flight,
-    ``openai``). HTTP: ``base_url``, ``api_key``, ``timeout_s`` per request; ``retry``.
+    Throughput: ``batch_size`` (requests per engine call for in-process backends; for ``openai`` the requests
+    admitted ahead by `Backend.stream`: in flight or waiting for a retry), ``concurrency`` (requests in flight at
+    the server, ``openai``). HTTP: ``base_url``, ``api_key``, ``timeout_s`` per request; ``retry``.
     """
 
     model: str
@@ -196,6 +219,15 @@ class TransientError(RuntimeError):
     """An error worth retrying (a backend raises it for conditions `is_transient` cannot see otherwise)."""
 
 
+class BadResponse(TransientError):
+    """A server answered 200 with a body that is not a chat completion (an HTML page from a proxy, a body that is
+    not JSON, no choices): a server error, retried like a 5xx (error kind ``bad_response``)."""
+
+
+class ServerUnavailable(PSRError):
+    """The server cannot be reached, or refuses every request, before the first query is sent."""
+
+
 class UnsupportedInput(ValueError):
     """A request this backend or model cannot serve (e.g. images for a text-only model, video over HTTP)."""
 
@@ -210,6 +242,8 @@ def _status_code(exc: BaseException) -> int | None:
 
 def error_kind(exc: BaseException) -> str:
     """A short machine-readable class of an exception (see `Completion.error_kind`)."""
+    if isinstance(exc, BadResponse):
+        return "bad_response"
     code = _status_code(exc)
     if code is not None:
         return f"http_{code}"
@@ -221,6 +255,26 @@ def error_kind(exc: BaseException) -> str:
     if names & {"ConnectionError", "APIConnectionError", "TransportError", "RemoteProtocolError"}:
         return "connection"
     return "exception"
+
+
+#: HTTP statuses that say the job's configuration is wrong (model / adapter name, key, route), not one request
+FATAL_STATUSES = (401, 403, 404)
+
+
+def error_class(kind: str | None) -> str:
+    """``transient`` | ``fatal`` | ``rejected`` | ``input`` for a `Completion.error_kind` (table in the module
+    docstring)."""
+    if kind in ("timeout", "connection", "bad_response"):
+        return "transient"
+    if kind == "input":
+        return "input"
+    if kind and kind.startswith("http_") and kind[5:].isdigit():
+        code = int(kind[5:])
+        if code == 429 or code >= 500:
+            return "transient"
+        if code in FATAL_STATUSES:
+            return "fatal"
+    return "rejected"
 
 
 def retry_after_seconds(exc: BaseException) -> float | None:
@@ -256,6 +310,32 @@ class Backend(abc.ABC):
             raise RuntimeError(f"{self.name} backend returned {len(out)} completions for {len(requests)} requests")
         return out
 
+    def stream(self, items: Iterable[Request | Completion]) -> Iterator[list[Completion]]:
+        """Answer ``items`` and yield the completions as they finish, in groups (any order; each request once).
+
+        An item that is already a `Completion` (a request that failed before it could be sent, e.g. a missing
+        frame) is yielded as is. ``items`` is consumed lazily, so the caller builds requests while earlier ones
+        run. Default: chunks of ``config.batch_size`` through `generate` (one group per chunk); the ``openai``
+        backend keeps ``concurrency`` requests in flight and yields each as soon as it is answered. Closing the
+        generator early (the caller stops) abandons the requests not yet answered.
+        """
+        chunk: list[Request] = []
+        for item in items:
+            if isinstance(item, Completion):
+                yield [item]
+                continue
+            chunk.append(item)
+            if len(chunk) >= max(1, self.config.batch_size):
+                yield self.generate(chunk)
+                chunk = []
+        if chunk:
+            yield self.generate(chunk)
+
+    def preflight(self) -> None:
+        """Check the engine before the first request (raise `ServerUnavailable` / `ModelNotFound`). In-process
+        engines have loaded the model by now: nothing to check."""
+        return None
+
     @property
     def engine_version(self) -> str:
         """``"<engine> <version>"`` of what generates (logged with every run)."""
@@ -285,10 +365,7 @@ class Backend(abc.ABC):
         """Worth retrying: timeouts, connection errors, HTTP 429 and 5xx. Never other 4xx or local errors."""
         if isinstance(exc, TransientError):
             return True
-        code = _status_code(exc)
-        if code is not None:
-            return code == 429 or code >= 500
-        return error_kind(exc) in ("timeout", "connection")
+        return error_class(error_kind(exc)) == "transient"
 
     def backoff_seconds(self, attempt: int, exc: BaseException | None = None) -> float:
         """Wait before retry number ``attempt`` (1-based): full jitter, at least the server's Retry-After."""

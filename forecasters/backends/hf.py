@@ -1,8 +1,8 @@
 """The ``hf`` backend: transformers in process, for small models and CPU.
 
 Loads ``AutoModelForImageTextToText`` when the checkpoint has a vision tower, else ``AutoModelForCausalLM``, with
-its processor (`forecasters.backends.hf_loading.load_processor`; ``max_pixels`` / ``min_pixels`` go to the image
-processor). A LoRA adapter (``BackendConfig.adapter``, a local directory) is applied unmerged with peft.
+its processor (`forecasters.backends.hf_loading.load_processor`; ``min_pixels`` goes to the image processor; frames
+arrive already resized to the run's ``max_pixels``, see the pixel policy in `forecasters.presets`). A LoRA adapter (``BackendConfig.adapter``, a local directory) is applied unmerged with peft.
 
 Requests are generated in batches of ``batch_size`` with left padding: ``model.generate`` greedy when temperature is
 0, else sampling with ``num_return_sequences = n``, seeded by ``torch.manual_seed(seed)`` before each batch.
@@ -44,7 +44,7 @@ class HFBackend(Backend):
             self.dtype = getattr(torch, cfg.dtype)
         hf_config = AutoConfig.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
         self.is_vlm = is_vision_config(hf_config)
-        proc_kwargs = {k: v for k, v in (("max_pixels", cfg.max_pixels), ("min_pixels", cfg.min_pixels)) if v}
+        proc_kwargs = {"min_pixels": cfg.min_pixels} if cfg.min_pixels else {}
         self.processor = load_processor(cfg.model, trust_remote_code=cfg.trust_remote_code,
                                         **(proc_kwargs if self.is_vlm else {}))
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)

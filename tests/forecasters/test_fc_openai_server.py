@@ -89,6 +89,36 @@ def test_cli_m3_run_against_the_server(vllm_server, synth_dir, tmp_path):
                         "--out", str(out), "--limit", "8", "--no-progress"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    assert "failed requests" in r.stdout and len(read_phrases(out)) == 8
+    assert "failed (error recorded)" in r.stdout and len(read_phrases(out)) == 8
     cfg = json.loads((tmp_path / "cli_m3.config.json").read_text())
     assert cfg["run"]["backend"] == "openai" and "api_key" not in cfg["backend"]
+
+
+def test_the_server_receives_frames_resized_to_the_recorded_cap(fault_proxy, synth_dir, synth_bench, tmp_path):
+    import base64
+    import io
+    import shutil
+
+    from forecasters.runner import select_queries
+
+    data = tmp_path / "bench"
+    shutil.copytree(synth_dir, data, ignore=shutil.ignore_patterns(".cache"))
+    cfg = RunConfig(data=str(data), out=str(tmp_path / "capped.jsonl"), forecaster="m3", backend="openai",
+                    model="tiny-vl", base_url=fault_proxy.base_url, limit=1, max_tokens=4, progress=False)
+    (q,) = select_queries(synth_bench, cfg)
+    for rel in q.prefix_frames:
+        with Image.open(data / rel) as im:
+            im.convert("RGB").resize((800, 600)).save(data / rel)
+
+    def sent_sizes() -> set[tuple[int, int]]:
+        body = json.loads([b for _, _, b in fault_proxy.log.entries if '"messages"' in b][-1])
+        urls = [p["image_url"]["url"] for p in body["messages"][-1]["content"] if p["type"] == "image_url"]
+        assert len(urls) == 8
+        return {Image.open(io.BytesIO(base64.b64decode(u.split(",", 1)[1]))).size for u in urls}
+
+    s = run(cfg)
+    (size,) = sent_sizes()
+    assert s.complete and size[0] * size[1] <= 448 * 448 and size == s.largest_frame
+    assert json.loads((tmp_path / "capped.config.json").read_text())["identity"]["max_pixels"] == 448 * 448
+    s = run(RunConfig(**{**cfg.__dict__, "out": str(tmp_path / "full.jsonl"), "max_pixels": 0}))
+    assert sent_sizes() == {(800, 600)} and s.complete

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import prompts
+from eval.errors import InputError
 from eval.phrases import PhraseRecord, read_phrases
 from forecasters import phrasefile
 from forecasters.runner import RunConfig, plan, render_request, select_queries, shard_of
@@ -68,7 +69,9 @@ def test_one_line_per_query_with_provenance(synth_dir, synth_bench, tiny, tmp_pa
     assert cfg["config_hash"] == s.config_hash and cfg["identity"]["prompt_hash"] == t.hash
     assert cfg["versions"]["transformers"] and cfg["batch_size"] == 8 and cfg["seed"] == 0
     summary = json.loads((tmp_path / "t.summary.json").read_text())
-    assert summary["attempted"] == 12 and summary["wall_s"] > 0 and summary["completion_tokens"] > 0
+    assert summary["complete"] and summary["selected"] == 12 and summary["missing"] == summary["failed"] == 0
+    run_part = summary["this_run"]
+    assert run_part["attempted"] == 12 and run_part["wall_s"] > 0 and run_part["completion_tokens"] > 0
 
 
 def test_rerun_skips_done_queries_and_extends(synth_dir, tiny, tmp_path, run):
@@ -168,7 +171,7 @@ def test_text_only_prompt_never_shows_a_state_at_or_after_the_target(synth_dir, 
 
     frames = FrameCache(synth_dir)
     n_checked = 0
-    for q in p.selected:
+    for q in select_queries(synth_bench, p.cfg):
         leaky = dataclasses.replace(q, transcript=(*q.transcript, type(q.transcript[0])(q.target_time, "LEAKED STATE"),
                                                    type(q.transcript[0])(q.target_time + 1, "LATER STATE")))
         text = render_request(p.spec, p.template, leaky, synth_bench, frames, sampling=p.sampling).text
@@ -236,7 +239,7 @@ def test_cli_merge_and_bad_input_errors(synth_dir, tiny, tmp_path, run):
         run(_cfg(synth_dir, tiny, o, limit=2, shard=f"{i}/2"))
     r = _cli("merge", *map(str, outs), "--out", str(tmp_path / "all.jsonl"), "--data", str(synth_dir),
              "--require-complete")
-    assert r.returncode == 1 and "missing" in r.stderr  # 4 of the test split's queries only
+    assert r.returncode == 3 and "missing" in r.stderr  # 4 of the test split's queries only
     assert Counter(d["query_id"] for d in _lines(tmp_path / "all.jsonl")).most_common(1)[0][1] == 1
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"query_id": "q1"}\n{"phrase": "no id"}\n')
@@ -260,5 +263,136 @@ def test_cli_run_from_a_yaml_config_with_command_line_overrides(synth_dir, tiny,
     assert len(lines) == 3 and all(d["decoding"]["max_tokens"] == 6 for d in lines)  # limit from the CLI, rest YAML
     bad = tmp_path / "bad.yaml"
     bad.write_text("no_such_option: 1\n")
-    r = _cli_inproc("run", "--data", str(synth_dir), "--out", str(out), "--config", str(bad))
-    assert r.exit_code != 0 and "no_such_option" in r.output
+    from cli_run import run_cli  # the entry point of python -m forecasters: one error line, exit code 2
+
+    r = run_cli("forecasters", "run", "--data", synth_dir, "--out", out, "--config", bad)
+    assert r.code == 2 and "no_such_option" in r.err
+
+
+def _copy_bench(synth_dir, dest: Path) -> Path:
+    shutil.copytree(synth_dir, dest, ignore=shutil.ignore_patterns(".cache"))
+    return dest
+
+
+def test_summary_describes_the_file_and_the_exit_code_says_until_every_query_is_answered(
+        synth_dir, synth_bench, tiny, tmp_path, run):
+    data = _copy_bench(synth_dir, tmp_path / "bench")
+    kw = dict(forecaster="m3", model=str(tiny["qwen2_vl"]), limit=10)
+    qs = select_queries(synth_bench, _cfg(synth_dir, tiny, "x", **kw))
+    video = qs[0].video_id
+    broken = {q.id for q in qs if q.video_id == video}
+    (data / "frames" / video).rename(data / "frames" / f"{video}.hidden")
+    out = tmp_path / "m3.jsonl"
+    s = run(_cfg(data, tiny, out, **kw))
+    err = s.incomplete("python -m forecasters run --out m3.jsonl")
+    assert f"{len(broken)} of 10 selected queries have no answer ({len(broken)} failed: input x{len(broken)}" in str(err)
+    assert err.fix.endswith("run: python -m forecasters run --out m3.jsonl --redo-failed")
+    summary = json.loads((tmp_path / "m3.summary.json").read_text())
+    assert (summary["complete"], summary["failed"], summary["missing"]) == (False, len(broken), 0)
+    args = ["run", "--data", str(data), "--forecaster", "m3", "--backend", "hf", "--model", str(tiny["qwen2_vl"]),
+            "--limit", "10", "--out", str(out), "--threads", "1", "--no-progress"]
+    r = _cli_inproc(*args)  # a plain rerun: nothing attempted, and it still says the file is incomplete
+    assert r.exit_code == 3 and f"{len(broken)} failed" in r.output, r.output
+    finish = f"python -m forecasters run --data {data} --out {out} --forecaster m3 --backend hf --model"
+    assert finish in r.output and "--limit 10" in r.output and r.output.rstrip().endswith("--no-progress --redo-failed)")
+    summary = json.loads((tmp_path / "m3.summary.json").read_text())
+    assert summary["this_run"]["attempted"] == 0 and summary["failed"] == len(broken) and not summary["complete"]
+    r = _cli_inproc("merge", str(out), "--out", str(tmp_path / "merged.jsonl"), "--data", str(data), "--split", "all",
+                    "--require-complete")
+    assert r.exit_code == 3 and "no answer" in r.output
+    (data / "frames" / f"{video}.hidden").rename(data / "frames" / video)
+    s = run(_cfg(data, tiny, out, redo_failed=True, **kw))
+    assert s.complete and s.incomplete() is None and s.attempted == len(broken) and s.failed == s.missing == 0
+    assert json.loads((tmp_path / "m3.summary.json").read_text())["complete"]
+    assert _cli_inproc(*args).exit_code == 0
+
+
+def test_merge_require_complete_means_every_query_answered(synth_bench, synth_dir, tmp_path):
+    ids = [q.id for q in synth_bench.queries("test")]
+    base = {"config_hash": "h1", "model": "m", "forecaster": "m3"}
+    cases = {  # name: (lines, exit code)
+        "all_failed": ([{**base, "query_id": q, "error": "APIConnectionError", "parse_ok": False} for q in ids], 3),
+        "one_missing": ([{**base, "query_id": q, "phrase": "rolling"} for q in ids[1:]], 3),
+        "answered": ([{**base, "query_id": q, "phrase": "rolling"} for q in ids[:-1]]
+                     + [{**base, "query_id": ids[-1], "phrase": None, "parse_ok": False, "raw": ""}], 0),
+    }
+    for name, (lines, code) in cases.items():
+        f = tmp_path / f"{name}.jsonl"
+        f.write_text("".join(json.dumps(d) + "\n" for d in lines))
+        r = _cli_inproc("merge", str(f), "--out", str(tmp_path / f"{name}.merged.jsonl"), "--data", str(synth_dir),
+                        "--require-complete")
+        assert r.exit_code == code, (name, r.output)
+    assert f"{len(ids)} of {len(ids)} queries have no answer ({len(ids)} failed" in _cli_inproc(
+        "merge", str(tmp_path / "all_failed.jsonl"), "--out", str(tmp_path / "x.jsonl"), "--data", str(synth_dir),
+        "--require-complete").output
+    r = _cli_inproc("merge", str(tmp_path / "answered.jsonl"), "--out", str(tmp_path / "y.jsonl"), "--require-complete")
+    assert r.exit_code == 2 and "needs --data" in r.output
+
+
+def test_drop_foreign_moves_only_the_other_configs_lines(synth_dir, tiny, tmp_path, run):
+    out = tmp_path / "mixed.jsonl"
+    s = run(_cfg(synth_dir, tiny, out, limit=6))
+    stray = [dict(d, config_hash="0123456789abcdef", phrase="stray") for d in _lines(out)[:2]]
+    with open(out, "a") as f:  # a later line of another config for two done queries
+        f.write("".join(json.dumps(d) + "\n" for d in stray))
+    before = out.read_bytes()
+    with pytest.raises(InputError, match="--drop-foreign"):
+        run(_cfg(synth_dir, tiny, out, limit=8))
+    assert out.read_bytes() == before  # refused: untouched
+    s2 = run(_cfg(synth_dir, tiny, out, limit=8, drop_foreign=True))
+    assert s2.attempted == 2 and s2.complete and s2.config_hash == s.config_hash  # the 6 own lines were kept
+    lines = _lines(out)
+    assert len(lines) == 8 and {d["config_hash"] for d in lines} == {s.config_hash}
+    assert [json.loads(x) for x in Path(str(out) + ".foreign").read_text().splitlines()] == stray
+
+
+def test_frames_are_resized_on_our_side_to_one_recorded_cap(synth_dir, synth_bench, tiny, tmp_path, run):
+    from PIL import Image
+
+    data = _copy_bench(synth_dir, tmp_path / "bench")
+    kw = dict(forecaster="m3", model=str(tiny["qwen2_vl"]), limit=2)
+    q = select_queries(synth_bench, _cfg(synth_dir, tiny, "x", **kw))[0]
+    for rel in q.prefix_frames:  # full-size frames: 1280 x 960
+        with Image.open(data / rel) as im:
+            im.convert("RGB").resize((1280, 960)).save(data / rel)
+    capped = run(_cfg(data, tiny, tmp_path / "capped.jsonl", **kw))
+    conf = json.loads((tmp_path / "capped.config.json").read_text())
+    assert conf["identity"]["max_pixels"] == conf["backend"]["max_pixels"] == 448 * 448
+    w, h = capped.largest_frame
+    assert w * h <= 448 * 448 and abs(w / h - 4 / 3) < 0.01 and w > 500  # aspect ratio kept
+    full = run(_cfg(data, tiny, tmp_path / "full.jsonl", max_pixels=0, **kw))
+    assert full.largest_frame == (1280, 960) and full.config_hash != capped.config_hash
+    assert json.loads((tmp_path / "full.config.json").read_text())["identity"]["max_pixels"] is None
+    student = plan(_cfg(data, tiny, tmp_path / "st.jsonl", forecaster="student", model=str(tiny["qwen2_vl"])))
+    assert student.identity.max_pixels == 336 * 336  # the students' frames, as distill.sft trains them
+
+
+def test_unreachable_server_on_a_small_split_exits_non_zero_and_writes_nothing(synth_dir, tmp_path):
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    out = tmp_path / "nobody.jsonl"
+    r = _cli_inproc("run", "--data", str(synth_dir), "--forecaster", "m3", "--backend", "openai", "--model", "m",
+                    "--base-url", f"http://127.0.0.1:{port}/v1", "--limit", "5", "--out", str(out),
+                    "--max-attempts", "2", "--wait-initial", "0.01", "--wait-max", "0.05", "--no-progress")
+    assert r.exit_code == 2 and "no OpenAI-compatible server answers" in r.output and "Traceback" not in r.output
+    assert not out.exists() and not (tmp_path / "nobody.config.json").exists()
+
+
+@pytest.mark.parametrize("trained, flag, expect", [
+    ({"max_pixels": 112896}, None, 112896), ({"max_pixels": None}, None, None), ({}, None, 336 * 336),
+    ({"max_pixels": 112896}, 200704, "trained with 112896"), ({"max_pixels": None}, 200704, "trained with 0")])
+def test_a_student_adapter_is_served_with_the_pixel_cap_it_was_trained_on(synth_dir, tiny, tmp_path, trained, flag,
+                                                                          expect):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "psr_student.json").write_text(json.dumps({"preprocessing": trained}))
+    cfg = _cfg(synth_dir, tiny, tmp_path / "s.jsonl", forecaster="student", model=str(tiny["qwen2_vl"]),
+               adapter=str(adapter), max_pixels=flag)
+    if isinstance(expect, str):
+        with pytest.raises(InputError, match=expect):
+            plan(cfg)
+    else:
+        assert plan(cfg).identity.max_pixels == expect  # None: full-size frames, as in training

@@ -13,9 +13,8 @@ def main() -> None:
 
     codes = []
     for argv in json.loads(sys.argv[1]):
-        try:
-            app(argv, standalone_mode=False)
-            codes.append(0)
+        try:  # without standalone mode, click returns a command's exit code instead of raising SystemExit
+            codes.append(int(app(argv, standalone_mode=False) or 0))
         except SystemExit as e:
             codes.append(int(e.code or 0))
     print("EXIT_CODES " + json.dumps(codes), flush=True)

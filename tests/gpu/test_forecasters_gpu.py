@@ -51,7 +51,7 @@ def test_vllm_backend_on_cuda_images_and_lora(synth_dir, tmp_path):
     s = _run_vllm(synth_dir, tmp_path / "m3.jsonl", "--forecaster", "m3", "--model", str(model), "--limit", "16",
                   "--max-model-len", "2048")
     recs = read_phrases(tmp_path / "m3.jsonl")
-    assert s["failed"] == 0 and len(recs) == 16 and "cuda" in s["engine"]
+    assert s["complete"] and s["failed"] == 0 and len(recs) == 16 and "cuda" in s["this_run"]["engine"]
     assert all(r.extra["prompt_tokens"] > 8 * 4 for r in recs.values())
 
 

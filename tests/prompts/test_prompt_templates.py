@@ -10,19 +10,32 @@ import pytest
 import prompts
 from prompts import MediaSlot, PromptError, format_transcript, load, parse_template, transcript_before
 
-PAPERS = Path(__file__).resolve().parents[3] / "shared" / "papers"
 
-# The paper's prompts (appendix "we reproduce the generation prompts verbatim below"), copied character for character.
-PAPER_TEXT_ONLY = ("An object (’{subject}’) was observed with these states over time: {t₁s: state₁; t₂s: state₂; …}. "
-                   "{question} Answer with ONLY the object’s predicted future state as a short phrase (2--5 words), "
-                   "no explanation.")
-PAPER_M3 = ("[8 prefix frames] {question} Answer with ONLY the object’s predicted future state as a short phrase "
-            "(2--5 words), no explanation.")
-PAPER_CONSTRUCTION = ("Watch this video segment. List each visible object and its state trajectory as (state, time) "
-                      "pairs. Then, for the object ’{subject}’, write a {Q-type} question whose answer is its "
-                      "{next / end / after-$k$s / intermediate} state, and give that ground-truth state as a short "
-                      "predicate phrase.")
-VERBATIM = {"text_only": PAPER_TEXT_ONLY, "m3": PAPER_M3, "benchmark_construction": PAPER_CONSTRUCTION}
+def _papers_dir() -> Path | None:
+    """``shared/papers`` beside the checkout or a folder above it (worktrees live deeper than the main checkout)."""
+    for d in Path(__file__).resolve().parents:
+        if (d / "shared" / "papers").is_dir():
+            return d / "shared" / "papers"
+    return None
+
+
+PAPERS = _papers_dir()
+
+# The paper's prompts (appendix "we reproduce the generation prompts verbatim below"), copied character for character
+# from the paper's LaTeX source (the lines of shared/papers/001_*.txt).
+SOURCE_TEXT_ONLY = ("An object (’{subject}’) was observed with these states over time: {t₁s: state₁; t₂s: state₂; …}. "
+                    "{question} Answer with ONLY the object’s predicted future state as a short phrase (2--5 words), "
+                    "no explanation.")
+SOURCE_M3 = ("[8 prefix frames] {question} Answer with ONLY the object’s predicted future state as a short phrase "
+             "(2--5 words), no explanation.")
+SOURCE_CONSTRUCTION = ("Watch this video segment. List each visible object and its state trajectory as (state, time) "
+                       "pairs. Then, for the object ’{subject}’, write a {Q-type} question whose answer is its "
+                       "{next / end / after-$k$s / intermediate} state, and give that ground-truth state as a short "
+                       "predicate phrase.")
+SOURCE = {"text_only": SOURCE_TEXT_ONLY, "m3": SOURCE_M3, "benchmark_construction": SOURCE_CONSTRUCTION}
+# What the paper's reader sees (the typeset PDF), written out by hand: this is what the model is sent.
+RENDERED_M3 = ("[8 prefix frames] {question} Answer with ONLY the object’s predicted future state as a short phrase "
+               "(2\u20135 words), no explanation.")
 
 
 def as_paper_text(t: prompts.Template) -> str:
@@ -36,18 +49,29 @@ def as_paper_text(t: prompts.Template) -> str:
     return body
 
 
-@pytest.mark.parametrize("tid", sorted(VERBATIM))
-def test_verbatim_templates_match_the_paper_character_for_character(tid):
+@pytest.mark.parametrize("tid", sorted(SOURCE))
+def test_verbatim_templates_match_the_rendered_paper_character_for_character(tid):
     t = load(tid)
     assert t.verbatim
-    assert as_paper_text(t) == VERBATIM[tid]
+    assert as_paper_text(t) == prompts.paper_text(SOURCE[tid])
+    assert "--" not in t.body and "$" not in t.body  # no LaTeX source reaches the model
 
 
-@pytest.mark.skipif(not list(PAPERS.glob("001_*.txt")), reason="paper text not present next to the repository")
-@pytest.mark.parametrize("tid", sorted(VERBATIM))
-def test_verbatim_templates_are_lines_of_the_paper_file(tid):
+def test_the_paper_dash_is_sent_as_an_en_dash():
+    assert as_paper_text(load("m3")) == RENDERED_M3
+    text = load("m3").render_parts({"question": "What next?"}, media=["frames"])[1]
+    assert "(2\u20135 words)" in text and "2-5" not in text and "2--5" not in text
+    assert prompts.paper_text("a---b, 2--5, after-$k$s, plain - hyphen") == "a\u2014b, 2\u20135, after-ks, plain - hyphen"
+    for ours in ("paraphrase", "frame_description"):  # our templates write the range the same way
+        assert "(2\u20135 words)" in load(ours).body
+
+
+@pytest.mark.skipif(PAPERS is None or not list(PAPERS.glob("001_*.txt")), reason="paper text not present")
+@pytest.mark.parametrize("tid", sorted(SOURCE))
+def test_verbatim_sources_are_lines_of_the_paper_file(tid):
     paper_lines = next(PAPERS.glob("001_*.txt")).read_text(encoding="utf-8").split("\n")
-    assert as_paper_text(load(tid)) in paper_lines
+    assert SOURCE[tid] in paper_lines
+    assert as_paper_text(load(tid)) in [prompts.paper_text(line) for line in paper_lines]
 
 
 def test_every_shipped_template_loads_with_a_stable_id_and_hash():
