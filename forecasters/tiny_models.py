@@ -359,7 +359,8 @@ _PINPOINTS = [[_TILE, 2 * _TILE], [2 * _TILE, _TILE], [2 * _TILE, 2 * _TILE], [3
 def _build_llava_next(out: Path, seed: int, *, video: bool) -> Path:
     """LLaVA-1.6 (``LlavaNextForConditionalGeneration``: CLIP tower, Mistral text, any-resolution tiles) or
     LLaVA-NeXT-Video-7B (``LlavaNextVideoForConditionalGeneration``: the same + Llama (vicuna) text with linear RoPE
-    scaling 2 and frames pooled 2 x 2), each with its processor class and native chat template.
+    scaling 2, 7-pixel patches and frames average-pooled with stride 2), each with its processor class and native
+    chat template.
 
     Real configs kept: ``vision_feature_layer -2``, ``vision_feature_select_strategy default``, the 5 pinpoints
     (scaled to the tile), one extra CLS position per tile, untied embeddings, image / video token ids after the text

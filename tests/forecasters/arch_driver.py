@@ -19,7 +19,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import resource
 import signal
 import sys
 import time
@@ -206,8 +205,6 @@ def main() -> None:
     for kind in spec["cases"]:
         served(spec, BY_KIND[kind], results)
     results["timings_s"]["total"] = round(time.monotonic() - t0, 1)
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    results["cpu_s"] = round(own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime, 1)  # servers too
     results["done"] = True
     _save(results, spec["results"])
 
