@@ -172,8 +172,8 @@ def load_candidates(bench, spec: CandidateSpec, query_ids: Sequence[str]) -> Can
     if spec.kind == "states":
         return Candidates(spec, state_ids, texts, None, {}, {"candidates": "states", "states_sha256": states_sha})
     rows, tail = _top_states(bench, spec, query_ids)
-    ident = {"candidates": f"top{spec.n}", "run": spec.run, "run_sha256": _sha256_file(spec.run),
-             "states_sha256": states_sha}
+    # the run's content, not its path, identifies the candidates (a moved run file resumes the same job)
+    ident = {"candidates": f"top{spec.n}", "run_sha256": _sha256_file(spec.run), "states_sha256": states_sha}
     return Candidates(spec, state_ids, texts, rows, tail, ident)
 
 

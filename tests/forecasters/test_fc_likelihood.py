@@ -395,3 +395,46 @@ def test_vllm_in_process_scores_through_its_prefix_cache_as_transformers_does(vl
         lik = recs[res.request_id].extra["likelihood"]
         assert lik["n_tokens"] == res.n_tokens
         np.testing.assert_allclose(lik["logp"], res.logprobs, atol=2e-2, rtol=0)
+
+
+def test_vllm_scoring_bounds_the_answers_per_engine_call(monkeypatch):
+    """Requests are grouped so that an engine call holds at most ANSWERS_PER_CALL answers (a bigger request alone),
+    and results come back in request order (the engine itself runs in the vLLM venv, test above)."""
+    from forecasters.backends import vllm_backend as vb
+
+    b = vb.VLLMBackend.__new__(vb.VLLMBackend)  # no engine: only the grouping runs
+    groups = []
+    b._score_group = lambda g: groups.append([len(r.continuations) for r in g]) or [ScoreResult(r.id) for r in g]
+    monkeypatch.setattr(vb, "ANSWERS_PER_CALL", 5)
+    sizes = [2, 2, 3, 7, 1]
+    reqs = [ScoreRequest(str(i), Request(str(i), ("q",)), tuple(f"a{j}" for j in range(n)))
+            for i, n in enumerate(sizes)]
+    out = b._score_batch(reqs)
+    assert groups == [[2, 2], [3], [7], [1]] and [r.request_id for r in out] == ["0", "1", "2", "3", "4"]
+
+
+def test_cli_likelihood_run_and_its_errors(synth_dir, synth_bench, tmp_path):
+    from typer.testing import CliRunner
+
+    from eval.runs import read_run
+    from forecasters.cli import app
+
+    cli = CliRunner()
+    phrases = tmp_path / "p.jsonl"
+    run_job(_lik_cfg(synth_dir, phrases, cpn_alpha=0, limit=3), backend=CraftedScorer())
+    r = cli.invoke(app, ["likelihood-run", "--data", str(synth_dir), "--phrases", str(phrases), "--out",
+                         str(tmp_path / "r.parquet"), "--method", "lik-crafted"])
+    assert r.exit_code == 0, r.output
+    run = read_run(tmp_path / "r.parquet")
+    assert run.method == "lik-crafted" and len(run.query_ids) == 3 and not run.missed.any()
+    other = json.loads(phrases.read_text().splitlines()[0])
+    other.update(config_hash="0" * 16, query_id=synth_bench.query_ids[0])
+    with open(phrases, "a") as f:
+        f.write(json.dumps(other) + "\n")
+    r = cli.invoke(app, ["likelihood-run", "--data", str(synth_dir), "--phrases", str(phrases), "--out",
+                         str(tmp_path / "r2.parquet")])
+    assert r.exit_code == 2 and "configs" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "r2.parquet").exists()
+    r = cli.invoke(app, ["run", "--data", str(synth_dir), "--forecaster", "likelihood", "--candidates", "top5",
+                         "--out", str(tmp_path / "x.jsonl"), "--no-progress"])
+    assert r.exit_code == 2 and "topN:RUN" in r.output and "Traceback" not in r.output
