@@ -7,7 +7,8 @@ normalization), so no free-form phrase has to be canonicalized.
 **Candidates** (`CandidateSpec`): ``states`` = every canonical state of the benchmark's ``states.jsonl`` (its
 ``text``) for every query; ``topN:RUN`` = per query, the first N distinct canonical states in the top-k list of a
 retrieval run (``RUN``, a run file scored on the same benchmark: its segments' states, in rank order), i.e. a
-rerank of that run. The states after the first N in that list (the *tail*) keep their first-stage order below the
+rerank of that run. The run's top-k list bounds the candidates: k segments may hold fewer than N states (a warning
+says so, and the run config records the candidates per query); write the first-stage run with a larger ``--k``. The states after the first N in that list (the *tail*) keep their first-stage order below the
 reranked candidates in the run file (as GenState-AI's rerankers keep the rest of the pool in first-stage order).
 
 **Scores** (`Normalization`). With ``l(a | x) = sum_i log p(a_i | x, a_<i)`` the log-likelihood (nats) of answer
@@ -146,6 +147,11 @@ class Candidates:
     def of(self, qid: str) -> np.ndarray:
         return np.arange(len(self.state_ids)) if self.rows is None else self.rows[qid]
 
+    def counts(self) -> dict[str, Any]:
+        """Candidates per query (min, mean, max), for the run config."""
+        n = [len(self.of(q)) for q in self.rows] if self.rows is not None else [len(self.state_ids)]
+        return {"min": int(min(n)), "mean": round(float(np.mean(n)), 2), "max": int(max(n))}
+
     def all_rows(self) -> np.ndarray:
         """Every state row some query has as a candidate (the prior's answers)."""
         if self.rows is None:
@@ -208,6 +214,11 @@ def _top_states(bench, spec: CandidateSpec, query_ids: Sequence[str]) -> tuple[d
         if not len(order):
             raise InputError(f"{spec.run}: query {q!r} ranks no segment with a canonical state")
         rows[q], tail[q] = order[: spec.n], order[spec.n:]
+    short = sum(len(r) < spec.n for r in rows.values())
+    if short:
+        log.warning("%s: %d of %d queries have fewer than %d distinct states in its top-%d list (the fewest: %d); "
+                    "write the first-stage run with a larger --k to rerank %d", spec.run, short, len(rows), spec.n,
+                    run.k, min(len(r) for r in rows.values()), spec.n)
     return rows, tail
 
 

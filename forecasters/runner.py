@@ -609,6 +609,7 @@ def write_config(p: Plan, engine: str, bcfg: BackendConfig) -> None:
         "seed": p.cfg.seed, "batch_size": bcfg.batch_size, "versions": _versions(), "host": platform.node(),
         "selected": len(p.selected), "todo": len(p.todo), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "presets": {k: v for k, v in PRESETS.items() if k == (p.cfg.model or p.spec.default_model)},
+        **({"candidates_per_query": p.candidates.counts()} if p.candidates is not None else {}),
     })
 
 

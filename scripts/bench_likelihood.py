@@ -17,9 +17,10 @@ and the tiny model are built in a temp dir.
 
 ``quality`` (plumbing, not a baseline: a tiny model fitted for a few steps says nothing about forecasting): fit a
 tiny Qwen2-VL on the synthetic train split with the M3 prompt (`forecasters.tiny_fit`), then on the test split
-(1) its free-form answer (``m3``) retrieved in the MiniLM text space, (2) its likelihood ranking of every state with
-and without CPN, (3) its likelihood rerank of the top 20 states of (1); ``python -m eval report`` over the four runs
-(significance against the free-form run) into ``--out``.
+(1) its free-form answer (``m3``) retrieved in the MiniLM text space (the run keeps its top 1,000 segments, so its
+list holds 20 distinct states to rerank), (2) its likelihood ranking of every state with and without CPN, (3) its
+likelihood rerank of the top 20 states of (1); ``python -m eval report`` over the four runs (significance against
+the free-form run) into ``--out``.
 """
 
 from __future__ import annotations
@@ -191,7 +192,7 @@ def quality(args) -> dict:
     free = out / "free-form.jsonl"
     _cli("-m", "forecasters", "run", "--forecaster", "m3", "--out", str(free), *common)
     _cli("-m", "retrieval", "search", "--data", data, "--phrases", str(free), "--space", "minilm",
-         "--out", str(out / "free-form.parquet"), "--method", "free-form m3 [minilm]")
+         "--out", str(out / "free-form.parquet"), "--method", "free-form m3", "--k", "1000")
     runs = {"free-form": out / "free-form.parquet"}
     variants = {"lik-states-cpn": ["--candidates", "states"],
                 "lik-states-nocpn": ["--candidates", "states", "--cpn-alpha", "0"],
@@ -201,7 +202,7 @@ def quality(args) -> dict:
              "--run-out", str(out / f"{name}.parquet"), *common)
         runs[name] = out / f"{name}.parquet"
     _cli("-m", "eval", "report", *map(str, runs.values()), "--data", data, "--out", str(out / "report"),
-         "--reference", "free-form m3 [minilm]", "--resamples", "1000")
+         "--reference", "free-form", "--resamples", "1000")
     doc = json.loads((out / "report" / "report.json").read_text())
     return {"fit_loss": loss, "fit_steps": args.fit_steps, "runs": {k: str(v) for k, v in runs.items()},
             "main": {name: {k: v for k, v in r["main"].items() if k.startswith(("R@", "MRR", "n"))}

@@ -198,6 +198,8 @@ def test_topn_reranks_a_retrieval_run_and_keeps_the_rest_in_first_stage_order(sy
     s = run_job(_lik_cfg(synth_dir, tmp_path / "rr.jsonl", candidates=f"top5:{first_stage_run}", cpn_alpha=0),
                 backend=b)
     assert s.complete and len(b.scored) == 4 * 5  # 5 candidates a query, no prior
+    conf = json.loads((tmp_path / "rr.config.json").read_text())
+    assert conf["candidates_per_query"] == {"min": 5, "mean": 5.0, "max": 5}
     full = build_run(synth_bench, tmp_path / "rr.jsonl", k=len(synth_bench.corpus_ids))  # the whole ranking
     seg_state = {seg.id: seg.state_id for seg in synth_bench.segments()}
     recs = read_phrases(tmp_path / "rr.jsonl")
@@ -216,6 +218,12 @@ def test_topn_reranks_a_retrieval_run_and_keeps_the_rest_in_first_stage_order(sy
         rest = {v for st, v in state_score.items() if st not in order}
         assert len(rest) == 1 and rest.pop() < min(tail)  # every other state tied below the first-stage list
         assert recs[qid].phrase == synth_bench.state(max(cand, key=lambda st: (cand[st], -order.index(st)))).text
+
+
+def test_a_first_stage_list_with_fewer_states_than_asked_is_said(synth_dir, first_stage_run, tmp_path, caplog):
+    p = plan(_lik_cfg(synth_dir, tmp_path / "few.jsonl", candidates=f"top999:{first_stage_run}"))
+    assert "fewer than 999 distinct states in its top-50 list" in caplog.text and "larger --k" in caplog.text
+    assert p.candidates.counts()["max"] < 999
 
 
 def test_bad_candidates_are_refused_before_anything_is_written(synth_dir, synth_bench, first_stage_run, tmp_path):
