@@ -77,6 +77,8 @@ def _summary_table(s) -> Table:
             ("config hash", s.config_hash)]
     if s.error_kinds:
         rows.append(("failed lines by kind", json.dumps(s.error_kinds)))
+    if s.run_file:
+        rows.append(("run file", s.run_file))
     if s.aborted:
         rows.append(("STOPPED EARLY", s.aborted))
     rows.append(("complete", "yes" if s.complete else "NO"))
@@ -112,7 +114,8 @@ def run(
     ctx: typer.Context,
     data: Path = data_option(),
     out: Path = typer.Option(..., "--out", help="phrase file to write / resume (JSONL), e.g. runs/m3.jsonl"),
-    forecaster: str = typer.Option("m3", "--forecaster", "-f", help="m3 | text-only | llava | llava-video | student"),
+    forecaster: str = typer.Option("m3", "--forecaster", "-f", help="m3 | text-only | llava | llava-video | student | "
+                                    "likelihood"),
     backend: str = typer.Option("hf", "--backend", "-b", help="hf | vllm | openai"),
     model: str = typer.Option(None, "--model", "-m", help="preset (m3, text-only, llava, ...), HF id, local path, "
                                                           "or served model name (openai); default: the forecaster's"),
@@ -129,7 +132,8 @@ def run(
     max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="default: 24 (baselines), 512 (student)"),
     top_p: float = typer.Option(1.0, "--top-p"),
     seed: int = typer.Option(0, "--seed"),
-    frames: int = typer.Option(None, "--frames", min=1, help="use K of the 8 prefix frames (evenly spaced)"),
+    frames: str = typer.Option(None, "--frames", help="prefix frames per request: all (default) | last (the "
+                               "last-frame-only ablation) | K (the K last frames) | spaced:K (K evenly spaced)"),
     max_pixels: int = typer.Option(None, "--max-pixels", min=0, help="resize frames to at most N pixels before "
                                    "sending (every backend); default: the forecaster's (448x448; student 336x336); "
                                    "0 = full size"),
@@ -161,6 +165,16 @@ def run(
                                                  help="stop after this many failed requests in a row"),
     num_threads: int = typer.Option(None, "--threads", min=1, help="hf: torch CPU threads"),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
+    candidates: str = typer.Option(None, "--candidates", help="likelihood: states (every canonical state) | topN:RUN "
+                                   "(rerank the first N distinct states of a retrieval run file)"),
+    length_norm: str = typer.Option("mean", "--length-norm", help="likelihood: mean (log-likelihood per answer "
+                                    "token) | sum"),
+    cpn_alpha: float = typer.Option(1.0, "--cpn-alpha", help="likelihood: weight of the candidate prior (the "
+                                    "answer's log-likelihood under the content-free prompt) subtracted; 0 = off"),
+    candidate_batch_size: int = typer.Option(32, "--candidate-batch-size", min=1,
+                                             help="likelihood, hf: answers per forward pass on the prompt's KV cache"),
+    run_out: Path = typer.Option(None, "--run-out", help="likelihood: run file written when every query is "
+                                 "answered (default OUT's .run.parquet)"),
     config: Path = typer.Option(None, "--config", help="YAML file of run options (command-line values win)"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:
@@ -182,6 +196,7 @@ def run(
         if k not in values or getattr(src, "name", "") in ("COMMANDLINE", "ENVIRONMENT"):
             values[k] = v
     values["data"], values["out"] = str(values["data"]), str(values["out"])
+    values["run_out"] = str(values["run_out"]) if values.get("run_out") else None
     if values.get("split") == "all":
         values["split"] = None
     values["qtypes"] = list(values["qtypes"]) if values.get("qtypes") else None
@@ -231,6 +246,26 @@ def merge(
         _exit_for(IncompleteJob(f"{out}, split {split!r}: {c.describe()}",
                                 fix="finish each shard (its `forecasters run` command, with --redo-failed for failed "
                                     "lines), then merge again"))
+
+
+@app.command("likelihood-run")
+def likelihood_run(
+    data: Path = typer.Option(..., "--data", help="benchmark directory"),
+    phrases: Path = typer.Option(..., "--phrases", help="phrase file of a likelihood run (e.g. merged shards)"),
+    out: Path = typer.Option(..., "--out", help="run file to write (.parquet)"),
+    method: str = typer.Option(None, "--method", help="method name stored in the run (default likelihood[MODEL])"),
+    k: int = typer.Option(50, "--k", min=1, help="top-k list length kept in the run"),
+) -> None:
+    """Build the run file of a likelihood forecast (its candidates' scores, expanded to segments; a query without a
+    successful line is a miss) for `python -m eval score` / `report`."""
+    from eval.benchmark import Benchmark
+    from forecasters.likelihood_run import write_likelihood_run
+
+    try:
+        path = write_likelihood_run(Benchmark.load(data), phrases, out, method=method, k=k, progress=True)
+    except PSRError as e:
+        _exit_for(e)
+    console.print(f"[green]wrote[/] {path}")
 
 
 @app.command("tiny-model")

@@ -15,7 +15,8 @@ the request and applies ``parse`` to each output.
 
 Built in: ``m3`` (8 prefix frames + question, the paper's M3 prompt), ``text-only`` (timed transcript strictly before
 the target time + question, the paper's text-only prompt), ``llava`` (M3 prompt, images), ``llava-video`` (M3 prompt,
-the frames as one video), ``student`` (our student prompt; parses the ``Answer:`` line).
+the frames as one video), ``student`` (our student prompt; parses the ``Answer:`` line), ``likelihood`` (M3
+prompt; scores candidate states instead of generating, `forecasters.likelihood`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ class PromptInput:
 class ForecasterSpec:
     """One phrase source. ``prompt`` is a template id of `prompts` (or a path to a template file); ``default_model``
     a preset name or model id; ``max_tokens`` its default generation budget (the paper's baselines: 24);
-    ``max_pixels`` the cap its frames are resized to before sending (`forecasters.presets`, pixel policy)."""
+    ``max_pixels`` the cap its frames are resized to before sending (`forecasters.presets`, pixel policy);
+    ``kind``: ``generate`` (a phrase is generated and parsed) or ``likelihood`` (candidate answers are scored,
+    `forecasters.likelihood`; ``parse`` and ``max_tokens`` are not used)."""
 
     name: str
     prompt: str
@@ -53,6 +56,7 @@ class ForecasterSpec:
     max_pixels: int | None = DEFAULT_MAX_PIXELS
     system: str | None = None
     description: str = ""
+    kind: Literal["generate", "likelihood"] = "generate"
 
 
 # --- built-in forecasters ---
@@ -89,6 +93,10 @@ BUILTIN = (
         name="student", prompt="student_answer", build=student_inputs, default_model="student-8b",
         parse=parse_answer_line, max_tokens=512, max_pixels=STUDENT_MAX_PIXELS,
         description="distilled student (--adapter PATH): reasons, then 'Answer: <state phrase>'"),
+    ForecasterSpec(
+        name="likelihood", prompt="m3", build=prefix_frames_inputs, default_model="m3", kind="likelihood",
+        description="candidate canonical states (--candidates states|topN:RUN) ranked by their log-likelihood as "
+                    "the answer to the M3 prompt (VCF-Lik; BLiM's candidate-prior normalization)"),
 )
 
 #: name -> spec; `register` adds to it (the extension point for other phrase sources).

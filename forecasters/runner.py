@@ -28,10 +28,17 @@ Steps (`run`):
 
 Frames are resized on our side before any backend sees them (the pixel policy of `forecasters.presets`): at most
 ``--max-pixels`` pixels a frame, by default the forecaster's ``max_pixels``; ``0`` sends full-size frames.
+``--frames`` picks which prefix frames a request carries (`forecasters.media.FrameSelection`: ``all``, ``last``,
+the ``K`` last, ``spaced:K``), for every image forecaster; it is part of the config hash (None for ``all``).
+
+A scoring forecaster (``likelihood``, `forecasters.likelihood`) goes through the same steps with `ScoreRequest`
+objects (``Backend.stream_scores``, after ``Backend.check_scoring``); its lines carry the candidates' scores, and
+when every selected query is answered it also writes the run file (``--run-out``, default ``NAME.run.parquet``).
 
 The config hash (`RunIdentity`) covers what changes outputs: forecaster, prompt id + hash, model, adapter (with a
 hash of its files), backend, decoding (temperature, max_tokens, top_p, samples, seed), frames, media mode, the pixel
-cap applied, min pixels, system prompt and the benchmark's name and version. It does not cover throughput settings
+cap applied, min pixels, system prompt and the benchmark's name and version; for a scoring forecaster also the
+candidates (their source and a hash of it) and the normalization. It does not cover throughput settings
 (batch size, concurrency, timeouts), the shard or ``--limit``, so shards of one run merge, and a run resumes with
 other settings.
 """
@@ -66,7 +73,7 @@ from forecasters.backends import (
     get_backend,
 )
 from forecasters.backends.base import VideoPart
-from forecasters.media import FrameCache, subsample
+from forecasters.media import FrameCache, FrameSelection
 from forecasters.presets import PRESETS, VLLM_DEFAULTS, resolve_model
 from forecasters.registry import ForecasterSpec, get_forecaster
 
@@ -100,7 +107,7 @@ class RunConfig:
     max_tokens: int | None = None
     top_p: float = 1.0
     seed: int = 0
-    frames: int | None = None
+    frames: str | int | None = None
     max_pixels: int | None = None
     min_pixels: int | None = None
     dtype: str = "auto"
@@ -125,6 +132,11 @@ class RunConfig:
     max_consecutive_failures: int = 100
     num_threads: int | None = None
     progress: bool = True
+    candidates: str | None = None
+    length_norm: str = "mean"
+    cpn_alpha: float = 1.0
+    candidate_batch_size: int = 32
+    run_out: str | None = None
 
     @property
     def out_path(self) -> Path:
@@ -148,6 +160,13 @@ class RunConfig:
         if self.batch_size:
             return self.batch_size
         return {"hf": 8, "vllm": 256}.get(self.backend, 4 * max(1, self.concurrency))
+
+    def frame_selection(self) -> FrameSelection:
+        """The prefix frames each request carries (``--frames``: all, last, K last, spaced:K; `FrameSelection`)."""
+        try:
+            return FrameSelection.parse(self.frames)
+        except ValueError as e:
+            raise InputError(str(e), fix="e.g. --frames last (GenState-AI's last-frame ablation) or --frames 4") from None
 
     def pixel_cap(self, spec: ForecasterSpec) -> int | None:
         """The cap frames are resized to (pixels; None = full size): ``max_pixels`` if set (0 = none), else the
@@ -191,16 +210,20 @@ class RunIdentity:
     adapter_hash: str | None
     backend: str
     decoding: dict
-    frames: int | None
+    frames: str | None
     media_as: str
     max_pixels: int | None
     min_pixels: int | None
     system: str | None
     benchmark: dict
+    scoring: dict | None = None
 
     @property
     def config_hash(self) -> str:
-        blob = json.dumps(dataclasses.asdict(self), sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+        d = dataclasses.asdict(self)
+        if d["scoring"] is None:
+            del d["scoring"]  # generation runs keep the hash they had before scoring forecasters existed
+        blob = json.dumps(d, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
@@ -238,6 +261,7 @@ class RunSummary:
     largest_frame: tuple[int, int] | None = None
     aborted: str | None = None
     engine: str = ""
+    run_file: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -334,6 +358,12 @@ class Plan:
     todo: list
     existing: phrasefile.ExistingOutput
     bench: Any
+    candidates: Any = None  # `forecasters.likelihood.Candidates` (scoring forecasters)
+    normalization: Any = None  # `forecasters.likelihood.Normalization`
+
+    @property
+    def scoring(self) -> bool:
+        return self.spec.kind == "likelihood"
 
 
 def _decoding(cfg: RunConfig, spec: ForecasterSpec) -> SamplingParams:
@@ -386,6 +416,9 @@ def adapter_preprocessing(cfg: RunConfig, template: prompts.Template) -> RunConf
         want, have = pre.get(key), getattr(cfg, key)
         if key == "max_pixels" and key in pre and want is None:
             want = 0  # trained on full-size frames: the runner's "no cap" (None would take the forecaster's cap)
+        if key == "frames" and want is not None:  # distill.sft trains on K evenly spaced frames, the last kept
+            want = str(FrameSelection("spaced", int(want)))
+            have = None if have is None else str(cfg.frame_selection())
         if want is not None and have is None:
             updates[key] = want
         elif want is not None and have != want:
@@ -406,6 +439,8 @@ def plan(cfg: RunConfig) -> Plan:
     spec = get_forecaster(cfg.forecaster)
     template = prompts.load(cfg.prompt or spec.prompt)
     cfg = adapter_preprocessing(cfg, template)
+    selection = cfg.frame_selection()
+    cfg = dataclasses.replace(cfg, frames=str(selection))  # the run config records the canonical spelling
     model_name = cfg.model or spec.default_model
     model = resolve_model(model_name)
     sampling = _decoding(cfg, spec)
@@ -413,13 +448,17 @@ def plan(cfg: RunConfig) -> Plan:
         raise InputError("--min-pixels is a processor setting of the in-process engines (hf, vllm); over HTTP the "
                          "server's processor decides", fix="drop --min-pixels, or use --backend hf / vllm")
     bench = Benchmark.load(cfg.data)
+    selected = select_query_rows(bench, cfg)
+    candidates = norm = None
+    if spec.kind == "likelihood":
+        candidates, norm = _scoring_setup(cfg, bench, [qid for qid, _ in selected])
     identity = RunIdentity(
         forecaster=spec.name, prompt_id=template.id, prompt_hash=template.hash, model=model, adapter=cfg.adapter,
         adapter_hash=_hash_files(cfg.adapter) if cfg.adapter and cfg.backend != "openai" else None,
-        backend=cfg.backend, decoding=sampling.to_dict(), frames=cfg.frames, media_as=spec.media_as,
-        max_pixels=cfg.pixel_cap(spec), min_pixels=cfg.min_pixels, system=spec.system,
-        benchmark={"name": bench.manifest.name, "version": bench.manifest.version})
-    selected = select_query_rows(bench, cfg)
+        backend=cfg.backend, decoding={} if candidates else sampling.to_dict(), frames=selection.key,
+        media_as=spec.media_as, max_pixels=cfg.pixel_cap(spec), min_pixels=cfg.min_pixels, system=spec.system,
+        benchmark={"name": bench.manifest.name, "version": bench.manifest.version},
+        scoring={**candidates.identity, **norm.to_dict()} if candidates else None)
     existing = phrasefile.scan(cfg.out_path)
     other = {h: c for h, c in existing.config_hashes.items() if h != identity.config_hash}
     if other and not (cfg.overwrite or cfg.drop_foreign):
@@ -431,7 +470,29 @@ def plan(cfg: RunConfig) -> Plan:
     done = set() if cfg.overwrite else existing.done_ids(identity.config_hash, redo_failed=cfg.redo_failed)
     todo = load_queries(bench, [row for qid, row in selected if qid not in done])  # records for the todo only
     return Plan(cfg=cfg, spec=spec, template=template, model=model, identity=identity, sampling=sampling,
-                selected=selected, todo=todo, existing=existing, bench=bench)
+                selected=selected, todo=todo, existing=existing, bench=bench, candidates=candidates,
+                normalization=norm)
+
+
+def _scoring_setup(cfg: RunConfig, bench, query_ids: list[str]):
+    """The candidates and normalization of a scoring run (`forecasters.likelihood`); refuses sampling options."""
+    from forecasters.likelihood import CandidateSpec, Normalization, load_candidates
+
+    if cfg.samples != 1 or cfg.temperature != 0:
+        raise InputError("the likelihood forecaster scores candidates, it does not sample: drop --samples and "
+                         "--temperature")
+    if cfg.candidate_batch_size < 1:
+        raise InputError(f"--candidate-batch-size must be >= 1, got {cfg.candidate_batch_size}")
+    norm = Normalization(cfg.length_norm, cfg.cpn_alpha)
+    return load_candidates(bench, CandidateSpec.parse(cfg.candidates), query_ids), norm
+
+
+def run_file_path(cfg: RunConfig) -> Path:
+    """Where a scoring run writes its run file: ``--run-out``, else ``runs/NAME.jsonl`` -> ``runs/NAME.run.parquet``."""
+    if cfg.run_out:
+        return Path(cfg.run_out)
+    p = cfg.out_path
+    return p.with_name(p.name.removesuffix(".jsonl") + ".run.parquet")
 
 
 def _prepare_output(p: Plan) -> None:
@@ -468,25 +529,31 @@ def backend_config(cfg: RunConfig, model: str) -> BackendConfig:
     return BackendConfig(
         model=model, adapter=cfg.adapter, dtype=cfg.dtype, device=cfg.device, trust_remote_code=cfg.trust_remote_code,
         max_pixels=cfg.pixel_cap(get_forecaster(cfg.forecaster)), min_pixels=cfg.min_pixels,
-        max_images=max(8, cfg.frames or 8),
+        max_images=max(8, cfg.frame_selection().k or 8),
         tensor_parallel_size=pick("tensor_parallel_size", 1), max_model_len=pick("max_model_len", None),
         gpu_memory_utilization=cfg.gpu_memory_utilization, enforce_eager=cfg.enforce_eager,
         max_lora_rank=cfg.max_lora_rank, batch_size=cfg.default_batch_size(), concurrency=cfg.concurrency,
         base_url=cfg.base_url, api_key=os.environ.get(cfg.api_key_env), timeout_s=cfg.timeout_s,
         retry=RetryPolicy(max_attempts=cfg.max_attempts, wait_initial=cfg.wait_initial, wait_max=cfg.wait_max),
-        seed=cfg.seed, num_threads=cfg.num_threads)
+        seed=cfg.seed, num_threads=cfg.num_threads, candidate_batch_size=cfg.candidate_batch_size)
 
 
 def render_request(spec: ForecasterSpec, template: prompts.Template, query, bench, frames: FrameCache, *,
-                   sampling: SamplingParams, n_frames: int | None = None) -> Request:
-    """Render a forecaster's prompt for one query into a backend `Request` (media from the frame cache)."""
+                   sampling: SamplingParams, n_frames: int | None = None,
+                   selection: FrameSelection | None = None) -> Request:
+    """Render a forecaster's prompt for one query into a backend `Request` (media from the frame cache).
+
+    ``selection`` picks the frames of each media slot (`FrameSelection`: all, last, K last, spaced:K);
+    ``n_frames`` is the older spelling of ``spaced:n_frames`` (K evenly spaced, the last kept)."""
+    if selection is None:
+        selection = FrameSelection("spaced", n_frames) if n_frames else FrameSelection()
     inp = spec.build(query, bench)
     parts = []
     for part in template.render_parts(inp.values, media=tuple(inp.media)):
         if isinstance(part, str):
             parts.append(part)
             continue
-        imgs = frames.get_many(subsample(inp.media[part.name], n_frames))
+        imgs = frames.get_many(selection.apply(inp.media[part.name]))
         if spec.media_as == "video":
             parts.append(VideoPart(tuple(imgs)))
         else:
@@ -495,7 +562,8 @@ def render_request(spec: ForecasterSpec, template: prompts.Template, query, benc
 
 
 def build_request(p: Plan, query, frames: FrameCache) -> Request:
-    return render_request(p.spec, p.template, query, p.bench, frames, sampling=p.sampling, n_frames=p.cfg.frames)
+    return render_request(p.spec, p.template, query, p.bench, frames, sampling=p.sampling,
+                          selection=p.cfg.frame_selection())
 
 
 def to_record(p: Plan, query_id: str, comp: Completion, *, engine: str, batch_size: int) -> PhraseRecord:
@@ -541,6 +609,7 @@ def write_config(p: Plan, engine: str, bcfg: BackendConfig) -> None:
         "seed": p.cfg.seed, "batch_size": bcfg.batch_size, "versions": _versions(), "host": platform.node(),
         "selected": len(p.selected), "todo": len(p.todo), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "presets": {k: v for k, v in PRESETS.items() if k == (p.cfg.model or p.spec.default_model)},
+        **({"candidates_per_query": p.candidates.counts()} if p.candidates is not None else {}),
     })
 
 
@@ -563,6 +632,8 @@ def execute(p: Plan, backend=None) -> RunSummary:
                 backend = get_backend(cfg.backend, bcfg)
             if p.todo:
                 backend.preflight()  # before anything is written: a dead server or a wrong model name stops here
+                if p.scoring:
+                    backend.check_scoring()
             _prepare_output(p)
             s.engine = backend.engine_version if backend is not None else ""
             write_config(p, s.engine, bcfg)
@@ -578,6 +649,12 @@ def execute(p: Plan, backend=None) -> RunSummary:
                 s.set_coverage(phrasefile.coverage(phrasefile.scan(cfg.out_path).lines_of(s.config_hash),
                                                    [qid for qid, _ in p.selected]))
                 s.wall_s = time.perf_counter() - t_start
+                write_json(cfg.sidecar("summary"), s.to_dict())
+            if p.scoring and s.complete:
+                from forecasters.likelihood_run import write_likelihood_run
+
+                s.run_file = str(write_likelihood_run(p.bench, cfg.out_path, run_file_path(cfg),
+                                                      [qid for qid, _ in p.selected]))
                 write_json(cfg.sidecar("summary"), s.to_dict())
         finally:
             if own_backend and backend is not None:
@@ -599,20 +676,37 @@ def _generate(p: Plan, backend, frames: FrameCache, s: RunSummary) -> None:
     """Stream the todo queries through the backend; append each group of answered lines as it arrives."""
     cfg = p.cfg
     rule = StopRule(max_transient=cfg.max_consecutive_failures)
-    bar = _progress(len(p.todo), cfg.progress)
     batch_size = backend.config.batch_size if hasattr(backend, "config") else cfg.default_batch_size()
-    stream = backend.stream(_requests(p, frames))
+    if p.scoring:
+        from forecasters import likelihood
+
+        prior = likelihood.prior_scores(p, backend, [p.candidates.texts[r] for r in p.candidates.all_rows()]) \
+            if p.normalization.uses_prior else None
+        if isinstance(prior, str):
+            s.aborted = prior
+            log.warning("stopping: %s", prior)
+            return
+        stream = backend.stream_scores(likelihood.score_requests(p, frames))
+
+        def record(c):
+            return likelihood.to_record(p, c, prior, engine=s.engine, batch_size=batch_size)
+    else:
+        stream = backend.stream(_requests(p, frames))
+
+        def record(c):
+            return to_record(p, c.request_id, c, engine=s.engine, batch_size=batch_size)
+    bar = _progress(len(p.todo), cfg.progress)
     t0 = time.perf_counter()
     try:
         with phrasefile.PhraseWriter(cfg.out_path) as writer:
             for comps in stream:
                 records = []
                 for c in comps:
-                    records.append(to_record(p, c.request_id, c, engine=s.engine, batch_size=batch_size).to_dict())
+                    records.append(record(c).to_dict())
                     s.attempted += 1
                     s.attempted_failed += not c.ok
                     s.prompt_tokens += c.prompt_tokens or 0
-                    s.completion_tokens += c.completion_tokens or 0
+                    s.completion_tokens += getattr(c, "completion_tokens", 0) or 0
                     s.aborted = s.aborted or rule.update(c)
                 writer.append(records)
                 s.generation_s = time.perf_counter() - t0

@@ -192,7 +192,7 @@ def bench_openai(args, tmp: Path) -> dict:
         p = plan(RunConfig(**{**cfg.__dict__, "out": str(tmp / "plan.jsonl")}))
         frames = FrameCache(p.bench.root, max_pixels=backend.config.max_pixels)
         payloads = [backend.payload(render_request(p.spec, p.template, q, p.bench, frames, sampling=p.sampling,
-                                                   n_frames=cfg.frames)) for q in p.todo]
+                                                   selection=cfg.frame_selection())) for q in p.todo]
 
         def runner(i: int) -> float:
             t0 = time.perf_counter()

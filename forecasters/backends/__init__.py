@@ -24,6 +24,8 @@ from forecasters.backends.base import (
     Request,
     RetryPolicy,
     SamplingParams,
+    ScoreRequest,
+    ScoreResult,
     ServerUnavailable,
     TransientError,
     UnsupportedInput,
@@ -57,5 +59,5 @@ def get_backend(name: str, config: BackendConfig) -> Backend:
 
 
 __all__ = ["BACKENDS", "Backend", "BackendConfig", "BadResponse", "Completion", "ImagePart", "Request", "RetryPolicy",
-           "SamplingParams", "ServerUnavailable", "TransientError", "UnsupportedInput", "VideoPart", "backend_class",
-           "error_class", "get_backend"]
+           "SamplingParams", "ScoreRequest", "ScoreResult", "ServerUnavailable", "TransientError", "UnsupportedInput",
+           "VideoPart", "backend_class", "error_class", "get_backend"]

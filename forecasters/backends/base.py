@@ -14,6 +14,20 @@ inner call; the base class owns:
 - a check of the engine before the first request (`Backend.preflight`: the ``openai`` backend asks the server's
   ``/v1/models`` whether it serves the model).
 
+Scoring (the ``likelihood`` forecaster, `forecasters.likelihood`): `Backend.score` turns `ScoreRequest` objects (a
+chat prompt and candidate answers) into `ScoreResult` objects, under the same retries and failure records. The
+log-likelihood of an answer ``a`` to a prompt ``x`` is
+
+    ``l(a | x) = sum_{i=1..|a|} log p(a_i | x, a_<i)``   (natural log, nats)
+
+over the answer's tokens ``a_1..a_|a|`` in context: the model's chat template renders the prompt with ``a`` as an
+open assistant answer (``continue_final_message``: the answer's text ends the rendered prompt, no end-of-turn
+token, as VCF-Lik scores a text), and the answer's tokens are those after the longest common token prefix of that
+rendering and the rendering up to the answer (a token that merges the answer's first characters with the template
+text before it counts as the answer's). ``|a|`` is their number. ``hf`` computes the shared prompt once per request
+and the answers in batches on its KV cache; ``vllm`` reads the answers' prompt log-probabilities with the prompt in
+its prefix cache; ``openai`` asks a vLLM server for prompt log-probabilities of each answer.
+
 Error classes (`error_class`, what the runner does with a failed request):
 
 ============  ==================================================================  ==============================
@@ -155,6 +169,41 @@ class Completion:
         return self.error is None
 
 
+@dataclass(frozen=True, eq=False)
+class ScoreRequest:
+    """Log-likelihoods of candidate answers to one chat prompt: ``prompt`` (system + user parts; its sampling is not
+    used) and the answer texts ``continuations``, each scored on its own (see the module docstring)."""
+
+    id: str
+    prompt: Request
+    continuations: tuple[str, ...]
+
+    def __post_init__(self):
+        bad = [c for c in self.continuations if not isinstance(c, str) or not c.strip() or c != c.strip()]
+        if bad:
+            raise ValueError(f"score request {self.id}: answers must be non-empty stripped strings, got {bad[:3]}")
+
+
+@dataclass
+class ScoreResult:
+    """The answer to one `ScoreRequest`: per continuation ``logprobs[j] = l(c_j | prompt)`` (nats, the sum over its
+    tokens) and ``n_tokens[j] = |c_j|``, in the request's order; or an ``error`` (kinds as `Completion`).
+    ``prompt_tokens``: tokens of the shared prompt (None when the engine does not say)."""
+
+    request_id: str
+    logprobs: list[float] = field(default_factory=list)
+    n_tokens: list[int] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    error: str | None = None
+    error_kind: str | None = None
+    attempts: int = 1
+    latency_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
 @dataclass(frozen=True)
 class RetryPolicy:
     """Retry schedule (seconds): up to ``max_attempts`` calls; before retry ``k`` (1-based) wait
@@ -176,6 +225,7 @@ class BackendConfig:
     Model: ``model`` (HF id, local path, or served model name for ``openai``), ``adapter`` (a LoRA adapter: a local
     path for ``hf``/``vllm``; the served adapter name for ``openai``), ``dtype`` (``auto``: bf16 on CUDA, float32 on
     CPU), ``device`` (``auto``/``cpu``/``cuda``), ``trust_remote_code``.
+    Scoring: ``candidate_batch_size`` answers per forward pass on the shared prompt's KV cache (``hf``).
     Vision: ``max_pixels`` is the cap the caller resized the frames to (recorded; backends do not resize again),
     ``min_pixels`` a processor floor for in-process Qwen-VL engines (``hf``, ``vllm``), ``max_images`` per prompt
     (vLLM's ``limit_mm_per_prompt``).
@@ -208,6 +258,7 @@ class BackendConfig:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     seed: int = 0
     num_threads: int | None = None
+    candidate_batch_size: int = 32
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -226,6 +277,10 @@ class BadResponse(TransientError):
 
 class ServerUnavailable(PSRError):
     """The server cannot be reached, or refuses every request, before the first query is sent."""
+
+
+class ScoringUnsupported(PSRError):
+    """A backend or server that cannot score answers (log-likelihood), found before the job starts."""
 
 
 class UnsupportedInput(ValueError):
@@ -295,6 +350,7 @@ class Backend(abc.ABC):
     name: ClassVar[str] = "base"
     supports_images: ClassVar[bool] = True
     supports_video: ClassVar[bool] = False
+    supports_scoring: ClassVar[bool] = False
 
     def __init__(self, config: BackendConfig):
         self.config = config
@@ -319,22 +375,44 @@ class Backend(abc.ABC):
         backend keeps ``concurrency`` requests in flight and yields each as soon as it is answered. Closing the
         generator early (the caller stops) abandons the requests not yet answered.
         """
-        chunk: list[Request] = []
+        return self._chunked(items, self.generate)
+
+    def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
+        """One `ScoreResult` per request, in order; per-request failures are recorded, never raised."""
+        if not requests:
+            return []
+        out = self._score_batch(list(requests))
+        if len(out) != len(requests):
+            raise RuntimeError(f"{self.name} backend returned {len(out)} scores for {len(requests)} requests")
+        return out
+
+    def stream_scores(self, items: Iterable[ScoreRequest | ScoreResult]) -> Iterator[list[ScoreResult]]:
+        """`stream` for `ScoreRequest` items: results as they finish (default: chunks of ``batch_size``)."""
+        return self._chunked(items, self.score)
+
+    def _chunked(self, items, call) -> Iterator[list]:
+        chunk: list = []
         for item in items:
-            if isinstance(item, Completion):
+            if isinstance(item, Completion | ScoreResult):
                 yield [item]
                 continue
             chunk.append(item)
             if len(chunk) >= max(1, self.config.batch_size):
-                yield self.generate(chunk)
+                yield call(chunk)
                 chunk = []
         if chunk:
-            yield self.generate(chunk)
+            yield call(chunk)
 
     def preflight(self) -> None:
         """Check the engine before the first request (raise `ServerUnavailable` / `ModelNotFound`). In-process
         engines have loaded the model by now: nothing to check."""
         return None
+
+    def check_scoring(self) -> None:
+        """Before a scoring job: raise `ScoringUnsupported` when this backend (or its server) cannot score answers."""
+        if not self.supports_scoring:
+            raise ScoringUnsupported(f"the {self.name} backend cannot score answers (log-likelihood)",
+                                     fix="use --backend hf, vllm or openai (a vLLM server)")
 
     @property
     def engine_version(self) -> str:
@@ -359,6 +437,14 @@ class Backend(abc.ABC):
     def _generate_batch(self, requests: list[Request]) -> list[Completion]:
         """Default: each request through `_run_one` (retries included). Batch engines override this."""
         return [self._run_one(r) for r in requests]
+
+    def _score_one(self, request: ScoreRequest) -> ScoreResult:
+        """Score one request or raise (the base decides whether to retry). Backends that score override this."""
+        raise UnsupportedInput(f"the {self.name} backend cannot score answers (log-likelihood)")
+
+    def _score_batch(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        """Default: each request through `_run_one` with `_score_one`."""
+        return [self._run_one(r, self._score_one) for r in requests]
 
     # --- retries and failure records ---
     def is_transient(self, exc: BaseException) -> bool:
@@ -391,32 +477,37 @@ class Backend(abc.ABC):
         return dict(stop=tenacity.stop_after_attempt(self.config.retry.max_attempts), wait=wait,
                     retry=tenacity.retry_if_exception(self.is_transient), reraise=True, before_sleep=before_sleep)
 
-    def failure(self, request: Request, exc: BaseException, attempts: int, t0: float) -> Completion:
+    def failure(self, request: Request | ScoreRequest, exc: BaseException, attempts: int,
+                t0: float) -> Completion | ScoreResult:
+        """The failure record of a request: a `ScoreResult` for a `ScoreRequest`, else a `Completion`."""
         kind = error_kind(exc)
         msg = f"{type(exc).__name__}: {exc}".strip()
         if len(msg) > 500:
             msg = msg[:500] + "..."
         log.warning("%s: request %s failed after %d attempt(s): %s", self.name, request.id, attempts, msg)
-        return Completion(request_id=request.id, error=msg, error_kind=kind, attempts=attempts,
-                          latency_s=time.perf_counter() - t0)
+        cls = ScoreResult if isinstance(request, ScoreRequest) else Completion
+        return cls(request_id=request.id, error=msg, error_kind=kind, attempts=attempts,
+                   latency_s=time.perf_counter() - t0)
 
-    def _run_one(self, request: Request) -> Completion:
-        """`_generate_one` under the retry policy; a request that still fails becomes a failure record."""
+    def _run_one(self, request: Request | ScoreRequest, call=None) -> Completion | ScoreResult:
+        """``call(request)`` (default `_generate_one`) under the retry policy; a request that still fails becomes a
+        failure record."""
         import tenacity
 
+        call = call or self._generate_one
         t0 = time.perf_counter()
         attempts = 0
         try:
             for attempt in tenacity.Retrying(**self._tenacity_kwargs()):
                 with attempt:
                     attempts = attempt.retry_state.attempt_number
-                    c = self._generate_one(request)
+                    c = call(request)
             c.attempts, c.latency_s = attempts, time.perf_counter() - t0
             return c
         except Exception as e:  # recorded, never raised: one bad request must not crash a batch job
             return self.failure(request, e, attempts, t0)
 
-    async def _arun_one(self, request: Request, call) -> Completion:
+    async def _arun_one(self, request: Request | ScoreRequest, call) -> Completion | ScoreResult:
         """Async twin of `_run_one`: ``await call(request)`` under the retry policy."""
         import tenacity
 

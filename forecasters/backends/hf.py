@@ -8,16 +8,39 @@ Requests are generated in batches of ``batch_size`` with left padding: ``model.g
 0, else sampling with ``num_return_sequences = n``, seeded by ``torch.manual_seed(seed)`` before each batch.
 Token counts: ``prompt_tokens`` = non-padding prompt tokens; ``completion_tokens`` = generated tokens up to and
 including the end-of-sequence token, summed over samples.
+
+Scoring (`HFBackend.score`, the ``likelihood`` forecaster): per `ScoreRequest`, one forward pass over the shared
+prompt (images included; `forecasters.backends.scoring` says where the answers' tokens start) keeps its KV cache
+and the log-probabilities at its last position; the answers then go through in batches of
+``candidate_batch_size``, each batch one forward pass of its answer tokens (right-padded, so padding never reaches
+a real token under causal attention) on a copy of that cache repeated over the batch. Answer ``a`` scores
+``sum_i log_softmax(z_{i-1})[a_i]`` over its tokens, ``z_{i-1}`` the logits at the position before token ``a_i``
+(float32). Memory per batch: the prompt's KV cache times the batch size.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
+import inspect
 import logging
 import time
 
-from forecasters.backends.base import Backend, Completion, ImagePart, Request, UnsupportedInput, VideoPart
+from forecasters.backends.base import (
+    Backend,
+    Completion,
+    ImagePart,
+    Request,
+    ScoreRequest,
+    ScoreResult,
+    UnsupportedInput,
+    VideoPart,
+)
 from forecasters.backends.hf_loading import is_vision_config, load_processor
+from forecasters.backends.scoring import answer_spans, render_answers
+
+#: processor outputs laid out per token (sliced when the shared prefix is cut short)
+_PER_TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_type_ids")
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +49,7 @@ class HFBackend(Backend):
     name = "hf"
     supports_images = True
     supports_video = True
+    supports_scoring = True
 
     def __init__(self, config):
         super().__init__(config)
@@ -79,15 +103,20 @@ class HFBackend(Backend):
                 content.append({"type": "video"})
         return content
 
-    def chat_prompt(self, request: Request) -> str:
-        """The request rendered by the model's chat template, up to the assistant turn (public: scoring a forced
-        continuation, as the faithfulness check and the tiny-model fit do, appends to it)."""
+    def chat_messages(self, request: Request) -> list[dict]:
+        """The request as chat messages for the model's chat template (system, then the user turn)."""
         if not self.is_vlm and (request.images or request.videos):
             raise UnsupportedInput(f"{self.config.model} is a text-only model; it cannot take images or video")
         msgs = [{"role": "system", "content": request.system}] if request.system else []
         user = request.text if not self.is_vlm else self._content(request)
         msgs.append({"role": "user", "content": user})
-        return self.processor.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        return msgs
+
+    def chat_prompt(self, request: Request) -> str:
+        """The request rendered by the model's chat template, up to the assistant turn (public: scoring a forced
+        continuation, as the faithfulness check and the tiny-model fit do, appends to it)."""
+        return self.processor.apply_chat_template(self.chat_messages(request), add_generation_prompt=True,
+                                                  tokenize=False)
 
     def _encode(self, requests: list[Request]):
         return self.encode_prompts(requests, [self.chat_prompt(r) for r in requests])
@@ -159,3 +188,67 @@ class HFBackend(Backend):
                     log.info("hf: batch of %d failed (%s); retrying one by one", len(chunk), e)
                 out.extend(self._run_one(r) for r in chunk)
         return out
+
+    # --- scoring (log-likelihood of answers; see the module docstring) ---
+    @functools.cached_property
+    def _forward_names(self) -> tuple[str, bool]:
+        """(the forward's KV-cache keyword, whether it takes ``logits_to_keep``): transformers renamed
+        ``past_key_values`` to ``cache``."""
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        params = inspect.signature(base.forward).parameters
+        return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params
+
+    @functools.cached_property
+    def _rope_delta_modules(self) -> list:
+        """Modules caching Qwen-VL's M-RoPE position offset of the last prompt (``rope_deltas``)."""
+        return [m for m in self.model.modules() if hasattr(m, "rope_deltas")]
+
+    def _prefix_forward(self, request: ScoreRequest, prefix_text: str, tok_prefix: list[int], shared: int):
+        """Forward the first ``shared`` prompt tokens (images included) once: (KV cache, float32 log-probs of the
+        next token at the last position, tokens in the prompt)."""
+        torch = self._torch
+        enc = self.encode_prompts([request.prompt], [prefix_text])  # as generation tokenizes the prompt
+        n_full = enc["input_ids"].shape[1]
+        cut = shared + (n_full - len(tok_prefix))  # image tokens are expanded inside the prompt, never after it
+        if enc["input_ids"][0, cut:].tolist() != tok_prefix[shared:]:
+            raise RuntimeError("the processor's tokens of the prompt do not end like the tokenizer's")
+        inputs = {k: (v[:, :cut] if k in _PER_TOKEN_KEYS else v) for k, v in enc.items()}
+        cache_kw, keep = self._forward_names
+        for m in self._rope_delta_modules:  # M-RoPE offsets of the previous prompt must not shift this one's answers
+            m.rope_deltas = None
+        with torch.inference_mode():
+            out = self.model(**{k: v.to(self.device) for k, v in inputs.items()}, use_cache=True,
+                             **({"logits_to_keep": 1} if keep else {}))
+        cache = getattr(out, "cache", None) or out.past_key_values
+        return cache, torch.log_softmax(out.logits[0, -1].float(), -1), cut
+
+    def _score_one(self, request: ScoreRequest) -> ScoreResult:
+        torch = self._torch
+        answers = list(request.continuations)
+        tok = functools.partial(self.tokenizer.encode, add_special_tokens=False)
+        prefix_text, full_texts = render_answers(self.processor.apply_chat_template,
+                                                 self.chat_messages(request.prompt), answers)
+        spans = answer_spans(tok, prefix_text, full_texts)
+        shared = spans.shared
+        cache, first_lp, n_prompt = self._prefix_forward(request, prefix_text, spans.prefix_ids, shared)
+        cache_kw, _ = self._forward_names
+        logprobs = [0.0] * len(answers)
+        bs = max(1, self.config.candidate_batch_size)
+        for a in range(0, len(answers), bs):
+            idx = list(range(a, min(len(answers), a + bs)))
+            suffixes = [spans.full_ids[j][shared:] for j in idx]
+            width = max(len(x) for x in suffixes)
+            ids = torch.full((len(idx), width), self.tokenizer.pad_token_id or 0, dtype=torch.long)
+            for row, x in enumerate(suffixes):
+                ids[row, :len(x)] = torch.tensor(x)
+            batch_cache = copy.deepcopy(cache)
+            batch_cache.batch_repeat_interleave(len(idx))
+            with torch.inference_mode():  # no attention mask: right padding is invisible to real tokens (causal)
+                out = self.model(input_ids=ids.to(self.device), use_cache=True, **{cache_kw: batch_cache})
+            lp = torch.log_softmax(out.logits.float(), -1)
+            for row, j in enumerate(idx):
+                x, first = suffixes[row], spans.starts[j] - shared
+                total = sum(float(lp[row, t - 1, x[t]]) for t in range(max(first, 1), len(x)))
+                logprobs[j] = total + (float(first_lp[x[0]]) if first == 0 else 0.0)
+        return ScoreResult(request_id=request.id, logprobs=logprobs,
+                           n_tokens=[spans.n_tokens(j) for j in range(len(answers))], prompt_tokens=n_prompt)

@@ -20,6 +20,17 @@ answers and serves the model (``--model``, or ``--adapter`` when set: a LoRA ada
 
 Images travel as base64 PNG data URLs (``image_url`` parts), encoded once per frame. Video input is not sent over
 HTTP (servers differ); use ``hf`` or ``vllm``.
+
+Scoring (`OpenAIBackend.score`, the ``likelihood`` forecaster) needs a server that returns prompt
+log-probabilities of a chat completion: vLLM's extensions ``continue_final_message`` (the answer is rendered as an
+open assistant turn by the server's chat template) and ``prompt_logprobs`` (the log-probability of every prompt
+token given the ones before it), the chat counterpart of the completions API's ``echo`` + ``logprobs`` (which takes
+no images). Each answer is one request (``max_tokens=1``); its score is the sum of the log-probabilities of the
+prompt's last tokens that spell the answer (`forecasters.backends.scoring.answer_tokens_from_strings`, from the
+tokens' decoded strings). The answers of one query go out concurrently, within ``concurrency``. vLLM reads no
+prefix cache for a request with prompt log-probabilities, so over HTTP the prompt is computed once per answer:
+``hf`` or ``vllm`` in process compute it once per query. `OpenAIBackend.check_scoring` sends one probe request
+before the job and stops it (`ScoringUnsupported`) when the server does not answer with prompt log-probabilities.
 """
 
 from __future__ import annotations
@@ -41,10 +52,15 @@ from forecasters.backends.base import (
     Completion,
     ImagePart,
     Request,
+    ScoreRequest,
+    ScoreResult,
+    ScoringUnsupported,
     ServerUnavailable,
     UnsupportedInput,
+    error_class,
     error_kind,
 )
+from forecasters.backends.scoring import answer_tokens_from_strings
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +120,30 @@ def parse_chat_body(request_id: str, body: bytes) -> Completion:
                       finish_reasons=[str(c.get("finish_reason")) for c in choices])
 
 
+def parse_score_body(request_id: str, body: bytes, answer: str) -> ScoreResult:
+    """The `ScoreResult` of one answer from the body of a 200 chat completion carrying ``prompt_logprobs`` (one
+    ``{token_id: {logprob, rank, decoded_token}}`` per prompt token, None for the first). `UnsupportedInput` when the
+    body has no prompt log-probabilities (the server ignored the request for them); `BadResponse` when it is not
+    JSON."""
+    try:
+        d = json.loads(body)
+    except ValueError:
+        raise BadResponse(f"the server answered 200 with a body that is not JSON: {body[:120]!r}") from None
+    plp = d.get("prompt_logprobs") if isinstance(d, dict) else None
+    if not isinstance(plp, list) or len(plp) < 2:
+        raise UnsupportedInput("the server's chat completion carries no prompt_logprobs (it does not score prompts: "
+                               "likelihood scoring over HTTP needs a vLLM server)")
+    try:
+        entries = [next(iter(e.values())) for e in plp[1:]]
+        if any(len(e) != 1 for e in plp[1:]):
+            raise ValueError("more than one log-probability per prompt token (asked for prompt_logprobs=0)")
+        n = answer_tokens_from_strings([e.get("decoded_token") or "" for e in entries], answer)
+        logp = float(sum(float(e["logprob"]) for e in entries[-n:]))
+    except (AttributeError, KeyError, TypeError, ValueError, StopIteration) as e:
+        raise BadResponse(f"the server's prompt_logprobs cannot be read ({type(e).__name__}: {e})") from None
+    return ScoreResult(request_id=request_id, logprobs=[logp], n_tokens=[n], prompt_tokens=len(plp) - n)
+
+
 class _Loop:
     """An asyncio event loop in a daemon thread, holding the backend's one HTTP client for the whole job."""
 
@@ -140,6 +180,7 @@ class OpenAIBackend(Backend):
     name = "openai"
     supports_images = True
     supports_video = False
+    supports_scoring = True
 
     def __init__(self, config):
         super().__init__(config)
@@ -235,6 +276,72 @@ class OpenAIBackend(Backend):
             kwargs["stop"] = list(sp.stop)
         return kwargs
 
+    def score_payload(self, prompt: Request, answer: str) -> dict:
+        """The body of one answer's scoring request (see the module docstring)."""
+        messages = to_openai_messages(prompt) + [{"role": "assistant", "content": answer}]
+        return dict(model=self.served_model, messages=messages, max_tokens=1, temperature=0.0,
+                    add_generation_prompt=False, continue_final_message=True, prompt_logprobs=0)
+
+    async def _score_attempt(self, loop: _Loop, body: bytes, request: ScoreRequest) -> ScoreResult:
+        async with loop.slots:
+            r = await loop.client.post(self._url, content=body)
+        if r.status_code != 200:
+            raise ServerHTTPError(r)
+        return parse_score_body(request.id, r.content, request.continuations[0])
+
+    async def _score_async(self, loop: _Loop, request: ScoreRequest, bodies: list[bytes]) -> ScoreResult:
+        """Every answer of ``request`` concurrently (each under the retry policy); the first failure fails it."""
+        t0 = time.perf_counter()
+
+        async def one(j: int) -> ScoreResult:
+            sub = ScoreRequest(f"{request.id}#{j}", request.prompt, (request.continuations[j],))
+            return await self._arun_one(sub, functools.partial(self._score_attempt, loop, bodies[j]))
+
+        parts = await asyncio.gather(*(one(j) for j in range(len(bodies))))
+        attempts, latency = max((x.attempts for x in parts), default=1), time.perf_counter() - t0
+        bad = next((x for x in parts if not x.ok), None)
+        if bad is not None:
+            return ScoreResult(request_id=request.id, error=bad.error, error_kind=bad.error_kind, attempts=attempts,
+                               latency_s=latency)
+        return ScoreResult(request_id=request.id, logprobs=[x.logprobs[0] for x in parts],
+                           n_tokens=[x.n_tokens[0] for x in parts],
+                           prompt_tokens=parts[0].prompt_tokens if parts else None, attempts=attempts,
+                           latency_s=latency)
+
+    def _submit_score(self, loop: _Loop, request: ScoreRequest) -> concurrent.futures.Future | ScoreResult:
+        """Start the scoring of a request's answers on the loop; the bodies (frames encoded once) are built here."""
+        t0 = time.perf_counter()
+        try:
+            self.check_supported(request.prompt)
+            bodies = [json.dumps(self.score_payload(request.prompt, a), ensure_ascii=False).encode("utf-8")
+                      for a in request.continuations]
+        except Exception as e:
+            return self.failure(request, e, 1, t0)
+        return loop.submit(self._score_async(loop, request, bodies))
+
+    def _score_batch(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        loop = self._ensure_loop()
+        started = [self._submit_score(loop, r) for r in requests]
+        return [s if isinstance(s, ScoreResult) else self._result(s, r) for s, r in zip(started, requests, strict=True)]
+
+    def _score_one(self, request: ScoreRequest) -> ScoreResult:
+        return self._score_batch([request])[0]
+
+    def check_scoring(self) -> None:
+        """One probe request: raise `ScoringUnsupported` (or `ServerUnavailable`) unless the server answers it with
+        prompt log-probabilities (see the module docstring)."""
+        probe = ScoreRequest("scoring-probe", Request("scoring-probe", ("Name a state of a ball.",)), ("falling",))
+        (res,) = self.score([probe])
+        if res.ok and res.n_tokens and res.n_tokens[0] >= 1:
+            return
+        if error_class(res.error_kind) == "transient":
+            raise ServerUnavailable(f"{self.config.base_url} did not answer a scoring probe: {res.error}",
+                                    fix="check that the server is up, then rerun")
+        raise ScoringUnsupported(
+            f"{self.config.base_url} cannot score answers for likelihood: a chat completion with "
+            f"continue_final_message and prompt_logprobs was answered with {res.error_kind}: {res.error}",
+            fix="serve the model with vLLM (`vllm serve`), or use --backend hf / vllm")
+
     async def _attempt(self, loop: _Loop, body: bytes, request: Request) -> Completion:
         """One HTTP attempt, holding a concurrency slot only while the request is at the server."""
         async with loop.slots:
@@ -276,6 +383,13 @@ class OpenAIBackend(Backend):
     def stream(self, items: Iterable[Request | Completion]) -> Iterator[list[Completion]]:
         """Completions as they are answered; at most ``batch_size`` requests admitted ahead (see the module
         docstring). Closing the generator cancels the requests not yet answered."""
+        return self._stream(items, self._submit)
+
+    def stream_scores(self, items: Iterable[ScoreRequest | ScoreResult]) -> Iterator[list[ScoreResult]]:
+        """`stream` for scoring requests: each result as soon as all its answers are scored."""
+        return self._stream(items, self._submit_score)
+
+    def _stream(self, items, submit) -> Iterator[list]:
         loop = self._ensure_loop()
         done: queue.SimpleQueue = queue.SimpleQueue()
         free = threading.Semaphore(max(1, self.config.batch_size))
@@ -297,12 +411,12 @@ class OpenAIBackend(Backend):
 
         try:
             for item in items:
-                if isinstance(item, Completion):
+                if isinstance(item, Completion | ScoreResult):
                     yield [item]
                     continue
                 free.acquire()
-                started = self._submit(loop, item)
-                if isinstance(started, Completion):
+                started = submit(loop, item)
+                if not isinstance(started, concurrent.futures.Future):
                     free.release()
                     yield [started]
                     continue

@@ -11,6 +11,16 @@ Images go in as PIL objects (``image_pil`` chat parts: no base64 round trip). Vi
 ``(frames, height, width, 3)`` uint8 array through ``LLM.generate`` with the tokenizer's chat template. A batch that
 raises is retried request by request so one bad request becomes one failure record.
 
+Scoring (`VLLMBackend.score`, the ``likelihood`` forecaster): each answer is one prompt = the chat prompt rendered
+with the answer as an open assistant turn (`forecasters.backends.scoring`), tokenized by the engine's tokenizer and
+sent as token ids (images as ``multi_modal_data``) with ``max_tokens=1, prompt_logprobs=0``; the answer's score is
+the sum of the prompt log-probabilities of its tokens. So the shared prompt is computed once per request, a first
+engine call sends it alone (minus its last token, so that no answer token can come from the cache) and the answers
+follow in a second call reading it from the prefix cache (``skip_reading_prefix_cache=False``: vLLM skips the cache
+for prompt log-probabilities by default, because it returns none for cached positions). An answer whose own first
+tokens were served from the cache (two answers sharing a cache block past the prompt) is recomputed without the
+cache, so every score comes from computed positions (``RequestOutput.num_cached_tokens`` says which).
+
 vllm conflicts with the toolkit's transformers pin: install it in its own environment (``make vllm-venv`` builds
 ``.venv-vllm`` on CPU; on GPU nodes ``pip install vllm``) and run ``python -m forecasters`` from there.
 Scripts that build an engine need an ``if __name__ == "__main__":`` guard (vLLM may spawn workers).
@@ -23,9 +33,22 @@ import logging
 import os
 import time
 
-from forecasters.backends.base import Backend, Completion, ImagePart, Request, VideoPart
+from forecasters.backends.base import (
+    Backend,
+    Completion,
+    ImagePart,
+    Request,
+    ScoreRequest,
+    ScoreResult,
+    UnsupportedInput,
+    VideoPart,
+)
+from forecasters.backends.scoring import answer_spans, render_answers
 
 log = logging.getLogger(__name__)
+
+#: Answer prompts per engine call when scoring (bounds the outputs held at once; the shared prompts stay cached)
+ANSWERS_PER_CALL = 2048
 
 
 def _has_cuda() -> bool:
@@ -41,6 +64,7 @@ class VLLMBackend(Backend):
     name = "vllm"
     supports_images = True
     supports_video = True
+    supports_scoring = True
 
     def __init__(self, config):
         super().__init__(config)
@@ -154,3 +178,109 @@ class VLLMBackend(Backend):
         except Exception as e:  # one bad request aborts a vLLM batch: isolate it
             log.info("vllm: batch of %d failed (%s); retrying one by one", len(requests), e)
             return [self._run_one(r) for r in requests]
+
+    # --- scoring (log-likelihood of answers; see the module docstring) ---
+    @staticmethod
+    def _template_messages(request: Request) -> list[dict]:
+        """The request as messages for the tokenizer's chat template (``{"type": "image"}`` placeholders)."""
+        if request.videos:
+            raise UnsupportedInput("the vllm backend scores answers to text and image prompts, not video")
+        content: str | list[dict] = request.text
+        if request.images:
+            content = [{"type": "text", "text": p} if isinstance(p, str) else {"type": "image"}
+                       for p in request.parts]
+        msgs = [{"role": "system", "content": request.system}] if request.system else []
+        return msgs + [{"role": "user", "content": content}]
+
+    def _score_plans(self, requests: list[ScoreRequest]) -> list[tuple]:
+        """Per request: (request, `AnswerSpans` from the engine's tokenizer, multi-modal data)."""
+        tok = self.llm.get_tokenizer()
+        encode = functools.partial(tok.encode, add_special_tokens=False)
+        plans = []
+        for r in requests:
+            prefix, fulls = render_answers(tok.apply_chat_template, self._template_messages(r.prompt),
+                                           r.continuations)
+            mm = {"image": [p.image for p in r.prompt.images]} if r.prompt.images else None
+            plans.append((r, answer_spans(encode, prefix, fulls), mm))
+        return plans
+
+    def _answer_logprobs(self, plans: list[tuple], jobs: list[tuple[int, int]], *, cached: bool) -> tuple[dict, list]:
+        """Score answers ``jobs`` ((request, answer) indices) in one engine call: ``{job: (l(a|x), prompt tokens)}``
+        and the jobs to redo without the cache (an answer token was served from it: no log-probability there)."""
+        from vllm import SamplingParams as VSP
+
+        # detokenize=False: vLLM leaves the cached positions' prompt log-probabilities uninitialised (we never read
+        # them), and decoding their garbage token ids fails
+        params = VSP(max_tokens=1, temperature=0.0, prompt_logprobs=0, skip_reading_prefix_cache=not cached,
+                     detokenize=False)
+        outs = self.llm.generate([_prompt(plans[i][1].full_ids[j], plans[i][2]) for i, j in jobs], params,
+                                 use_tqdm=False, lora_request=self.lora)
+        scores, again = {}, []
+        for (i, j), out in zip(jobs, outs, strict=True):
+            n = plans[i][1].n_tokens(j)
+            ids, first = list(out.prompt_token_ids), len(out.prompt_token_ids) - n
+            if ids[first:] != plans[i][1].full_ids[j][-n:]:
+                raise RuntimeError("the engine's prompt tokens do not end with the answer's tokens")
+            if (out.num_cached_tokens or 0) > first - 1:
+                again.append((i, j))
+                continue
+            entries = out.prompt_logprobs[first:]
+            if any(e is None or tid not in e for e, tid in zip(entries, ids[first:], strict=True)):
+                raise RuntimeError("the engine returned no log-probability for an answer token")
+            scores[i, j] = (sum(e[tid].logprob for e, tid in zip(entries, ids[first:], strict=True)), first)
+        return scores, again
+
+    def _score_engine(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        """The shared prompts first (minus their last token, into the prefix cache), then the answers in engine
+        calls of at most `ANSWERS_PER_CALL` prompts; answers that met the cache inside their own tokens again
+        without it."""
+        from vllm import SamplingParams as VSP
+
+        plans = self._score_plans(requests)
+        warm = [_prompt(sp.prefix_ids[: max(1, sp.shared - 1)], mm) for _, sp, mm in plans]
+        self.llm.generate(warm, VSP(max_tokens=1, temperature=0.0), use_tqdm=False, lora_request=self.lora)
+        jobs = [(i, j) for i, (r, _, _) in enumerate(plans) for j in range(len(r.continuations))]
+        scores: dict[tuple[int, int], tuple[float, int]] = {}
+        for cached in (True, False):
+            again = []
+            for a in range(0, len(jobs), ANSWERS_PER_CALL):
+                got, redo = self._answer_logprobs(plans, jobs[a:a + ANSWERS_PER_CALL], cached=cached)
+                scores.update(got)
+                again += redo
+            jobs = again
+        return [ScoreResult(request_id=r.id, logprobs=[scores[i, j][0] for j in range(len(r.continuations))],
+                            n_tokens=[sp.n_tokens(j) for j in range(len(r.continuations))],
+                            prompt_tokens=scores[i, 0][1] if r.continuations else None)
+                for i, (r, sp, _) in enumerate(plans)]
+
+    def _score_one(self, request: ScoreRequest) -> ScoreResult:
+        return self._score_engine([request])[0]
+
+    def _score_batch(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        """Groups of requests with at most `ANSWERS_PER_CALL` answers together (a request with more is a group of
+        its own), each warmed and scored while its prompts are in the prefix cache."""
+        out, group, size = [], [], 0
+        for r in [*requests, None]:
+            if group and (r is None or size + len(r.continuations) > ANSWERS_PER_CALL):
+                out += self._score_group(group)
+                group, size = [], 0
+            if r is not None:
+                group.append(r)
+                size += len(r.continuations)
+        return out
+
+    def _score_group(self, requests: list[ScoreRequest]) -> list[ScoreResult]:
+        try:
+            t0 = time.perf_counter()
+            out = self._score_engine(requests)
+            for x in out:  # a request's latency is its group's wall time
+                x.latency_s = time.perf_counter() - t0
+            return out
+        except Exception as e:  # isolate the failing request(s)
+            log.info("vllm: scoring batch of %d failed (%s); retrying one by one", len(requests), e)
+            return [self._run_one(r, self._score_one) for r in requests]
+
+
+def _prompt(ids, mm) -> dict:
+    """A vLLM token prompt (with its images)."""
+    return {"prompt_token_ids": list(ids), **({"multi_modal_data": mm} if mm else {})}

@@ -149,7 +149,8 @@ def test_adapter_reloads_and_serves_with_its_preprocessing(qlora_student, tiny_v
     assert r.forecaster == "student" and r.prompt_id == "student_answer" and r.extra["adapter"] == str(adapter)
     conf = json.loads(phrases.with_name("student.config.json").read_text())
     assert conf["identity"]["adapter_hash"]
-    assert (conf["run"]["frames"], conf["run"]["max_pixels"]) == (2, 336 * 336)  # taken from the adapter
+    assert (conf["run"]["frames"], conf["run"]["max_pixels"]) == ("spaced:2", 336 * 336)  # taken from the adapter
+    assert conf["identity"]["frames"] == "spaced:2"  # 2 evenly spaced frames, as distill.sft trained it
     assert conf["backend"]["max_pixels"] == 336 * 336
     for bad in ({"frames": 8}, {"max_pixels": 64 * 64}, {"prompt": "m3"}):
         with pytest.raises(InputError, match="adapter's training preprocessing"):

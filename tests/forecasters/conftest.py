@@ -151,7 +151,8 @@ def _random_lora(model_dir: Path, out: Path) -> Path:
 @pytest.fixture(scope="session")
 def vllm_inprocess_runs(tiny, synth_dir, tmp_path_factory):
     """CLI runs in the vLLM venv on the tiny Qwen2-VL, 6 test queries each, started in the background: the vllm
-    backend with m3 (images), llava-video (a video) and m3 + a LoRA adapter; the hf backend with llava-video."""
+    backend with m3 (images), llava-video (a video) and m3 + a LoRA adapter; the hf backend with llava-video; the
+    vllm backend scoring every state (likelihood, ``runs.likelihood_out``)."""
     if not vllm_available():
         if require_vllm():
             pytest.fail("PSR_REQUIRE_VLLM=1 but the vLLM venv is missing: run `make vllm-venv`")
@@ -167,8 +168,12 @@ def vllm_inprocess_runs(tiny, synth_dir, tmp_path_factory):
                 ["run", "--forecaster", "m3", "--adapter", str(adapter), "--out", str(outs["lora"]), *common],
                 # the hf backend's video path needs torchvision, which this venv has (ours does not)
                 ["run", "--forecaster", "llava-video", "--out", str(outs["hf_video"]), "--data", str(synth_dir),
-                 "--backend", "hf", "--model", str(model), "--limit", "6", "--threads", "1", "--no-progress"]]
+                 "--backend", "hf", "--model", str(model), "--limit", "6", "--threads", "1", "--no-progress"],
+                # likelihood scoring: prompt log-probabilities through the prefix cache (test_fc_likelihood)
+                ["run", "--forecaster", "likelihood", "--candidates", "states", "--out", str(root / "lik.jsonl"),
+                 *common]]
     runs = InProcessRuns(commands, outs, adapter, model)
+    runs.likelihood_out = root / "lik.jsonl"
     yield runs
     if runs.proc.poll() is None:
         runs.proc.kill()
