@@ -45,7 +45,7 @@ class _Matrix:
         self.n_queries, self.n_items = self.full.shape
 
     def scores(self, q, items):
-        return self.full[q][:, items]
+        return self.full[q][:, items].copy()
 
 
 def problems() -> dict[str, tuple]:
