@@ -342,8 +342,8 @@ class FusionSource(ScoreSource):
         a, b = self.coefficients()
         out = None
         for k, src in enumerate(self.sources):
-            s = src.scores(q, items)
-            s *= a[k, q][:, None]
+            # a new array: an input's own array (e.g. a view of its score matrix) is never written to
+            s = np.multiply(src.scores(q, items), a[k, q][:, None])
             out = s if out is None else np.add(out, s, out=out)
         out -= b[q][:, None]
         return out
