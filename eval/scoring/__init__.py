@@ -25,9 +25,9 @@ per query:
 Exact ties. Positives' scores are gathered from the very tiles in which the negatives are counted, so a positive
 and a negative with bitwise-equal scores are always recognised as tied. Each query block first scores the union of
 its positive rows in one call ("pass A") to fix the thresholds (best positive per pool); the stream then counts
-against them in one fused pass per tile (`eval._tile`). If a positive's tile score differs from its pass-A score
-in any bit (a BLAS path that rounds differently), the block is streamed again with the thresholds taken from the
-tiles, so counts always refer to one consistent set of scores. State-space sources (`DenseSource` with
+against them in one fused pass per tile (`eval.scoring._tile`). If a positive's tile score differs from its pass-A
+score in any bit (a BLAS path that rounds differently), the block is streamed again with the thresholds taken from
+the tiles, so counts always refer to one consistent set of scores (`eval.scoring.block`). State-space sources (`DenseSource` with
 ``item_rows``) compute each query block once at the state level and gather, so segments sharing a state receive
 bitwise identical scores in every call.
 
