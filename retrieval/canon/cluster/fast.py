@@ -20,7 +20,7 @@ import numpy as np
 from retrieval.canon.cluster.rule import Clustering, check_order
 from retrieval.canon.cluster.screen import make_screen
 from retrieval.canon.cluster.similarity import ROW_CHUNK, check_threshold, exact_dots, unit_rows
-from retrieval.canon.cluster.steps import SeedBuffer, best_per_row, cluster_block
+from retrieval.canon.cluster.steps import GreedyPass, SeedBuffer, best_per_row, cluster_block
 
 #: Default block of phrases and chunk of seeds of the fast path (B x C float32 scores = 64 MiB).
 DEFAULT_BLOCK = 2048
@@ -103,22 +103,21 @@ def _greedy(x: np.ndarray, order: np.ndarray, threshold: float, n_fixed: int, *,
     units = np.ascontiguousarray(x[np.concatenate([np.arange(n_fixed, dtype=np.int64), order])])
     n = len(units)
     scr = make_screen(screen, [units], t)
-    seeds = SeedBuffer(units.shape[1], scr.code_dtype, max(1024, n_fixed))
-    label = np.empty(n, np.int64)  # cluster (= seed number) of each position
-    value = np.empty(n, np.float64)  # exact similarity to the cluster's seed
+    run = GreedyPass(units, scr, SeedBuffer(units.shape[1], scr.code_dtype, max(1024, n_fixed)),
+                     label=np.empty(n, np.int64), value=np.empty(n, np.float64), t=t, seed_chunk=seed_chunk)
     fixed = np.arange(n_fixed, dtype=np.int64)
-    label[:n_fixed], value[:n_fixed] = fixed, exact_dots(units, fixed, fixed)
+    run.label[:n_fixed], run.value[:n_fixed] = fixed, exact_dots(units, fixed, fixed)
     for a in range(0, n_fixed, ROW_CHUNK):
         b = min(a + ROW_CHUNK, n_fixed)
-        seeds.add(scr.encode(units[a:b]).codes, fixed[a:b])
+        run.seeds.add(scr.encode(units[a:b]).codes, fixed[a:b])
     bar = tqdm(total=n - n_fixed, desc=f"greedy clustering t={t:g}", unit="phrase", disable=not progress)
     for a in range(n_fixed, n, block):
         b = min(a + block, n)
-        cluster_block(units, a, b, scr, seeds, label, value, t, seed_chunk)
+        cluster_block(run, a, b)
         bar.update(b - a)
-        bar.set_postfix(clusters=seeds.n, refresh=False)
+        bar.set_postfix(clusters=run.seeds.n, refresh=False)
     bar.close()
-    return label, value, seeds.pos[: seeds.n].copy()
+    return run.label, run.value, run.seeds.pos[: run.seeds.n].copy()
 
 
 def _pairs_at_least(xa: np.ndarray, xb: np.ndarray, threshold: float, block: int, seed_chunk: int,

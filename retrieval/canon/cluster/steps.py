@@ -9,7 +9,7 @@ r"""The fast path's steps for one block of phrases (positions ``start:stop`` of 
 4. assign (`assign_block`): each other phrase joins the best of its old-seed pairs and of its pairs with the
    block's new seeds that precede it (similarity descending, seed number ascending).
 
-`cluster_block` runs the four steps and records the block's clusters and seeds.
+`cluster_block` runs the four steps on a `GreedyPass` and records the block's clusters and seeds.
 """
 
 from __future__ import annotations
@@ -44,6 +44,22 @@ class SeedBuffer:
         self.codes[self.n:self.n + m] = codes
         self.pos[self.n:self.n + m] = positions
         self.n += m
+
+
+@dataclass
+class GreedyPass:
+    """The state of one fast pass, by visiting position: ``units`` float32 ``(n, d)`` unit rows, the ``screen`` (built
+    for them), the ``seeds`` so far, and per position its cluster ``label`` (int64, = seed number) and its exact
+    similarity to its seed ``value`` (float64), filled block by block; ``t`` the threshold and ``seed_chunk`` the
+    seeds per screen tile."""
+
+    units: np.ndarray
+    screen: Screen
+    seeds: SeedBuffer
+    label: np.ndarray
+    value: np.ndarray
+    t: float
+    seed_chunk: int
 
 
 @dataclass
@@ -82,21 +98,20 @@ def refine(units: np.ndarray, rows: np.ndarray, targets: np.ndarray, row_pos: np
     return Pairs(rows, targets, sims)[sims >= t]
 
 
-def pairs_with_old_seeds(units: np.ndarray, start: int, block: Encoded, screen: Screen, seeds: SeedBuffer, t: float,
-                         chunk: int) -> Pairs:
-    """Steps 1-2 against the seeds that exist when the block starts (targets: seed numbers)."""
-    rows, seed = screen.pairs(block, seeds.codes[: seeds.n], chunk)
-    return refine(units, rows, seed, start + rows, seeds.pos[seed], t)
+def pairs_with_old_seeds(run: GreedyPass, start: int, block: Encoded) -> Pairs:
+    """Steps 1-2 for the block at visiting position ``start`` against the seeds that exist when it starts (targets:
+    seed numbers)."""
+    rows, seed = run.screen.pairs(block, run.seeds.codes[: run.seeds.n], run.seed_chunk)
+    return refine(run.units, rows, seed, start + rows, run.seeds.pos[seed], run.t)
 
 
-def pairs_with_earlier_potential(units: np.ndarray, start: int, block: Encoded, screen: Screen, potential: np.ndarray,
-                                 t: float, chunk: int) -> Pairs:
+def pairs_with_earlier_potential(run: GreedyPass, start: int, block: Encoded, potential: np.ndarray) -> Pairs:
     """Steps 1-2 within the block: every row against the potential seeds visited before it (targets: indices into
     ``potential``)."""
-    rows, idx = screen.pairs(block, block.codes[potential], chunk)
+    rows, idx = run.screen.pairs(block, block.codes[potential], run.seed_chunk)
     before = potential[idx] < rows
     rows, idx = rows[before], idx[before]
-    return refine(units, rows, idx, start + rows, start + potential[idx], t)
+    return refine(run.units, rows, idx, start + rows, start + potential[idx], run.t)
 
 
 @njit(cache=True, nogil=True)
@@ -152,25 +167,23 @@ def assign_block(old: Pairs, within: Pairs, new: NewSeeds, size: int) -> tuple[n
     return best_per_row(rows[joins], sims[joins], seeds[joins])
 
 
-def cluster_block(units: np.ndarray, start: int, stop: int, screen: Screen, seeds: SeedBuffer, label: np.ndarray,
-                  value: np.ndarray, t: float, chunk: int) -> None:
-    """Steps 1-4 for visiting positions ``start:stop``: writes ``label`` (cluster) and ``value`` (similarity to its
-    seed) of each position and appends the block's new seeds to ``seeds``."""
+def cluster_block(run: GreedyPass, start: int, stop: int) -> None:
+    """Steps 1-4 for visiting positions ``start:stop``: fills their ``label`` and ``value`` and appends the block's
+    new seeds to ``run.seeds``."""
     size = stop - start
-    block = screen.encode(units[start:stop])
-    n_old = seeds.n
-    old = pairs_with_old_seeds(units, start, block, screen, seeds, t, chunk)
+    block = run.screen.encode(run.units[start:stop])
+    old = pairs_with_old_seeds(run, start, block)
     has_old = np.zeros(size, bool)
     has_old[old.rows] = True
     potential = np.flatnonzero(~has_old)  # ascending = visiting order
-    within = pairs_with_earlier_potential(units, start, block, screen, potential, t, chunk)
-    new = resolve(potential, within, size, n_old)
+    within = pairs_with_earlier_potential(run, start, block, potential)
+    new = resolve(potential, within, size, run.seeds.n)
     rows, sims, seed = assign_block(old, within, new, size)
-    label[start + rows], value[start + rows] = seed, sims
+    run.label[start + rows], run.value[start + rows] = seed, sims
     new_rows = new.rows
-    label[start + new_rows] = new.seed_id[new.is_seed]
+    run.label[start + new_rows] = new.seed_id[new.is_seed]
     if len(new_rows):
-        value[start + new_rows] = exact_dots(units, start + new_rows, start + new_rows)
-        seeds.add(block.codes[new_rows], start + new_rows)
+        run.value[start + new_rows] = exact_dots(run.units, start + new_rows, start + new_rows)
+        run.seeds.add(block.codes[new_rows], start + new_rows)
     if len(rows) + len(new_rows) != size:  # cannot happen: a non-seed has a pair at >= t by construction
         raise RuntimeError(f"internal error: positions {start}..{stop} were not all assigned")
