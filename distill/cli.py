@@ -4,7 +4,9 @@ Every command is one stage of the recipe with a config dataclass; ``--config`` r
 (``configs/distill/*.yaml``) and ``--<field> VALUE`` overrides any field (``python -m distill <command> --help``).
 ``train`` is parsed by `trl.TrlParser` (`distill.train_args`): TRL's flags, and ``--config`` a preset or a flat
 TRL-style YAML.
-Exit codes: 0 done, 1 check failed (``validate``), 2 bad input.
+Every stage checks ``--data`` and its output before it runs (`distill.outputs`: ``--overwrite`` replaces an output
+this toolkit did not write for the stage; never an input). Errors print one line (`eval.cli_support`; ``--debug``
+shows the traceback). Exit codes: 0 done, 1 check failed (``validate``), 2 bad input.
 """
 
 from __future__ import annotations
@@ -102,17 +104,24 @@ def _config_get(argv: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from distill.config import parse
-    from eval.io import FormatError
+    """``python -m distill ARGV``: the exit code; errors print one line (`eval.cli_support.run_main`)."""
+    from eval.cli_support import run_main
 
-    argv = list(sys.argv[1:] if argv is None else argv)
+    return run_main(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    from distill.config import parse
+    from distill.outputs import stage_output, with_overwrite
+    from eval.errors import EXIT_CHECK_FAILED, EXIT_USER_ERROR
+
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
         print(f"error: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
-        return 2
+        return EXIT_USER_ERROR
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     if command == "config-get":
         return _config_get(rest)
@@ -120,13 +129,11 @@ def main(argv: list[str] | None = None) -> int:
         from distill.train import main as train_main
         return train_main(rest)
     cls = _import(COMMANDS[command][0])
-    try:
-        cfg = parse(cls, SECTIONS[command], rest, prog=f"python -m distill {command}",
-                    description=COMMANDS[command][1] + "\n\n" + (cls.__doc__ or ""))
+    rest, overwrite = with_overwrite(cls, rest)
+    cfg = parse(cls, SECTIONS[command], rest, prog=f"python -m distill {command}",
+                description=COMMANDS[command][1] + "\n\n" + (cls.__doc__ or ""))
+    with stage_output(command, cfg, overwrite):
         result = _runner(command)(cfg)
-    except (FormatError, ValueError, FileNotFoundError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     if is_dataclass(result):
         result = asdict(result)
     if command == "validate":
@@ -134,6 +141,6 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(shown, indent=2))
         for r in result["rejections"][:20]:
             print(f"{r['query_id']}: " + "; ".join(f"{x['code']}: {x['detail']}" for x in r["reasons"]))
-        return 1 if result["rejected"] else 0
+        return EXIT_CHECK_FAILED if result["rejected"] else 0
     print(json.dumps(result, indent=2, default=str))
     return 0

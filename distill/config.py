@@ -44,6 +44,8 @@ def load_section(path: str | Path, section: str) -> dict[str, Any]:
             doc = yaml.safe_load(f) or {}
     except FileNotFoundError:
         raise FormatError(path, "config file does not exist") from None
+    except UnicodeDecodeError as e:
+        raise FormatError(path, f"not valid UTF-8 ({e.reason})") from None
     except yaml.YAMLError as e:
         line = getattr(getattr(e, "problem_mark", None), "line", None)
         raise FormatError(path, f"not valid YAML ({e})", line=None if line is None else line + 1) from None

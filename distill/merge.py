@@ -23,6 +23,7 @@ class MergeConfig:
     adapter: str = field(metadata={"help": "LoRA adapter directory (distill.train: <output_dir>/adapter)"})
     out: str = field(metadata={"help": "directory for the merged model"})
     dtype: str = field(default="bfloat16", metadata={"help": "bfloat16 | float16 | float32 (never 4-bit)"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an --out that is not an earlier merge"})
 
     def __post_init__(self):
         if self.dtype not in ("bfloat16", "float16", "float32"):
@@ -46,7 +47,8 @@ def merge_adapter(cfg: MergeConfig) -> dict:
     merged = PeftModel.from_pretrained(base, cfg.adapter).merge_and_unload()
     out = Path(cfg.out)
     info = {"base_model": cfg.model, "adapter": cfg.adapter, "dtype": cfg.dtype}
-    with atomic_dir(out, tag="merging") as stage:
+    with atomic_dir(out, kind="distill merge", tag="merging", inputs=[cfg.model, cfg.adapter],
+                    overwrite=cfg.overwrite, legacy=("psr_merge.json",)) as stage:
         merged.save_pretrained(stage)
         load_processor(cfg.model).save_pretrained(stage)
         write_json(stage / "psr_merge.json", info)

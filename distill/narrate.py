@@ -414,6 +414,8 @@ def read_predicates(path: str | Path, split_ids: set[str] | None = None) -> list
     from distill.jsonl import read_records
     from eval.io import FormatError
 
+    if not Path(path).is_file():  # an input: a missing file is an error, not an empty job
+        raise FormatError(path, "predicates file does not exist (run `python -m distill predicates` first)")
     out = []
     for i, d in enumerate(read_records(path), start=1):
         try:

@@ -197,7 +197,8 @@ def build_variant(cfg: SFTBuildConfig, variant: str, splits: dict[str, list[dict
 
     target = Path(cfg.out) / variant
     _replaceable(target)
-    with atomic_dir(target) as stage, tempfile.TemporaryDirectory(prefix=f".{variant}.cache-", dir=cfg.out) as cache:
+    with atomic_dir(target, kind=f"distill sft {variant}", legacy=(SET_INFO,)) as stage, \
+            tempfile.TemporaryDirectory(prefix=f".{variant}.cache-", dir=cfg.out) as cache:
         (stage / "data").mkdir()
         files = []
         for name, rows in splits.items():

@@ -536,15 +536,20 @@ def train(psr: PSRTrainArgs, sft, model_args) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from eval.errors import PSRError
+    """``python -m distill.train ARGV``: the exit code; errors print one line (`eval.cli_support.run_main`)."""
+    from eval.cli_support import run_main
+
+    return run_main(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    from distill.outputs import pop_overwrite, train_output
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        psr, sft, model_args = parse_train_args(argv)
+    argv, overwrite = pop_overwrite(argv)
+    psr, sft, model_args = parse_train_args(argv)
+    with train_output(psr, sft, model_args, overwrite=bool(overwrite)):
         metrics = train(psr, sft, model_args)
-    except (PSRError, ValueError, FileNotFoundError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     if metrics:
         print(json.dumps({k: v for k, v in metrics.items() if k not in ("losses", "eval")}, indent=2))
     return 0

@@ -363,18 +363,24 @@ def validate_file(cfg: ValidateConfig) -> dict:
     """Validate every rationale of a file; returns {checked, rejected, by_code, rejections: [{query_id, reasons}]}."""
     from pathlib import Path
 
-    from distill.jsonl import read_records
     from eval.benchmark import Benchmark
-    from eval.io import FormatError, write_json
+    from eval.io import FormatError, iter_jsonl, write_json
 
     bench = Benchmark.load(cfg.data)
     v = validator_for(bench, min_words=cfg.min_words, max_words=cfg.max_words)
-    preds = {d["query_id"]: PredicateSet.from_dict(d) for d in read_records(cfg.predicates)}
+    preds = {}
+    for i, d in iter_jsonl(cfg.predicates):  # inputs: a missing file, a torn or bad line is named, never skipped
+        if not isinstance(d.get("query_id"), str):
+            raise FormatError(cfg.predicates, "missing or not a string", line=i, field="query_id")
+        try:
+            preds[d["query_id"]] = PredicateSet.from_dict(d)
+        except TypeError as e:
+            raise FormatError(cfg.predicates, f"not a predicate set ({e})", line=i) from None
     path = Path(cfg.rationales)
     path = path / "rationales.jsonl" if path.is_dir() else path
     rejections, codes = [], Counter()
-    rows = read_records(path)
-    for i, d in enumerate(rows, start=1):
+    rows = list(iter_jsonl(path))
+    for i, d in rows:
         qid = d.get("query_id")
         if qid not in preds:
             raise FormatError(path, f"no predicates for query {qid!r} in {cfg.predicates}", line=i, field="query_id")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections import Counter
 from pathlib import Path
@@ -11,8 +10,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from eval.cli_support import data_option, install, overwrite_option
+from eval.errors import EXIT_CHECK_FAILED
+
 app = typer.Typer(help="PSR benchmark: validate, build the synthetic benchmark, score runs, build reports.",
                   no_args_is_help=True, add_completion=False)
+install(app)
 console = Console(stderr=False)
 err = Console(stderr=True)
 
@@ -54,7 +57,7 @@ def validate(
     if as_json:
         print(json.dumps({"ok": report.ok, "problems": [p.__dict__ for p in report.problems],
                           "summary": report.summary}, indent=2))
-        raise typer.Exit(0 if report.ok else 1)
+        raise typer.Exit(0 if report.ok else EXIT_CHECK_FAILED)
     shown: Counter = Counter()
     for p in report.problems:
         shown[p.kind] += 1
@@ -66,7 +69,7 @@ def validate(
             err.print(f"... and {n - MAX_SHOWN_PER_KIND} more '{kind}' problems")
     if not report.ok:
         err.print(f"[red bold]{data}: {len(report.errors)} error(s), {len(report.warnings)} warning(s)[/]")
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_CHECK_FAILED)
     for t in _summary_tables(report.summary):
         console.print(t)
     console.print(f"[green bold]{data}: valid[/] ({len(report.warnings)} warning(s))")
@@ -78,11 +81,13 @@ def synth(
     videos: int = typer.Option(300, "--videos", min=4, help="number of simulated videos"),
     seed: int = typer.Option(0, "--seed", help="random seed (the build is byte-identical for a seed)"),
     workers: int = typer.Option(0, "--workers", help="processes (0 = all cores)"),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """Build the simulator-backed synthetic PSR benchmark (pymunk physics, Pillow frames)."""
     from eval.synth import build_benchmark
 
-    path = build_benchmark(out, videos=videos, seed=seed, workers=workers or None, progress=True)
+    path = build_benchmark(out, videos=videos, seed=seed, workers=workers or None, progress=True,
+                           overwrite=overwrite)
     console.print(f"[green]wrote[/] {path}")
 
 
@@ -135,18 +140,6 @@ def _load_runs(paths: list[Path]):
     return runs
 
 
-@contextlib.contextmanager
-def _clean_errors():
-    """Bad input (a malformed run, an unknown reference, a run of another benchmark) exits 1 with one line."""
-    from eval.io import FormatError
-
-    try:
-        yield
-    except (FormatError, FileNotFoundError, KeyError, ValueError) as e:
-        err.print(f"[red]error:[/] {e.args[0] if isinstance(e, KeyError) and e.args else e}", highlight=False)
-        raise typer.Exit(1) from None
-
-
 _TIE_HELP = "ties: expected (exact mean over random order of tied items), row, optimistic or pessimistic"
 _SPLIT_HELP = "evaluated population: split(s), comma-separated, or 'all' (default: test, as the paper)"
 _FAIR_HELP = "evaluated population: only fair queries (main GT pool non-empty; the paper's fair test set)"
@@ -161,9 +154,10 @@ _GAINS_HELP = "nDCG tier gains, e.g. in_dataset=1,cross_dataset=1,bge_similar=0.
 
 @app.command()
 def score(
-    data: Path = typer.Option(..., "--data", help="benchmark directory the run was scored on"),
+    data: Path = data_option(help="benchmark directory the run was scored on"),
     run: Path = typer.Option(..., "--run", help="run file (.parquet, written by eval.runs.write_run)"),
     out: Path = typer.Option(..., "--out", help="report directory"),
+    overwrite: bool = overwrite_option(),
     tie: str = typer.Option("expected", "--tie", help=_TIE_HELP),
     ndcg_k: int = typer.Option(10, "--ndcg-k", help="cut-off of the tier-weighted nDCG"),
     gains: str = typer.Option(None, "--gains", help=_GAINS_HELP),
@@ -178,8 +172,8 @@ def score(
     from eval.report import build_report
 
     cfg = _report_config(data, [run], None, tie, ndcg_k, gains, 10_000, seed, split, fair, qtypes)
-    with _clean_errors():
-        doc = build_report(_load_runs([run]), Benchmark.load(data), out, cfg, progress=True)
+    doc = build_report(_load_runs([run]), Benchmark.load(data), out, cfg, progress=True, inputs=[data, run],
+                       overwrite=overwrite)
     _print_notes(doc)
     main = next(iter(doc["runs"].values()))["main"]
     console.print(" ".join(f"{k}={100 * v:.2f}" for k, v in main.items() if k.startswith(("R@", "MRR", "macro"))
@@ -190,8 +184,9 @@ def score(
 @app.command()
 def report(
     runs: list[Path] = typer.Argument(..., help="run files (.parquet); seed variants NAME-seedN are grouped"),
-    data: Path = typer.Option(..., "--data", help="benchmark directory the runs were scored on"),
+    data: Path = data_option(help="benchmark directory the runs were scored on"),
     out: Path = typer.Option(..., "--out", help="report directory"),
+    overwrite: bool = overwrite_option(),
     reference: str = typer.Option(None, "--reference", help="run (or seed group) name to test every run against"),
     tie: str = typer.Option("expected", "--tie", help=_TIE_HELP),
     ndcg_k: int = typer.Option(10, "--ndcg-k", help="cut-off of the tier-weighted nDCG"),
@@ -211,8 +206,8 @@ def report(
     from eval.report import build_report
 
     cfg = _report_config(data, runs, reference, tie, ndcg_k, gains, resamples, seed, split, fair, qtypes, intersect)
-    with _clean_errors():
-        doc = build_report(_load_runs(runs), Benchmark.load(data), out, cfg, progress=True)
+    doc = build_report(_load_runs(runs), Benchmark.load(data), out, cfg, progress=True, inputs=[data, *runs],
+                       overwrite=overwrite)
     _print_notes(doc)
     typer.echo((out / "main.md").read_text(encoding="utf-8"))
     console.print(f"[green]wrote[/] {out}")

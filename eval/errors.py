@@ -11,6 +11,10 @@ EXIT_USER_ERROR = 2
 """Exit code of every command for an error the user can fix (bad input, refused output, missing model, ...)."""
 EXIT_INCOMPLETE = 3
 """Exit code of a job that ran but left requested items undone (e.g. queries without an answer)."""
+EXIT_CHECK_FAILED = 1
+"""Exit code of a check command (``eval validate``, ``distill validate``) that ran and found problems."""
+EXIT_INTERNAL = 70
+"""Exit code of an unexpected error: a bug in the toolkit (the traceback is printed; please report it)."""
 
 
 class PSRError(Exception):

@@ -82,6 +82,23 @@ def load_table(root: str | os.PathLike, space: str, table: str, *, mmap: bool = 
     return FeatureTable(ids, arr)
 
 
+FINITE_CHUNK_ROWS = 65536
+
+
+def check_finite(path: str | os.PathLike, array: np.ndarray, ids: list[str]) -> None:
+    """Raise `FormatError` naming ``path``, the first row and its id when ``array`` holds NaN or inf (scored, such a
+    row gives NaN or infinite scores far from the file). Checked in chunks of rows, so a memory-mapped table is never
+    read at once."""
+    flat = array.reshape(array.shape[0], -1) if array.ndim else array.reshape(1, -1)
+    for start in range(0, flat.shape[0], FINITE_CHUNK_ROWS):
+        ok = np.isfinite(np.asarray(flat[start:start + FINITE_CHUNK_ROWS])).all(axis=1)
+        if not ok.all():
+            row = start + int(np.flatnonzero(~ok)[0])
+            rid = ids[row] if row < len(ids) else "?"
+            raise FormatError(path, f"row {row} (id {rid!r}, line {row + 1} of the ids file) holds NaN or inf values",
+                              fix="re-encode the space (python -m retrieval encode)")
+
+
 def write_table(root: str | os.PathLike, space: str, table: str, ids: list[str], array: np.ndarray) -> None:
     """Write one table atomically (array first, then ids: a reader never sees ids without their rows)."""
     array = np.ascontiguousarray(array, dtype=np.float32)

@@ -79,11 +79,25 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
 
 
 @contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike, *, tag: str = "building") -> Iterator[Path]:
-    """Yield an empty staging directory beside ``path``; on success it replaces ``path`` (an existing directory
-    there is moved aside and removed), on an exception it is deleted, so a failed job never leaves a half-written
-    output directory. Callers decide beforehand whether ``path`` may be replaced."""
-    final = Path(path)
+def atomic_dir(path: str | os.PathLike, *, kind: str | None = None, tag: str = "building", inputs=(),
+               overwrite: bool = False, legacy=None) -> Iterator[Path]:
+    """Yield an empty staging directory beside ``path``; on success it replaces ``path``, on an exception it is
+    deleted, so a failed job never leaves a half-written output directory.
+
+    Only an output of the same ``kind`` is ever replaced (`eval.outputs`): the target is checked on entry and again
+    before the swap (`eval.outputs.check_output_dir` with ``inputs``, ``overwrite``, ``legacy``), and the stage gets
+    the marker of ``kind``. ``kind`` None replaces only a missing or empty directory (or anything, with
+    ``overwrite``). Should the target change during the job so that it may no longer be replaced, the finished
+    output is kept under a visible name beside it and `OutputRefused` names both. ``tag`` names the stage folder.
+    """
+    from eval.errors import OutputRefused
+    from eval.outputs import check_output_dir, write_marker
+
+    def check() -> None:
+        check_output_dir(path, kind, inputs=inputs, overwrite=overwrite, legacy=legacy)
+
+    check()
+    final = Path(os.path.abspath(path))  # "." and ".." name their folder; its name makes the stage's
     final.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{final.name}.{tag}-", dir=final.parent))
     umask = os.umask(0)
@@ -91,16 +105,31 @@ def atomic_dir(path: str | os.PathLike, *, tag: str = "building") -> Iterator[Pa
     stage.chmod(0o777 & ~umask)  # mkdtemp makes it private; outputs are meant to be shared
     try:
         yield stage
-        old = None
-        if final.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
-            os.replace(final, old / "x")
-        os.replace(stage, final)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        if kind is not None:
+            write_marker(stage, kind)
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
+    try:
+        check()
+    except OutputRefused as e:
+        kept = Path(tempfile.mkdtemp(prefix=f"{final.name}.new-", dir=final.parent))
+        os.replace(stage, kept / final.name)
+        raise OutputRefused(f"{e.message}; the finished output is kept in {kept / final.name}", fix=e.fix) from None
+    old = None
+    try:
+        if final.exists() or final.is_symlink():
+            old = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
+            os.replace(final, old / "x")
+        os.replace(stage, final)
+    except BaseException:
+        if old is not None and (old / "x").exists() and not final.exists():
+            os.replace(old / "x", final)  # put the previous output back
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def write_jsonl(path: str | os.PathLike, rows, *, sort_keys: bool = False) -> int:
@@ -120,9 +149,15 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2) -> None:
 
 
 def read_json(path: str | os.PathLike) -> Any:
+    """A JSON file; invalid JSON or UTF-8 raises `FormatError` naming the file and the line."""
     path = Path(path)
+    raw = path.read_bytes()
     try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(path, f"not valid UTF-8 (byte 0x{raw[e.start]:02x}: {e.reason})",
+                          line=raw.count(b"\n", 0, e.start) + 1) from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise FormatError(path, f"not valid JSON ({e.msg})", line=e.lineno) from None

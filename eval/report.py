@@ -351,15 +351,25 @@ def _get_main(run, cfg) -> float:
     return float(np.nanmean(_per_query_r5(run, cfg.tie)))
 
 
+#: Output kind of a report directory (`eval.outputs`); files that identify one written before markers existed.
+OUTPUT_KIND = "eval report"
+LEGACY_FILES = ("report.json", "report_config.json")
+
+
 def build_report(runs: Sequence[Any], bench, out_dir: str | Path, cfg: ReportConfig | None = None,
-                 progress: bool = False) -> dict:
+                 progress: bool = False, *, inputs: Sequence[str | Path] = (), overwrite: bool = False) -> dict:
     """Evaluate ``runs`` (`eval.runs.Run`, names unique) on ``bench`` over the population of ``cfg`` and write every
     table, plot and JSON into ``out_dir`` (built beside it and swapped in at the end); returns the JSON document.
-    Bad runs (another benchmark, missing population queries, empty) raise `eval.errors.InputError` before anything
-    is written."""
+    ``out_dir`` must be new or an earlier report (`eval.outputs`; ``overwrite`` forces), and never one of the job's
+    ``inputs``. Bad runs (another benchmark, missing population queries, empty) raise `eval.errors.InputError`
+    before anything is written."""
+    from eval.outputs import check_output_dir
+
     cfg = cfg or ReportConfig()
+    target = dict(kind=OUTPUT_KIND, inputs=inputs, overwrite=overwrite, legacy=LEGACY_FILES)
+    check_output_dir(out_dir, **target)  # before any work
     prepared = _prepare(runs, bench, cfg)
-    with atomic_dir(out_dir, tag="report") as stage:  # a failed report leaves no half-written directory
+    with atomic_dir(out_dir, tag="report", **target) as stage:  # a failed report leaves no half-written directory
         return _build(prepared, stage, cfg, progress)
 
 

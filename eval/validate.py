@@ -399,3 +399,21 @@ def validate(root: str | Path, *, check_frames: bool = True) -> Report:
         r.problems.append(Problem(str(root), None, None, "not a directory", "error", "missing_file"))
         return r
     return _Validator(root, check_frames=check_frames).run()
+
+
+_RECORD_FIELDS = {"queries.jsonl": (REQUIRED_QUERY_FIELDS, OPTIONAL_QUERY_FIELDS),
+                  "corpus.jsonl": (REQUIRED_SEGMENT_FIELDS, OPTIONAL_SEGMENT_FIELDS),
+                  "states.jsonl": (REQUIRED_STATE_FIELDS, OPTIONAL_STATE_FIELDS)}
+
+
+def first_record_problem(path: str | Path) -> Problem | None:
+    """The first line-level problem (JSON, record type, field types) of one of a benchmark's three JSONL files, for
+    a loader that failed and must say where; None when the lines look right (the problem lies deeper)."""
+    path = Path(path)
+    v = _Validator(path.parent, check_frames=False)
+    required, optional = _RECORD_FIELDS[path.name]
+    for ln, o in v.read(path.name):
+        if v.report.errors:
+            break
+        v.check_fields(path.name, ln, o, required, optional)
+    return v.report.errors[0] if v.report.errors else None

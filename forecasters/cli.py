@@ -13,13 +13,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from eval.errors import EXIT_INCOMPLETE, EXIT_USER_ERROR, IncompleteJob, PSRError
+from eval.cli_support import data_callback, data_option, install, overwrite_option, report_error
+from eval.errors import IncompleteJob, PSRError
 
 app = typer.Typer(help="Forecasters: multimodal-LLM / text-only / student phrase predictors as resumable batch jobs.",
                   no_args_is_help=True, add_completion=False)
 
 from forecasters.probes import app as probes_app  # noqa: E402  (canonicalization probes without a model)
 
+install(app)
 app.add_typer(probes_app, name="probes")
 console = Console()
 err = Console(stderr=True)
@@ -30,17 +32,38 @@ def _load_yaml(path: Path | None) -> dict:
         return {}
     import yaml
 
-    with open(path, encoding="utf-8") as f:
-        d = yaml.safe_load(f) or {}
+    from eval.io import FormatError
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = yaml.safe_load(f) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        mark = getattr(e, "problem_mark", None)
+        raise FormatError(path, f"not valid YAML ({' '.join(str(e).split())[:200]})",
+                          line=None if mark is None else mark.line + 1) from None
     if not isinstance(d, dict):
-        raise typer.BadParameter(f"{path}: expected a mapping of run options")
+        raise FormatError(path, f"expected a mapping of run options, got {type(d).__name__}")
     from forecasters.runner import RunConfig
 
     names = {f.name for f in dataclasses.fields(RunConfig)}
     unknown = sorted(set(d) - names)
     if unknown:
-        raise typer.BadParameter(f"{path}: unknown option(s) {unknown}")
+        raise FormatError(path, f"unknown option(s) {unknown}; known: {sorted(names)}")
     return d
+
+
+def check_phrase_out(out: Path, inputs: list, overwrite: bool, sidecars: tuple[str, ...] = ()) -> None:
+    """Refuse --out before any work (eval.outputs): missing, a phrase file of this toolkit (its first line holds
+    query_id and config_hash), or --overwrite; never a job input. ``sidecars``: ``OUT.<kind>.json`` files written
+    beside it (they hold a config_hash)."""
+    from eval.outputs import check_output_file, json_with_keys, jsonl_with_keys
+
+    check_output_file(out, "phrase", recognise=jsonl_with_keys("query_id", "config_hash"), inputs=inputs,
+                      overwrite=overwrite)
+    for kind in sidecars:
+        side = out.with_name(out.name.removesuffix(".jsonl") + f".{kind}.json")
+        check_output_file(side, f"phrase-file {kind}", recognise=json_with_keys("config_hash"), inputs=inputs,
+                          overwrite=overwrite, option="--out's sidecar")
 
 
 def _summary_table(s) -> Table:
@@ -63,9 +86,9 @@ def _summary_table(s) -> Table:
 
 
 def _exit_for(e: PSRError) -> NoReturn:
-    """Print a toolkit error as one line and exit with its code (`eval.errors`)."""
-    err.print(f"[red]error:[/] {e}", highlight=False, soft_wrap=True)
-    raise typer.Exit(EXIT_INCOMPLETE if isinstance(e, IncompleteJob) else EXIT_USER_ERROR) from None
+    """Print a toolkit error as one line and exit with its code (`eval.cli_support.report_error`: 3 for an
+    `IncompleteJob`, 2 otherwise)."""
+    raise typer.Exit(report_error(e)) from None
 
 
 def _command_line(ctx: typer.Context) -> str:
@@ -87,7 +110,7 @@ def _command_line(ctx: typer.Context) -> str:
 @app.command()
 def run(
     ctx: typer.Context,
-    data: Path = typer.Option(..., "--data", help="benchmark directory"),
+    data: Path = data_option(),
     out: Path = typer.Option(..., "--out", help="phrase file to write / resume (JSONL), e.g. runs/m3.jsonl"),
     forecaster: str = typer.Option("m3", "--forecaster", "-f", help="m3 | text-only | llava | llava-video | student"),
     backend: str = typer.Option("hf", "--backend", "-b", help="hf | vllm | openai"),
@@ -132,7 +155,8 @@ def run(
     redo_failed: bool = typer.Option(False, "--redo-failed", help="rerun queries whose line recorded an error"),
     drop_foreign: bool = typer.Option(False, "--drop-foreign", help="move lines of another config out of --out (to "
                                       "OUT.foreign), keeping this run's lines"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="discard an existing --out file"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="discard an existing --out file (lines of another "
+                                                              "config, or a file this toolkit did not write)"),
     max_consecutive_failures: int = typer.Option(100, "--max-consecutive-failures", min=1,
                                                  help="stop after this many failed requests in a row"),
     num_threads: int = typer.Option(None, "--threads", min=1, help="hf: torch CPU threads"),
@@ -161,14 +185,10 @@ def run(
     if values.get("split") == "all":
         values["split"] = None
     values["qtypes"] = list(values["qtypes"]) if values.get("qtypes") else None
-    try:
-        cfg = RunConfig(**values)
-        summary = run_job(cfg)
-    except PSRError as e:
-        _exit_for(e)
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
-        err.print(f"[red]error:[/] {e}")
-        raise typer.Exit(EXIT_USER_ERROR) from None
+    check_phrase_out(Path(values["out"]), [values["data"], values.get("adapter"), values.get("prompt"), config],
+                     bool(values.get("overwrite")), sidecars=("config", "summary"))
+    cfg = RunConfig(**values)
+    summary = run_job(cfg)
     console.print(_summary_table(summary))
     incomplete = summary.incomplete(_command_line(ctx))
     if incomplete is not None:
@@ -179,16 +199,17 @@ def run(
 def merge(
     inputs: list[Path] = typer.Argument(..., help="shard phrase files of one run"),
     out: Path = typer.Option(..., "--out", help="merged phrase file"),
-    data: Path = typer.Option(None, "--data", help="benchmark directory: order by it and check coverage"),
+    data: Path = data_option(None, help="benchmark directory: order by it and check coverage"),
     split: str = typer.Option("test", "--split", help="with --data: the split the run covered (all = every query)"),
     require_complete: bool = typer.Option(False, "--require-complete", help="with --data: exit 3 unless every query "
                                           "of the split has an answer (a line without an error)"),
     allow_mixed: bool = typer.Option(False, "--allow-mixed", help="merge lines of different configs"),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """Merge shard phrase files into one (each query once; the last successful line wins)."""
-    from eval.io import FormatError
     from forecasters.phrasefile import merge_phrase_files
 
+    check_phrase_out(out, [*inputs, data], overwrite)
     if require_complete and data is None:
         _exit_for(PSRError("--require-complete needs --data: the split's queries say what complete means",
                            fix="add --data DIR (and --split)"))
@@ -198,10 +219,7 @@ def merge(
 
         bench = Benchmark.load(data)
         expected = [q.id for q in bench.queries(None if split == "all" else split)]
-    try:
-        rep = merge_phrase_files(inputs, out, expected_ids=expected, allow_mixed=allow_mixed)
-    except FormatError as e:
-        _exit_for(e)
+    rep = merge_phrase_files(inputs, out, expected_ids=expected, allow_mixed=allow_mixed)
     console.print(f"merged {rep.n_inputs} file(s), {rep.n_lines} line(s) -> {out}: {rep.n_queries} queries "
                   f"({rep.n_ok} ok, {rep.n_failed} failed), config {rep.config_hash}")
     if rep.missing:
@@ -221,21 +239,25 @@ def tiny_model(
     kind: str = typer.Option("qwen2", "--kind", help="qwen2 | qwen3 | qwen2_vl | qwen2_5_vl | qwen3_vl | llava"),
     seed: int = typer.Option(0, "--seed"),
     fit_data: Path = typer.Option(None, "--fit-data", help="benchmark dir: fit the tiny model on its train split so "
-                                                           "it answers with state phrases (plumbing checks)"),
+                                                           "it answers with state phrases (plumbing checks)",
+                                  callback=data_callback),
     forecaster: str = typer.Option("text-only", "--fit-forecaster", help="whose prompts to fit on"),
     steps: int = typer.Option(60, "--fit-steps", min=1, help="steps of 8 examples (about 0.2 s each on CPU)"),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """Build a tiny random-weight model (a few MB, no download) for plumbing checks; optionally fit it briefly."""
+    from eval.outputs import claimed_dir
     from forecasters.tiny_models import TINY_KINDS, build_tiny_model
 
     if kind not in TINY_KINDS:
         raise typer.BadParameter(f"--kind must be one of {TINY_KINDS}")
-    path = build_tiny_model(out, kind, seed=seed)
-    if fit_data is not None:
-        from forecasters.tiny_fit import fit_on_benchmark
+    with claimed_dir(out, "forecasters tiny-model", inputs=[fit_data], overwrite=overwrite):
+        path = build_tiny_model(out, kind, seed=seed)
+        if fit_data is not None:
+            from forecasters.tiny_fit import fit_on_benchmark
 
-        loss = fit_on_benchmark(path, fit_data, forecaster=forecaster, steps=steps, seed=seed)
-        console.print(f"fitted {steps} steps on {fit_data} ({forecaster} prompts): final loss {loss:.3f}")
+            loss = fit_on_benchmark(path, fit_data, forecaster=forecaster, steps=steps, seed=seed)
+            console.print(f"fitted {steps} steps on {fit_data} ({forecaster} prompts): final loss {loss:.3f}")
     console.print(f"[green]wrote[/] {path}")
 
 

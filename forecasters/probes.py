@@ -30,6 +30,7 @@ from pathlib import Path
 
 import typer
 
+from eval.cli_support import data_callback, overwrite_option
 from forecasters.registry import ForecasterSpec, PromptInput, register
 
 PARAPHRASE = "paraphrase"
@@ -122,18 +123,22 @@ app = typer.Typer(help="Canonicalization probes that need no model.", no_args_is
 
 @app.command("synonyms")
 def synonyms(
-    data: Path = typer.Option(..., "--data", help="benchmark directory (states.jsonl members = synonym sets)"),
+    data: Path = typer.Option(..., "--data", help="benchmark directory (states.jsonl members = synonym sets)",
+                              callback=data_callback),
     out: Path = typer.Option(..., "--out", help="phrase file to write (JSONL, eval.phrases)"),
     split: str = typer.Option("test", "--split", help="train | val | test | all"),
     seed: int = typer.Option(0, "--seed", help="picks among a state's synonyms (deterministic per query id)"),
     fair_only: bool = typer.Option(False, "--fair-only", help="only queries whose GT is in the corpus"),
     synonyms_file: Path = typer.Option(None, "--synonyms", help="states.jsonl whose members are the synonym sets "
                                                                 "(default: the benchmark's own)"),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """The deterministic paraphrase oracle: each query's true state reworded by a synonym from its synonym set."""
     from eval.benchmark import Benchmark
     from eval.io import write_json, write_jsonl
+    from forecasters.cli import check_phrase_out
 
+    check_phrase_out(out, [data, synonyms_file], overwrite, sidecars=("config",))
     bench = Benchmark.load(data)
     recs = synonym_phrase_records(bench, None if split == "all" else split, seed=seed, fair_only=fair_only,
                                   synonyms_file=synonyms_file)

@@ -8,23 +8,37 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from eval.cli_support import data_option, install, overwrite_option
+
 app = typer.Typer(help="PSR retrieval: encode spaces, baselines, oracles, phrase search, fusion, LFTR.",
                   no_args_is_help=True, add_completion=False)
 lftr_app = typer.Typer(help="LFTR, the latent-rollout retriever: train, predict, multi-seed.", no_args_is_help=True,
                        add_completion=False)
+install(app)
 app.add_typer(lftr_app, name="lftr")
+encoder_app = typer.Typer(help="Train image towers on a benchmark's train-split frames (SSL visual, LiT text->image).",
+                          no_args_is_help=True, add_completion=False)
+app.add_typer(encoder_app, name="encoder")
 from retrieval.canon.cli import app as canon_app  # noqa: E402  (canonicalization probes)
 
 app.add_typer(canon_app, name="canon")
 console = Console()
 
-DATA = typer.Option(..., "--data", help="benchmark directory")
+DATA = data_option()
+OVERWRITE = overwrite_option()
 SPLIT = typer.Option("test", "--split", help="queries to answer: train | val | test")
 K = typer.Option(50, "--k", min=1, help="length of the top-k list kept in the run")
 
 
 def _rows(bench, split: str):
     return bench.query_rows(split)
+
+
+def _check_run_out(out: Path, inputs: list, overwrite: bool) -> None:
+    """Refuse --out before any work (eval.outputs): a run file or nothing may be there, never an input."""
+    from retrieval.runs import check_run_output
+
+    check_run_output(out, inputs=inputs, overwrite=overwrite)
 
 
 def _done(out: Path, run) -> None:
@@ -49,6 +63,8 @@ def encode(
     shard: str = typer.Option(None, "--shard", metavar="I/N",
                               help="compute only chunk j with j % N == I (one node of N); afterwards one run without "
                                    "--shard assembles the tables"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace a space this command did not write (e.g. "
+                                                              "the benchmark's own features)"),
 ) -> None:
     """Compute a space's features: semantic -> states table; visual -> corpus + prefixes tables. Resumable, shardable."""
     from retrieval.encode import EncodeConfig, encode_space
@@ -61,7 +77,7 @@ def encode(
             raise typer.BadParameter(f"expected I/N (e.g. 0/4), got {shard!r}", param_hint="--shard") from None
         part = (i, n)
     d = encode_space(EncodeConfig(str(data), space, model, kind, tuple(table), batch_size, chunk_size, device,
-                                  query_prompt, part))
+                                  query_prompt, part, overwrite=overwrite))
     if part:
         console.print(f"[green]shard {part[0]}/{part[1]} done[/]: chunks in {d}/.partial; after every shard, run the "
                       "same command without --shard to assemble")
@@ -86,6 +102,7 @@ def search(
     canonicalize_holdout: Path = typer.Option(None, "--canonicalize-holdout",
                                               help="holdout.json of `canon finetune`: leave the held-out states' "
                                                    "phrasings out of the snap index"),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Embed a phrase file's phrases in a space and rank the corpus (max over a query's phrases; misses tie)."""
     from eval.benchmark import Benchmark
@@ -94,6 +111,8 @@ def search(
     from retrieval.search import phrase_query_vectors
     from retrieval.spaces import Space
 
+    inputs = [data, phrases, canonicalize_holdout]
+    _check_run_out(out, inputs, overwrite)
     bench = Benchmark.load(data)
     sp = Space.load(bench, space)
     enc = query_text_encoder(sp.meta, device=device)
@@ -110,7 +129,8 @@ def search(
         qv, snap = canonicalize_phrases(bench, sp, enc, qv, canonicalize, canonicalize_holdout)
         name = method or f"{name}+snap{canonicalize}"
     run = score_query_vectors(bench, qv, sp, out, method=f"{name}[{space}]", k=k,
-                              config={"phrases": str(phrases), "split": split, **stats.to_dict(), **snap})
+                              config={"phrases": str(phrases), "split": split, **stats.to_dict(), **snap},
+                              inputs=inputs, overwrite=overwrite)
     _done(out, run)
 
 
@@ -122,6 +142,7 @@ def fuse(
     weight: list[float] = typer.Option([], "--weight", help="one weight per --run (default: all 1)"),
     method: str = typer.Option("", "--method", help="method name stored in the run"),
     k: int = K,
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Z-score fusion of runs sharing a corpus: per query, standardise each run's scores over the corpus, sum."""
     from eval.benchmark import Benchmark
@@ -131,7 +152,9 @@ def fuse(
         raise typer.BadParameter("give at least two --run")
     if weight and len(weight) != len(run):
         raise typer.BadParameter(f"{len(run)} --run but {len(weight)} --weight")
-    r = fuse_runs(Benchmark.load(data), list(run), out, method=method, weights=list(weight) or None, k=k)
+    _check_run_out(out, [data, *run], overwrite)
+    r = fuse_runs(Benchmark.load(data), list(run), out, method=method, weights=list(weight) or None, k=k,
+                  overwrite=overwrite)
     _done(out, r)
 
 
@@ -147,6 +170,7 @@ def _method_command(kind: str, names: tuple[str, ...]):
         reduce: str = typer.Option("first", "--reduce", help="independent-appearance: first | mean future frame"),
         k: int = K,
         device: str = typer.Option(None, "--device"),
+        overwrite: bool = OVERWRITE,
     ) -> None:
         from eval.benchmark import Benchmark
         from retrieval.methods import method_query_vectors
@@ -155,6 +179,7 @@ def _method_command(kind: str, names: tuple[str, ...]):
 
         if name not in names:
             raise typer.BadParameter(f"unknown {kind} {name!r}; choose from {names}")
+        _check_run_out(out, [data], overwrite)
         bench = Benchmark.load(data)
         sp = Space.load(bench, space) if space else None
         qv = method_query_vectors(bench, name, sp, _rows(bench, split), prefix_space=prefix_space, seed=seed,
@@ -162,7 +187,7 @@ def _method_command(kind: str, names: tuple[str, ...]):
         label = name if name == "random" else f"{name}[{space}]"
         r = score_query_vectors(bench, qv, sp, out, method=label, k=k,
                                 config={"kind": kind, "split": split, "prefix_space": prefix_space, "seed": seed,
-                                        "reduce": reduce})
+                                        "reduce": reduce}, inputs=[data], overwrite=overwrite)
         _done(out, r)
 
     return command
@@ -213,6 +238,17 @@ def _lftr_config(config: list[Path], space: str, seed: int | None, prefix_space:
                        question_space=question_space or None)
 
 
+def _claim(out: Path, kind: str, inputs: list, overwrite: bool):
+    """A resumable output folder (checkpoints, runs) for the job in a ``with``: new, an earlier one of ``kind``, or
+    --overwrite (eval.outputs). Folders written before output markers existed are recognised by their files."""
+    from eval.outputs import claimed_dir
+
+    legacy = {"retrieval lftr train": ("config.yaml", "train_info.json"),
+              "retrieval lftr seeds": lambda d: any(d.glob("seed*/train_info.json")),
+              "retrieval demo": ("random.parquet", "question-only.parquet")}
+    return claimed_dir(out, kind, inputs=inputs, overwrite=overwrite, legacy=legacy.get(kind))
+
+
 CONFIG = typer.Option([], "--config", help="YAML config(s), applied in order over the paper defaults")
 SET = typer.Option([], "--set", help="override a config key: --set epochs=10 (repeatable)")
 
@@ -228,6 +264,7 @@ def lftr_train(
     question_space: str = typer.Option("", "--question-space", help="semantic space embedding the question text"),
     overrides: list[str] = SET,
     stop_after: int = typer.Option(0, "--stop-after", min=0, help="run at most N epochs now (resume later)"),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Train LFTR (resumes from OUT/last.pt); keeps the best-val-R@5 weights in OUT/best.pt."""
     from eval.benchmark import Benchmark
@@ -235,8 +272,9 @@ def lftr_train(
     from retrieval.lftr.train import train
 
     cfg = _lftr_config(config, space, seed, prefix_space, question_space, overrides)
-    res = train(Benchmark.load(data), cfg, out, validate=validation_recall, log=console.print,
-                stop_after=stop_after or None)
+    with _claim(out, "retrieval lftr train", [data, *config], overwrite):
+        res = train(Benchmark.load(data), cfg, out, validate=validation_recall, log=console.print,
+                    stop_after=stop_after or None)
     console.print(f"[green]done[/] {out}: best val R@{cfg.val_k} {res['best_val']:.4f} "
                   f"({res['epochs_done']}/{res['epochs']} epochs, {res['parameters']:,} parameters)")
 
@@ -247,18 +285,20 @@ def lftr_predict(
     ckpt: Path = typer.Option(..., "--ckpt", help="checkpoint folder (uses best.pt) or .pt file"),
     out: Path = typer.Option(..., "--out", help="run file to write (.parquet)"),
     split: str = SPLIT,
-    read_rule: str = typer.Option("", "--read-rule", help="matched | fixed1 | multi_hypothesis | best_step_oracle "
+    read_rule: str = typer.Option("", "--read-rule", help="matched | fixed1 | multi_hypothesis | calibrated | best_step_oracle "
                                                           "(default: the checkpoint's)"),
     method: str = typer.Option("", "--method", help="method name stored in the run"),
     k: int = K,
     device: str = typer.Option(None, "--device"),
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Write LFTR's run (K samples scored by max) on a split."""
     from eval.benchmark import Benchmark
     from retrieval.lftr.jobs import predict_run
 
+    _check_run_out(out, [data, ckpt / "best.pt" if ckpt.is_dir() else ckpt], overwrite)
     r = predict_run(Benchmark.load(data), ckpt, out, split=split, read_rule=read_rule or None, method=method,
-                    k=k, device=device)
+                    k=k, device=device, overwrite=overwrite)
     _done(out, r)
 
 
@@ -273,14 +313,16 @@ def lftr_seeds(
     question_space: str = typer.Option("", "--question-space"),
     overrides: list[str] = SET,
     split: str = SPLIT,
+    overwrite: bool = OVERWRITE,
 ) -> None:
     """Train + predict one LFTR per seed and report mean +- std of R@k and MRR (summary.json, summary.md)."""
     from eval.benchmark import Benchmark
     from retrieval.lftr.jobs import multi_seed
 
     cfg = _lftr_config(config, space, None, prefix_space, question_space, overrides)
-    summary = multi_seed(Benchmark.load(data), cfg, [int(s) for s in seeds.split(",") if s.strip()], out,
-                         split=split, log=console.print)
+    with _claim(out, "retrieval lftr seeds", [data, *config], overwrite):
+        summary = multi_seed(Benchmark.load(data), cfg, [int(s) for s in seeds.split(",") if s.strip()], out,
+                             split=split, log=console.print)
     console.print(summary["markdown"])
 
 
@@ -295,11 +337,121 @@ def demo(
     config: list[Path] = typer.Option([], "--config", help="LFTR YAML config(s) (default: configs/lftr/synth.yaml)"),
     seed: int = typer.Option(0, "--seed"),
     split: str = SPLIT,
+    overwrite: bool = OVERWRITE,
+    extra_space: list[str] = typer.Option([], "--extra-space", help="more target spaces (e.g. a LiT space): LFTR, "
+                                          "oracles, the fusion of all spaces and the complementarity analysis"),
+    compare_space: str = typer.Option("", "--compare-space", help="a second visual space (e.g. pixels) for LFTR, "
+                                      "persistence and the prototype oracle beside the visual space"),
 ) -> None:
     """Encode the semantic space, run every baseline, oracle, LFTR in both spaces and their fusion (resumable)."""
     from eval.benchmark import Benchmark
     from retrieval.lftr.jobs import run_demo
 
-    paths = run_demo(Benchmark.load(data), out, text_model=text_model, semantic_space=semantic_space,
-                     visual_space=visual_space, configs=list(config), seed=seed, split=split, log=console.print)
+    with _claim(out, "retrieval demo", [data, *config], overwrite):
+        paths = run_demo(Benchmark.load(data), out, text_model=text_model, semantic_space=semantic_space,
+                         visual_space=visual_space, configs=list(config), seed=seed, split=split, log=console.print,
+                         extra_spaces=list(extra_space), compare_space=compare_space)
     console.print(f"[green]{len(paths)} runs in[/] {out}")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# learned image towers, the LoRA baseline, complementarity
+# --------------------------------------------------------------------------------------------------------------
+TOWER_OUT = typer.Option(..., "--out", help="tower directory (a finished tower with the same config is reused)")
+TOWER_SET = typer.Option([], "--set", help="override a config key: --set optim.epochs=5 (repeatable)")
+
+
+@encoder_app.command("ssl")
+def encoder_ssl(data: Path = DATA, out: Path = TOWER_OUT, config: list[Path] = CONFIG, overrides: list[str] = TOWER_SET,
+                stop_after: int = typer.Option(0, "--stop-after", min=0, help="run at most N epochs now (resume later)")
+                ) -> None:
+    """Self-supervised (SimCLR) image tower on the train split's frames; then `encode --model OUT`."""
+    from eval.benchmark import Benchmark
+    from retrieval.ssl import SSLConfig, train_ssl
+    from retrieval.towers import load_dataclass
+
+    rec = train_ssl(Benchmark.load(data), load_dataclass(SSLConfig, config, overrides), out, log=console.print,
+                    stop_after=stop_after or None)
+    _tower_done(out, rec)
+
+
+@encoder_app.command("lit")
+def encoder_lit(data: Path = DATA, out: Path = TOWER_OUT, config: list[Path] = CONFIG, overrides: list[str] = TOWER_SET,
+                init: str = typer.Option("", "--init", help="SSL tower directory to start the image tower from"),
+                text_model: str = typer.Option("", "--text-model", help="locked sentence-transformers text model "
+                                                                        "(default: the packaged MiniLM)"),
+                stop_after: int = typer.Option(0, "--stop-after", min=0)) -> None:
+    """LiT image tower matched to a locked text model on train-split (frame, raw description) pairs."""
+    from eval.benchmark import Benchmark
+    from retrieval.lit import LiTConfig, train_lit
+    from retrieval.towers import load_dataclass
+
+    cfg = load_dataclass(LiTConfig, config, overrides, init=init or None, text_model=text_model or None)
+    rec = train_lit(Benchmark.load(data), cfg, out, log=console.print, stop_after=stop_after or None)
+    _tower_done(out, rec)
+
+
+def _tower_done(out: Path, rec: dict) -> None:
+    if not rec.get("finished"):
+        from eval.errors import IncompleteJob
+
+        raise IncompleteJob(f"{out}: {rec.get('epochs_done')} epochs done, the tower is not finished",
+                            fix="rerun the same command to resume")
+    console.print(f"[green]tower ready[/] {escape(str(out))}: encode with `python -m retrieval encode --data DIR "
+                  f"--space NAME --model {escape(str(out))}`")
+
+
+@lftr_app.command("lora")
+def lftr_lora(
+    data: Path = DATA,
+    space: str = typer.Option(..., "--space", help="target space"),
+    prefix_space: str = typer.Option(..., "--prefix-space", help="space whose image model encodes the prefix frames"),
+    out: Path = typer.Option(..., "--out", help="folder: frozen/ and lora/ checkpoints + runs, comparison.{json,md}"),
+    question_space: str = typer.Option("", "--question-space"),
+    config: list[Path] = CONFIG,
+    overrides: list[str] = SET,
+    seed: int = typer.Option(0, "--seed"),
+    r: int = typer.Option(16, "--r"), alpha: int = typer.Option(32, "--alpha"),
+    dropout: float = typer.Option(0.1, "--dropout"),
+    with_out: bool = typer.Option(False, "--with-out", help="also adapt the attention output projection (CLIP row)"),
+    only: str = typer.Option("", "--only", help="frozen | lora: train just one of the two runs"),
+    split: str = SPLIT,
+) -> None:
+    """The LoRA fine-tuned encoder baseline (App. S): LoRA on the prefix encoder through the LFTR head vs frozen."""
+    from eval.benchmark import Benchmark
+    from retrieval.lftr.config import LFTRConfig, read_yaml
+    from retrieval.lora import LORA_LFTR, LoRAConfig, run_lora_baseline
+
+    cfg = LFTRConfig().with_overrides(LORA_LFTR)  # defaults < the baseline's batch/epochs < YAML < options < --set
+    for p in config:
+        cfg = cfg.with_overrides(read_yaml(p))
+    cfg = cfg.with_overrides({"target_space": space, "prefix_space": prefix_space, "seed": seed,
+                              **({"question_space": question_space} if question_space else {})})
+    cfg = cfg.with_overrides(list(overrides))
+    runs = (only,) if only else ("frozen", "lora")
+    res = run_lora_baseline(Benchmark.load(data), cfg, LoRAConfig(r=r, alpha=alpha, dropout=dropout, with_out=with_out),
+                            out, split=split, log=console.print, runs=runs)
+    from retrieval.lora import comparison_markdown
+
+    console.print(comparison_markdown(res))
+
+
+@app.command()
+def complementarity(
+    data: Path = DATA,
+    run: list[Path] = typer.Option(..., "--run", help="runs of one method in different spaces (repeat, >= 2)"),
+    fused: Path = typer.Option(None, "--fused", help="their fused run (reported beside the union)"),
+    out: Path = typer.Option(..., "--out", help="folder for complementarity.{json,md}"),
+    k: int = typer.Option(5, "--k", min=1),
+) -> None:
+    """Per-query wins of each space, their union, and the correlation of per-pair state similarity across spaces."""
+    from eval.benchmark import Benchmark
+    from eval.io import write_json
+    from retrieval.complementarity import complementarity as analyse
+    from retrieval.complementarity import to_markdown
+
+    res = analyse(Benchmark.load(data), {p.name.split(".")[0]: p for p in run}, fused=fused, k=k)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "complementarity.json", res)
+    (out / "complementarity.md").write_text(to_markdown(res), encoding="utf-8")
+    console.print(to_markdown(res))

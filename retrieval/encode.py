@@ -29,8 +29,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from eval.benchmark import Benchmark
+from eval.errors import OutputRefused
 from eval.features import space_dir, write_meta, write_table
 from eval.io import FormatError, atomic_path, write_json
+from eval.outputs import check_output_dir, write_marker
 from eval.schema import PREFIX_FRAMES
 from retrieval.encoders import (
     TEXT_TOWER_MODEL_TYPES,
@@ -38,7 +40,12 @@ from retrieval.encoders import (
     TextEncoder,
     is_vision_model,
     pick_device,
+    resolve_model,
 )
+from retrieval.towers import TEXT_TOWER_FILE
+
+#: Output kind of a space directory written by encode (`eval.outputs`).
+OUTPUT_KIND = "retrieval encode"
 
 
 @dataclass
@@ -55,6 +62,7 @@ class EncodeConfig:
     device: str | None = None
     query_prompt: str | None = None
     shard: tuple[int, int] | None = None  # (i, n): compute chunk j only when j % n == i; assemble nothing
+    overwrite: bool = False  # replace a space directory that encode did not write (eval.outputs)
 
     def resolved(self) -> EncodeConfig:
         kind = self.kind
@@ -131,12 +139,29 @@ def _prefix_frames(bench: Benchmark) -> tuple[list[str], list[list[str]]]:
     return list(seen), list(seen.values())
 
 
+def _written_by_encode(d: Path) -> bool:
+    """A space folder encode wrote before output markers existed (or an interrupted job's chunks)."""
+    return (d / "encode_config.json").exists() or (d / ".partial").is_dir()
+
+
+def _check_space_target(root: Path, cfg: EncodeConfig) -> Path:
+    """``features/<space>/`` may be written: a new space, one encode wrote (its marker is written when the tables
+    are assembled), or ``cfg.overwrite``; never a link to another benchmark's space (encode would write through
+    it)."""
+    d = space_dir(root, cfg.space)
+    if d.exists() and not d.resolve().is_relative_to(root.resolve()):
+        raise OutputRefused(f"{d} links to {d.resolve()}, outside the benchmark; encode never writes through a link",
+                            fix="encode into a new --space name")
+    return check_output_dir(d, OUTPUT_KIND, overwrite=cfg.overwrite, legacy=_written_by_encode, option="--space")
+
+
 def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
     """Encode the tables of one space (see the module docstring); returns the space directory. A sharded job
     (``cfg.shard``) only leaves its chunks in the partial folder."""
     cfg = cfg.resolved()
     bench = Benchmark.load(cfg.data)
     root = bench.root
+    _check_space_target(root, cfg)  # refuse before loading a model
     extra: dict = {}
     shard = cfg.shard
     if shard is not None:
@@ -174,9 +199,14 @@ def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
             write("prefixes", pids, arr, (len(pids), PREFIX_FRAMES, dim))
         has_text = enc.model_type in TEXT_TOWER_MODEL_TYPES
         extra = {"encoder": enc.model_type, "text_tower": has_text}
+        lit = Path(resolve_model(cfg.model)) / TEXT_TOWER_FILE
+        if lit.exists():  # a LiT image tower (retrieval.lit): phrases go through its locked sentence model
+            t = json.loads(lit.read_text(encoding="utf-8"))
+            extra.update(text_tower=True, text_model=t["text_model"], text_encoder=t["text_encoder"])
     if shard is not None:
         return space_dir(root, cfg.space)  # the plain run after all shards assembles
     shutil.rmtree(space_dir(root, cfg.space) / ".partial", ignore_errors=True)
     write_json(space_dir(root, cfg.space) / "encode_config.json", asdict(cfg))
     write_meta(root, cfg.space, kind=cfg.kind, dim=dim, model=cfg.model, **extra)
+    write_marker(space_dir(root, cfg.space), OUTPUT_KIND)
     return space_dir(root, cfg.space)

@@ -28,7 +28,7 @@ BGE_QUERY_INSTRUCTION = "Represent this sentence for searching relevant passages
 #: transformers ``model_type`` values that are image encoders (everything else is treated as a text model).
 VISION_MODEL_TYPES = frozenset({
     "clip", "siglip", "siglip2", "dinov2", "dinov2_with_registers", "dinov3_vit", "vit", "clip_vision_model",
-    "siglip_vision_model", "siglip2_vision_model", "vit_mae", "beit", "deit", "convnext", "convnextv2",
+    "siglip_vision_model", "siglip2_vision_model", "vit_mae", "beit", "deit", "convnext", "convnextv2", "resnet",
 })
 #: Model types with a text tower in the image space (CLIP text -> image retrieval).
 TEXT_TOWER_MODEL_TYPES = frozenset({"clip", "siglip", "siglip2"})
@@ -152,7 +152,8 @@ class ImageEncoder:
             out = self.model.get_image_features(pixel_values=pixel_values)
         else:
             out = self.model(pixel_values=pixel_values)
-        return out if hasattr(out, "shape") else out.pooler_output
+        out = out if hasattr(out, "shape") else out.pooler_output
+        return out.flatten(1)  # pooled conv features come as (B, C, 1, 1)
 
     def encode_images(self, images: Sequence, *, progress: bool = False) -> np.ndarray:
         import torch
@@ -218,13 +219,17 @@ def query_text_encoder(meta: dict, *, device: str | None = None, query_prompt: s
     """The text encoder that maps phrases into a space described by its ``meta.json``.
 
     Semantic spaces: `TextEncoder` of ``meta["model"]`` (with ``meta["query_prompt"]`` unless overridden).
-    Visual spaces whose model has a text tower (CLIP, SigLIP): `ClipTextEncoder`. Other visual spaces (DINOv2,
+    Visual spaces whose model has a text tower (CLIP, SigLIP): `ClipTextEncoder`; a LiT image tower
+    (``meta["text_encoder"] == "sentence-transformers"``, `retrieval.lit`): `TextEncoder` of its locked text model
+    ``meta["text_model"]``. Other visual spaces (DINOv2,
     the synthetic ``pixels``) cannot encode text: `ValueError`.
     """
     kind, model = meta.get("kind"), meta.get("model", "")
     if kind == "semantic":
         return TextEncoder(model, device=device, query_prompt=query_prompt or meta.get("query_prompt"))
     if meta.get("text_tower"):
+        if meta.get("text_encoder") == "sentence-transformers":  # a LiT tower: the locked sentence model
+            return TextEncoder(meta["text_model"], device=device, query_prompt=query_prompt)
         return ClipTextEncoder(meta.get("text_model") or model, device=device)
     raise ValueError(f"space {meta.get('space')!r} ({kind}, model {model!r}) has no text encoder: phrases can be "
                      "retrieved in a semantic space or a CLIP/SigLIP image space")

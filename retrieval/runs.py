@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from eval.benchmark import Benchmark
+from eval.outputs import check_output_file, is_run_file
 from eval.runs import Run, write_run
 from eval.scoring import DenseSource, FusionSource, RandomSource, score_benchmark
 from retrieval.queries import QueryVectors, load_query_vectors, save_query_vectors, sidecar_path
@@ -46,10 +47,27 @@ def query_rows_of(bench: Benchmark, query_ids: list[str]) -> np.ndarray:
     return np.fromiter((idx[q] for q in query_ids), np.int64, count=len(query_ids))
 
 
+def _is_query_vectors(path: Path) -> bool:
+    with np.load(path, allow_pickle=False) as z:
+        return "query_ids" in z.files and "space" in z.files
+
+
+def check_run_output(out: str | os.PathLike, *, inputs=(), overwrite: bool = False, sidecar: bool = True) -> None:
+    """Refuse ``out`` before any work unless it may receive a run (`eval.outputs`): missing, or a run file (and,
+    with ``sidecar``, its query-vector sidecar missing or a sidecar), or ``overwrite``; never inside or one of the
+    job's ``inputs``."""
+    check_output_file(out, "run", recognise=is_run_file, inputs=inputs, overwrite=overwrite)
+    if sidecar:
+        check_output_file(sidecar_path(out), "query-vector", recognise=_is_query_vectors, inputs=inputs,
+                          overwrite=overwrite, option="--out's sidecar")
+
+
 def score_query_vectors(bench: Benchmark, qv: QueryVectors, space: Space | None, out: str | os.PathLike, *,
                         method: str, config: dict[str, Any] | None = None, k: int = 50,
-                        progress: bool = True) -> Run:
-    """Score ``qv`` over the whole corpus and write ``out`` (Parquet run) plus its query-vector sidecar."""
+                        progress: bool = True, inputs=(), overwrite: bool = False) -> Run:
+    """Score ``qv`` over the whole corpus and write ``out`` (Parquet run) plus its query-vector sidecar.
+    ``out`` is checked first (`check_run_output`)."""
+    check_run_output(out, inputs=[*inputs, bench.root], overwrite=overwrite)
     cfg = {"space": qv.space, "n_samples": int(qv.vectors.shape[1]) if qv.kind == "dense" else 0,
            "misses": qv.n_misses, "query_vectors_sha1": _digest(qv), **(config or {})}
     ckpt = _checkpoint_dir(out)
@@ -99,9 +117,10 @@ def load_fusable(bench: Benchmark, run_paths: list[str | os.PathLike]) -> list[Q
 
 def fuse_query_vectors(bench: Benchmark, qvs: list[QueryVectors], out: str | os.PathLike, *, method: str,
                        weights: list[float] | None = None, config: dict[str, Any] | None = None, k: int = 50,
-                       progress: bool = True, inputs: list[str] | None = None) -> Run:
+                       progress: bool = True, inputs: list[str] | None = None, overwrite: bool = False) -> Run:
     """Z-score fusion ``s = sum_k w_k (s_k - mu_k) / sigma_k`` (per query, over the corpus) of query-vector sets
-    that cover the same queries; writes the fused run to ``out``."""
+    that cover the same queries; writes the fused run to ``out`` (checked first, `check_run_output`)."""
+    check_run_output(out, inputs=[*(inputs or []), bench.root], overwrite=overwrite, sidecar=False)
     if len(qvs) < 2:
         raise ValueError("fusion needs at least two inputs")
     ids = qvs[0].query_ids
@@ -128,9 +147,12 @@ def fuse_query_vectors(bench: Benchmark, qvs: list[QueryVectors], out: str | os.
 
 
 def fuse_runs(bench: Benchmark, run_paths: list[str | os.PathLike], out: str | os.PathLike, *, method: str = "",
-              weights: list[float] | None = None, k: int = 50, progress: bool = True) -> Run:
+              weights: list[float] | None = None, k: int = 50, progress: bool = True,
+              overwrite: bool = False) -> Run:
     """Fuse runs written by ``python -m retrieval`` (they carry query-vector sidecars) into ``out``."""
+    inputs = [*run_paths, *(sidecar_path(p) for p in run_paths)]
+    check_run_output(out, inputs=[*inputs, bench.root], overwrite=overwrite, sidecar=False)
     qvs = load_fusable(bench, run_paths)
     name = method or "fusion(" + "+".join(Path(p).name.split(".")[0] for p in run_paths) + ")"
     return fuse_query_vectors(bench, qvs, out, method=name, weights=weights, k=k, progress=progress,
-                              inputs=[str(p) for p in run_paths])
+                              inputs=[str(p) for p in run_paths], overwrite=overwrite)

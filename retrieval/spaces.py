@@ -20,7 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from eval.benchmark import Benchmark
-from eval.features import FeatureTable, has_table, l2_normalize, space_dir
+from eval.features import FeatureTable, check_finite, has_table, l2_normalize, space_dir
 from eval.io import FormatError
 
 
@@ -141,10 +141,13 @@ class Space:
 
 
 def _require(bench: Benchmark, name: str, table: str) -> FeatureTable:
+    """A feature table of the space; missing files and NaN/inf rows raise `FormatError` naming the file."""
+    path = space_dir(bench.root, name) / f"{table}.npy"
     if not has_table(bench.root, name, table):
-        raise FormatError(space_dir(bench.root, name) / f"{table}.npy",
-                          f"missing: space {name!r} has no {table!r} table (run `python -m retrieval encode`)")
-    return bench.features(name, table)
+        raise FormatError(path, f"missing: space {name!r} has no {table!r} table (run `python -m retrieval encode`)")
+    t = bench.features(name, table)
+    check_finite(path, t.array, t.ids)
+    return t
 
 
 def _map_ids(bench_ids: list[str], table_ids: list[str], path, what: str) -> np.ndarray:

@@ -11,10 +11,16 @@ depend on the values.
   retrieval over all 218,276 items (top-50 by max over the K samples: FAISS ``IndexFlatIP``); reports ms per query
   for the forward, the retrieval and both.
 
+- validation (``--validation-benchmark DIR``): real `retrieval.lftr.train.train` runs on a benchmark, once per
+  validation scorer (``stream``: eval's numba scorer on the CPU, the old default; ``torch``: on the training
+  device), validating every epoch; reports training seconds per epoch before and after the first validation,
+  validation seconds, and the load average during each epoch (the machine is shared: compare within one run).
+
 Usage::
 
     python scripts/bench_lftr.py                      # full PSR shape, CPU (writes bench_lftr.json)
     python scripts/bench_lftr.py --epochs 1 --train-queries 2048 --items 50000   # a quicker look
+    python scripts/bench_lftr.py --validation-benchmark data/psr-synth --space pixels --threads 2 --epochs 4
 """
 
 from __future__ import annotations
@@ -70,7 +76,13 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0 = default)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("bench_lftr.json"))
+    ap.add_argument("--validation-benchmark", type=Path, default=None,
+                    help="benchmark dir: measure epochs around validation with each scorer instead")
+    ap.add_argument("--space", default="pixels", help="validation benchmark: target and prefix space")
+    ap.add_argument("--config", type=Path, default=Path(__file__).resolve().parents[1] / "configs/lftr/synth.yaml")
     args = ap.parse_args()
+    if args.validation_benchmark is not None:
+        return bench_validation(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -144,6 +156,38 @@ def main() -> None:
     }
     write_json(args.out, res)
     print(json.dumps(res, indent=2))
+
+
+def bench_validation(args) -> None:
+    """Per-epoch training and validation seconds of real LFTR training with each validation scorer."""
+    import os
+    import tempfile
+
+    from eval.benchmark import Benchmark
+    from retrieval.lftr.config import load_config
+    from retrieval.lftr.predict import validation_recall
+    from retrieval.lftr.train import train
+
+    bench = Benchmark.load(args.validation_benchmark)
+    res = {"benchmark": str(args.validation_benchmark), "space": args.space, "threads": args.threads,
+           "epochs": args.epochs, "cpu_count": os.cpu_count(), "torch": torch.__version__, "scorers": {}}
+    for scorer in ("stream", "torch"):
+        cfg = load_config([args.config], [f"val_scorer={scorer}", f"epochs={args.epochs}", f"threads={args.threads}",
+                                          f"seed={args.seed}"], target_space=args.space, prefix_space=args.space)
+        with tempfile.TemporaryDirectory() as d:
+            t0 = time.perf_counter()
+            out = train(bench, cfg, d, validate=validation_recall, progress=False, log=lambda s: None)
+            wall = time.perf_counter() - t0
+        h = out["history"]
+        res["scorers"][scorer] = {
+            "train_seconds": [round(x["train_seconds"], 2) for x in h],
+            "val_seconds": [round(x["val_seconds"], 2) for x in h],
+            "load_avg": [round(x["load_avg"], 2) for x in h],
+            "first_epoch_s": h[0]["train_seconds"],
+            "later_epochs_s": float(np.mean([x["train_seconds"] for x in h[1:]])) if len(h) > 1 else None,
+            "val_s": float(np.mean([x["val_seconds"] for x in h])), "wall_s": wall, "best_val": out["best_val"]}
+        print(scorer, json.dumps(res["scorers"][scorer]), flush=True)
+    write_json(args.out, res)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Writes a random benchmark of the release's shape (GT pools of a few ids, as in PSR; a 384-d state feature table),
 then times, in one run:
   - the first `Benchmark.load` (JSONL -> Arrow through `datasets`, cached in DIR/.cache),
-  - a second `Benchmark.load` (memory-mapped Arrow cache),
+  - a second `Benchmark.load` (memory-mapped Arrow cache), and inside it the full Arrow validation of the three
+    tables (the check that finds invalid UTF-8 with no Python per row), timed on its own,
   - typed access: every test query as a `Query`, GT rows of the test split, 10,000 random segments,
   - `python -m eval validate` on the same directory (reads every line for line numbers),
   - the benchmark fingerprint runs record (`eval.fingerprint`: a hash of every GT pool and corpus id), and the
@@ -25,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from eval import features as feats
-from eval.benchmark import Benchmark
+from eval.benchmark import Benchmark, _check_arrow
 from eval.evaluate import Population
 from eval.io import write_json
 from eval.schema import GT_TIERS, Manifest
@@ -110,6 +111,8 @@ def main() -> None:
         n_lines, t_bare = timed(bare)
         _, t_first = timed(lambda: Benchmark.load(root))
         bench, t_cached = timed(lambda: Benchmark.load(root))
+        _, t_arrow = timed(lambda: [_check_arrow(root / f"{n}.jsonl", ds) for n, ds in (
+            ("queries", bench.queries_ds), ("corpus", bench.corpus_ds), ("states", bench.states_ds))])
 
         def access():
             qs = bench.queries("test")
@@ -126,6 +129,7 @@ def main() -> None:
         n_pop, t_population = timed(lambda: len(Population().query_ids(fp_bench)))
         rows = [("bare json.loads of every line (baseline)", t_bare), ("Benchmark.load, first (JSONL -> Arrow cache)", t_first),
                 ("Benchmark.load, cached (memory-mapped)", t_cached),
+                ("  of which: full Arrow validation (invalid UTF-8 check)", t_arrow),
                 (f"typed access: {n_test:,} test queries + GT rows + 10,000 segments", t_access),
                 ("eval validate (no frame check)", t_validate),
                 ("benchmark fingerprint (sha256 of GT pools + corpus ids)", t_fingerprint),

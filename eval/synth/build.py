@@ -66,10 +66,12 @@ _QTYPE_SALT = {"Q1": 1, "Q2": 2, "Q3": 3, "Q4": 4, "Q5": 5}
 
 
 def build_benchmark(out_dir: str | os.PathLike, videos: int = 300, seed: int = 0, workers: int | None = None,
-                    progress: bool = True, image_size: tuple[int, int] = render.DEFAULT_SIZE) -> Path:
+                    progress: bool = True, image_size: tuple[int, int] = render.DEFAULT_SIZE, *,
+                    overwrite: bool = False) -> Path:
     """Build the synthetic benchmark into ``out_dir`` and return its path.
 
-    ``out_dir`` may be missing, empty, or a previous synthetic build (replaced); anything else is refused.
+    ``out_dir`` may be missing, empty, or a previous synthetic build (replaced); anything else is refused
+    (`eval.outputs`; ``overwrite`` forces).
     The directory is assembled beside ``out_dir`` and moved into place at the end, so a failed build leaves
     nothing half-written. ``workers``: processes for the video pool (default: the CPU count, at most 8; small
     builds run in-process). The output does not depend on ``workers``.
@@ -78,8 +80,7 @@ def build_benchmark(out_dir: str | os.PathLike, videos: int = 300, seed: int = 0
         raise ValueError(f"videos must be at least {len(scenes.FAMILIES)} (one per scene family), got {videos}")
     validate_vocab()
     out = Path(out_dir)
-    _check_target(out)
-    with atomic_dir(out) as stage:
+    with atomic_dir(out, kind=OUTPUT_KIND, overwrite=overwrite, legacy=_is_synth_build) as stage:
         results = _make_videos(stage, videos, seed, workers, progress, image_size)
         _assemble(stage, results, seed, image_size)
     return out
@@ -87,17 +88,15 @@ def build_benchmark(out_dir: str | os.PathLike, videos: int = 300, seed: int = 0
 
 # --- output directory handling -----------------------------------------------------------------------------
 
-def _check_target(out: Path) -> None:
-    if not out.exists():
-        return
-    if not out.is_dir():
-        raise FileExistsError(f"{out} exists and is not a directory")
-    if any(out.iterdir()):
-        manifest = out / "manifest.json"
-        with contextlib.suppress(Exception):
-            if read_json(manifest).get("name") == NAME:
-                return
-        raise FileExistsError(f"{out} is not empty and is not a {NAME} build; refusing to overwrite it")
+#: Output kind of a synthetic build (`eval.outputs`).
+OUTPUT_KIND = "eval synth"
+
+
+def _is_synth_build(out: Path) -> bool:
+    """An unmarked directory written before output markers existed: its manifest names this benchmark."""
+    with contextlib.suppress(Exception):
+        return read_json(out / "manifest.json").get("name") == NAME
+    return False
 
 
 # --- videos ------------------------------------------------------------------------------------------------

@@ -43,7 +43,7 @@ from eval.benchmark import Benchmark
 from eval.features import list_spaces, read_meta
 from eval.io import write_json, write_jsonl
 from eval.schema import GT_TIERS
-from retrieval.canon._files import staged_dir
+from retrieval.canon._files import check_out_dir, staged_dir
 from retrieval.canon.cluster import Clustering, assign, greedy_cluster, similar_pairs, unit_rows, visit_order
 from retrieval.canon.metrics import partition_scores, vocabulary_stats
 from retrieval.canon.vocab import PhraseVocab, from_benchmark, segment_phrases
@@ -62,6 +62,7 @@ class ApplyConfig:
     device: str | None = None
     copy: bool = False  # copy frames / visual features instead of linking them
     ties: str = "first"  # count ties of the visiting order: `retrieval.canon.cluster.visit_order`
+    overwrite: bool = False  # replace an --out that is not an earlier apply output (eval.outputs)
 
     def resolved_similar(self) -> float:
         return self.threshold - 0.10 if self.similar_threshold is None else self.similar_threshold
@@ -277,8 +278,7 @@ def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print
     from retrieval.encoders import TextEncoder
 
     src = Path(cfg.data)
-    if Path(cfg.out).resolve() == src.resolve():
-        raise ValueError("--out must differ from --data (the source benchmark is read, never modified)")
+    check_out_dir(cfg.out, "apply", inputs=[src], overwrite=cfg.overwrite)  # never the source benchmark
     bench = Benchmark.load(src)
     vocab = from_benchmark(bench)
     encoder = encoder or TextEncoder(cfg.model, device=cfg.device, batch_size=cfg.batch_size)
@@ -305,7 +305,7 @@ def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print
                     extra={**m.extra, "canonicalization": canon_info})
     phrase_map = [{"phrase": p, "count": int(c), "state_id": canon.ids[int(s)], "similarity": float(sim)}
                   for p, c, s, sim in zip(vocab.phrases, vocab.counts, cl.labels, cl.seed_sim, strict=True)]
-    with staged_dir(cfg.out, "apply") as d:
+    with staged_dir(cfg.out, "apply", inputs=[src], overwrite=cfg.overwrite) as d:
         write_jsonl(d / "corpus.jsonl", out["segments"])
         write_jsonl(d / "queries.jsonl", out["queries"])
         write_jsonl(d / "states.jsonl", out["states"])

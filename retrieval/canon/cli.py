@@ -14,6 +14,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from eval.cli_support import data_option, overwrite_option
+
 app = typer.Typer(help="Canonicalization: greedy clustering sweep, one saved clustering, assigning and re-keying "
                        "phrases and benchmarks; probes: robust encoder, report.",
                   no_args_is_help=True, add_completion=False)
@@ -43,13 +45,14 @@ def _floats(text: str) -> list[float]:
 @app.command()
 def sweep(
     out: Path = typer.Option(..., "--out", help="output directory (tables, sweep.json, clusters, plot)"),
-    data: Path = typer.Option(None, "--data", help="benchmark directory: cluster its corpus's raw descriptions"),
+    data: Path = data_option(None, help="benchmark directory: cluster its corpus's raw descriptions"),
     phrases: Path = typer.Option(None, "--phrases", help="or a " + PHRASES_HELP),
     thresholds: str = typer.Option("0.80,0.85,0.90", "--thresholds", help="comma-separated cosine thresholds"),
     model: str = MODEL,
     ties: str = TIES,
     batch_size: int = typer.Option(128, "--batch-size", min=1),
     device: str = typer.Option(None, "--device"),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """Cluster the raw state vocabulary at each threshold: vocabulary size, merge rate, cluster sizes, and purity /
     inverse purity / ARI against the true synonym sets when known; per threshold the clusters and the per-phrase
@@ -57,11 +60,9 @@ def sweep(
     from retrieval.canon.sweep import SweepConfig, run_sweep
 
     cfg = SweepConfig(out=str(out), data=str(data) if data else None, phrases=str(phrases) if phrases else None,
-                      thresholds=_floats(thresholds), model=model, ties=ties, batch_size=batch_size, device=device)
-    try:
-        doc = run_sweep(cfg, log=_log)
-    except (ValueError, FileExistsError) as e:
-        raise typer.BadParameter(str(e)) from None
+                      thresholds=_floats(thresholds), model=model, ties=ties, batch_size=batch_size, device=device,
+                      overwrite=overwrite)
+    doc = run_sweep(cfg, log=_log)
     typer.echo(doc["markdown"])
     console.print(f"[green]wrote[/] {escape(str(out))}")
 
@@ -69,24 +70,23 @@ def sweep(
 @app.command()
 def cluster(
     out: Path = typer.Option(..., "--out", help="output directory (states, per-phrase map, seed embeddings)"),
-    data: Path = typer.Option(None, "--data", help="benchmark directory: cluster its corpus's raw descriptions"),
+    data: Path = data_option(None, help="benchmark directory: cluster its corpus's raw descriptions"),
     phrases: Path = typer.Option(None, "--phrases", help="or a " + PHRASES_HELP),
     threshold: float = typer.Option(0.85, "--threshold", help="cosine threshold"),
     model: str = MODEL,
     ties: str = TIES,
     batch_size: int = typer.Option(128, "--batch-size", min=1),
     device: str = typer.Option(None, "--device"),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """Canonicalize phrases at one threshold and save the clustering (for `canon assign` and `canon apply
     --phrases`): states.jsonl, phrases.jsonl (phrase -> state id, seed, cosine, query ids), seeds.npy."""
     from retrieval.canon.store import ClusterConfig, run_cluster
 
     cfg = ClusterConfig(out=str(out), data=str(data) if data else None, phrases=str(phrases) if phrases else None,
-                        threshold=threshold, model=model, ties=ties, batch_size=batch_size, device=device)
-    try:
-        run_cluster(cfg, log=_log)
-    except (ValueError, FileExistsError) as e:
-        raise typer.BadParameter(str(e)) from None
+                        threshold=threshold, model=model, ties=ties, batch_size=batch_size, device=device,
+                        overwrite=overwrite)
+    run_cluster(cfg, log=_log)
     console.print(f"[green]wrote[/] {escape(str(out))}")
 
 
@@ -111,16 +111,13 @@ def assign(
 
     cfg = AssignConfig(clustering=str(clustering), phrases=str(phrases), out=str(out), model=model, ties=ties,
                        new_states=new_states, overwrite=overwrite, batch_size=batch_size, device=device)
-    try:
-        run_assign(cfg, log=_log)
-    except (ValueError, FileExistsError) as e:
-        raise typer.BadParameter(str(e)) from None
+    run_assign(cfg, log=_log)
 
 
 @app.command()
 def apply(
     out: Path = typer.Option(..., "--out", help="directory of the re-keyed benchmark, or the re-keyed phrase file"),
-    data: Path = typer.Option(None, "--data", help="source benchmark directory (read only)"),
+    data: Path = data_option(None, help="source benchmark directory (read only)"),
     phrases: Path = typer.Option(None, "--phrases", help="or a forecaster's phrase file (.jsonl) to re-key to the "
                                                          "states of --clustering"),
     clustering: Path = typer.Option(None, "--clustering", help="with --phrases: a directory written by `canon "
@@ -133,42 +130,40 @@ def apply(
                                             help="cosine of the bge_similar tier's neighbour states (default T-0.10)"),
     copy: bool = typer.Option(False, "--copy", help="copy frames and visual features instead of linking them"),
     new_states: bool = NEW_STATES,
-    overwrite: bool = typer.Option(False, "--overwrite", help="with --phrases: replace an existing --out file"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="replace an existing --out this command did not write "
+                                                              "(never an input of the job)"),
     batch_size: int = typer.Option(128, "--batch-size", min=1),
     device: str = typer.Option(None, "--device"),
 ) -> None:
     """Canonicalize a benchmark's raw vocabulary at one threshold and write a re-keyed benchmark (GT pools
     recomputed); or, with --phrases and --clustering, re-key a phrase file to a saved clustering's states."""
-    try:
-        if ties not in ("first", "text"):
-            raise ValueError(f"--ties must be 'first' or 'text', got {ties!r}")
-        if (data is None) == (phrases is None):
-            raise ValueError("give exactly one of --data (a benchmark) or --phrases (a phrase file, with --clustering)")
-        if phrases is not None:
-            from retrieval.canon.assign import AssignConfig, apply_phrase_file
+    if ties not in ("first", "text"):
+        raise ValueError(f"--ties must be 'first' or 'text', got {ties!r}")
+    if (data is None) == (phrases is None):
+        raise ValueError("give exactly one of --data (a benchmark) or --phrases (a phrase file, with --clustering)")
+    if phrases is not None:
+        from retrieval.canon.assign import AssignConfig, apply_phrase_file
 
-            if clustering is None:
-                raise ValueError("--phrases needs --clustering (a directory written by `canon cluster`)")
-            apply_phrase_file(AssignConfig(clustering=str(clustering), phrases=str(phrases), out=str(out),
-                                           model=model, ties=ties, new_states=new_states, overwrite=overwrite,
-                                           batch_size=batch_size, device=device), log=_log)
-            return
-        from retrieval.canon.apply import ApplyConfig, apply_canonicalization
+        if clustering is None:
+            raise ValueError("--phrases needs --clustering (a directory written by `canon cluster`)")
+        apply_phrase_file(AssignConfig(clustering=str(clustering), phrases=str(phrases), out=str(out),
+                                       model=model, ties=ties, new_states=new_states, overwrite=overwrite,
+                                       batch_size=batch_size, device=device), log=_log)
+        return
+    from retrieval.canon.apply import ApplyConfig, apply_canonicalization
 
-        if clustering is not None:
-            raise ValueError("--clustering goes with --phrases; with --data the clustering is made at --threshold")
-        cfg = ApplyConfig(data=str(data), out=str(out), threshold=threshold, model=model or ApplyConfig.model,
-                          similar_threshold=similar_threshold, batch_size=batch_size, device=device, copy=copy,
-                          ties=ties)
-        apply_canonicalization(cfg, log=_log)
-    except (ValueError, FileExistsError) as e:
-        raise typer.BadParameter(str(e)) from None
+    if clustering is not None:
+        raise ValueError("--clustering goes with --phrases; with --data the clustering is made at --threshold")
+    cfg = ApplyConfig(data=str(data), out=str(out), threshold=threshold, model=model or ApplyConfig.model,
+                      similar_threshold=similar_threshold, batch_size=batch_size, device=device, copy=copy,
+                      ties=ties, overwrite=overwrite)
+    apply_canonicalization(cfg, log=_log)
     console.print(f"[green]wrote[/] {escape(str(out))}; check it with `python -m eval validate {escape(str(out))}`")
 
 
 @app.command()
 def finetune(
-    data: Path = typer.Option(..., "--data", help="benchmark directory"),
+    data: Path = data_option(),
     out: Path = typer.Option(..., "--out", help="output directory (model/, holdout.json, pairs, logs)"),
     base_model: str = typer.Option("BAAI/bge-small-en-v1.5", "--base-model", help="sentence-transformers model"),
     split: str = typer.Option("train", "--split", help="split whose clusters give the training pairs"),
@@ -180,6 +175,7 @@ def finetune(
     lr: float = typer.Option(1e-4, "--lr"),
     dims: str = typer.Option("", "--matryoshka-dims", help="comma-separated widths (default: d, 2^j < d, ..., 64)"),
     device: str = typer.Option(None, "--device"),
+    overwrite: bool = overwrite_option(),
 ) -> None:
     """Fine-tune the text encoder on (member phrase -> canonical state) pairs with MatryoshkaLoss over
     CachedMultipleNegativesRankingLoss; encode a space with OUT/model to get the paraphrase-robust index."""
@@ -188,17 +184,16 @@ def finetune(
 
     cfg = FinetuneConfig(data=str(data), out=str(out), base_model=base_model, split=split, holdout_fraction=holdout,
                          seed=seed, epochs=epochs, batch_size=batch_size, mini_batch_size=mini_batch_size,
-                         learning_rate=lr, matryoshka_dims=[int(x) for x in _floats(dims)], device=device)
-    try:
-        run(cfg, log=_log)
-    except (ValueError, FileExistsError) as e:
-        raise typer.BadParameter(str(e)) from None
+                         learning_rate=lr, matryoshka_dims=[int(x) for x in _floats(dims)], device=device,
+                         overwrite=overwrite)
+    run(cfg, log=_log)
 
 
 @app.command()
 def report(
-    data: Path = typer.Option(..., "--data", help="benchmark directory the runs were scored on"),
+    data: Path = data_option(help="benchmark directory the runs were scored on"),
     out: Path = typer.Option(..., "--out", help="report directory"),
+    overwrite: bool = overwrite_option(),
     exact: Path = typer.Option(..., "--exact", help="run of the exact-string oracle (oracle semantic-text)"),
     paraphrase: Path = typer.Option(..., "--paraphrase", help="run of the paraphrase oracle (plain read)"),
     predictor: list[Path] = typer.Option([], "--predictor", help="predictor runs (repeat); the best is reported"),
@@ -217,10 +212,7 @@ def report(
     cfg = CanonReportConfig(data=str(data), out=str(out), exact=str(exact), paraphrase=str(paraphrase),
                             predictors=[str(p) for p in predictor], describe=[str(p) for p in describe],
                             others=list(other), robust=list(robust), holdout=str(holdout) if holdout else None, k=k,
-                            n_resamples=resamples, seed=seed)
-    try:
-        doc = write_report(cfg)
-    except (ValueError, FileExistsError, KeyError) as e:
-        raise typer.BadParameter(str(e)) from None
+                            n_resamples=resamples, seed=seed, overwrite=overwrite)
+    doc = write_report(cfg)
     typer.echo(doc["markdown"])
     console.print(f"[green]wrote[/] {escape(str(out))}")

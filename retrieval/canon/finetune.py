@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from eval.io import write_json, write_jsonl
-from retrieval.canon._files import staged_dir
+from retrieval.canon._files import check_out_dir, staged_dir
 from retrieval.canon.vocab import segment_phrases
 
 
@@ -57,6 +57,7 @@ class FinetuneConfig:
     scale: float = 20.0
     matryoshka_dims: list[int] = field(default_factory=list)  # empty: (d, powers of two below d, down to 64)
     device: str | None = None
+    overwrite: bool = False  # replace an --out that is not an earlier fine-tune (eval.outputs)
 
 
 def holdout_draw(state_id: str, seed: int) -> float:
@@ -123,6 +124,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, log=print) -> Path:
     from eval.benchmark import Benchmark
     from retrieval.encoders import pick_device, resolve_model
 
+    check_out_dir(cfg.out, "finetune", inputs=[cfg.data], overwrite=cfg.overwrite)
     bench = Benchmark.load(cfg.data)
     seen, held = split_states(bench, cfg.split, cfg.holdout_fraction, cfg.seed)
     pairs = training_pairs(bench, seen, cfg.split)
@@ -144,7 +146,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, log=print) -> Path:
             if logs and "loss" in logs:
                 losses.append({"step": state.global_step, "loss": float(logs["loss"])})
 
-    with staged_dir(cfg.out, "finetune") as d:
+    with staged_dir(cfg.out, "finetune", inputs=[cfg.data], overwrite=cfg.overwrite) as d:
         args = SentenceTransformerTrainingArguments(
             output_dir=str(d / "trainer"), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
             learning_rate=cfg.learning_rate, warmup_ratio=cfg.warmup_ratio, seed=cfg.seed, data_seed=cfg.seed,

@@ -33,7 +33,7 @@ from eval.io import write_json
 from eval.metrics import RankStats, mean_valid, recall_at_k, reciprocal_rank
 from eval.runs import read_run
 from eval.stats import mcnemar_exact, paired_bootstrap
-from retrieval.canon._files import staged_dir
+from retrieval.canon._files import check_out_dir, staged_dir
 
 #: The paper's numbers (R@5, fair test set, BGE): exact-string oracle, paraphrase oracle, best method (fusion),
 #: cross-model description (LLaVA-1.6-7B).
@@ -57,6 +57,12 @@ class CanonReportConfig:
     k: int = 5
     n_resamples: int = 10_000
     seed: int = 0
+    overwrite: bool = False  # replace an --out that is not an earlier canon report (eval.outputs)
+
+    def inputs(self) -> list[str | None]:
+        """Every file and folder the report reads (never replaced by its output)."""
+        labelled = [x.partition("=")[2] for x in (*self.others, *self.robust)]
+        return [self.data, self.exact, self.paraphrase, *self.predictors, *self.describe, *labelled, self.holdout]
 
 
 @dataclass
@@ -245,10 +251,11 @@ def _plot(doc: dict, path: Path) -> None:
 
 def write_report(cfg: CanonReportConfig) -> dict:
     """Build the report and write its directory (module docstring); returns the JSON document."""
+    check_out_dir(cfg.out, "report", inputs=cfg.inputs(), overwrite=cfg.overwrite)
     res = build(cfg)
     doc, tables = res["doc"], res["tables"]
     md = "# Canonicalization probes\n\n" + _EXPLAIN + "\n" + "\n".join(t.markdown() for t in tables)
-    with staged_dir(cfg.out, "report") as d:
+    with staged_dir(cfg.out, "report", inputs=cfg.inputs(), overwrite=cfg.overwrite) as d:
         for t in tables:
             t.write(d)
         (d / "report.md").write_text(md, encoding="utf-8")

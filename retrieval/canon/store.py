@@ -75,6 +75,7 @@ class ClusterConfig:
     ties: str = "first"
     batch_size: int = 128
     device: str | None = None
+    overwrite: bool = False  # replace an --out that is not an earlier clustering (eval.outputs)
 
     def check(self) -> None:
         if (self.data is None) == (self.phrases is None):
@@ -137,10 +138,10 @@ class SavedClustering:
 
 
 def write_clustering(out: str | Path, vocab: PhraseVocab, emb: np.ndarray, cl: Clustering, info: dict,
-                     config: dict) -> None:
+                     config: dict, *, inputs=(), overwrite: bool = False) -> None:
     """Write the directory of the module docstring (staged, then swapped in; see `retrieval.canon._files`)."""
     units = unit_rows(emb)
-    with staged_dir(out, CLUSTERING_KIND) as d:
+    with staged_dir(out, CLUSTERING_KIND, inputs=inputs, overwrite=overwrite) as d:
         write_jsonl(d / "states.jsonl", clusters_rows(vocab, cl))
         write_jsonl(d / "phrases.jsonl", phrase_rows(vocab, cl))
         np.save(d / "seeds.npy", units[cl.seeds])
@@ -154,7 +155,8 @@ def run_cluster(cfg: ClusterConfig, *, progress: bool = True, log=print, encoder
     from retrieval.canon.sweep import embed_vocab, load_vocab
 
     cfg.check()
-    check_out_dir(cfg.out, CLUSTERING_KIND)  # refuse before the work
+    inputs = [cfg.data, cfg.phrases]
+    check_out_dir(cfg.out, CLUSTERING_KIND, inputs=inputs, overwrite=cfg.overwrite)  # refuse before the work
     vocab = load_vocab(cfg.data, cfg.phrases)
     log(f"{len(vocab):,} unique phrases ({int(vocab.counts.sum()):,} occurrences) from {vocab.source}")
     emb = embed_vocab(vocab, cfg.model, batch_size=cfg.batch_size, device=cfg.device, progress=progress,
@@ -165,6 +167,6 @@ def run_cluster(cfg: ClusterConfig, *, progress: bool = True, log=print, encoder
             "phrases": len(vocab), "occurrences": int(vocab.counts.sum()), "states": cl.n_clusters,
             "dim": int(emb.shape[1]), "seconds": time.perf_counter() - t0, **vocabulary_stats(cl.labels),
             "similarity": "float64 cosine of the float32 unit embeddings (exact dot product, rounded once)"}
-    write_clustering(cfg.out, vocab, emb, cl, info, asdict(cfg))
+    write_clustering(cfg.out, vocab, emb, cl, info, asdict(cfg), inputs=inputs, overwrite=cfg.overwrite)
     log(f"threshold {cfg.threshold:g}: {cl.n_clusters:,} canonical states -> {cfg.out}")
     return info

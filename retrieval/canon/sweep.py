@@ -50,6 +50,7 @@ class SweepConfig:
     ties: str = "first"
     batch_size: int = 128
     device: str | None = None
+    overwrite: bool = False  # replace an --out that is not an earlier sweep (eval.outputs)
 
     def check(self) -> None:
         if (self.data is None) == (self.phrases is None):
@@ -167,7 +168,8 @@ def run_sweep(cfg: SweepConfig, *, progress: bool = True, log=print, encoder=Non
     """Run the sweep and write the output directory (see the module docstring); returns the JSON document.
     ``encoder``: an already loaded text encoder of ``cfg.model`` (else it is loaded)."""
     cfg.check()
-    check_out_dir(cfg.out, "sweep")  # refuse before the work
+    inputs = [cfg.data, cfg.phrases]
+    check_out_dir(cfg.out, "sweep", inputs=inputs, overwrite=cfg.overwrite)  # refuse before the work
     vocab = load_vocab(cfg.data, cfg.phrases)
     log(f"{len(vocab):,} unique phrases ({int(vocab.counts.sum()):,} occurrences) from {vocab.source}")
     emb = embed_vocab(vocab, cfg.model, batch_size=cfg.batch_size, device=cfg.device, progress=progress,
@@ -185,7 +187,7 @@ def run_sweep(cfg: SweepConfig, *, progress: bool = True, log=print, encoder=Non
     if vocab.truth is not None:
         best = max(rows, key=lambda r: r["ari"])
         doc["best_ari_threshold"] = best["threshold"]
-    with staged_dir(cfg.out, "sweep") as d:
+    with staged_dir(cfg.out, "sweep", inputs=inputs, overwrite=cfg.overwrite) as d:
         table = _table(rows, vocab.truth is not None)
         table.write(d)
         for r in rows:

@@ -5,13 +5,17 @@ Transformer context encoder, a 3-layer transition MLP, rollout depth H=8, K=32 s
 sigma head; multi-query max-similarity InfoNCE (tau 0.04) with 384 random + 128 hard negatives, grounding MSE
 (weight 0.5); AdamW (lr 3e-4, weight decay 1e-4), cosine schedule, 50 epochs, batch 256, best-val-R@5 checkpoint.
 
-Ablation switches (the paper's Tables 12, 13, 16, 17): ``rollout_depth: 1`` (H=1 horizon-conditioned read),
-``n_hard_negatives: 0``, ``grounding_weight: 0``, ``condition_question: false`` (no question type / question
-text), ``use_sigma: false`` (no sigma head: one sample, the mean), and ``read_rule`` in `READ_RULES`.
+Ablation switches (the paper's Tables 12, 13, 16, 17 and App. "limits"): ``rollout_depth: 1`` (H=1
+horizon-conditioned read), ``n_hard_negatives: 0``, ``grounding_weight: 0``, ``condition_question: false`` (no
+question type / question text), ``use_sigma: false`` (no sigma head: one sample, the mean),
+``intermediate_weight: w`` (intermediate-horizon supervision, Table 16), ``grounding_target: prototype``
+(ground to the target state's prototype instead of the GT centroid), and ``read_rule`` in `READ_RULES`
+(``calibrated``: the per-horizon step calibration learned on the validation split).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
@@ -20,13 +24,21 @@ from typing import Any
 
 import yaml
 
-from eval.io import atomic_path
+from eval.io import FormatError, atomic_path
+
+_TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool}
 
 #: How the prediction is read off the rollout ``mu_1..mu_H``:
 #: ``matched`` reads step h (the query's horizon, clipped to H); ``fixed1`` reads step 1; ``best_step_oracle``
 #: reads, per query, the step whose ranking of the GT is best (needs the GT: an oracle, analysis only);
-#: ``multi_hypothesis`` scores an item by the max over all steps (and samples).
-READ_RULES = ("matched", "fixed1", "best_step_oracle", "multi_hypothesis")
+#: ``multi_hypothesis`` scores an item by the max over the H projected step means ``P(mu_1)..P(mu_H)`` (no
+#: sampling noise); ``calibrated`` reads, for a query of horizon h, the step chosen for h on the validation split
+#: (the step whose matched-style read has the best validation R@val_k among the queries of that horizon).
+READ_RULES = ("matched", "fixed1", "best_step_oracle", "multi_hypothesis", "calibrated")
+#: Grounding targets: the GT centroid of the query (default) or the target state's prototype.
+GROUNDING_TARGETS = ("centroid", "prototype")
+#: Validation scorers: torch on the training device (default) or eval's streaming scorer (numba, CPU).
+VAL_SCORERS = ("torch", "stream")
 
 
 @dataclass
@@ -51,7 +63,10 @@ class LFTRConfig:
     tau: float = 0.04
     n_random_negatives: int = 384
     n_hard_negatives: int = 128
+    hard_negative_candidates: int = 0  # neighbours mined per positive before the query's GT is dropped (0: 2 x n_hard)
     grounding_weight: float = 0.5
+    grounding_target: str = "centroid"  # centroid | prototype
+    intermediate_weight: float = 0.0  # Table 16: grounding of the intermediate steps to the states passed through
     # --- optimisation ---
     epochs: int = 50
     batch_size: int = 256
@@ -65,6 +80,8 @@ class LFTRConfig:
     read_rule: str = "matched"
     val_every: int = 1
     val_k: int = 5  # checkpoint selection metric: R@val_k on the validation split
+    val_scorer: str = "torch"  # torch (on the training device) | stream (eval's numba scorer on the CPU)
+    val_max_queries: int = 0  # 0 = every validation query; else a fixed random subset of this size (seeded)
     train_split: str = "train"
     val_split: str = "val"
 
@@ -72,8 +89,18 @@ class LFTRConfig:
         self.validate()
 
     def validate(self) -> None:
+        for f in fields(self):  # a YAML or --set value of the wrong type (epochs: many) is named, not cast
+            v, want = getattr(self, f.name), _TYPES.get(str(f.type))
+            if want is not None and (not isinstance(v, want) or (isinstance(v, bool) and want is not bool)):
+                raise ValueError(f"{f.name} must be {f.type}, got {type(v).__name__} {v!r}")
         if self.read_rule not in READ_RULES:
             raise ValueError(f"read_rule must be one of {READ_RULES}, got {self.read_rule!r}")
+        if self.grounding_target not in GROUNDING_TARGETS:
+            raise ValueError(f"grounding_target must be one of {GROUNDING_TARGETS}, got {self.grounding_target!r}")
+        if self.val_scorer not in VAL_SCORERS:
+            raise ValueError(f"val_scorer must be one of {VAL_SCORERS}, got {self.val_scorer!r}")
+        if self.intermediate_weight < 0 or self.grounding_weight < 0:
+            raise ValueError("loss weights must be >= 0")
         for name in ("d_model", "n_layers", "n_heads", "transition_depth", "rollout_depth", "n_samples", "epochs",
                      "batch_size", "val_every", "val_k"):
             if int(getattr(self, name)) < 1:
@@ -84,6 +111,11 @@ class LFTRConfig:
             raise ValueError(f"tau must be > 0, got {self.tau}")
         if self.n_random_negatives < 0 or self.n_hard_negatives < 0:
             raise ValueError("negative counts must be >= 0")
+
+    @property
+    def n_hard_candidates(self) -> int:
+        """Neighbours mined per positive item (before the query's excluded items are dropped)."""
+        return self.hard_negative_candidates or 2 * self.n_hard_negatives
 
     # --- I/O ---
     @classmethod
@@ -109,6 +141,9 @@ class LFTRConfig:
                 raise ValueError(f"unknown LFTR config key {k!r} in override; known keys: {sorted(d)}")
             if isinstance(v, str) and types[k] != "str":
                 v = yaml.safe_load(v)
+            if isinstance(v, str) and types[k] == "float":  # YAML 1.1 reads 1e-3 (no dot) as a string
+                with contextlib.suppress(ValueError):
+                    v = float(v)
             d[k] = v
         return LFTRConfig.from_dict(d)
 
@@ -121,14 +156,20 @@ class LFTRConfig:
 
     def training_hash(self) -> str:
         """Hash of everything that changes the trained weights (not evaluation-only keys): resume guard."""
-        d = {k: v for k, v in self.to_dict().items() if k not in ("read_rule", "device", "val_every", "threads")}
+        d = {k: v for k, v in self.to_dict().items() if k not in ("read_rule", "device", "val_every", "threads",
+                                                                     "val_scorer")}
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """The key/value mapping of a config file; unknown keys raise `ValueError` naming the file."""
-    with open(path, encoding="utf-8") as f:
-        d = yaml.safe_load(f) or {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            d = yaml.safe_load(f) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        mark = getattr(e, "problem_mark", None)
+        raise FormatError(path, f"not valid YAML ({' '.join(str(e).split())[:200]})",
+                          line=None if mark is None else mark.line + 1) from None
     if not isinstance(d, dict):
         raise ValueError(f"{path}: expected a mapping of config keys, got {type(d).__name__}")
     known = {f.name for f in fields(LFTRConfig)}
@@ -149,6 +190,11 @@ def load_config(paths: list[str | Path] | None = None, overrides: list[str] | No
     """Defaults <- each YAML file in order <- ``fixed`` (CLI options that are set) <- ``key=value`` overrides."""
     cfg = LFTRConfig()
     for p in paths or []:
-        cfg = cfg.with_overrides(read_yaml(p))
+        try:
+            cfg = cfg.with_overrides(read_yaml(p))
+        except FormatError:
+            raise
+        except ValueError as e:  # a value the config rejects: name the file it came from
+            raise FormatError(p, str(e)) from None
     cfg = cfg.with_overrides({k: v for k, v in fixed.items() if v is not None})
     return cfg.with_overrides(overrides or [])

@@ -1,14 +1,25 @@
 """Training and prediction tensors of LFTR, built from a benchmark and its precomputed (frozen) features.
 
 Per query (row of the benchmark's queries): the prefix row, question type, horizon, question-text embedding,
-target state, positives and the grounding target. Positives are the items of the query's main GT pool
-(in-dataset + cross-dataset segments, mapped to target-space items: state rows in a semantic space, segment rows in
-a visual one). Negatives are never items of the query's target state (so neither GT nor the self tier, nor an
-unlabelled segment of the same canonical state).
+target state, positives, grounding targets and the items that may never be its negatives. Positives are the items
+of the query's main GT pool (in-dataset + cross-dataset segments, mapped to target-space items: state rows in a
+semantic space, segment rows in a visual one). **Excluded from negatives**: every item of the query's target state
+and every item of any of its GT pools (in_video, in_dataset, cross_dataset, bge_similar, consensus, type1), as the
+paper's appendix says ("excluded from every GT pool").
 
-Hard negatives: for each training query, the ``n_hard`` items nearest to the centroid of its positives in the
-target space (cosine), excluding items of the target state. Mined once per (space, queries, n_hard) in chunks of
-queries, and cached as ``.npy`` under ``DIR/.cache/lftr/`` (or the checkpoint folder when the benchmark is read-only).
+Hard negatives (paper §4.2, App. H): mined per **positive item** ``p`` as its nearest items in the target space
+(cosine, exact), excluding items of ``p``'s own state; ``n_candidates`` of them are kept per positive
+(`mine_hard_negatives`), and at batch time the query's excluded items are dropped and the first ``n_hard``
+remaining ones are its hard negatives (`retrieval.lftr.train.Trainer`). In a semantic space the only positive is
+the target state, so this equals mining around the GT centroid. The neighbour table (int32, one row per distinct
+positive item of the training queries) is cached as ``.npy`` under ``DIR/.cache/lftr/`` (or the checkpoint folder
+when the benchmark is read-only).
+
+Grounding targets: ``centroid`` (the L2-normalised mean of the query's positives) or the target state's
+**prototype** (``state_proto``: the mean target-space feature of all the state's segments, normalised, as the
+state-prototype oracle uses it). Intermediate-horizon supervision (Table 16) uses, per query, the states of its
+object's segments that start after the prefix and before the target (``inter_ptr`` / ``inter_state``, in time
+order: steps 1, 2, ...).
 """
 
 from __future__ import annotations
@@ -36,7 +47,10 @@ class LFTRData:
     ``prefix`` ``(n_prefixes, 8, d_in)``; ``prefix_row``, ``qtype``, ``horizon``, ``target_state`` ``(n_q,)`` int64;
     ``question`` ``(n_q, d_text)`` or None; ``pos_ptr`` ``(n_q + 1,)`` / ``pos_items`` ``(nnz,)`` (CSR positives);
     ``centroid`` ``(n_q, d_out)`` L2-normalised mean of the positives (zero without positives);
-    ``items`` ``(n_items, d_out)``; ``item_state`` ``(n_items,)``; ``split`` ``(n_q,)`` str.
+    ``items`` ``(n_items, d_out)``; ``item_state`` ``(n_items,)``; ``split`` ``(n_q,)`` str;
+    ``excl_ptr`` / ``excl_items`` (CSR, sorted per query): items of every GT pool of the query (never negatives);
+    ``state_proto`` ``(n_states, d_out)`` L2-normalised state prototypes in the target space;
+    ``inter_ptr`` / ``inter_state`` (CSR, time order): intermediate states between prefix and target.
     """
 
     prefix: np.ndarray
@@ -51,6 +65,11 @@ class LFTRData:
     items: np.ndarray
     item_state: np.ndarray
     split: np.ndarray
+    excl_ptr: np.ndarray | None = None
+    excl_items: np.ndarray | None = None
+    state_proto: np.ndarray | None = None
+    inter_ptr: np.ndarray | None = None
+    inter_state: np.ndarray | None = None
 
     @property
     def n_pos(self) -> np.ndarray:
@@ -125,6 +144,9 @@ def build_data(bench: Benchmark, target: Space, prefix_space: Space, question: n
         ptr.append(ptr[-1] + items.size)
     pos_items = np.concatenate(pos) if pos else np.zeros(0, np.int64)
     pos_ptr = np.asarray(ptr, np.int64)
+    excl_ptr, excl_items = _csr([np.unique(target.corpus_rows_to_items(rows)) if rows.size else rows
+                                 for rows in _pool_rows(pools, qd["gt_type1"][:], cidx)])
+    inter_ptr, inter_state = _csr(_intermediate_states(bench))
     items = np.array(target.items, np.float32)  # a writable copy (the table may be memory-mapped read-only)
     # centroid of each query's positives: segment-sum via np.add.reduceat on the CSR layout
     counts = np.diff(pos_ptr)
@@ -137,34 +159,91 @@ def build_data(bench: Benchmark, target: Space, prefix_space: Space, question: n
         prefix=np.array(prefix_space.prefixes.array, np.float32), prefix_row=prefix_row, qtype=qtype,
         horizon=horizon, question=None if question is None else np.asarray(question, np.float32),
         target_state=target_state, pos_ptr=pos_ptr, pos_items=pos_items, centroid=centroid, items=items,
-        item_state=target.item_state, split=np.asarray(qd["split"][:]),
+        item_state=target.item_state, split=np.asarray(qd["split"][:]), excl_ptr=excl_ptr, excl_items=excl_items,
+        state_proto=target.state_prototypes(), inter_ptr=inter_ptr, inter_state=inter_state,
     )
 
 
-def mine_hard_negatives(data: LFTRData, rows: np.ndarray, n_hard: int, cache: Path | None, *, tag: str = "",
-                        device: str = "cpu", chunk: int = 256, progress: bool = True) -> np.ndarray:
-    """``(len(rows), n_hard)`` int64 item rows: nearest items to each query's positive centroid, excluding items
-    of its target state (cosine, exact, chunked over queries); -1 pads when fewer items qualify. Cached under
-    ``cache`` when given."""
-    n_hard = min(n_hard, data.items.shape[0])
-    if n_hard == 0 or len(rows) == 0:
-        return np.zeros((len(rows), 0), np.int64)
-    h = hashlib.sha256(tag.encode() + np.asarray(rows).tobytes() + data.centroid[rows].tobytes()
-                       + data.items.shape.__repr__().encode() + str(n_hard).encode()).hexdigest()[:16]
-    f = cache / f"hardneg-{h}.npy" if cache is not None else None
+def _csr(lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    ptr = np.zeros(len(lists) + 1, np.int64)
+    ptr[1:] = np.cumsum([len(x) for x in lists])
+    flat = np.concatenate(lists).astype(np.int64) if lists and ptr[-1] else np.zeros(0, np.int64)
+    return ptr, flat
+
+
+#: GT pools whose items are never negatives of their query (`eval.schema` tiers) plus the type1 GT.
+EXCLUDED_POOLS = ("in_video", "in_dataset", "cross_dataset", "bge_similar", "consensus")
+
+
+def _pool_rows(pools: list[dict], gt_type1: list[list[str]], cidx: dict[str, int]):
+    """Per query: corpus rows of every GT pool (`EXCLUDED_POOLS`) and of its type1 GT."""
+    for p, t1 in zip(pools, gt_type1, strict=True):
+        ids = [x for t in EXCLUDED_POOLS for x in (p.get(t) or ())] + list(t1 or ())
+        yield np.fromiter((cidx[x] for x in ids if x in cidx), np.int64)
+
+
+def _intermediate_states(bench: Benchmark) -> list[np.ndarray]:
+    """Per query: benchmark state rows of its object's segments with ``prefix_end < start < target_time``, in
+    time order (the states the rollout passes through before the target)."""
+    cd, qd = bench.corpus_ds, bench.queries_ds
+    seg_state = bench.segment_state_rows
+    start = np.asarray(cd["start"][:], np.float64)
+    keys = np.char.add(np.char.add(np.asarray(cd["video_id"][:], str), "/"), np.asarray(cd["object_id"][:], str))
+    uniq, obj = np.unique(keys, return_inverse=True)
+    order = np.lexsort((start, obj))  # rows grouped by (video, object), each group sorted by start
+    bounds = np.searchsorted(obj[order], np.arange(len(uniq) + 1))
+    group = {k: i for i, k in enumerate(uniq.tolist())}
+    out = []
+    for v, o, pe, tt in zip(qd["video_id"][:], qd["object_id"][:], qd["prefix_end"][:], qd["target_time"][:],
+                            strict=True):
+        g = group.get(f"{v}/{o}")
+        rows = order[bounds[g]:bounds[g + 1]] if g is not None else order[:0]
+        st = start[rows]
+        out.append(seg_state[rows[(st > pe) & (st < tt)]])
+    return out
+
+
+@dataclass
+class HardNegatives:
+    """Nearest neighbours of positive items: ``neighbours[j]`` are the item rows nearest to item
+    ``item_rows[j]`` (excluding items of its state), best first, -1 padded; ``slot`` maps an item row to ``j``
+    (-1 when the item was not mined)."""
+
+    item_rows: np.ndarray
+    neighbours: np.ndarray
+    slot: np.ndarray
+
+
+def mine_hard_negatives(data: LFTRData, rows: np.ndarray, n_candidates: int, cache: Path | None, *, tag: str = "",
+                        device: str = "cpu", chunk: int = 256, progress: bool = True) -> HardNegatives:
+    """Mine `HardNegatives` for every distinct positive item of the queries ``rows`` (module docstring):
+    ``(n_pos_items, n_candidates)`` int32, exact cosine top-k over all items in chunks of positives. Cached under
+    ``cache`` when given (keyed by the items, the positives and ``n_candidates``)."""
+    n_items = data.items.shape[0]
+    n_candidates = min(n_candidates, n_items)
+    counts = data.pos_ptr[rows + 1] - data.pos_ptr[rows]
+    idx = np.repeat(data.pos_ptr[rows], counts) + (np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts,
+                                                                                         counts))
+    pos = np.unique(data.pos_items[idx]) if idx.size else np.zeros(0, np.int64)
+    slot = np.full(n_items, -1, np.int64)
+    slot[pos] = np.arange(len(pos))
+    if n_candidates == 0 or len(pos) == 0:
+        return HardNegatives(pos, np.zeros((len(pos), 0), np.int32), slot)
+    h = hashlib.sha256(tag.encode() + pos.tobytes() + data.items[pos].tobytes() + data.item_state.tobytes()
+                       + repr(data.items.shape).encode() + str(n_candidates).encode()).hexdigest()[:16]
+    f = cache / f"hardneg-item-{h}.npy" if cache is not None else None
     if f is not None and f.exists():
-        return np.load(f)
+        return HardNegatives(pos, np.load(f), slot)
     items = torch.from_numpy(data.items).to(device)
     item_state = torch.from_numpy(data.item_state).to(device)
-    out = np.empty((len(rows), n_hard), np.int64)
-    for s in tqdm(range(0, len(rows), chunk), desc="hard negatives", unit="chunk", disable=not progress):
-        r = rows[s:s + chunk]
-        sims = torch.from_numpy(data.centroid[r]).to(device) @ items.T
-        same = item_state[None, :] == torch.from_numpy(data.target_state[r]).to(device)[:, None]
-        sims.masked_fill_(same, -torch.inf)
-        top = sims.topk(n_hard, dim=1)
-        out[s:s + len(r)] = torch.where(torch.isfinite(top.values), top.indices, -1).cpu().numpy()
+    out = np.empty((len(pos), n_candidates), np.int32)
+    for s in tqdm(range(0, len(pos), chunk), desc="hard negatives", unit="chunk", disable=not progress):
+        p = torch.from_numpy(pos[s:s + chunk]).to(device)
+        sims = items[p] @ items.T
+        sims.masked_fill_(item_state[None, :] == item_state[p][:, None], -torch.inf)
+        top = sims.topk(n_candidates, dim=1)
+        out[s:s + len(p)] = torch.where(torch.isfinite(top.values), top.indices, -1).cpu().numpy()
     if f is not None:
         with atomic_path(f) as tmp, open(tmp, "wb") as fh:
             np.save(fh, out)
-    return out
+    return HardNegatives(pos, out, slot)

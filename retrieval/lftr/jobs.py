@@ -24,26 +24,29 @@ SUMMARY_KS = (1, 5, 10, 20, 50)
 
 def predict_run(bench: Benchmark, ckpt: str | Path, out: str | Path, *, split: str = "test",
                 read_rule: str | None = None, method: str = "", k: int = 50, device: str | None = None,
-                progress: bool = True) -> Run:
-    """Load a checkpoint, predict the queries of ``split`` under ``read_rule`` and write the run to ``out``."""
+                progress: bool = True, overwrite: bool = False) -> Run:
+    """Load a checkpoint, predict the queries of ``split`` under ``read_rule`` and write the run to ``out``
+    (a new path or a run file; ``overwrite`` forces, `retrieval.runs.check_run_output`)."""
     device = pick_device(device)
     model, cfg, ck = load_checkpoint(ckpt, device)
     with torch_threads(cfg.threads):
         return _predict_run(bench, model, cfg, ck, ckpt, out, split=split, read_rule=read_rule, method=method, k=k,
-                            device=device, progress=progress)
+                            device=device, progress=progress, overwrite=overwrite)
 
 
-def _predict_run(bench, model, cfg, ck, ckpt, out, *, split, read_rule, method, k, device, progress) -> Run:
+def _predict_run(bench, model, cfg, ck, ckpt, out, *, split, read_rule, method, k, device, progress,
+                 overwrite=False, prep=None) -> Run:
     rule = read_rule or cfg.read_rule
     ckpt_dir = Path(ckpt) if Path(ckpt).is_dir() else Path(ckpt).parent
-    prep = prepare(bench, cfg, ckpt_dir, device)
+    prep = prep if prep is not None else prepare(bench, cfg, ckpt_dir, device)
     rows = bench.query_rows(split)
     t0 = time.time()
-    qv = predict_query_vectors(model, prep, rows, rule=rule, seed=cfg.seed, progress=progress)
+    qv = predict_query_vectors(model, prep, rows, rule=rule, seed=cfg.seed, progress=progress, ckpt_dir=ckpt_dir)
     name = method or f"lftr[{cfg.target_space}]" + ("" if rule == "matched" else f"/{rule}")
     config = {**cfg.to_dict(), "read_rule": rule, "checkpoint": str(ckpt), "epoch": ck.get("epoch"),
               "val": ck.get("val"), "split": split, "predict_seconds": round(time.time() - t0, 3)}
-    return score_query_vectors(bench, qv, prep.target, out, method=name, config=config, k=k, progress=progress)
+    return score_query_vectors(bench, qv, prep.target, out, method=name, config=config, k=k, progress=progress,
+                               overwrite=overwrite)
 
 
 def run_metrics(run: Run, ks: tuple[int, ...] = SUMMARY_KS) -> dict[str, float]:
@@ -89,11 +92,19 @@ def multi_seed(bench: Benchmark, cfg: LFTRConfig, seeds: list[int], out: str | P
 
 def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, semantic_space: str = "minilm",
              visual_space: str = "pixels", configs: list[Path] | None = None, seed: int = 0, split: str = "test",
-             log: Callable[[str], None] = print, progress: bool = True) -> list[Path]:
+             log: Callable[[str], None] = print, progress: bool = True, extra_spaces: list[str] | None = None,
+             compare_space: str = "") -> list[Path]:
     """Every baseline, oracle, LFTR (semantic and visual) and their fusion into ``out/<method>.parquet``.
 
     Encodes the semantic space first when it is missing. A run whose file exists is skipped (resumable); LFTR
-    checkpoints live in ``out/lftr-<space>/``.
+    checkpoints live in ``out/lftr-<space>/``. The visual space holds the prefix tokens of every method.
+
+    ``extra_spaces`` (e.g. a LiT text -> image space): more target spaces, each with LFTR (prefix: the visual
+    space), its state-prototype and independent-appearance oracles, and, when it has a text tower, the
+    semantic-text oracle (its zero-shot text -> image R@5 with the true state text) and the question-only baseline;
+    then the fusion of all LFTR runs and the complementarity analysis of the LFTR runs (``complementarity.{json,md}``).
+    ``compare_space`` (e.g. ``pixels`` next to a learned visual space): LFTR, persistence and the state-prototype
+    oracle there too, for the learned-versus-raw visual comparison.
     """
     from retrieval.encode import EncodeConfig, encode_space
     from retrieval.methods import method_query_vectors
@@ -144,6 +155,45 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, semantic_spa
     paths.append(p)
     if not p.exists():
         fuse_runs(bench, lftr_runs, p, method=f"lftr-fusion[{semantic_space}+{visual_space}]", progress=progress)
+    extra = [s for s in (extra_spaces or []) if s not in (semantic_space, visual_space)]
+    more = extra + ([compare_space] if compare_space and compare_space not in extra + [visual_space] else [])
+    for name in more:
+        sp = Space.load(bench, name)
+        plan = [("oracle-state-prototype", "state-prototype"), ("oracle-independent-appearance",
+                                                                "independent-appearance")]
+        if sp.meta.get("text_tower"):
+            plan += [("oracle-semantic-text", "semantic-text"), ("question-only", "question-only")]
+        if name == compare_space and sp.has_prefixes:
+            plan += [("persistence", "persistence")]
+        for fname, method in plan:
+            p = out / f"{fname}-{name}.parquet"
+            paths.append(p)
+            if not p.exists():
+                qv = method_query_vectors(bench, method, sp, rows, prefix_space=visual_space, seed=seed)
+                score_query_vectors(bench, qv, sp, p, method=f"{method}[{name}]", config={"split": split},
+                                    progress=progress)
+        p = out / f"lftr-{name}.parquet"
+        paths.append(p)
+        if not p.exists():
+            t0 = time.time()
+            ck = out / f"lftr-{name}"
+            train(bench, cfg.with_overrides({"target_space": name}), ck, validate=validation_recall, log=log,
+                  progress=progress)
+            predict_run(bench, ck, p, split=split, method=f"lftr[{name}]", progress=progress)
+            timings[f"lftr-{name}"] = time.time() - t0
+        if name in extra:
+            lftr_runs.append(p)
+    if extra:
+        names = [semantic_space, visual_space, *extra]
+        p = out / f"lftr-fusion-{'+'.join(names)}.parquet"
+        paths.append(p)
+        if not p.exists():
+            fuse_runs(bench, lftr_runs, p, method=f"lftr-fusion[{'+'.join(names)}]", progress=progress)
+        from retrieval.complementarity import complementarity, to_markdown
+
+        res = complementarity(bench, {f"lftr-{n}": r for n, r in zip(names, lftr_runs, strict=True)}, fused=p)
+        write_json(out / "complementarity.json", res)
+        (out / "complementarity.md").write_text(to_markdown(res), encoding="utf-8")
     if timings:
         write_json(out / "demo_timings.json", timings)
     return paths

@@ -4,10 +4,21 @@ Read rules (`retrieval.lftr.config.READ_RULES`), with ``mu_1..mu_H`` the rollout
 
 - ``matched``: the K samples around ``mu_h`` (h = the query's horizon, clipped to H);
 - ``fixed1``: the K samples around ``mu_1``;
-- ``multi_hypothesis``: the H step means ``P(mu_1)..P(mu_H)`` at once (an item scores its max over steps);
+- ``multi_hypothesis``: the H projected step means ``P(mu_1)..P(mu_H)`` at once, no sampling noise (an item
+  scores its max over the H steps; the paper's "max-similarity over all steps at once");
+- ``calibrated``: for a query of horizon h, the K samples of the step ``c(h)`` chosen on the validation split:
+  ``c(h) = argmax_t R@val_k`` of reading step t for the validation queries of horizon h (ties -> the matched step,
+  then the earliest); horizons without validation queries read the matched step. The map is computed once per
+  checkpoint and kept in ``calibration.json`` beside it (`step_calibration`);
 - ``best_step_oracle``: per query, the K samples of the step whose ranking puts the main-pool GT highest
   (smallest tie-aware expected rank of the first GT item, `eval.metrics.first_rank`); it reads the GT, so it is
   an analysis oracle, never a method.
+
+Validation (`validation_recall`, the checkpoint-selection metric) scores the matched read of the validation
+queries on the training device with torch (`torch_main_pool_stats`: the same tie-aware rank counts as eval's
+streaming scorer, own video excluded; the pools and exclusions are built once and cached on the `Prepared`), so
+no numba scorer runs inside the training loop; ``val_scorer: stream`` uses eval's scorer instead and
+``val_max_queries`` scores a fixed random subset.
 
 Sampling noise at inference is drawn once per query from a generator seeded with the config's seed and shared by
 every rollout step, so predictions are deterministic and the step-``t`` vectors of every rule are identical;
@@ -15,6 +26,10 @@ sample 1 is always the mean.
 """
 
 from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -80,22 +95,176 @@ def recall_at_k(stats: dict, k: int) -> float:
     return mean_valid(per_query_recall(RankStats.from_arrays(stats), k))[0]
 
 
+def validation_rows(prep: Prepared, cfg) -> np.ndarray:
+    """The validation queries scored for checkpoint selection (all, or a seeded subset of ``val_max_queries``)."""
+    rows = prep.data.rows(cfg.val_split)
+    if cfg.val_max_queries and len(rows) > cfg.val_max_queries:
+        rows = np.sort(np.random.default_rng(cfg.seed).choice(rows, cfg.val_max_queries, replace=False))
+    return rows
+
+
 def validation_recall(model: LFTR, prep: Prepared) -> float:
     """R@val_k of the matched read on the validation split (queries with a non-empty main pool)."""
     cfg = model.cfg
-    rows = prep.data.rows(cfg.val_split)
+    rows = validation_rows(prep, cfg)
     if len(rows) == 0:
         return 0.0
     vec = step_vectors(model, prep, rows, rule="matched", seed=cfg.seed)
-    return recall_at_k(main_pool_stats(prep, rows, vec), cfg.val_k)
+    if cfg.val_scorer == "stream":
+        return recall_at_k(main_pool_stats(prep, rows, vec), cfg.val_k)
+    device = next(model.parameters()).device
+    return recall_at_k(torch_main_pool_stats(prep, rows, vec, device=device), cfg.val_k)
+
+
+@dataclass
+class _PoolTargets:
+    """Device tensors of the main-pool positives and own-video corpus rows of some queries (CSR, corpus rows)."""
+
+    pos_ptr: torch.Tensor
+    pos_rows: torch.Tensor
+    own_ptr: torch.Tensor
+    own_rows: torch.Tensor
+    items: torch.Tensor
+    item_rows: torch.Tensor | None
+
+
+def _pool_targets(prep: Prepared, rows: np.ndarray, device) -> _PoolTargets:
+    key = (hashlib.sha1(np.ascontiguousarray(rows).tobytes()).hexdigest(), str(device))
+    cache = prep.__dict__.setdefault("_pool_targets", {})
+    if key in cache:
+        return cache[key]
+    bench = prep.bench
+    queries = [bench.query(int(r)) for r in rows]
+    pos = bench.gt_rows(queries, "type2-all")
+    video = np.asarray(bench.corpus_ds["video_id"][:])
+    order = np.argsort(video, kind="stable")
+    sv = video[order]
+    own = [order[np.searchsorted(sv, q.video_id, "left"):np.searchsorted(sv, q.video_id, "right")] for q in queries]
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)  # noqa: E731
+
+    def csr(lists):
+        ptr = np.zeros(len(lists) + 1, np.int64)
+        ptr[1:] = np.cumsum([len(x) for x in lists])
+        return t(ptr), t(np.concatenate(lists) if ptr[-1] else np.zeros(0, np.int64))
+
+    space = prep.target
+    out = _PoolTargets(*csr(pos), *csr(own), torch.from_numpy(np.array(space.items, np.float32)).to(device),
+                       None if space.item_rows is None else t(space.item_rows))
+    cache.clear()  # one set of validation queries per job: keep memory bounded
+    cache[key] = out
+    return out
+
+
+@torch.no_grad()
+def torch_main_pool_stats(prep: Prepared, rows: np.ndarray, vectors: np.ndarray, *, device=None,
+                          chunk: int = 256) -> dict[str, np.ndarray]:
+    """Rank statistics of the main pool (``type2-all``) for query vectors ``(n, K, d)`` of ``rows``, computed
+    with torch on ``device`` in chunks of queries; the same counts as eval's streaming scorer
+    (`main_pool_stats`) up to float rounding of near-ties.
+
+    Per query: item scores ``s_i = max_k <v_k, x_i>`` expanded to corpus rows (a semantic space's states to their
+    segments), own-video rows removed; ``t`` = the best positive score; ``n_above`` / ``n_tie_neg`` = negatives
+    scoring ``> t`` / ``== t``; ``n_tie_pos`` = positives scoring ``== t``; ``n_tie_neg_first`` = tied negatives
+    with a lower corpus row than the first tied positive (the row tie-break).
+    """
+    device = torch.device(device or "cpu")
+    pt = _pool_targets(prep, rows, device)
+    n = len(rows)
+    out = {k: np.zeros(n, np.int64) for k in ("n_pos", "n_above", "n_tie_neg", "n_tie_pos", "n_tie_neg_first")}
+    vec = torch.from_numpy(np.ascontiguousarray(vectors, np.float32)).to(device)
+    n_corpus = len(prep.bench.corpus_ids)
+    for s in range(0, n, chunk):
+        v = vec[s:s + chunk]
+        c = v.shape[0]
+        sc = v[:, 0] @ pt.items.T
+        for k in range(1, v.shape[1]):  # max over the K samples without a (c, K, n_items) tensor
+            torch.maximum(sc, v[:, k] @ pt.items.T, out=sc)
+        if pt.item_rows is not None:
+            sc = sc[:, pt.item_rows]  # (c, n_corpus)
+        pos = _dense_mask(pt.pos_ptr, pt.pos_rows, s, c, n_corpus, device)
+        own = _dense_mask(pt.own_ptr, pt.own_rows, s, c, n_corpus, device) & ~pos
+        best = sc.masked_fill(~pos, -torch.inf).amax(1, keepdim=True)
+        neg = ~pos & ~own
+        out["n_pos"][s:s + c] = pos.sum(1).cpu().numpy()
+        out["n_above"][s:s + c] = ((sc > best) & neg).sum(1).cpu().numpy()
+        out["n_tie_neg"][s:s + c] = ((sc == best) & neg).sum(1).cpu().numpy()
+        tie = sc == best
+        out["n_tie_pos"][s:s + c] = (tie & pos).sum(1).cpu().numpy()
+        cols = torch.arange(sc.shape[1], device=device)
+        first = torch.where(tie & pos, cols, sc.shape[1]).amin(1, keepdim=True)  # row of the first tied positive
+        out["n_tie_neg_first"][s:s + c] = (tie & neg & (cols < first)).sum(1).cpu().numpy()
+    empty = out["n_pos"] == 0
+    for k in ("n_above", "n_tie_neg", "n_tie_pos", "n_tie_neg_first"):
+        out[k][empty] = 0
+    return out
+
+
+def _dense_mask(ptr: torch.Tensor, flat: torch.Tensor, s: int, c: int, n_cols: int, device) -> torch.Tensor:
+    """``(c, n_cols)`` bool mask of the CSR rows ``s .. s + c``."""
+    mask = torch.zeros((c, n_cols), dtype=torch.bool, device=device)
+    a, b = int(ptr[s]), int(ptr[s + c])
+    if b > a:
+        count = ptr[s + 1:s + c + 1] - ptr[s:s + c]
+        r = torch.repeat_interleave(torch.arange(c, device=device), count)
+        mask[r, flat[a:b]] = True
+    return mask
+
+
+def step_calibration(model: LFTR, prep: Prepared, ckpt_dir: Path | None = None) -> dict[int, int]:
+    """Per-horizon read step (0-based) chosen on the validation split (module docstring, ``calibrated``); cached
+    in ``ckpt_dir/calibration.json`` keyed by the checkpoint's weights."""
+    import json
+
+    cfg = model.cfg
+    digest = hashlib.sha1(b"".join(p.detach().cpu().numpy().tobytes() for p in model.parameters())).hexdigest()
+    f = ckpt_dir / "calibration.json" if ckpt_dir is not None else None
+    if f is not None and f.exists():
+        d = json.loads(f.read_text(encoding="utf-8"))
+        if d.get("weights_sha1") == digest:
+            return {int(h): int(t) for h, t in d["steps"].items()}
+    rows = prep.data.rows(cfg.val_split)
+    steps: dict[int, int] = {}
+    r_at: dict[int, list[float]] = {}
+    if len(rows):
+        per_step = step_vectors(model, prep, rows, steps="all", seed=cfg.seed)  # (n, H, K, d)
+        device = next(model.parameters()).device
+        hits = np.stack([recall_at_k_per_query(torch_main_pool_stats(prep, rows, per_step[:, t], device=device),
+                                               cfg.val_k) for t in range(per_step.shape[1])], 1)  # (n, H)
+        hz = prep.data.horizon[rows]
+        for h in np.unique(hz):
+            m = hz == h
+            score = np.nanmean(hits[m], 0)
+            matched = int(model.read_step(torch.tensor([int(h)]), "matched")[0])
+            best = max(range(len(score)), key=lambda t: (score[t], t == matched, -t))
+            steps[int(h)], r_at[int(h)] = best, [float(x) for x in score]
+    if f is not None:
+        from eval.io import write_json
+
+        write_json(f, {"weights_sha1": digest, "val_k": cfg.val_k, "steps": {str(h): t for h, t in steps.items()},
+                       "val_recall_by_step": {str(h): v for h, v in r_at.items()}})
+    return steps
+
+
+def recall_at_k_per_query(stats: dict, k: int) -> np.ndarray:
+    from eval.metrics import recall_at_k as per_query_recall
+
+    return per_query_recall(RankStats.from_arrays(stats), k)
 
 
 def predict_query_vectors(model: LFTR, prep: Prepared, rows: np.ndarray, *, rule: str = "matched", seed: int = 0,
-                          progress: bool = False) -> QueryVectors:
-    """LFTR query vectors of ``rows`` under a read rule (module docstring), as `QueryVectors` of the target space."""
+                          progress: bool = False, ckpt_dir: Path | None = None) -> QueryVectors:
+    """LFTR query vectors of ``rows`` under a read rule (module docstring), as `QueryVectors` of the target space.
+    ``ckpt_dir``: where the ``calibrated`` rule keeps its step map."""
     ids = [prep.bench.query_ids[int(r)] for r in rows]
     if rule in ("matched", "fixed1"):
         vec = step_vectors(model, prep, rows, rule=rule, seed=seed)
+    elif rule == "calibrated":
+        cal = step_calibration(model, prep, ckpt_dir)
+        per_step = step_vectors(model, prep, rows, steps="all", seed=seed)  # (n, H, K, d)
+        matched = model.read_step(torch.from_numpy(prep.data.horizon[rows]), "matched").numpy()
+        step = np.asarray([cal.get(int(h), int(m)) for h, m in zip(prep.data.horizon[rows], matched, strict=True)],
+                          np.int64)
+        vec = per_step[np.arange(len(rows)), step]
     elif rule == "multi_hypothesis":
         vec = step_vectors(model, prep, rows, steps="means", seed=seed)
     elif rule == "best_step_oracle":

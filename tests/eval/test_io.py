@@ -9,16 +9,16 @@ from eval.io import FormatError, atomic_dir, iter_jsonl
 
 def test_atomic_dir_replaces_on_success_and_keeps_old_on_failure(tmp_path):
     out = tmp_path / "report"
-    with atomic_dir(out) as stage:
+    with atomic_dir(out, kind="k") as stage:
         (stage / "a.txt").write_text("first")
     assert (out / "a.txt").read_text() == "first"
-    with pytest.raises(RuntimeError), atomic_dir(out) as stage:
+    with pytest.raises(RuntimeError), atomic_dir(out, kind="k") as stage:
         (stage / "b.txt").write_text("half")
         raise RuntimeError("job failed")
-    assert sorted(p.name for p in out.iterdir()) == ["a.txt"]  # the previous output is untouched
-    with atomic_dir(out) as stage:
+    assert sorted(p.name for p in out.iterdir()) == [".psr-output.json", "a.txt"]  # the previous output is untouched
+    with atomic_dir(out, kind="k") as stage:
         (stage / "c.txt").write_text("second")
-    assert sorted(p.name for p in out.iterdir()) == ["c.txt"]
+    assert sorted(p.name for p in out.iterdir()) == [".psr-output.json", "c.txt"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # no stage or old directory left behind
     assert out.stat().st_mode & 0o044  # readable by others like any output (mkdtemp would make it private)
 

@@ -136,10 +136,11 @@ def test_score_command_and_clear_errors(synth_dir, synth_runs, tmp_path):
     assert res.exit_code == 0, res.output
     assert "R@5=" in res.output and (tmp_path / "s" / "by_tier.md").exists()
     assert not (tmp_path / "s" / "significance.md").exists()
-    res = runner.invoke(app, ["report", str(paths[0]), "--data", str(synth_dir), "--out", str(tmp_path / "r"),
-                              "--reference", "nope"])
-    assert res.exit_code == 1 and "reference 'nope'" in res.output
+    from cli_run import run_cli  # the entry point of python -m eval: one error line, exit code 2
+
+    res = run_cli("eval", "report", paths[0], "--data", synth_dir, "--out", tmp_path / "r", "--reference", "nope")
+    assert res.code == 2 and "reference 'nope'" in res.err and "Traceback" not in res.err
     bad = tmp_path / "bad.parquet"
     bad.write_text("garbage")
-    res = runner.invoke(app, ["score", "--data", str(synth_dir), "--run", str(bad), "--out", str(tmp_path / "b")])
-    assert res.exit_code == 1 and "bad.parquet" in res.output
+    res = run_cli("eval", "score", "--data", synth_dir, "--run", bad, "--out", tmp_path / "b")
+    assert res.code == 2 and "bad.parquet" in res.err and "Traceback" not in res.err

@@ -263,8 +263,10 @@ def test_cli_run_from_a_yaml_config_with_command_line_overrides(synth_dir, tiny,
     assert len(lines) == 3 and all(d["decoding"]["max_tokens"] == 6 for d in lines)  # limit from the CLI, rest YAML
     bad = tmp_path / "bad.yaml"
     bad.write_text("no_such_option: 1\n")
-    r = _cli_inproc("run", "--data", str(synth_dir), "--out", str(out), "--config", str(bad))
-    assert r.exit_code != 0 and "no_such_option" in r.output
+    from cli_run import run_cli  # the entry point of python -m forecasters: one error line, exit code 2
+
+    r = run_cli("forecasters", "run", "--data", synth_dir, "--out", out, "--config", bad)
+    assert r.code == 2 and "no_such_option" in r.err
 
 
 def _copy_bench(synth_dir, dest: Path) -> Path:

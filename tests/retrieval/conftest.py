@@ -123,14 +123,60 @@ def synth_sem_dir(synth_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def synth_demo(synth_sem_dir, lftr_test_config, tmp_path_factory):
-    """`retrieval demo` on the session's synthetic benchmark: every baseline, oracle, LFTR and the fusion."""
+def synth_demo_out(synth_sem_dir, lftr_test_config, tmp_path_factory):
+    """The folder of `retrieval demo` runs on the session's synthetic benchmark (treat as read-only)."""
     from eval.benchmark import Benchmark
-    from eval.runs import read_run
     from retrieval.encoders import PACKAGED_MINILM
     from retrieval.lftr.jobs import run_demo
 
     out = tmp_path_factory.mktemp("demo-runs")
-    paths = run_demo(Benchmark.load(synth_sem_dir), out, text_model=PACKAGED_MINILM, configs=[lftr_test_config],
-                     log=lambda s: None, progress=False)
-    return {p.name.removesuffix(".parquet"): read_run(p) for p in paths}
+    run_demo(Benchmark.load(synth_sem_dir), out, text_model=PACKAGED_MINILM, configs=[lftr_test_config],
+             log=lambda s: None, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def synth_demo(synth_demo_out):
+    """`retrieval demo` on the session's synthetic benchmark: every baseline, oracle, LFTR and the fusion."""
+    from eval.runs import read_run
+
+    return {p.name.removesuffix(".parquet"): read_run(p) for p in sorted(synth_demo_out.glob("*.parquet"))}
+
+
+#: A tiny image tower for tests (seconds on CPU): 24x32 frames, 12 patches of 8x8, one attention block.
+TINY_TOWER = ["tower.image_height=24", "tower.image_width=32", "tower.hidden_size=32", "tower.layers=1",
+              "tower.heads=2", "tower.out_dim=32", "optim.batch_size=32", "optim.threads=1"]
+
+
+@pytest.fixture(scope="session")
+def tiny_ssl_tower(synth_dir, tmp_path_factory):
+    """An SSL tower trained for 2 epochs on 96 train frames of the session's synthetic benchmark."""
+    from eval.benchmark import Benchmark
+    from retrieval.ssl import SSLConfig, train_ssl
+    from retrieval.towers import load_dataclass
+
+    out = tmp_path_factory.mktemp("towers") / "ssl"
+    cfg = load_dataclass(SSLConfig, [], TINY_TOWER + ["optim.epochs=2", "max_frames=96"])
+    rec = train_ssl(Benchmark.load(synth_dir), cfg, out, log=lambda s: None, progress=False)
+    return out, rec
+
+
+@pytest.fixture(scope="session")
+def synth_towers_dir(synth_dir, tiny_ssl_tower, tmp_path_factory):
+    """A copy of the session's synthetic benchmark with the `minilm` semantic space, an `ssl` space encoded by the
+    tiny SSL tower and a `lit` space encoded by a tiny LiT tower (initialised from it): (dir, {name: tower dir})."""
+    from eval.benchmark import Benchmark
+    from retrieval.encode import EncodeConfig, encode_space
+    from retrieval.encoders import PACKAGED_MINILM
+    from retrieval.lit import LiTConfig, train_lit
+    from retrieval.towers import load_dataclass
+
+    d = tmp_path_factory.mktemp("synth-towers") / "bench"
+    shutil.copytree(synth_dir, d, ignore=shutil.ignore_patterns("sim", ".cache"))
+    encode_space(EncodeConfig(str(d), "minilm", PACKAGED_MINILM, kind="semantic"), progress=False)
+    lit = tmp_path_factory.mktemp("towers") / "lit"
+    cfg = load_dataclass(LiTConfig, [], TINY_TOWER + ["optim.epochs=2", "max_pairs=128"], init=str(tiny_ssl_tower[0]))
+    train_lit(Benchmark.load(d), cfg, lit, log=lambda s: None, progress=False)
+    for name, tower in (("ssl", tiny_ssl_tower[0]), ("lit", lit)):
+        encode_space(EncodeConfig(str(d), name, str(tower), batch_size=128), progress=False)
+    return d, {"ssl": tiny_ssl_tower[0], "lit": lit}

@@ -71,8 +71,10 @@ def test_sweep_cli_on_a_phrase_list(tmp_path, tiny_st_model):
     assert doc["config"]["model"] == str(tiny_st_model) and doc["vocabulary"]["true_classes"] == 2
     assert [t["clusters"] for t in doc["thresholds"]] == [1, 3]  # the random model puts every pair far above 0.01
     assert [t["ari"] for t in doc["thresholds"]] == [0.0, 0.0] and doc["thresholds"][0]["purity"] == pytest.approx(2 / 3)
-    r = CliRunner().invoke(app, ["canon", "sweep", "--out", str(tmp_path / "o2")])
-    assert r.exit_code != 0 and "exactly one of --data" in r.output
+    from cli_run import run_cli  # python -m retrieval's entry point: one error line, exit code 2
+
+    r = run_cli("retrieval", "canon", "sweep", "--out", tmp_path / "o2")
+    assert r.code == 2 and "exactly one of --data" in r.err
 
 
 def test_close_thresholds_get_their_own_files_and_repeats_are_refused(tmp_path, tiny_st_model):
@@ -179,5 +181,7 @@ def test_apply_writes_a_valid_rekeyed_benchmark(synth_dir, text_encoder, tmp_pat
         apply_canonicalization(ApplyConfig(data=str(synth_dir), out=str(tmp_path / "foreign"), model=PACKAGED_MINILM),
                                progress=False, log=_quiet, encoder=text_encoder)
     assert (tmp_path / "foreign" / "keep.txt").exists()
-    r = CliRunner().invoke(app, ["canon", "apply", "--data", str(synth_dir), "--out", str(synth_dir)])
-    assert r.exit_code != 0 and "must differ" in r.output
+    from cli_run import run_cli
+
+    r = run_cli("retrieval", "canon", "apply", "--data", synth_dir, "--out", synth_dir, "--overwrite")
+    assert r.code == 2 and "is an input of this job" in r.err

@@ -1,0 +1,255 @@
+"""Output safety: a command replaces only what this toolkit wrote for the same kind of output.
+
+Every output directory holds a marker file, ``.psr-output.json``::
+
+    {"marker": 1, "kind": "eval report", "toolkit": "psr-toolkit", "version": "0.1.0"}
+
+``kind`` names the output (usually the command that writes it). Before a command writes ``--out`` it checks the
+target (`check_output_dir`, `check_output_file`), in this order:
+
+1. never the current directory or a folder above it (``--out .``); never a path that is or contains an input of the
+   job (``eval report runs/*.parquet --out runs``, ``eval score --data B --out B``) -- not even with ``overwrite``;
+   inside an input directory (``--out B/report``) only a new path or an earlier output of the same kind, never
+   anything else (``--out B/features`` is refused even with ``overwrite``);
+2. a missing path or an empty directory is free (for a file output: a missing path or a zero-byte file);
+3. a directory whose marker names the same ``kind`` is ours: it is replaced (atomic outputs, `eval.io.atomic_dir`) or
+   resumed (in-place outputs, `claim_dir`). Without a marker, ``legacy`` may recognise a directory written before
+   markers existed (e.g. a synthetic build's manifest name); it then counts as marked;
+4. anything else -- another kind, no marker, a file where a folder goes -- raises `OutputRefused` naming the path and
+   the fix, unless ``overwrite`` (the command's ``--overwrite``). A folder where a file goes is always refused.
+
+Single-file outputs (a run, a phrase file, a JSON report) carry no marker: ``recognise(path)`` decides from the
+file's own metadata (a run's ``psr_run`` schema metadata, the first line of a phrase file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+
+from eval.errors import OutputRefused
+
+MARKER = ".psr-output.json"
+MARKER_VERSION = 1
+TOOLKIT = "psr-toolkit"
+
+#: ``legacy``: file names that together identify an unmarked directory of this kind, or a predicate on the path.
+Legacy = Sequence[str] | Callable[[Path], bool] | None
+
+_FIX_NEW = "choose a new {option}"
+_FIX_FORCE = "choose a new {option}, or pass --overwrite to replace it"
+
+
+def toolkit_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(TOOLKIT)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def write_marker(directory: str | os.PathLike, kind: str) -> None:
+    """Write the marker of ``kind`` into ``directory`` (atomically: a reader never sees half a marker)."""
+    from eval.io import write_json
+
+    write_json(Path(directory) / MARKER, {"marker": MARKER_VERSION, "kind": kind, "toolkit": TOOLKIT,
+                                          "version": toolkit_version()})
+
+
+def read_marker(directory: str | os.PathLike) -> dict | None:
+    """The marker of ``directory`` (None when it has none or it is unreadable)."""
+    p = Path(directory) / MARKER
+    try:
+        d = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) and isinstance(d.get("kind"), str) else None
+
+
+def _resolved(p: str | os.PathLike) -> Path:
+    return Path(os.path.abspath(Path(p).expanduser())).resolve()
+
+
+def check_not_inputs(path: str | os.PathLike, inputs: Iterable[str | os.PathLike | None] = (), *,
+                     option: str = "--out") -> Path | None:
+    """Refuse an output path that is the current directory (or above it), or that is or contains one of ``inputs``
+    (files or directories of the job; None entries and paths that do not exist are skipped). ``overwrite`` never
+    lifts this. Returns the input directory ``path`` lies inside (None if none): there, only a missing target or
+    an earlier output of the same kind may be written, never anything else (not even with ``overwrite``)."""
+    out = _resolved(path)
+    cwd = Path.cwd().resolve()
+    if cwd == out or cwd.is_relative_to(out):
+        raise OutputRefused(f"{option} {path} is the current directory or a folder above it; an output folder is "
+                            "replaced as a whole", fix=f"pass a new sub-folder, e.g. {option} {Path(path) / 'out'}")
+    inside = None
+    for inp in inputs:
+        if inp is None or str(inp) == "" or not os.path.lexists(inp):
+            continue  # a model id, an unset option: nothing on disk to protect
+        i = _resolved(inp)
+        if out == i or i.is_relative_to(out):
+            how = "is" if out == i else "contains"
+            raise OutputRefused(f"{option} {path} {how} an input of this job ({inp}); it is never replaced, not "
+                                "even with --overwrite", fix=_FIX_NEW.format(option=option) + " outside the inputs")
+        if out.is_relative_to(i) and i.is_dir():
+            inside = Path(inp)
+    return inside
+
+
+def _inside_refusal(path, inside: Path, option: str, what: str) -> OutputRefused:
+    return OutputRefused(f"{option} {path} {what}, inside an input of this job ({inside}); only a new path or an "
+                         "earlier output of the same command is written there, not even --overwrite replaces "
+                         "anything else", fix=_FIX_NEW.format(option=option) + " outside the inputs")
+
+
+def _recognised(p: Path, legacy: Legacy) -> bool:
+    if legacy is None:
+        return False
+    if callable(legacy):
+        try:
+            return bool(legacy(p))
+        except Exception:  # a recogniser that cannot read the folder does not recognise it
+            return False
+    return bool(legacy) and all((p / name).exists() for name in legacy)
+
+
+def check_output_dir(path: str | os.PathLike, kind: str | None, *, inputs: Iterable = (), overwrite: bool = False,
+                     legacy: Legacy = None, option: str = "--out") -> Path:
+    """Check that the directory ``path`` may receive an output of ``kind`` (module docstring); returns ``path``.
+
+    ``kind`` None: only a missing or empty directory is free (or any, with ``overwrite``). Raises `OutputRefused`.
+    """
+    p = Path(path)
+    inside = check_not_inputs(p, inputs, option=option)
+    if not p.exists() and not p.is_symlink():
+        return p
+    force = _FIX_FORCE.format(option=option)
+    if not p.is_dir():
+        if inside is not None:
+            raise _inside_refusal(path, inside, option, "is a file")
+        if overwrite:
+            return p
+        raise OutputRefused(f"{option} {path} is a file, not an output folder" +
+                            (f" of `{kind}`" if kind else ""), fix=force)
+    # a marker being written by a concurrent claim of the same folder (another rank of a distributed job) is its
+    # temporary file `.{MARKER}.*` (eval.io.atomic_path): it does not make the folder someone else's
+    if not any(not x.name.startswith(f".{MARKER}.") for x in p.iterdir()) and inside is None:
+        return p
+    marker = read_marker(p)
+    if kind is not None and marker is not None and marker["kind"] == kind:
+        return p
+    if kind is not None and marker is None and _recognised(p, legacy):
+        return p
+    if inside is not None:
+        raise _inside_refusal(path, inside, option, "exists and is not an earlier output of this command")
+    if overwrite:
+        return p
+    if marker is not None:
+        what = f"holds the output of `{marker['kind']}`" + (f", not of `{kind}`" if kind else "")
+    else:
+        what = "is not empty and was not written by this toolkit" + (f" for `{kind}`" if kind else "") + \
+               f" (no {MARKER})"
+    raise OutputRefused(f"{option} {path} {what}", fix=force)
+
+
+def check_output_file(path: str | os.PathLike, kind: str, *, recognise: Callable[[Path], bool] | None,
+                      inputs: Iterable = (), overwrite: bool = False, option: str = "--out") -> Path:
+    """Check that the file ``path`` may receive an output of ``kind``: missing, zero bytes, recognised as ours by
+    ``recognise(path)``, or ``overwrite``; a directory is always refused. Returns ``path``."""
+    p = Path(path)
+    inside = check_not_inputs(p, inputs, option=option)
+    if not p.exists() and not p.is_symlink():
+        return p
+    if p.is_dir():
+        raise OutputRefused(f"{option} {path} is a directory; {kind} output is a file",
+                            fix=f"pass a file path, e.g. {option} {p / ('out' + p.suffix)}")
+    if p.is_file() and p.stat().st_size == 0 and inside is None:
+        return p
+    if recognise is not None:
+        try:
+            if recognise(p):
+                return p
+        except Exception:  # unreadable as our format: not recognised
+            pass
+    if inside is not None:
+        raise _inside_refusal(path, inside, option, f"exists and is not a {kind} file written by this toolkit")
+    if overwrite:
+        return p
+    raise OutputRefused(f"{option} {path} exists and is not a {kind} file written by this toolkit",
+                        fix=_FIX_FORCE.format(option=option))
+
+
+def claim_dir(path: str | os.PathLike, kind: str, *, inputs: Iterable = (), overwrite: bool = False,
+              legacy: Legacy = None, option: str = "--out") -> Path:
+    """For outputs written in place (resumable jobs: checkpoints, encoded spaces, narration): check ``path`` as
+    `check_output_dir`, create it and write the marker. Returns ``path``. Files already there are kept (a resumed
+    job reads them); the job replaces only the files it writes."""
+    p = check_output_dir(path, kind, inputs=inputs, overwrite=overwrite, legacy=legacy, option=option)
+    if (p.is_symlink() and not p.exists()) or (p.exists() and not p.is_dir()):
+        p.unlink()  # a file (or a dangling link) where the folder goes: check_output_dir allowed it (overwrite)
+    p.mkdir(parents=True, exist_ok=True)
+    if (read_marker(p) or {}).get("kind") != kind:
+        write_marker(p, kind)
+    return p
+
+
+@contextlib.contextmanager
+def claimed_dir(path: str | os.PathLike, kind: str, *, inputs: Iterable = (), overwrite: bool = False,
+                legacy: Legacy = None, option: str = "--out") -> Iterator[Path]:
+    """`claim_dir` for the duration of a job: should the job fail before writing anything, the folder it created
+    (holding only the marker) is removed again, so a failed job leaves nothing behind."""
+    created = not os.path.lexists(path)
+    p = claim_dir(path, kind, inputs=inputs, overwrite=overwrite, legacy=legacy, option=option)
+    try:
+        yield p
+    except BaseException:
+        if created and [x.name for x in p.iterdir()] == [MARKER]:
+            (p / MARKER).unlink()
+            with contextlib.suppress(OSError):
+                p.rmdir()
+        raise
+
+
+# --- recognisers of single-file outputs (by their own content; cheap: they read a header or a first line) ---
+
+def first_jsonl_object(path: Path, limit: int = 1 << 20) -> dict | None:
+    """The first non-empty line of a JSONL file as an object (None when it is not one)."""
+    with open(path, "rb") as f:
+        for raw in f:
+            if raw.strip():
+                try:
+                    d = json.loads(raw[:limit])
+                except (ValueError, UnicodeDecodeError):
+                    return None
+                return d if isinstance(d, dict) else None
+    return None
+
+
+def jsonl_with_keys(*keys: str) -> Callable[[Path], bool]:
+    """Recogniser: the first line of the file is a JSON object holding every key in ``keys``."""
+    def recognise(path: Path) -> bool:
+        d = first_jsonl_object(path)
+        return d is not None and all(k in d for k in keys)
+    return recognise
+
+
+def is_run_file(path: Path) -> bool:
+    """Recogniser of run files: Parquet with eval's ``psr_run`` schema metadata (only the footer is read)."""
+    import pyarrow.parquet as pq
+
+    from eval.runs import META_KEY
+
+    return META_KEY in (pq.read_schema(path).metadata or {})
+
+
+def json_with_keys(*keys: str) -> Callable[[Path], bool]:
+    """Recogniser: the file is a JSON object holding every key in ``keys``."""
+    def recognise(path: Path) -> bool:
+        if path.stat().st_size > (64 << 20):
+            return False
+        d = json.loads(path.read_text(encoding="utf-8"))
+        return isinstance(d, dict) and all(k in d for k in keys)
+    return recognise

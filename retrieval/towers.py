@@ -1,0 +1,366 @@
+"""Image towers learned on a benchmark's own frames (the synthetic world's DINOv2 / CLIP roles), and what they share.
+
+A tower is a small transformers ``ViTModel`` (``model_type`` ``vit``: patch embedding, pre-norm attention blocks with
+``q_proj`` / ``k_proj`` / ``v_proj`` / ``o_proj``, a final LayerNorm) whose ``pooler_output`` is a *linear* map of the
+CLS token (``pooler_act="linear"``) of width ``out_dim``, plus a ``ViTImageProcessor`` that resizes a frame to
+``(image_height, image_width)`` and normalises it to ``[-1, 1]``. Saved with ``save_pretrained``, a tower directory
+loads like any hub encoder (`retrieval.encoders.ImageEncoder`: ``AutoModel`` + ``AutoImageProcessor``,
+``pooler_output`` L2-normalised), so ``python -m retrieval encode --space NAME --model DIR`` embeds corpus frames
+and prefix frames with it.
+
+Training data are **frames of the train split only**: every corpus middle frame and prefix frame of a video whose
+queries are in the train split (`train_frames`). Frames are decoded once into a ``uint8`` tensor at
+``cache_scale`` times the model resolution (`load_frames`), so random crops keep some detail.
+
+Config helpers (`load_dataclass`) give every trainer the toolkit's argument convention: dataclass defaults <
+YAML files in order < ``key=value`` overrides (values parsed as YAML scalars; unknown keys raise).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+import yaml
+
+from eval.benchmark import Benchmark
+
+#: File in a tower directory that records what trained it (trainer, config, data fingerprint, train info).
+TRAIN_RECORD = "psr_tower.json"
+#: File in a LiT tower directory naming the locked text model whose space the image tower maps into.
+TEXT_TOWER_FILE = "psr_text_tower.json"
+
+T = TypeVar("T")
+
+
+@dataclass
+class TowerConfig:
+    """Architecture of an image tower (a small ViT) and its input resolution."""
+
+    image_height: int = 48
+    image_width: int = 64
+    patch_size: int = 8
+    hidden_size: int = 96
+    layers: int = 3
+    heads: int = 3
+    mlp_ratio: int = 2
+    out_dim: int = 96  # width of pooler_output (the embedding a space stores)
+
+
+def build_vit(cfg: TowerConfig):
+    """A randomly initialised ``ViTModel`` (see the module docstring)."""
+    from transformers import ViTConfig, ViTModel
+
+    if cfg.image_height % cfg.patch_size or cfg.image_width % cfg.patch_size:
+        raise ValueError(f"image size {cfg.image_height}x{cfg.image_width} is not a multiple of patch {cfg.patch_size}")
+    vc = ViTConfig(image_size=(cfg.image_height, cfg.image_width), patch_size=cfg.patch_size,
+                   hidden_size=cfg.hidden_size, num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
+                   intermediate_size=cfg.mlp_ratio * cfg.hidden_size, hidden_dropout_prob=0.0,
+                   attention_probs_dropout_prob=0.0, pooler_output_size=cfg.out_dim, pooler_act="linear")
+    return ViTModel(vc, add_pooling_layer=True)
+
+
+def image_processor(cfg: TowerConfig):
+    """The processor saved with a tower: resize to the tower's size (bilinear), scale to [0, 1], normalise to
+    [-1, 1] (mean 0.5, std 0.5 per channel)."""
+    try:
+        from transformers import ViTImageProcessorPil as Proc  # the PIL backend (no torchvision here)
+    except ImportError:  # pragma: no cover - older transformers
+        from transformers import ViTImageProcessor as Proc
+    return Proc(do_resize=True, size={"height": cfg.image_height, "width": cfg.image_width}, do_rescale=True,
+                do_normalize=True, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
+
+
+def normalize_pixels(x: torch.Tensor) -> torch.Tensor:
+    """``(B, 3, H, W)`` float in [0, 1] -> the processor's normalisation ([-1, 1])."""
+    return (x - 0.5) / 0.5
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# frames of the train split
+# ---------------------------------------------------------------------------------------------------------------
+def split_videos(bench: Benchmark, split: str) -> set[str]:
+    """Video ids whose queries are in ``split`` (splits are video-disjoint)."""
+    vids = np.asarray(bench.queries_ds["video_id"][:])
+    splits = np.asarray(bench.queries_ds["split"][:])
+    return set(vids[splits == split].tolist())
+
+
+def train_frames(bench: Benchmark, split: str = "train") -> list[str]:
+    """Sorted unique frame paths (relative to the benchmark) of the videos of ``split``: corpus middle frames and
+    prefix frames. Paths only: no state, text or label leaves this function."""
+    vids = split_videos(bench, split)
+    seg_vid = bench.corpus_ds["video_id"][:]
+    seg_frame = bench.corpus_ds["frame"][:]
+    out = {f for v, f in zip(seg_vid, seg_frame, strict=True) if v in vids}
+    q_vid = bench.queries_ds["video_id"][:]
+    q_frames = bench.queries_ds["prefix_frames"][:]
+    out.update(f for v, fr in zip(q_vid, q_frames, strict=True) if v in vids for f in fr)
+    return sorted(out)
+
+
+def load_frames(root: Path, paths: Sequence[str], size: tuple[int, int], *, progress: bool = True) -> torch.Tensor:
+    """``(n, 3, H, W)`` uint8: each frame decoded as RGB and resized to ``size = (H, W)`` (bilinear)."""
+    from PIL import Image
+    from tqdm.auto import tqdm
+
+    h, w = size
+    out = torch.empty((len(paths), 3, h, w), dtype=torch.uint8)
+    for i, p in enumerate(tqdm(paths, desc="frames", unit="frame", disable=not progress)):
+        with Image.open(root / p) as im:
+            arr = np.asarray(im.convert("RGB").resize((w, h), Image.Resampling.BILINEAR))
+        out[i] = torch.from_numpy(arr.copy()).permute(2, 0, 1)
+    return out
+
+
+def frames_fingerprint(paths: Sequence[str], root: Path) -> str:
+    """SHA-1 over the frame paths and their file sizes (a changed or rebuilt benchmark changes it)."""
+    h = hashlib.sha1()
+    for p in paths:
+        h.update(p.encode() + b"\0" + str(os.path.getsize(root / p)).encode() + b"\n")
+    return h.hexdigest()[:16]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# config convention
+# ---------------------------------------------------------------------------------------------------------------
+def load_dataclass(cls: type[T], paths: Sequence[str | os.PathLike] = (), overrides: Sequence[str] = (),
+                   **fixed: Any) -> T:
+    """``cls()`` <- each YAML file in order <- ``fixed`` (non-None) <- ``key=value`` overrides; unknown keys raise
+    `ValueError` naming the source. Nested dataclass fields take a mapping (YAML) or ``field.key=value``."""
+    d = asdict(cls())
+    for p in paths:
+        with open(p, encoding="utf-8") as f:
+            y = yaml.safe_load(f) or {}
+        if not isinstance(y, dict):
+            raise ValueError(f"{p}: expected a mapping of config keys, got {type(y).__name__}")
+        _merge(cls, d, y, str(p))
+    _merge(cls, d, {k: v for k, v in fixed.items() if v is not None}, "<options>")
+    for o in overrides:
+        if "=" not in o:
+            raise ValueError(f"override {o!r} is not of the form key=value")
+        k, v = (s.strip() for s in o.split("=", 1))
+        node: Any = v
+        for part in reversed(k.split(".")[1:]):
+            node = {part: node}
+        _merge(cls, d, {k.split(".")[0]: node}, f"--set {o}")
+    return from_dict(cls, d)
+
+
+def _merge(cls, d: dict, new: dict, source: str) -> None:
+    known = {f.name: f for f in fields(cls)}
+    for k, v in new.items():
+        if k not in known:
+            raise ValueError(f"{source}: unknown {cls.__name__} key {k!r}; known keys: {sorted(known)}")
+        sub = _dataclass_type(cls, known[k])
+        if sub is not None:
+            if not isinstance(v, dict):
+                raise ValueError(f"{source}: {k} takes a mapping of {sub.__name__} keys")
+            _merge(sub, d[k], v, source)
+        else:
+            d[k] = _coerce(v, known[k].type, f"{source}: {k}")
+
+
+def _coerce(v: Any, typ: str, where: str) -> Any:
+    """A value of a config field of type ``typ`` (a string annotation): YAML scalars for strings given to non-string
+    fields, and numbers as the field's number type ("3e-3" is a string to YAML 1.1)."""
+    if isinstance(v, str) and typ not in ("str", "str | None"):
+        v = yaml.safe_load(v)
+    try:
+        if typ == "float" and not isinstance(v, bool):
+            return float(v)
+        if typ == "int" and not isinstance(v, bool):
+            if float(v) != int(float(v)):
+                raise ValueError
+            return int(float(v))
+    except (TypeError, ValueError):
+        raise ValueError(f"{where}: expected a {typ}, got {v!r}") from None
+    if typ.startswith("tuple") and isinstance(v, list):
+        return tuple(v)
+    return v
+
+
+def _dataclass_type(cls, f) -> type | None:
+    default = cls.__dataclass_fields__[f.name].default_factory
+    if default is not dataclasses.MISSING:
+        obj = default()
+        if dataclasses.is_dataclass(obj):
+            return type(obj)
+    return None
+
+
+def from_dict(cls: type[T], d: dict[str, Any]) -> T:
+    kw = {}
+    for f in fields(cls):
+        if f.name not in d:
+            continue
+        sub = _dataclass_type(cls, f)
+        kw[f.name] = from_dict(sub, d[f.name]) if sub is not None and isinstance(d[f.name], dict) else d[f.name]
+    return cls(**kw)
+
+
+def config_hash(cfg: Any, *extra: str) -> str:
+    return hashlib.sha256(json.dumps([asdict(cfg), *extra], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_record(model_dir: str | os.PathLike) -> dict | None:
+    """The training record of a tower directory, or None when the directory holds no finished tower."""
+    p = Path(model_dir) / TRAIN_RECORD
+    if not p.exists() or not (Path(model_dir) / "config.json").exists():
+        return None
+    return json.loads(p.read_text(encoding="utf-8"))
+
+
+def seed_everything(seed: int) -> None:
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the shared training loop (resumable) and the tower directory
+# ---------------------------------------------------------------------------------------------------------------
+@dataclass
+class OptimConfig:
+    """Optimisation of a tower trainer: AdamW with a linear warm-up then cosine decay per step."""
+
+    epochs: int = 10
+    batch_size: int = 256
+    lr: float = 1e-3
+    weight_decay: float = 0.05
+    warmup_epochs: float = 1.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    threads: int = 0  # torch CPU threads during the job (0 = torch's default)
+
+
+def check_output_dir(out: Path) -> None:
+    """Refuse to write a tower into a non-empty folder that is not one of ours (never overwrite a user's files)."""
+    from eval.errors import OutputRefused
+
+    if out.exists() and any(out.iterdir()) and not (out / "train").is_dir() and not (out / TRAIN_RECORD).exists():
+        raise OutputRefused(f"{out} is a non-empty folder that holds no tower written by this toolkit",
+                            fix="give an empty or new --out")
+
+
+def _lr_lambda(total: int, warmup: int):
+    import math
+
+    def f(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        t = min(step - warmup, total - warmup) / max(1, total - warmup)
+        return 0.5 * (1.0 + math.cos(math.pi * t))
+
+    return f
+
+
+def fit(out: Path, module: torch.nn.Module, step_loss, n_items: int, opt_cfg: OptimConfig, training_hash: str, *,
+        log=print, progress: bool = True, stop_after: int | None = None) -> list[dict]:
+    """Minimise ``step_loss(idx) -> (loss, parts)`` over shuffled batches of ``range(n_items)`` for
+    ``opt_cfg.epochs`` epochs, training every parameter of ``module`` that requires grad.
+
+    Resumable: ``out/train/last.pt`` (module, optimiser, schedule, RNG states, history) is rewritten atomically each
+    epoch and ``out/train/history.jsonl`` logs loss terms, wall and CPU seconds (all threads), peak RSS and the load
+    average per epoch; a run with another
+    ``training_hash`` refuses to resume there. Randomness (shuffling, augmentations) comes from torch's global RNG,
+    seeded by ``opt_cfg.seed``. Returns the history (one dict per epoch).
+    """
+    import time
+
+    from tqdm.auto import tqdm
+
+    from eval.io import atomic_path
+
+    tdir = out / "train"
+    tdir.mkdir(parents=True, exist_ok=True)
+    last = tdir / "last.pt"
+    params = [p for p in module.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=opt_cfg.lr, weight_decay=opt_cfg.weight_decay)
+    steps = -(-n_items // opt_cfg.batch_size)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(opt_cfg.epochs * steps,
+                                                              int(opt_cfg.warmup_epochs * steps)))
+    seed_everything(opt_cfg.seed)
+    history: list[dict] = []
+    start = 0
+    if last.exists():
+        st = torch.load(last, map_location="cpu", weights_only=False)
+        if st["training_hash"] != training_hash:
+            raise ValueError(f"{tdir} holds a run with a different training config; use another --out")
+        module.load_state_dict(st["module"])
+        opt.load_state_dict(st["optimizer"])
+        sched.load_state_dict(st["scheduler"])
+        torch.set_rng_state(st["rng"])
+        history, start = st["history"], st["epoch"] + 1
+        log(f"resumed from {last} after epoch {start}")
+    end = opt_cfg.epochs if stop_after is None else min(opt_cfg.epochs, start + stop_after)
+    for epoch in range(start, end):
+        t0, c0 = time.time(), time.process_time()
+        module.train()
+        perm = torch.randperm(n_items)
+        sums: dict[str, float] = {}
+        bar = tqdm(range(0, n_items, opt_cfg.batch_size), desc=f"epoch {epoch + 1}/{opt_cfg.epochs}",
+                   unit="batch", disable=not progress, leave=False)
+        for s in bar:
+            loss, parts = step_loss(perm[s:s + opt_cfg.batch_size])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if opt_cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(params, opt_cfg.grad_clip)
+            opt.step()
+            sched.step()
+            for k, v in {"loss": float(loss.detach()), **parts}.items():
+                sums[k] = sums.get(k, 0.0) + v
+            bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
+        rec = {"epoch": epoch + 1, **{k: v / steps for k, v in sums.items()}, "lr": sched.get_last_lr()[0],
+               "seconds": time.time() - t0, "cpu_seconds": time.process_time() - c0, "peak_rss_mb": peak_rss_mb(),
+               "load_avg": os.getloadavg()[0]}
+        history.append(rec)
+        log(f"epoch {epoch + 1}/{opt_cfg.epochs}: " + ", ".join(f"{k} {v:.4f}" for k, v in rec.items()
+                                                               if k not in ("epoch", "lr")))
+        with atomic_path(last) as tmp:
+            torch.save({"module": module.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                        "rng": torch.get_rng_state(), "history": history, "epoch": epoch,
+                        "training_hash": training_hash}, tmp)
+        with atomic_path(tdir / "history.jsonl") as tmp, open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(json.dumps(h) + "\n" for h in history)
+    return history
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (MB; Linux ``ru_maxrss`` is in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def save_tower(out: Path, model, cfg: TowerConfig, record: dict, extra_files: dict[str, dict] | None = None) -> None:
+    """Write the tower (``save_pretrained`` of model and processor) into ``out``, then ``extra_files`` (JSON), then
+    the training record last: its presence marks a finished tower."""
+    import shutil
+    import tempfile
+
+    from eval.io import write_json
+
+    stage = Path(tempfile.mkdtemp(prefix=".tower-", dir=out))
+    try:
+        model.save_pretrained(stage)
+        image_processor(cfg).save_pretrained(stage)
+        for name, obj in (extra_files or {}).items():
+            write_json(stage / name, obj)
+        for p in stage.iterdir():
+            os.replace(p, out / p.name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    write_json(out / TRAIN_RECORD, record)
+

@@ -1,0 +1,73 @@
+"""Benchmark.load refuses what would break a job later, naming the file, line and field."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from eval.benchmark import Benchmark
+from eval.io import FormatError
+
+
+@pytest.fixture
+def bench_copy(synth_dir, tmp_path):
+    return shutil.copytree(synth_dir, tmp_path / "b", ignore=shutil.ignore_patterns(".cache", "frames", "sim"))
+
+
+def _edit_line(path, line, fn):
+    lines = path.read_bytes().split(b"\n")
+    lines[line - 1] = fn(lines[line - 1])
+    path.write_bytes(b"\n".join(lines))
+
+
+def test_invalid_utf8_is_refused_with_file_line_and_field(bench_copy):
+    q = bench_copy / "queries.jsonl"
+    _edit_line(q, 5, lambda b: b.replace(b'"question": "', b'"question": "\xff\xfe', 1))
+    with pytest.raises(FormatError, match=r"queries.jsonl:5 field 'question': not valid UTF-8 \(byte 0xff") as e:
+        Benchmark.load(bench_copy)
+    assert e.value.line == 5 and e.value.field == "question"
+
+
+def test_invalid_utf8_is_refused_on_a_cached_load_too(bench_copy):
+    Benchmark.load(bench_copy)  # builds the Arrow cache from the valid file
+    s = bench_copy / "states.jsonl"
+    _edit_line(s, 2, lambda b: b.replace(b'"text": "', b'"text": "\xc3\x28', 1))
+    with pytest.raises(FormatError, match=r"states.jsonl:2 field 'text': not valid UTF-8"):
+        Benchmark.load(bench_copy)
+
+
+def test_null_or_missing_required_fields_and_bad_types_are_named(bench_copy):
+    c = bench_copy / "corpus.jsonl"
+    original = c.read_bytes()
+
+    def set_field(key, value):
+        def fn(b):
+            d = json.loads(b)
+            if value is KeyError:
+                d.pop(key)
+            else:
+                d[key] = value
+            return json.dumps(d).encode()
+        return fn
+
+    for key, value, needle in [("state_id", None, "required field missing"),
+                               ("video_id", KeyError, "required field missing"),
+                               ("start", "soon", "expected int or float, got str")]:
+        c.write_bytes(original)
+        _edit_line(c, 3, set_field(key, value))
+        with pytest.raises(FormatError, match=rf"corpus.jsonl:3 field '{key}': {needle}"):
+            Benchmark.load(bench_copy)
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"[1, 2]", "expected a JSON object, got list"),
+    (b'{"version": "1"}', "field 'name': required string field"),
+    (b'{"name": "x", "version": "1", "spaces": [1]}', "field 'spaces': expected dict, got list"),
+    (b'{"name": "x",\n "version": "\xff"}', r"manifest.json:2: not valid UTF-8"),
+])
+def test_a_malformed_manifest_is_named(bench_copy, content, needle):
+    (bench_copy / "manifest.json").write_bytes(content)
+    with pytest.raises(FormatError, match=needle):
+        Benchmark.load(bench_copy)

@@ -1,0 +1,278 @@
+"""LFTR to the paper's letter: per-positive hard negatives outside every GT pool (on the synthetic `pixels` space,
+hundreds of items, where hard negatives are used), torch validation, ablation switches, the calibrated read, the
+LoRA encoder baseline and the complementarity analysis."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from eval.benchmark import Benchmark
+
+
+def _cfg(**kw):
+    from retrieval.lftr.config import LFTRConfig
+
+    base = dict(target_space="pixels", prefix_space="pixels", question_space="minilm", d_model=32, n_layers=1,
+                n_heads=2, n_samples=4, epochs=1, batch_size=64, lr=1e-3, n_random_negatives=64, n_hard_negatives=16,
+                threads=1)
+    return LFTRConfig(**{**base, **kw})
+
+
+@pytest.fixture(scope="module")
+def pixels_prep(synth_sem_dir, tmp_path_factory):
+    from retrieval.lftr.train import prepare
+
+    cfg = _cfg()
+    return cfg, prepare(Benchmark.load(synth_sem_dir), cfg, tmp_path_factory.mktemp("prep"), "cpu")
+
+
+def _excluded_sets(prep, rows):
+    """Per query: item rows that may never be its negatives, from the raw benchmark records (Python sets)."""
+    bench, space = prep.bench, prep.target
+    cidx = bench.corpus_index
+    out = []
+    for r in rows:
+        q = bench.query(int(r))
+        ids = [x for t in ("in_video", "in_dataset", "cross_dataset", "bge_similar", "consensus")
+               for x in getattr(q.gt_pools, t)] + list(q.gt_type1)
+        items = set(space.corpus_rows_to_items(np.asarray([cidx[x] for x in ids], np.int64)).tolist()) if ids else set()
+        same = set(np.flatnonzero(space.item_state == prep.data.target_state[r]).tolist())
+        out.append(items | same)
+    return out
+
+
+def test_hard_negatives_are_nearest_neighbours_of_the_positive_outside_every_pool(pixels_prep):
+    from retrieval.lftr.data import mine_hard_negatives
+    from retrieval.lftr.train import Trainer
+
+    cfg, prep = pixels_prep
+    data = prep.data
+    rows = data.rows("train")
+    assert data.items.shape[0] > 1 + cfg.n_random_negatives + cfg.n_hard_negatives  # not a full softmax: they matter
+    hard = mine_hard_negatives(data, rows, cfg.n_hard_candidates, None, progress=False)
+    tr = Trainer(cfg, data, hard, rows, "cpu")
+    assert tr.hard_nb is not None and not tr.full_softmax
+    b = tr.batch(rows[:64], torch.Generator().manual_seed(0))
+    excl = _excluded_sets(prep, rows[:64])
+    dropped_beyond_state = 0
+    for i in range(64):
+        p = int(b.positive[i])
+        got = [x for x in b.hard[i].tolist() if x >= 0]
+        assert got and not set(got) & excl[i]
+        # brute force: p's neighbours by cosine, other states only, then the query's exclusions
+        sims = data.items @ data.items[p]
+        order = [int(x) for x in np.argsort(-sims, kind="stable") if data.item_state[x] != data.item_state[p]]
+        cand = order[:cfg.n_hard_candidates]
+        allowed = [x for x in cand if x not in excl[i]]
+        want = allowed[:cfg.n_hard_negatives]
+        assert len(got) == len(want)  # the first n_hard allowed neighbours, best first (order up to float near-ties)
+        assert np.allclose(sims[got], sims[want], atol=1e-5) and np.all(np.diff(sims[got]) <= 1e-5)
+        dropped_beyond_state += sum(1 for x in cand if x in excl[i])
+    assert dropped_beyond_state > 0  # some nearest neighbours were GT (bge_similar) items and were dropped
+
+
+def test_exclusion_mask_matches_the_records(pixels_prep):
+    from retrieval.lftr.train import Trainer
+
+    cfg, prep = pixels_prep
+    rows = prep.data.rows("train")[:40]
+    tr = Trainer(cfg, prep.data, None, prep.data.rows("train"), "cpu")
+    cand = torch.randint(0, prep.data.items.shape[0], (len(rows), 200), generator=torch.Generator().manual_seed(1))
+    excl = _excluded_sets(prep, rows)
+    # force some candidates into the excluded sets so both outcomes are tested
+    for i, e in enumerate(excl):
+        cand[i, :5] = torch.tensor(sorted(e)[:5])
+    got = tr.never_negative(torch.from_numpy(rows), torch.from_numpy(prep.data.target_state[rows]), cand)
+    want = torch.tensor([[int(c) in excl[i] for c in cand[i]] for i in range(len(rows))])
+    assert torch.equal(got, want) and want.any() and (~want).any()
+
+
+def test_n_hard_negatives_zero_on_a_space_where_they_are_used(pixels_prep):
+    from retrieval.lftr.data import mine_hard_negatives
+    from retrieval.lftr.model import LFTR
+    from retrieval.lftr.train import Trainer
+
+    cfg, prep = pixels_prep
+    rows = prep.data.rows("train")
+    dims = (prep.data.prefix.shape[-1], prep.data.items.shape[1], prep.data.question.shape[1])
+    losses = {}
+    for n in (0, 16):
+        c = cfg.with_overrides({"n_hard_negatives": n})
+        hard = mine_hard_negatives(prep.data, rows, c.n_hard_candidates, None, progress=False) if n else None
+        tr = Trainer(c, prep.data, hard, rows, "cpu")
+        assert (tr.hard_nb is None) == (n == 0) and not tr.full_softmax
+        torch.manual_seed(0)
+        model = LFTR(c, *dims)
+        gen = torch.Generator().manual_seed(0)
+        b = tr.batch(rows[:64], gen)
+        assert (b.hard is None) == (n == 0)
+        torch.manual_seed(1)
+        losses[n] = tr.loss(model, b, gen)[1]["nce"]
+    assert losses[16] > losses[0]  # more (and harder) candidates in the softmax
+
+
+def test_torch_validation_equals_the_streaming_scorer(synth_sem_dir, tmp_path):
+    from retrieval.lftr.model import LFTR
+    from retrieval.lftr.predict import main_pool_stats, step_vectors, torch_main_pool_stats
+    from retrieval.lftr.train import prepare
+
+    bench = Benchmark.load(synth_sem_dir)
+    for space in ("pixels", "minilm"):
+        cfg = _cfg(target_space=space)
+        prep = prepare(bench, cfg, tmp_path, "cpu")
+        torch.manual_seed(0)
+        model = LFTR(cfg, prep.data.prefix.shape[-1], prep.data.items.shape[1], prep.data.question.shape[1])
+        rows = prep.data.rows("val")
+        vec = step_vectors(model, prep, rows)
+        a = main_pool_stats(prep, rows, vec)
+        b = torch_main_pool_stats(prep, rows, vec, chunk=7)
+        assert np.array_equal(a["n_pos"], b["n_pos"])
+        for k in ("n_above", "n_tie_neg", "n_tie_pos", "n_tie_neg_first"):  # float rounding: a near-tie may move
+            diff = np.abs(np.asarray(a[k]) - b[k])
+            assert diff.max() <= 1 and (diff > 0).mean() < 0.05, (space, k)
+        if space == "minilm":  # a state space: every segment of a state shares one score, ties are exact
+            assert all(np.array_equal(a[k], b[k]) for k in ("n_above", "n_tie_neg", "n_tie_pos", "n_tie_neg_first"))
+
+
+def test_intermediate_states_and_grounding_switches(pixels_prep):
+    from retrieval.lftr.model import LFTR
+    from retrieval.lftr.train import Trainer
+
+    cfg, prep = pixels_prep
+    data, bench = prep.data, prep.bench
+    # the states a query's object passes through: its segments after the prefix and before the target
+    n_inter = np.diff(data.inter_ptr)
+    single = np.asarray([q == "Q1" for q in bench.queries_ds["qtype"][:]])
+    assert (n_inter[single] == 0).all()  # next state: nothing in between
+    ok = n_inter == data.horizon - 1
+    assert ok.mean() > 0.95, ok.mean()  # horizon = index in the object's future trajectory
+    r = int(np.flatnonzero((n_inter >= 2) & ok)[0])
+    q = bench.query(r)
+    segs = [s for s in bench.segments() if s.video_id == q.video_id and s.object_id == q.object_id
+            and q.prefix_end < s.start < q.target_time]
+    assert [bench.state_index[s.state_id] for s in sorted(segs, key=lambda s: s.start)] == \
+        data.inter_state[data.inter_ptr[r]:data.inter_ptr[r + 1]].tolist()
+    rows = data.rows("train")[:64]
+    dims = (data.prefix.shape[-1], data.items.shape[1], data.question.shape[1])
+    proto = Trainer(cfg.with_overrides({"grounding_target": "prototype"}), data, None, rows, "cpu")
+    assert np.allclose(proto.ground[rows].numpy(), data.state_proto[data.target_state[rows]])
+    cen = Trainer(cfg, data, None, rows, "cpu")
+    assert np.allclose(cen.ground[rows].numpy(), data.centroid[rows])
+    inter = Trainer(cfg.with_overrides({"intermediate_weight": 0.5}), data, None, rows, "cpu")
+    torch.manual_seed(0)
+    model = LFTR(cfg, *dims)
+    gen = torch.Generator().manual_seed(0)
+    loss, parts = inter.loss(model, inter.batch(rows, gen), gen)
+    assert parts["inter"] > 0 and torch.isfinite(loss)
+
+
+def test_calibrated_read_uses_the_validation_step_map(synth_sem_dir, tmp_path):
+    import json
+
+    from retrieval.lftr.predict import predict_query_vectors, step_vectors, validation_recall
+    from retrieval.lftr.train import load_checkpoint, prepare, train
+
+    bench = Benchmark.load(synth_sem_dir)
+    train(bench, _cfg(epochs=2), tmp_path, validate=validation_recall, progress=False, log=lambda s: None)
+    model, cfg, _ = load_checkpoint(tmp_path)
+    prep = prepare(bench, cfg, tmp_path, "cpu")
+    rows = prep.data.rows("test")
+    vec = predict_query_vectors(model, prep, rows, rule="calibrated", ckpt_dir=tmp_path).vectors
+    cal = json.loads((tmp_path / "calibration.json").read_text())
+    steps = {int(h): t for h, t in cal["steps"].items()}
+    assert set(steps) == set(np.unique(prep.data.horizon[prep.data.rows("val")]).tolist())
+    for h, t in steps.items():  # the chosen step has the best validation recall of its horizon
+        assert cal["val_recall_by_step"][str(h)][t] == max(cal["val_recall_by_step"][str(h)])
+    all_steps = step_vectors(model, prep, rows, steps="all")
+    matched = np.minimum(prep.data.horizon[rows], cfg.rollout_depth) - 1
+    want = np.asarray([steps.get(int(h), int(m)) for h, m in zip(prep.data.horizon[rows], matched, strict=True)])
+    assert np.allclose(vec, all_steps[np.arange(len(rows)), want], atol=1e-6)
+
+
+def test_lora_baseline_trains_only_adapters_and_its_frozen_control_is_plain_lftr(synth_towers_dir, tmp_path):
+    from eval.metrics import RankStats, recall_at_k
+    from eval.runs import read_run
+    from retrieval.lftr.jobs import predict_run
+    from retrieval.lftr.predict import validation_recall
+    from retrieval.lftr.train import prepare, train
+    from retrieval.lora import LoRAConfig, LoRAPrefixEncoder, run_lora_baseline
+
+    d, towers = synth_towers_dir
+    bench = Benchmark.load(d)
+    cfg = _cfg(target_space="ssl", prefix_space="ssl", batch_size=64, epochs=1)
+    # at initialisation (LoRA B = 0) the adapted encoder reproduces the stored prefix table
+    prep = prepare(bench, cfg, tmp_path / "p", "cpu")
+    enc = LoRAPrefixEncoder(prep, "cpu", LoRAConfig(with_out=True))
+    trainable = [n for n, p in enc.module.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    assert {n.split(".")[-4] for n in trainable if "lora_A" in n} == {"q_proj", "k_proj", "v_proj", "o_proj"}
+    enc.module.eval()
+    with torch.no_grad():
+        tok = enc.tokens(torch.arange(5)).numpy()
+    assert np.allclose(tok, prep.data.prefix[:5], atol=1e-5)
+
+    res = run_lora_baseline(bench, cfg, LoRAConfig(), tmp_path / "lora", log=lambda s: None, progress=False,
+                            resamples=200)
+    # only adapters trained: every base weight of the tower equals the saved tower
+    from transformers import AutoModel
+
+    base = AutoModel.from_pretrained(str(towers["ssl"])).state_dict()
+    ck = torch.load(tmp_path / "lora" / "lora" / "last.pt", weights_only=False)
+    adapted = ck["adapter"]
+    lora_keys = [k for k in adapted if "lora_" in k]
+    assert lora_keys and any(float(adapted[k].abs().sum()) > 0 for k in lora_keys if "lora_B" in k)
+    for k, v in adapted.items():
+        if "lora_" not in k:
+            name = k.replace("base_model.model.", "").replace(".base_layer", "")
+            assert torch.equal(v, base[name]), k
+    # the frozen control reproduces plain LFTR: same seed, same data, same number
+    train(bench, cfg, tmp_path / "plain", validate=validation_recall, progress=False, log=lambda s: None)
+    plain = predict_run(bench, tmp_path / "plain", tmp_path / "plain.parquet", progress=False)
+    frozen = read_run(tmp_path / "lora" / "frozen" / "run.parquet")
+    r = lambda run: recall_at_k(RankStats.from_run(run, "type2-all"), 5)  # noqa: E731
+    assert np.array_equal(r(plain), r(frozen), equal_nan=True)
+    c = res["comparison"]
+    assert c["n"] > 0 and 0 <= c["bootstrap"]["p_value"] <= 1 and c["cost_ratio"] > 1
+    assert res["frozen"]["R@5"] == pytest.approx(np.nanmean(r(frozen)))
+    assert (tmp_path / "lora" / "comparison.md").read_text().startswith("| run | R@5")
+
+
+def test_complementarity_of_runs(synth_demo_out, synth_sem_dir, tmp_path):
+    from typer.testing import CliRunner
+
+    from eval.runs import read_run
+    from retrieval.cli import app
+    from retrieval.complementarity import complementarity, run_hits
+
+    paths = {n: synth_demo_out / f"{n}.parquet" for n in ("lftr-minilm", "lftr-pixels")}
+    res = complementarity(Benchmark.load(synth_sem_dir), paths,
+                          fused=synth_demo_out / "lftr-fusion-minilm+pixels.parquet")
+    h = {n: run_hits(read_run(p)) for n, p in paths.items()}
+    common = sorted(set(h["lftr-minilm"]) & set(h["lftr-pixels"]))
+    a = np.asarray([h["lftr-minilm"][q] for q in common])
+    b = np.asarray([h["lftr-pixels"][q] for q in common])
+    assert res["queries"] == len(common) and res["spaces"] == {"lftr-minilm": "minilm", "lftr-pixels": "pixels"}
+    assert res["union"] == pytest.approx((1 - (1 - a) * (1 - b)).mean()) and res["union"] >= max(res["recall"].values())
+    assert res["only"]["lftr-minilm"] == pytest.approx((a * (1 - b)).mean())
+    assert res["recall"]["lftr-minilm"] == pytest.approx(a.mean())
+    assert sum(res["pairs"]["lftr-minilm~lftr-pixels"].values()) == pytest.approx(1.0)
+    ss = res["state_similarity"]
+    assert ss["states"] > 10 and -1 <= ss["r"]["minilm~pixels"] <= 1
+    out = CliRunner().invoke(app, ["complementarity", "--data", str(synth_sem_dir), "--run", str(paths["lftr-minilm"]),
+                                   "--run", str(paths["lftr-pixels"]), "--out", str(tmp_path / "c")])
+    assert out.exit_code == 0, out.output
+    assert "union (any space right)" in (tmp_path / "c" / "complementarity.md").read_text()
+
+
+def test_state_similarity_of_a_space_with_itself_is_one(synth_sem_dir, tmp_path):
+    import shutil
+
+    from retrieval.complementarity import state_similarity_correlation
+
+    d = shutil.copytree(synth_sem_dir, tmp_path / "b", ignore=shutil.ignore_patterns(".cache"))
+    shutil.copytree(d / "features" / "pixels", d / "features" / "pixels-twin")
+    res = state_similarity_correlation(Benchmark.load(d), ["pixels", "pixels-twin", "minilm"])
+    assert res["r"]["pixels~pixels-twin"] == pytest.approx(1.0)
+    assert res["r"]["pixels~minilm"] < 0.99

@@ -1,0 +1,215 @@
+"""Learned image towers: the SSL encoder (pixels only), the LiT tower (locked text side), encode round trips."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from conftest import TINY_TOWER
+
+from eval.benchmark import Benchmark
+
+
+def _tower_weights(path) -> dict[str, torch.Tensor]:
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(str(path)).state_dict()
+
+
+def _ssl(bench, out, *extra):
+    from retrieval.ssl import SSLConfig, train_ssl
+    from retrieval.towers import load_dataclass
+
+    cfg = load_dataclass(SSLConfig, [], TINY_TOWER + ["optim.epochs=1", "max_frames=64", *extra])
+    return train_ssl(bench, cfg, out, log=lambda s: None, progress=False)
+
+
+def test_ssl_frames_are_the_train_split_only(synth_bench):
+    from retrieval.towers import split_videos, train_frames
+
+    frames = train_frames(synth_bench)
+    train = split_videos(synth_bench, "train")
+    assert frames and all(f.split("/")[1] in train for f in frames)  # frames/<video_id>/fNNNN.png
+    for other in ("val", "test"):
+        assert not set(train_frames(synth_bench, other)) & set(frames)
+
+
+def test_ssl_objective_never_sees_labels_or_text(synth_dir, tmp_path):
+    """Shuffling every state label, description, question and subject of the benchmark must not change one bit
+    of the trained weights (it would if any of them reached the objective); another seed does change them."""
+    poisoned = shutil.copytree(synth_dir, tmp_path / "poisoned", ignore=shutil.ignore_patterns("sim", ".cache"))
+    rng = np.random.default_rng(0)
+    corpus = [json.loads(x) for x in (poisoned / "corpus.jsonl").read_text().splitlines()]
+    perm = rng.permutation(len(corpus))
+    fields = ("state", "state_id", "state_type1", "raw", "subject")
+    shuffled = [{**c, **{f: corpus[p][f] for f in fields}} for c, p in zip(corpus, perm, strict=True)]
+    (poisoned / "corpus.jsonl").write_text("".join(json.dumps(c) + "\n" for c in shuffled))
+    queries = [json.loads(x) for x in (poisoned / "queries.jsonl").read_text().splitlines()]
+    for q in queries:
+        q["question"] = "what is " + q["question"][::-1]
+        q["target_state"] = "poisoned"
+    (poisoned / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    a = _ssl(Benchmark.load(synth_dir), tmp_path / "a")
+    b = _ssl(Benchmark.load(poisoned), tmp_path / "b")
+    assert a["frames_fingerprint"] == b["frames_fingerprint"]
+    wa, wb = _tower_weights(tmp_path / "a"), _tower_weights(tmp_path / "b")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)  # deterministic, and blind to labels and text
+    _ssl(Benchmark.load(synth_dir), tmp_path / "c", "optim.seed=1")
+    wc = _tower_weights(tmp_path / "c")
+    assert not all(torch.equal(wa[k], wc[k]) for k in wa)
+
+
+def test_ssl_tower_is_reused_resumed_and_guards_foreign_folders(synth_bench, tmp_path):
+    from eval.errors import OutputRefused
+
+    logs: list[str] = []
+    from retrieval.ssl import SSLConfig, train_ssl
+    from retrieval.towers import load_dataclass
+
+    cfg = load_dataclass(SSLConfig, [], TINY_TOWER + ["optim.epochs=2", "max_frames=64"])
+    part = train_ssl(synth_bench, cfg, tmp_path / "t", log=logs.append, progress=False, stop_after=1)
+    assert part["finished"] is False and not (tmp_path / "t" / "config.json").exists()
+    done = train_ssl(synth_bench, cfg, tmp_path / "t", log=logs.append, progress=False)
+    assert done["finished"] and any("resumed" in s for s in logs)
+    train_ssl(synth_bench, cfg, tmp_path / "full", log=lambda s: None, progress=False)
+    wa, wb = _tower_weights(tmp_path / "t"), _tower_weights(tmp_path / "full")
+    assert all(torch.allclose(wa[k], wb[k], atol=1e-6) for k in wa)  # resume == uninterrupted
+    again = train_ssl(synth_bench, cfg, tmp_path / "t", log=logs.append, progress=False)
+    assert again["training_hash"] == done["training_hash"] and "reusing" in logs[-1]
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep me")
+    with pytest.raises(OutputRefused):
+        train_ssl(synth_bench, cfg, tmp_path / "mine", log=lambda s: None, progress=False)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
+
+
+def test_ssl_tower_round_trips_through_encode(synth_towers_dir):
+    """The stored `ssl` features equal the saved tower's own forward on the processed frame (AutoModel +
+    AutoImageProcessor, pooler_output, L2-normalised): the tower loads like any hub encoder."""
+    from transformers import AutoImageProcessor, AutoModel
+
+    from eval.features import load_table, read_meta
+    from retrieval.encoders import _load_image
+
+    d, towers = synth_towers_dir
+    bench = Benchmark.load(d)
+    meta = read_meta(d, "ssl")
+    assert meta["kind"] == "visual" and meta["encoder"] == "vit" and meta["text_tower"] is False
+    model, proc = AutoModel.from_pretrained(str(towers["ssl"])).eval(), AutoImageProcessor.from_pretrained(str(towers["ssl"]))
+    table = load_table(d, "ssl", "corpus")
+    rows = [0, 7, len(bench.corpus_ids) - 1]
+    with torch.no_grad():
+        pv = proc(images=[_load_image(bench.path(bench.segment(r).frame)) for r in rows], return_tensors="pt")
+        direct = torch.nn.functional.normalize(model(**pv).pooler_output, dim=-1).numpy()
+    assert np.allclose(table.array[rows], direct, atol=1e-5)
+    assert load_table(d, "ssl", "prefixes").array.shape[1:] == (8, 32)
+
+
+def test_lit_text_tower_stays_locked(synth_towers_dir, tmp_path):
+    """The text model's parameters are bitwise unchanged by training, none of them is optimised, and the image
+    tower learns: after training, a description ranks its own frame above chance."""
+    from retrieval.encoders import PACKAGED_MINILM, TextEncoder
+    from retrieval.lit import LiTConfig, train_lit
+    from retrieval.towers import load_dataclass
+
+    d, _ = synth_towers_dir
+    enc = TextEncoder(PACKAGED_MINILM)
+    before = {k: v.clone() for k, v in enc.model.state_dict().items()}
+    seen: list[set[int]] = []
+    orig = torch.optim.AdamW.__init__
+
+    def spy(self, params, *a, **kw):
+        params = list(params)
+        seen.append({id(p) for p in params})
+        orig(self, params, *a, **kw)
+
+    torch.optim.AdamW.__init__ = spy
+    try:
+        cfg = load_dataclass(LiTConfig, [], TINY_TOWER + ["optim.epochs=3", "max_pairs=96", "optim.lr=3e-3"])
+        rec = train_lit(Benchmark.load(d), cfg, tmp_path / "lit", log=lambda s: None, progress=False, text_encoder=enc)
+    finally:
+        torch.optim.AdamW.__init__ = orig
+    after = enc.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    text_ids = {id(p) for p in enc.model.parameters()}
+    assert seen and not (seen[0] & text_ids)
+    losses = [h["loss"] for h in rec["history"]]
+    assert losses[-1] < losses[0]
+    assert json.loads((tmp_path / "lit" / "psr_text_tower.json").read_text())["text_model"] == PACKAGED_MINILM
+
+
+def test_lit_space_plugs_into_text_to_image_search(synth_towers_dir, tmp_path):
+    """`encode` records the locked text model; phrases and oracle texts are embedded by it (the packaged MiniLM,
+    the same vectors as the semantic space's queries) and ranked against the LiT frame features."""
+    from typer.testing import CliRunner
+
+    from eval.features import read_meta
+    from eval.runs import read_run
+    from retrieval.cli import app
+    from retrieval.encoders import PACKAGED_MINILM, TextEncoder, query_text_encoder
+    from retrieval.queries import load_query_vectors, sidecar_path
+
+    d, _ = synth_towers_dir
+    meta = read_meta(d, "lit")
+    assert meta["text_tower"] and meta["text_model"] == PACKAGED_MINILM and meta["dim"] == 384
+    enc = query_text_encoder(meta)
+    assert isinstance(enc, TextEncoder)
+    bench = Benchmark.load(d)
+    q = bench.query_ids[int(bench.query_rows("test")[0])]
+    (tmp_path / "p.jsonl").write_text(json.dumps({"query_id": q, "phrase": "falling off the table"}) + "\n")
+    res = CliRunner().invoke(app, ["search", "--data", str(d), "--phrases", str(tmp_path / "p.jsonl"), "--space",
+                                   "lit", "--out", str(tmp_path / "lit.parquet")])
+    assert res.exit_code == 0, res.output
+    qv = load_query_vectors(sidecar_path(tmp_path / "lit.parquet"))
+    assert np.allclose(qv.vectors[qv.query_ids.index(q), 0], enc.encode_queries(["falling off the table"])[0],
+                       atol=1e-5)
+    res = CliRunner().invoke(app, ["oracle", "semantic-text", "--data", str(d), "--space", "lit", "--out",
+                                   str(tmp_path / "oracle.parquet")])
+    assert res.exit_code == 0, res.output
+    assert read_run(tmp_path / "oracle.parquet").n == len(bench.query_rows("test"))
+
+
+def test_lit_loss_masks_shared_frames_and_texts():
+    from retrieval.lit import lit_loss
+
+    v = torch.nn.functional.normalize(torch.randn(4, 8), dim=-1)
+    t = v.clone()
+    t[1] = t[0]  # pairs 0 and 1 share a description
+    frame_ids, text_ids = torch.tensor([0, 1, 2, 3]), torch.tensor([5, 5, 6, 7])
+    masked = lit_loss(v, t, torch.tensor(50.0), frame_ids, text_ids)
+    # pair 1's image is not a negative of pair 0's text (same text): removing pair 1 leaves pair 0's terms unchanged
+    keep = [0, 2, 3]
+    sub = lit_loss(v[keep], t[keep], torch.tensor(50.0), frame_ids[keep], text_ids[keep])
+    assert masked.item() < lit_loss(v, t, torch.tensor(50.0), torch.arange(4), torch.arange(4)).item()
+    assert sub.item() == pytest.approx(lit_loss(v[keep], t[keep], torch.tensor(50.0), torch.arange(3),
+                                                torch.arange(3)).item())
+
+
+def test_demo_in_the_learned_spaces_with_fusion_and_complementarity(synth_towers_dir, tmp_path):
+    """`retrieval demo --visual-space ssl --extra-space lit --compare-space pixels`: baselines and LFTR in the
+    learned spaces, the LiT zero-shot oracle, the three-space fusion and the complementarity analysis."""
+    import yaml
+
+    from eval.runs import read_run
+    from retrieval.encoders import PACKAGED_MINILM
+    from retrieval.lftr.jobs import run_demo
+
+    d, _ = synth_towers_dir
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"d_model": 32, "n_layers": 1, "n_heads": 2, "n_samples": 4, "epochs": 1,
+                                   "batch_size": 64, "n_random_negatives": 64, "n_hard_negatives": 16, "threads": 1}))
+    out = tmp_path / "runs"
+    paths = run_demo(Benchmark.load(d), out, text_model=PACKAGED_MINILM, visual_space="ssl", extra_spaces=["lit"],
+                     compare_space="pixels", configs=[cfg], log=lambda s: None, progress=False)
+    names = {p.name.removesuffix(".parquet") for p in paths}
+    assert {"persistence", "lftr-ssl", "lftr-lit", "lftr-pixels", "persistence-pixels", "oracle-semantic-text-lit",
+            "question-only-lit", "oracle-state-prototype-pixels", "lftr-fusion-minilm+ssl",
+            "lftr-fusion-minilm+ssl+lit"} <= names
+    assert all(p.exists() for p in paths)
+    assert read_run(out / "lftr-fusion-minilm+ssl+lit.parquet").config["spaces"] == ["minilm", "ssl", "lit"]
+    comp = json.loads((out / "complementarity.json").read_text())
+    assert set(comp["recall"]) == {"lftr-minilm", "lftr-ssl", "lftr-lit"}
+    assert set(comp["state_similarity"]["r"]) == {"minilm~ssl", "minilm~lit", "ssl~lit"}
