@@ -3,9 +3,10 @@
 One pass over a (queries x corpus chunk) score tile does everything the stream needs, so the scorer costs little
 more than the matrix product that made the tile:
 
-- rank counting: for every pool p with threshold ``t[i, p]`` (the query's best positive score), count items with
-  score ``> t`` (``gt``), ``== t`` (``eq``) and ``== t`` with corpus row below ``first_row[i, p]`` (``first``).
-  Positives and own-video rows are counted too; the caller subtracts them from their gathered scores.
+- rank counting: for every pool p with threshold ``t = best[i, p]`` (the query's best positive score), count items
+  with score ``> t`` (``n_above``), ``== t`` (``n_tied``) and ``== t`` with corpus row below ``first_row[i, p]``
+  (``n_tied_before_first``). Positives and own-video rows are counted too; the caller subtracts them from their
+  gathered scores (`eval.scoring.block.pool_statistics`).
 - the running top-k per query, sorted by (score desc, corpus row asc), skipping own-video rows, with ``unlisted``
   = number of seen items tied with the k-th score that did not fit.
 
@@ -19,25 +20,25 @@ from numba import njit, prange
 
 
 @njit(cache=True, nogil=True)
-def _insert(ls, lr, i, v, col, unlisted):
+def _insert(top_scores, top_rows, i, v, col, unlisted):
     """Insert (v, col) into row i of the sorted top-k (col is larger than every row already seen)."""
-    k = ls.shape[1]
-    kth = ls[i, k - 1]
-    if lr[i, k - 1] >= 0 and v <= kth:
+    k = top_scores.shape[1]
+    kth = top_scores[i, k - 1]
+    if top_rows[i, k - 1] >= 0 and v <= kth:
         if v == kth:
             unlisted[i] += 1
         return
     pos = k - 1
-    while pos > 0 and ls[i, pos - 1] < v:
+    while pos > 0 and top_scores[i, pos - 1] < v:
         pos -= 1
-    dropped, dropped_row = ls[i, k - 1], lr[i, k - 1]
+    dropped, dropped_row = top_scores[i, k - 1], top_rows[i, k - 1]
     for m in range(k - 1, pos, -1):
-        ls[i, m] = ls[i, m - 1]
-        lr[i, m] = lr[i, m - 1]
-    ls[i, pos] = v
-    lr[i, pos] = col
+        top_scores[i, m] = top_scores[i, m - 1]
+        top_rows[i, m] = top_rows[i, m - 1]
+    top_scores[i, pos] = v
+    top_rows[i, pos] = col
     if dropped_row >= 0:
-        if ls[i, k - 1] == dropped:
+        if top_scores[i, k - 1] == dropped:
             unlisted[i] += 1
         else:
             unlisted[i] = 0
@@ -81,39 +82,41 @@ def _count_gt_eq(blk, x):
 
 
 @njit(parallel=True, cache=True, nogil=True)
-def tile_pass(s, cols, t, order, first_row, floor, gt, eq, first, ls, lr, unlisted, ex_off, ex_rows, ex_ptr,
-              bad_count):
-    """Process one tile. ``s`` float32 C-contiguous (nb, nc); ``cols`` int64 (nc,) corpus rows of the columns
-    (increasing); ``t``, ``first_row`` (nb, P); ``order`` (nb, P) pools by ascending ``t``; ``floor`` (nb,) = min_p t (+inf when no pool has positives);
-    ``gt``, ``eq``, ``first`` int64 (nb, P) accumulators; ``ls``/``lr`` (nb, k) running top-k; ``unlisted`` (nb,);
-    ``ex_off``/``ex_rows`` CSR of sorted own-video rows per query with cursor ``ex_ptr`` (nb,); ``bad_count`` (nb,) accumulates
-    the non-finite scores (NaN, +-inf) of each row: the caller refuses them (a +-inf positive would break the counts).
+def tile_pass(scores, cols, best, pool_order, first_row, floor, n_above, n_tied, n_tied_before_first, top_scores,
+              top_rows, unlisted, ex_offsets, ex_rows, ex_cursor, n_nonfinite):
+    """Process one tile. ``scores`` float32 C-contiguous (nb, nc); ``cols`` int64 (nc,) corpus rows of the columns
+    (increasing); ``best``, ``first_row`` (nb, P) thresholds; ``pool_order`` (nb, P) pools by ascending ``best``;
+    ``floor`` (nb,) = min_p best (+inf when no pool has positives); ``n_above``, ``n_tied``, ``n_tied_before_first``
+    int64 (nb, P) accumulators; ``top_scores`` / ``top_rows`` (nb, k) the running top-k; ``unlisted`` (nb,);
+    ``ex_offsets`` / ``ex_rows`` CSR of sorted own-video rows per query with cursor ``ex_cursor`` (nb,);
+    ``n_nonfinite`` (nb,) accumulates the non-finite scores (NaN, +-inf) of each row: the caller refuses them (a
+    +-inf positive would break the counts).
 
-    Per block of `BLOCK` columns: one vectorised count of items >= min(floor, kth) (and of non-finite items); if any, one
-    vectorised (> t, == t) count per pool, a scalar pass for the row tie-break only when some item equals t, and
-    a scalar top-k insertion pass only when some item reaches the k-th score.
+    Per block of `BLOCK` columns: one vectorised count of items >= min(floor, kth) (and of non-finite items); if
+    any, one vectorised (> t, == t) count per pool, a scalar pass for the row tie-break only when some item equals
+    t, and a scalar top-k insertion pass only when some item reaches the k-th score.
     """
-    nb, nc = s.shape
-    n_pools = t.shape[1]
-    k = ls.shape[1]
+    nb, nc = scores.shape
+    n_pools = best.shape[1]
+    k = top_scores.shape[1]
     for i in prange(nb):
-        row = s[i]
+        row = scores[i]
         fl = floor[i]
-        ptr = ex_ptr[i]
-        end = ex_off[i + 1]
+        cursor = ex_cursor[i]
+        end = ex_offsets[i + 1]
         for j0 in range(0, nc, BLOCK):
             j1 = min(nc, j0 + BLOCK)
-            kth = ls[i, k - 1] if lr[i, k - 1] >= 0 else NEG_INF
+            kth = top_scores[i, k - 1] if top_rows[i, k - 1] >= 0 else NEG_INF
             blk = row[j0:j1]
             n_ge, n_fin = _count_ge_finite(blk, min(fl, kth))
-            bad_count[i] += blk.shape[0] - n_fin
+            n_nonfinite[i] += blk.shape[0] - n_fin
             if n_ge == 0:
                 continue
             prev = NEG_INF
             g = e = np.int32(0)
             for pi in range(n_pools):  # pools by ascending threshold: stop at the first with nothing >= t
-                p = order[i, pi]
-                tp = t[i, p]
+                p = pool_order[i, pi]
+                tp = best[i, p]
                 if tp == POS_INF:
                     break
                 if pi == 0 or tp != prev:  # pools sharing a threshold share its counts
@@ -121,13 +124,13 @@ def tile_pass(s, cols, t, order, first_row, floor, gt, eq, first, ls, lr, unlist
                     prev = tp
                 if g == 0 and e == 0:
                     break
-                gt[i, p] += g
+                n_above[i, p] += g
                 if e:
-                    eq[i, p] += e
-                    fr = first_row[i, p]
+                    n_tied[i, p] += e
+                    first = first_row[i, p]
                     for j in range(j0, j1):
-                        if row[j] == tp and cols[j] < fr:
-                            first[i, p] += 1
+                        if row[j] == tp and cols[j] < first:
+                            n_tied_before_first[i, p] += 1
             if _count_ge(blk, kth) == 0:
                 continue
             for j in range(j0, j1):
@@ -135,10 +138,10 @@ def tile_pass(s, cols, t, order, first_row, floor, gt, eq, first, ls, lr, unlist
                 if not v >= kth:
                     continue
                 col = cols[j]
-                while ptr < end and ex_rows[ptr] < col:
-                    ptr += 1
-                if ptr < end and ex_rows[ptr] == col:
+                while cursor < end and ex_rows[cursor] < col:
+                    cursor += 1
+                if cursor < end and ex_rows[cursor] == col:
                     continue
-                _insert(ls, lr, i, v, col, unlisted)
-                kth = ls[i, k - 1] if lr[i, k - 1] >= 0 else NEG_INF
-        ex_ptr[i] = ptr
+                _insert(top_scores, top_rows, i, v, col, unlisted)
+                kth = top_scores[i, k - 1] if top_rows[i, k - 1] >= 0 else NEG_INF
+        ex_cursor[i] = cursor

@@ -1,0 +1,144 @@
+"""`score_benchmark`: a score source on a benchmark's queries, every GT pool and tier under the PSR protocol -> a run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow.compute as pc
+
+from eval.schema import GT_DEFINITION_FIELDS, GT_DEFINITIONS, Query
+from eval.scoring.sources import DEFAULT_C_CHUNK, DEFAULT_Q_BLOCK, as_score_source
+from eval.scoring.streaming import score_stream
+
+#: Tiers `score_benchmark` scores besides the GT definitions (`eval.schema.GT_DEFINITIONS`).
+BENCHMARK_TIERS = ("in_dataset", "cross_dataset", "bge_similar", "in_video")
+#: Pool names `score_benchmark` scores, in report order (a GT definition no query has is left out).
+BENCHMARK_POOLS = GT_DEFINITIONS + BENCHMARK_TIERS
+#: Probe groups scored by `score_benchmark` for the triplet diagnostics (best score only, no rank counting).
+TRIPLET_PROBES = ("triplet_temporal", "triplet_semantic")
+
+
+class BenchmarkGroups(NamedTuple):
+    """Per query (lists aligned with the queries), as corpus rows: the positives of every pool, the own-video rows
+    (``exclude``) and the triplet probes' rows (`benchmark_groups`)."""
+
+    pools: dict[str, list[np.ndarray]]
+    exclude: list[np.ndarray]
+    probes: dict[str, list[np.ndarray]]
+
+
+def gt_definitions_present(bench: Any) -> list[str]:
+    """The GT definitions (`eval.schema.GT_DEFINITION_FIELDS`) that some query of ``bench`` has: the main pool
+    always, every other definition when its fields exist and at least one query's list is non-empty."""
+    from eval.fingerprint import _column
+
+    table = bench.queries_ds.data.table
+    names = list(GT_DEFINITION_FIELDS)  # read at call time: a definition added to the mapping is picked up
+    out = names[:1]
+    for name in names[1:]:
+        cols = [_column(table, f) for f in GT_DEFINITION_FIELDS[name]]
+        if all(c is not None for c in cols) and any(
+                int(pc.sum(pc.fill_null(pc.list_value_length(c), 0)).as_py() or 0) > 0 for c in cols):
+            out.append(name)
+    return out
+
+
+def benchmark_groups(bench: Any, queries: Sequence[Any]) -> BenchmarkGroups:
+    """The pools, own-video exclusions and triplet probes of ``queries`` in ``bench`` (all as corpus rows).
+
+    Pools: the GT definitions the benchmark has (`gt_definitions_present`: ``type2-all`` = the main pool =
+    in_dataset + cross_dataset, ``type2-consensus``, ``type1-all``, ...), and the tiers ``in_dataset``,
+    ``cross_dataset``, ``bge_similar``, ``in_video``. Exclusion: every segment of the query's own video. Probes
+    (see `eval.triplets`): ``triplet_temporal`` = segments of the queried object (same ``video_id`` and
+    ``object_id``) in a state other than the target; ``triplet_semantic`` = segments of other videos in the target
+    (type2) state whose subject+predicate (type1) state differs from the target's.
+    """
+    pools = {d: bench.gt_rows(queries, d) for d in gt_definitions_present(bench)}
+    for tier in BENCHMARK_TIERS:
+        pools[tier] = bench.gt_rows(queries, tier=tier)
+    cds = bench.corpus_ds
+    video = np.asarray(cds["video_id"][:], dtype=object)
+    obj = np.asarray(cds["object_id"][:], dtype=object)
+    state = np.asarray(cds["state_id"][:], dtype=object)
+    type1 = np.asarray(cds["state_type1"][:], dtype=object)
+
+    def index(col: np.ndarray) -> dict[str, np.ndarray]:
+        uniq, inv = np.unique(col.astype(str), return_inverse=True)
+        order = np.argsort(inv, kind="stable")
+        bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
+        return {str(x): order[bounds[i]:bounds[i + 1]] for i, x in enumerate(uniq)}
+
+    obj = np.asarray([f"{v}\x00{o}" for v, o in zip(video, obj, strict=True)], dtype=object)  # ids may be per-video
+    by_video, by_obj, by_state = index(video), index(obj), index(state)
+    empty = np.zeros(0, np.int64)
+    exclude, temporal, semantic = [], [], []
+    for q in queries:
+        exclude.append(by_video.get(q.video_id, empty))
+        o = by_obj.get(f"{q.video_id}\x00{q.object_id}", empty)
+        temporal.append(o[state[o] != q.target_state_id])
+        s = by_state.get(q.target_state_id, empty)
+        semantic.append(s[(video[s] != q.video_id) & (type1[s] != q.target_state_type1)])
+    return BenchmarkGroups(pools, exclude, {"triplet_temporal": temporal, "triplet_semantic": semantic})
+
+
+def score_benchmark(bench: Any, source: Any, query_rows: np.ndarray | Sequence[int], *, method: str,
+                    config: dict[str, Any] | None = None, k: int = 50, q_block: int = DEFAULT_Q_BLOCK,
+                    c_chunk: int = DEFAULT_C_CHUNK, progress: bool = True,
+                    checkpoint: str | os.PathLike | None = None, missed: np.ndarray | None = None) -> Any:
+    """Score ``source`` on the benchmark queries at ``query_rows`` (source query i = benchmark row query_rows[i])
+    over the whole corpus, for every GT definition and tier (`BENCHMARK_POOLS`) plus the triplet probes, under
+    the PSR protocol (own video excluded except for ``in_video``). Returns an `eval.runs.Run` stamped with the
+    benchmark's fingerprint (`eval.fingerprint`). With ``checkpoint``
+    (a directory) finished query blocks are kept there and a rerun of the same method + config resumes.
+    ``missed`` (bool, one per query) flags queries the method gave no answer for: they are scored as misses
+    (`eval.runs.Run.mark_missed`: every positive after every ranked negative), whatever the source scored."""
+    from eval.runs import Run
+
+    source = as_score_source(source)
+    query_rows = np.asarray(query_rows, dtype=np.int64)
+    if source.n_queries != len(query_rows):
+        raise ValueError(f"the source has {source.n_queries} queries but {len(query_rows)} query rows were given")
+    if source.n_items != len(bench.corpus_ds):
+        raise ValueError(f"the source scores {source.n_items} items but the corpus has {len(bench.corpus_ds)}")
+    queries = [Query.from_dict(r) for r in bench.queries_ds.select(query_rows)]
+    pools, exclude, probes = benchmark_groups(bench, queries)
+    fingerprint = hashlib.sha256(json.dumps({"method": method, "config": config or {}, "benchmark": bench.name},
+                                            sort_keys=True, default=str).encode()).hexdigest()[:16]
+    ids = np.asarray(bench.corpus_ids, dtype=object)
+    res = score_stream(source, pools, exclude, k=k, q_block=q_block, c_chunk=c_chunk, progress=progress,
+                       no_exclude_pools=("in_video",), probes=probes, checkpoint=checkpoint, fingerprint=fingerprint,
+                       query_ids=[q.id for q in queries], item_ids=ids,
+                       source_label=f"{method!r} ({source.label})")
+    topk_ids = [[ids[r] if r >= 0 else "" for r in row] for row in res.topk_rows]
+    run = Run(method=method, config=dict(config or {}), query_ids=[q.id for q in queries], topk_ids=topk_ids,
+              topk_scores=res.topk_scores, stats=res.stats, benchmark=bench.name,
+              kth_tie_unlisted=res.kth_tie_unlisted, ranked=res.ranked, fingerprint=getattr(bench, "fingerprint", None))
+    if missed is not None:
+        n_items = source.n_items
+        n_excl = np.fromiter((len(e) for e in exclude), dtype=np.int64, count=len(exclude))
+        n_ranked = {p: np.full(len(queries), n_items, np.int64) if p == "in_video" else n_items - n_excl
+                    for p in run.pools}
+        run.mark_missed(np.asarray(missed, bool), n_ranked)
+    return run
+
+
+def expected_pool_sizes(bench: Any, query_ids: Sequence[str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Per pool and probe of `benchmark_groups`, the ``n_pos`` that `score_benchmark` gives each of ``query_ids``
+    (distinct positives, minus the own-video rows for cross-instance pools), and the number of own-video rows each
+    query's cross-instance rankings leave out (int64 arrays aligned with ``query_ids``)."""
+    index = bench.query_index
+    queries = [Query.from_dict(r) for r in bench.queries_ds.select([index[q] for q in query_ids])]
+    pools, exclude, probes = benchmark_groups(bench, queries)
+    out = {}
+    for name, lists in pools.items():
+        excl = name != "in_video"
+        out[name] = np.fromiter((len(np.setdiff1d(rows, ex)) if excl else len(np.unique(rows))
+                                 for rows, ex in zip(lists, exclude, strict=True)), np.int64, count=len(queries))
+    for name, lists in probes.items():
+        out[name] = np.fromiter((len(np.unique(rows)) for rows in lists), np.int64, count=len(queries))
+    return out, np.fromiter((len(np.unique(ex)) for ex in exclude), np.int64, count=len(queries))

@@ -1,0 +1,386 @@
+"""Score sources: what `eval.scoring.score_stream` ranks.
+
+A score source gives the score of query ``i`` against corpus row ``j`` on demand, in blocks (`ScoreSource`). Three
+are built in: inner products of vectors (`DenseSource`, with a state -> segment expansion and K samples per query),
+the z-score fusion of several sources (`FusionSource`) and the random baseline (`RandomSource`). Any other object
+with ``n_queries``, ``n_items`` and ``scores(q, items)`` is adapted where it enters (`as_score_source`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from eval.errors import InputError
+
+#: Default tile: 512 queries x 16,384 corpus items (32 MiB of float32 scores).
+DEFAULT_Q_BLOCK = 512
+DEFAULT_C_CHUNK = 16384
+#: Largest (query rows x samples) matrix multiplied at once by `DenseSource` for K > 1.
+_MAX_QK_ROWS = 1024
+#: A fusion input whose per-query score spread is at most this fraction of the scores' magnitude (their root mean
+#: square) counts as constant for that query and gets weight 0. Scores are float32: a spread below 2^-16 of the
+#: magnitude spans at most ~2^8 float32 steps, so its z-scores would mostly amplify rounding (an unshifted float32
+#: second moment leaves a spread of pure rounding error, ~1e-4 of the magnitude, worth a weight of ~10^4).
+SPREAD_RTOL = 2.0 ** -16
+
+
+class ScoreSource(ABC):
+    """Scores of queries against corpus rows, computed on demand.
+
+    A subclass sets ``n_queries`` and ``n_items`` and implements `scores`. It may override:
+
+    - `moments` with a closed form (the default streams the scores once, `stream_moments`);
+    - ``cached_blocks`` (``True``): a call on any rows of a query block costs a gather once the block has been
+      scored, so the scorer's pass A scores a whole block in one call;
+    - ``name``: how messages name it (default: its class name);
+    - `nonfinite_origin`: which input produced a non-finite score (a fusion names its input).
+
+    A source must be deterministic: the same (query, item) pair gets the same score whichever call computes it (up
+    to float rounding for plain dense sources, which `eval.scoring.score_stream` tolerates).
+    """
+
+    n_queries: int
+    n_items: int
+    cached_blocks: bool = False
+    name: str = ""
+
+    @abstractmethod
+    def scores(self, q: slice, items: slice | np.ndarray) -> np.ndarray:
+        """float32 ``(q.stop - q.start, n_sel)``: row ``a`` is query ``q.start + a``, column ``b`` is corpus row
+        ``items[b]`` (or ``items.start + b`` for a slice). Higher is better."""
+
+    def moments(self, q: slice, c_chunk: int = DEFAULT_C_CHUNK) -> tuple[np.ndarray, np.ndarray]:
+        """Per-query mean and population std of the scores over all ``n_items`` corpus rows, float64 ``(n_q,)``:
+        by default one streaming pass over the corpus in chunks of ``c_chunk`` items (`stream_moments`)."""
+        return stream_moments(self, q, c_chunk)
+
+    def nonfinite_origin(self, i: int, j: int) -> str:
+        """Text naming where the non-finite score of query ``i`` for item ``j`` came from ("" for the source
+        itself); only called to word an error."""
+        return ""
+
+    @property
+    def label(self) -> str:
+        """How messages name the source: ``name``, else its class name."""
+        return str(self.name or type(self).__name__)
+
+
+class _Foreign(ScoreSource):
+    """An object that is not a `ScoreSource` but has ``n_queries``, ``n_items`` and ``scores(q, items)``, adapted
+    once (`as_score_source`). Its optional ``name``, ``cached_blocks`` and ``moments`` (which may raise
+    `NotImplementedError` for "no closed form") are read here, and only here."""
+
+    def __init__(self, inner: Any):
+        missing = [a for a in ("n_queries", "n_items", "scores") if not hasattr(inner, a)]
+        if missing:
+            raise TypeError(f"{type(inner).__name__} is not a score source: it has no {', '.join(missing)} "
+                            "(derive it from eval.scoring.ScoreSource)")
+        self.inner = inner
+        self.n_queries, self.n_items = int(inner.n_queries), int(inner.n_items)
+        self.cached_blocks = bool(getattr(inner, "cached_blocks", False))
+        self.name = str(getattr(inner, "name", "") or type(inner).__name__)
+        self._moments = getattr(inner, "moments", None)
+
+    def scores(self, q: slice, items: slice | np.ndarray) -> np.ndarray:
+        return self.inner.scores(q, items)
+
+    def moments(self, q: slice, c_chunk: int = DEFAULT_C_CHUNK) -> tuple[np.ndarray, np.ndarray]:
+        if callable(self._moments):
+            try:
+                return self._moments(q)
+            except NotImplementedError:
+                pass
+        return stream_moments(self, q, c_chunk)
+
+
+def as_score_source(source: Any) -> ScoreSource:
+    """``source`` itself when it is a `ScoreSource`, else the object adapted to one (`TypeError` when it lacks
+    ``n_queries``, ``n_items`` or ``scores``)."""
+    return source if isinstance(source, ScoreSource) else _Foreign(source)
+
+
+def source_name(source: Any) -> str:
+    """How messages name a score source: its ``name`` attribute when it has one, else its class."""
+    return as_score_source(source).label
+
+
+def _as_index(items: slice | np.ndarray, n: int) -> slice | np.ndarray:
+    if isinstance(items, slice):
+        start, stop, step = items.indices(n)
+        if step != 1:
+            return np.arange(start, stop, step, dtype=np.int64)
+        return slice(start, stop)
+    idx = np.asarray(items, dtype=np.int64)
+    if idx.ndim != 1:
+        raise ValueError(f"items must be a slice or a 1-d index array, got shape {idx.shape}")
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        raise IndexError(f"item rows out of range [0, {n})")
+    return idx
+
+
+def _torch_view(a: np.ndarray) -> torch.Tensor:
+    """A zero-copy torch view of a float32 array (read-only memmaps included; we never write through it)."""
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "array is not writable": we only read
+        return torch.from_numpy(a)
+
+
+class DenseSource(ScoreSource):
+    """Inner-product scores of query vectors against item vectors (cosine when both are L2-normalised).
+
+    - ``queries``: ``(n_q, d)`` or ``(n_q, K, d)`` float32; with K samples per query the score is
+      ``s(i, j) = max_k <q_{i,k}, x_j>`` (``reduce="max"``, LFTR's K samples, multi-phrase forecasters) or the mean
+      over samples (``reduce="mean"``).
+    - ``items``: ``(m, d)`` float32 (may be a read-only memmap: it is never copied as a whole).
+    - ``item_rows``: optional ``(n_corpus,)`` int array, corpus row -> row of ``items`` (state-space expansion:
+      every segment of a state gets its state's score). Scores are then computed for a whole query block against
+      all ``m`` items once (cached for the block) and gathered, so tied segments are bitwise identical.
+
+    ``n_items`` is ``n_corpus`` with ``item_rows``, else ``m``.
+    """
+
+    def __init__(self, queries: np.ndarray, items: np.ndarray, item_rows: np.ndarray | None = None,
+                 reduce: str = "max"):
+        q = np.asarray(queries, dtype=np.float32)
+        if q.ndim == 2:
+            q = q[:, None, :]
+        if q.ndim != 3:
+            raise ValueError(f"queries must be (n_q, d) or (n_q, K, d), got shape {np.shape(queries)}")
+        if items.ndim != 2 or items.shape[1] != q.shape[2]:
+            raise ValueError(f"items must be (m, {q.shape[2]}), got shape {items.shape}")
+        if reduce not in ("max", "mean"):
+            raise ValueError(f"reduce must be 'max' or 'mean', got {reduce!r}")
+        self._q = _torch_view(q)
+        self._items_np = items
+        self._items = _torch_view(items) if items.dtype == np.float32 and items.flags.c_contiguous else None
+        self.reduce = reduce
+        self.K = int(q.shape[1])
+        self.n_queries = int(q.shape[0])
+        self.m = int(items.shape[0])
+        if item_rows is not None:
+            item_rows = np.asarray(item_rows, dtype=np.int64)
+            if item_rows.ndim != 1:
+                raise ValueError("item_rows must be 1-d (n_corpus,)")
+            if item_rows.size and (item_rows.min() < 0 or item_rows.max() >= self.m):
+                raise ValueError(f"item_rows must index rows of items in [0, {self.m}); "
+                                 "map segments with unknown states explicitly")
+        self.item_rows = item_rows
+        self.n_items = int(len(item_rows)) if item_rows is not None else self.m
+        #: a query block's state-level scores are cached: calls on any rows of the same block cost a gather
+        self.cached_blocks = item_rows is not None
+        self._cache: tuple[tuple[int, int], np.ndarray] | None = None
+        self._moments: tuple[np.ndarray, np.ndarray] | None = None
+
+    def _item_block(self, sel: slice | np.ndarray) -> torch.Tensor:
+        if self._items is not None and isinstance(sel, slice):
+            return self._items[sel]
+        # numpy's row gather is ~50x faster than torch indexing on CPU
+        rows = self._items_np[sel] if isinstance(sel, slice) else np.take(self._items_np, sel, axis=0)
+        return _torch_view(np.asarray(rows, dtype=np.float32))
+
+    def _raw(self, q: slice, sel: slice | np.ndarray) -> np.ndarray:
+        """Scores against rows ``sel`` of ``items`` (no expansion): float32 (n_q, n_sel)."""
+        x = self._item_block(sel)
+        qv = self._q[q]
+        nq = qv.shape[0]
+        if self.K == 1:
+            return (qv[:, 0, :] @ x.T).numpy()
+        out = np.empty((nq, x.shape[0]), dtype=np.float32)
+        step = max(1, _MAX_QK_ROWS // self.K)
+        for a in range(0, nq, step):
+            b = min(nq, a + step)
+            s = (qv[a:b].reshape(-1, qv.shape[2]) @ x.T).view(b - a, self.K, -1)
+            out[a:b] = (s.amax(1) if self.reduce == "max" else s.mean(1)).numpy()
+        return out
+
+    def _state_block(self, q: slice) -> np.ndarray:
+        key = (q.start, q.stop)
+        if self._cache is None or self._cache[0] != key:
+            self._cache = None  # free the old block first
+            self._cache = (key, self._raw(q, slice(0, self.m)))
+        return self._cache[1]
+
+    def scores(self, q: slice, items: slice | np.ndarray) -> np.ndarray:
+        q = slice(*q.indices(self.n_queries)[:2])
+        items = _as_index(items, self.n_items)
+        if self.item_rows is None:
+            return self._raw(q, items)
+        return np.take(self._state_block(q), self.item_rows[items], axis=1)
+
+    def moments(self, q: slice, c_chunk: int = DEFAULT_C_CHUNK) -> tuple[np.ndarray, np.ndarray]:
+        """Per-query mean and std of the scores over all ``n_items`` corpus rows, float64 (n_q,): in closed form
+        for K = 1 (below), streamed otherwise (`ScoreSource.moments`: a max or mean over samples is not linear).
+
+        With ``c_r`` the number of corpus rows mapped to item ``r`` (1 without expansion), ``n = sum_r c_r``, a
+        shift ``x0`` (the mean of the first chunk of items) and ``y_r = x_r - x0``: ``mu = x0 + (1/n) sum_r c_r y_r``,
+        ``C = (1/n) sum_r c_r y_r y_r^T - (mu - x0)(mu - x0)^T`` (the d x d covariance of the items), and for a query
+        vector ``u``: ``mean = <u, mu>``, ``std = sqrt(max(u^T C u, 0))``. The shift keeps the rounding error of
+        ``C`` relative to the items' spread, not to their magnitude: identical items give ``C = 0`` exactly, so a
+        constant source has std 0 (an unshifted ``E[s^2] - mean^2`` leaves ~1e-4 of the magnitude in float32).
+        """
+        if self.K != 1:
+            return super().moments(q, c_chunk)
+        if self._moments is None:
+            counts = (np.bincount(self.item_rows, minlength=self.m).astype(np.float64)
+                      if self.item_rows is not None else np.ones(self.m))
+            d = self._q.shape[2]
+            # float32 shift: x - x0 is exact wherever x and x0 are close (Sterbenz), where cancellation would bite
+            x0 = self._item_block(slice(0, min(self.m, DEFAULT_C_CHUNK))).double().mean(0).float()
+            s1 = np.zeros(d)
+            s2 = np.zeros((d, d))
+            for a in range(0, self.m, DEFAULT_C_CHUNK):
+                b = min(self.m, a + DEFAULT_C_CHUNK)
+                y = self._item_block(slice(a, b)) - x0
+                w = torch.from_numpy(counts[a:b].astype(np.float32))
+                s1 += (w @ y).double().numpy()
+                s2 += (y.T @ (y * w[:, None])).double().numpy()
+            n = counts.sum()
+            shift = s1 / n
+            self._moments = (x0.double().numpy() + shift, s2 / n - np.outer(shift, shift))
+        mu, cov = self._moments
+        u = self._q[q][:, 0, :].double().numpy()
+        return u @ mu, np.sqrt(np.maximum(np.einsum("id,de,ie->i", u, cov, u), 0.0))
+
+
+def stream_moments(source: Any, q: slice, c_chunk: int = DEFAULT_C_CHUNK) -> tuple[np.ndarray, np.ndarray]:
+    """Per-query mean and std (population) of ``source`` scores over all items, by one streaming pass (float64).
+
+    Sums are taken of ``s - s_0`` (``s_0`` the query's score of item 0), so a constant source has std 0 exactly
+    and the rounding of ``E[(s-s_0)^2] - E[s-s_0]^2`` is relative to the spread of the scores, not their size."""
+    nq = q.stop - q.start
+    s1 = np.zeros(nq)
+    s2 = np.zeros(nq)
+    shift = None
+    for a in range(0, source.n_items, c_chunk):
+        s = source.scores(q, slice(a, min(source.n_items, a + c_chunk))).astype(np.float64)
+        if shift is None:
+            shift = s[:, :1].copy()
+        s -= shift
+        s1 += s.sum(1)
+        s2 += np.einsum("ij,ij->i", s, s)
+    n = source.n_items
+    mean = s1 / n
+    with np.errstate(invalid="ignore"):  # inf scores give NaN moments, which `FusionSource` refuses by name
+        return mean + shift[:, 0], np.sqrt(np.maximum(s2 / n - mean * mean, 0.0))
+
+
+class FusionSource(ScoreSource):
+    """Z-score fusion of several sources over the same queries and corpus.
+
+    ``s(i, j) = sum_k w_k (s_k(i, j) - mu_k(i)) / sigma_k(i)`` where ``mu_k(i)``, ``sigma_k(i)`` are the mean and
+    (population) std of source k's scores of query i over all ``n_items`` corpus rows (the PSR paper's score-level
+    fusion). Moments come from each source's `ScoreSource.moments` (a closed form where the source has one,
+    otherwise one streaming pass over the corpus per query block). A source whose scores are constant for query i (``sigma_k(i) <=
+    SPREAD_RTOL * rms_k(i)``, `SPREAD_RTOL`) contributes 0 to that query; a source constant for every query, or
+    with a non-finite mean or std, is refused (`eval.errors.InputError` naming it). ``weights`` default to 1;
+    ``names`` name the sources in messages. Computed elementwise in float32, so tied inputs stay tied. Inputs that
+    are not `ScoreSource` objects are adapted (`as_score_source`).
+    """
+
+    def __init__(self, sources: Sequence[Any], weights: Sequence[float] | None = None,
+                 c_chunk: int = DEFAULT_C_CHUNK, q_block: int = DEFAULT_Q_BLOCK, names: Sequence[str] | None = None):
+        if not sources:
+            raise ValueError("FusionSource needs at least one source")
+        self.sources = [as_score_source(s) for s in sources]
+        nq = {s.n_queries for s in self.sources}
+        ni = {s.n_items for s in self.sources}
+        if len(nq) != 1 or len(ni) != 1:
+            raise ValueError(f"sources disagree on shape: n_queries {sorted(nq)}, n_items {sorted(ni)}")
+        self.weights = np.ones(len(sources)) if weights is None else np.asarray(weights, dtype=np.float64)
+        if self.weights.shape != (len(sources),):
+            raise ValueError(f"{len(sources)} sources but {self.weights.size} weights")
+        self.names = [s.label for s in self.sources] if names is None else list(names)
+        self.n_queries, self.n_items = nq.pop(), ni.pop()
+        self._c_chunk, self._q_block = c_chunk, q_block
+        self.cached_blocks = any(s.cached_blocks for s in self.sources)
+        self._coef: tuple[np.ndarray, np.ndarray] | None = None
+        #: bool (n_sources, n_q): the source was constant for that query (weight 0); set by `coefficients`
+        self.constant: np.ndarray | None = None
+
+    def _moments_of(self, src: ScoreSource) -> tuple[np.ndarray, np.ndarray]:
+        mean, std = np.empty(self.n_queries), np.empty(self.n_queries)
+        for a in range(0, self.n_queries, self._q_block):
+            q = slice(a, min(self.n_queries, a + self._q_block))
+            mean[q], std[q] = src.moments(q, self._c_chunk)
+        return mean, std
+
+    def coefficients(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(a, b)``: float32 (n_sources, n_q) slopes ``w_k / sigma_k`` (0 where source k is constant for the
+        query) and float32 (n_q,) offset ``sum_k a_k mu_k``, so that ``s = sum_k a_k s_k - b``."""
+        if self._coef is None:
+            a = np.zeros((len(self.sources), self.n_queries))
+            b = np.zeros(self.n_queries)
+            constant = np.zeros(a.shape, bool)
+            for k, src in enumerate(self.sources):
+                mean, std = self._moments_of(src)
+                bad = ~(np.isfinite(mean) & np.isfinite(std))
+                if bad.any():
+                    raise InputError(f"fusion input {k} ({self.names[k]}) has a non-finite score mean or std for "
+                                     f"query row {int(np.flatnonzero(bad)[0])} ({int(bad.sum())} queries): its "
+                                     "scores hold NaN or inf", fix="check that input's query and item vectors")
+                constant[k] = std <= SPREAD_RTOL * np.sqrt(mean * mean + std * std)
+                if self.n_queries and constant[k].all():
+                    raise InputError(f"fusion input {k} ({self.names[k]}) gives every query constant scores (spread "
+                                     f"<= 2^-16 of their magnitude, largest std {float(std.max()):.3g}): it carries "
+                                     "no ranking information", fix="leave it out of the fusion")
+                ok = ~constant[k]
+                a[k, ok] = self.weights[k] / std[ok]
+                b += a[k] * mean
+            self.constant = constant
+            self._coef = (a.astype(np.float32), b.astype(np.float32))
+        return self._coef
+
+    def scores(self, q: slice, items: slice | np.ndarray) -> np.ndarray:
+        q = slice(*q.indices(self.n_queries)[:2])
+        a, b = self.coefficients()
+        out = None
+        for k, src in enumerate(self.sources):
+            # a new array: an input's own array (e.g. a view of its score matrix) is never written to
+            s = np.multiply(src.scores(q, items), a[k, q][:, None])
+            out = s if out is None else np.add(out, s, out=out)
+        out -= b[q][:, None]
+        return out
+
+    def nonfinite_origin(self, i: int, j: int) -> str:
+        """Which input gave query ``i`` a non-finite score for item ``j``, or that the fused z-score overflowed."""
+        for k, src in enumerate(self.sources):
+            v = float(np.asarray(src.scores(slice(i, i + 1), np.array([j])))[0, 0])
+            if not np.isfinite(v):
+                return f" (fusion input {k}, {self.names[k]}, gave {v})"
+        return " (every fusion input is finite there: the fused z-score overflowed)"
+
+
+_M1, _M2, _GOLD = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB), np.uint64(0x9E3779B97F4A7C15)
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    x = x + _GOLD
+    x = (x ^ (x >> np.uint64(30))) * _M1
+    x = (x ^ (x >> np.uint64(27))) * _M2
+    return x ^ (x >> np.uint64(31))
+
+
+class RandomSource(ScoreSource):
+    """The random baseline: ``s(i, j) = U[0, 1)`` from a counter-based hash of ``(seed, i, j)`` (splitmix64,
+    24-bit float32), so a query's scores do not depend on how the corpus is chunked."""
+
+    def __init__(self, n_queries: int, n_items: int, seed: int = 0):
+        self.n_queries, self.n_items, self.seed = int(n_queries), int(n_items), int(seed)
+        self._key = _splitmix64(np.array([self.seed], dtype=np.uint64))[0]
+
+    def scores(self, q: slice, items: slice | np.ndarray) -> np.ndarray:
+        q = slice(*q.indices(self.n_queries)[:2])
+        items = _as_index(items, self.n_items)
+        cols = (np.arange(items.start, items.stop, dtype=np.uint64) if isinstance(items, slice)
+                else items.astype(np.uint64))
+        rows = np.arange(q.start, q.stop, dtype=np.uint64) * np.uint64(self.n_items)
+        x = _splitmix64((rows[:, None] + cols[None, :]) ^ self._key)
+        return ((x >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -24)).astype(np.float32)
+

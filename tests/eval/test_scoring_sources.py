@@ -1,0 +1,81 @@
+"""The score-source interface: the `ScoreSource` base, foreign objects adapted where they enter, fusion inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from eval.scoring import (
+    DenseSource,
+    FusionSource,
+    ScoreSource,
+    as_score_source,
+    score_stream,
+    source_name,
+    stream_moments,
+)
+
+
+class Matrix(ScoreSource):
+    """A subclass implementing only what the base requires."""
+
+    def __init__(self, full):
+        self.full = np.asarray(full, np.float32)
+        self.n_queries, self.n_items = self.full.shape
+
+    def scores(self, q, items):
+        return self.full[q][:, items]
+
+
+def test_a_subclass_needs_only_scores():
+    rng = np.random.default_rng(0)
+    full = rng.integers(-3, 4, size=(5, 40)).astype(np.float32)
+    src = Matrix(full)
+    assert src.label == "Matrix" and source_name(src) == "Matrix" and not src.cached_blocks
+    mean, std = src.moments(slice(1, 4), c_chunk=7)  # the default: streamed
+    np.testing.assert_allclose(mean, full[1:4].astype(np.float64).mean(1), rtol=1e-12)
+    np.testing.assert_allclose(std, full[1:4].astype(np.float64).std(1), rtol=1e-12)
+    res = score_stream(src, {"p": [np.array([i]) for i in range(5)]}, None, k=3, c_chunk=16, progress=False)
+    assert (res.stats["p"]["n_above"] == [(full[i] > full[i, i]).sum() for i in range(5)]).all()
+    src.name = "mine"
+    assert source_name(src) == "mine"
+    with pytest.raises(TypeError):
+        ScoreSource()  # abstract: scores is required
+
+
+def test_foreign_objects_are_adapted_or_refused():
+    class Foreign:
+        n_queries, n_items, name = 2, 6, "foreign"
+
+        def scores(self, q, items):
+            return np.arange(12, dtype=np.float32).reshape(2, 6)[q][:, items]
+
+        def moments(self, q):
+            raise NotImplementedError  # "no closed form": streamed instead
+
+    src = as_score_source(Foreign())
+    assert isinstance(src, ScoreSource) and src.label == "foreign" and as_score_source(src) is src
+    np.testing.assert_allclose(src.moments(slice(0, 2))[0], stream_moments(Foreign(), slice(0, 2))[0])
+
+    class NoScores:
+        n_queries, n_items = 2, 6
+
+    with pytest.raises(TypeError, match="NoScores is not a score source: it has no scores"):
+        score_stream(NoScores(), {}, None, progress=False)
+
+
+def test_dense_moments_with_samples_are_streamed():
+    rng = np.random.default_rng(1)
+    src = DenseSource(rng.standard_normal((4, 3, 8)).astype(np.float32), rng.standard_normal((50, 8)).astype(np.float32))
+    np.testing.assert_array_equal(src.moments(slice(0, 4), c_chunk=9)[1], stream_moments(src, slice(0, 4), 9)[1])
+
+
+def test_fusion_never_writes_to_an_input_array():
+    """An input may return a view of its own score matrix; fusing must leave that matrix as it was."""
+    rng = np.random.default_rng(2)
+    a, b = Matrix(rng.random((3, 30))), Matrix(rng.random((3, 30)))
+    before = a.full.copy(), b.full.copy()
+    fused = FusionSource([a, b]).scores(slice(0, 3), slice(0, 30))
+    assert np.array_equal(a.full, before[0]) and np.array_equal(b.full, before[1])
+    z = [(m - m.mean(1, keepdims=True)) / m.std(1, keepdims=True) for m in before]
+    np.testing.assert_allclose(fused, z[0] + z[1], rtol=1e-4, atol=1e-5)
