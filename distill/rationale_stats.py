@@ -247,7 +247,7 @@ def to_markdown(stats: dict[str, Any]) -> str:
                   f"{p['test']} test bodies, `Answer:` line removed): accuracy {_pct(p['classifier_acc'])} %; "
                   f"question text only {_pct(p['question_only_acc'])} %; majority answer {_pct(p['majority_acc'])} %."]
     h = stats.get("honest_paraphrases")
-    if h:
+    if h and h["n"]:
         lines += ["", f"Honest paraphrases (true states described in free words added to each body): {h['rejected']} "
                       f"of {h['n']} rejected ({_pct(h['rejected_share'])} %)"
                   + (" (" + ", ".join(f"{k} {v}" for k, v in h["by_code"].items()) + ")" if h["by_code"] else "")]
