@@ -171,7 +171,8 @@ def synonyms(
     synonyms_file: Path = typer.Option(None, "--synonyms", help="states.jsonl whose members are the synonym sets "
                                                                 "(default: the benchmark's own)"),
     phrasing: str = typer.Option(None, "--phrasing", help="held-out (default where the benchmark has "
-                                                          "sim/phrases.jsonl) or members (synonym sets)"),
+                                                          "sim/phrases.jsonl) or members (synonym sets; the "
+                                                          "default with --synonyms)"),
     overwrite: bool = overwrite_option(),
 ) -> None:
     """The deterministic paraphrase oracle: each query's true state reworded (held-out lexicon or synonym sets)."""
@@ -181,7 +182,10 @@ def synonyms(
 
     check_phrase_out(out, [data, synonyms_file], overwrite, sidecars=("config",))
     bench = Benchmark.load(data)
-    phrasing = phrasing or default_phrasing(bench)
+    if synonyms_file is not None and phrasing == "held-out":
+        raise typer.BadParameter("--synonyms gives synonym sets, which only --phrasing members reads",
+                                 param_hint="--synonyms")
+    phrasing = phrasing or ("members" if synonyms_file is not None else default_phrasing(bench))
     recs = synonym_phrase_records(bench, None if split == "all" else split, seed=seed, fair_only=fair_only,
                                   synonyms_file=synonyms_file, phrasing=phrasing)
     no_syn = sum(bool({"no_synonym", "no_denotation"} & set(r.flags)) for r in recs)

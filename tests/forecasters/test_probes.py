@@ -28,12 +28,20 @@ def test_synonym_paraphrase_is_deterministic_and_never_the_text():
 
 
 def test_synonym_records_reword_the_true_state(synth_bench):
-    recs = synonym_phrase_records(synth_bench, "test", seed=0)
     qs = synth_bench.queries("test")
     members = dict(zip(synth_bench.state_ids, synth_bench.states_ds["members"][:], strict=True))
+    # members: another phrasing of the corpus' own cluster (or the state itself, flagged, when it has one member)
+    recs = synonym_phrase_records(synth_bench, "test", seed=0, phrasing="members")
     assert [r.query_id for r in recs] == [q.id for q in qs]
     for r, q in zip(recs, qs, strict=True):
-        assert r.ok and r.phrase != q.target_state and r.phrase in members[q.target_state_id]
+        assert r.ok and r.phrase in members[q.target_state_id]
+        assert (r.phrase != q.target_state) == (len(set(members[q.target_state_id])) > 1)
+    assert sum(r.phrase != q.target_state for r, q in zip(recs, qs, strict=True)) > len(qs) // 4
+    # held-out (the synthetic benchmark's default): a lexicon that never wrote the corpus, so never a member
+    recs = synonym_phrase_records(synth_bench, "test", seed=0)
+    assert [r.query_id for r in recs] == [q.id for q in qs]
+    for r, q in zip(recs, qs, strict=True):
+        assert r.ok and r.phrase != q.target_state and r.phrase not in members[q.target_state_id]
     other = synonym_phrase_records(synth_bench, "test", seed=1)
     assert any(a.phrase != b.phrase for a, b in zip(recs, other, strict=True))
     assert len({r.config_hash for r in recs}) == 1 and recs[0].config_hash != other[0].config_hash
@@ -47,14 +55,18 @@ def test_synonyms_cli_and_foreign_synonym_sets(synth_dir, tmp_path):
     assert list(recs) == [q.id for q in Benchmark.load(synth_dir).queries("val")]
     assert json.loads(out.with_name("para.config.json").read_text())["queries"] == len(recs)
     # sets looked up by membership: a set whose first phrasing is not the target's text still applies
+    target = Benchmark.load(synth_dir).queries("test")[0].target_state
     sets = tmp_path / "sets.jsonl"
-    sets.write_text(json.dumps({"id": "x", "text": "plummeting", "members": ["plummeting", "falling"]}) + "\n")
+    sets.write_text(json.dumps({"id": "x", "text": "plummeting", "members": ["plummeting", target]}) + "\n")
     r = CliRunner().invoke(app, ["probes", "synonyms", "--data", str(synth_dir), "--out", str(tmp_path / "p2.jsonl"),
                                  "--synonyms", str(sets)])
     assert r.exit_code == 0, r.output
     recs = read_phrases(tmp_path / "p2.jsonl")
-    falling = [q for q, rec in recs.items() if rec.phrase == "plummeting"]
-    assert falling and all(rec.flags == ["no_synonym"] for rec in recs.values() if rec.phrase != "plummeting")
+    reworded = [q for q, rec in recs.items() if rec.phrase == "plummeting"]
+    assert reworded and all(rec.flags == ["no_synonym"] for rec in recs.values() if rec.phrase != "plummeting")
+    r = CliRunner().invoke(app, ["probes", "synonyms", "--data", str(synth_dir), "--out", str(tmp_path / "p4.jsonl"),
+                                 "--synonyms", str(sets), "--phrasing", "held-out"])
+    assert r.exit_code != 0 and "--synonyms" in r.output and not (tmp_path / "p4.jsonl").exists()
     sets.write_text('{"id": "x", "text": "a", "members": "a b"}\n')
     r = CliRunner().invoke(app, ["probes", "synonyms", "--data", str(synth_dir), "--out", str(tmp_path / "p3.jsonl"),
                                  "--synonyms", str(sets)])
