@@ -82,7 +82,7 @@ def calibration(report: dict) -> list[Check]:
         if para:
             p = _r5(runs, para[0])
             out.append(Check("paraphrase oracle (held-out phrasing) R@5", ">= 15 pp below the semantic-text oracle",
-                             f"{p:.1f} ({v - p:+.1f} pp below)", v - p >= 15))
+                             f"{p:.1f} ({v - p:.1f} pp below)", v - p >= 15))
         else:
             out.append(Check("paraphrase oracle (held-out phrasing) R@5", ">= 15 pp below the semantic-text oracle",
                              "no run", None))
@@ -123,20 +123,30 @@ def _p(p) -> str:
     return "n/a" if p is None else f"{p:.2g}"
 
 
+def _pooled_far(runs: dict, name: str) -> tuple[float, int] | None:
+    """R@5 x100 of the h >= 3 queries pooled (each horizon's R@5 weighted by its n) and their number."""
+    far = [(v["R@5"], v["n"]) for h, v in runs[name].get("by_horizon", {}).items()
+           if h.isdigit() and int(h) >= 3 and v.get("R@5") is not None and v.get("n")]
+    n = sum(k for _, k in far)
+    return (100 * sum(r * k for r, k in far) / n, n) if n else None
+
+
 def _decline_check(runs: dict) -> Check:
+    """h1 against the h >= 3 queries as one bucket (single far horizons hold a few dozen queries each: their
+    R@5 is shown, not judged)."""
+    target = "decline from h1 to h3+ (h >= 3 pooled)"
     names = _find(runs, "lftr") + _find(runs, "fusion")
     if not names:
-        return Check("learned heads over horizons", "decline from h1 to h3+", "no run", None)
+        return Check("learned heads over horizons", target, "no run", None)
     parts, ok = [], True
     for n in names:
-        hs = _by_h(runs, n)
-        far = [v for h, v in hs.items() if h >= 3]
-        if 1 not in hs or not far:
+        hs, far = _by_h(runs, n), _pooled_far(runs, n)
+        if 1 not in hs or far is None:
             continue
-        drop = hs[1] - max(far)
-        ok &= drop > 0
-        parts.append(f"`{n}` h1 {hs[1]:.1f} -> h3+ max {max(far):.1f}")
-    return Check("learned heads over horizons", "decline from h1 to h3+", "; ".join(parts) or "no horizon data",
+        ok &= hs[1] - far[0] > 0
+        each = " / ".join(f"{hs[h]:.1f}" for h in sorted(hs) if h >= 3)
+        parts.append(f"`{n}` h1 {hs[1]:.1f} -> h3+ {far[0]:.1f} (n {far[1]}; h3.. {each})")
+    return Check("learned heads over horizons", target, "; ".join(parts) or "no horizon data",
                  ok if parts else None)
 
 

@@ -1,0 +1,78 @@
+"""eval.findings: the calibration table and the findings are computed from report.json / card.json, with verdicts
+that follow the numbers (crafted reports, so each verdict is known)."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from eval import findings as F
+from eval.cli import app
+
+
+def _run(r5: float, by_h: dict[int, tuple[float, int]] | None = None) -> dict:
+    hs = {str(h): {"R@5": v, "n": n} for h, (v, n) in (by_h or {}).items()}
+    return {"main": {"R@5": r5}, "by_horizon": hs}
+
+
+def _report(fusion=0.20, pixels=0.15, persistence=0.05, sig_p=0.001, far=(0.05, 0.10)) -> dict:
+    decl = {1: (0.30, 600), 2: (0.2, 200), 3: (far[0], 80), 4: (far[1], 30)}
+    runs = {
+        "random": _run(0.001), "lookup[minilm]": _run(0.08), "persistence[pixels]": _run(persistence),
+        "independent-appearance[pixels]": _run(0.02),
+        "semantic-text[minilm]": _run(0.60, {1: (0.62, 600), 2: (0.58, 200), 3: (0.60, 110)}),
+        "paraphrase[minilm]": _run(0.30),
+        "lftr[pixels]": _run(pixels, decl), "lftr[minilm]": _run(0.10, decl),
+        "lftr-fusion[minilm+pixels]": _run(fusion, decl),
+    }
+    sig = [{"run": n, "reference": "lftr-fusion[minilm+pixels]",
+            "bootstrap": {"delta": -(fusion - runs[n]["main"]["R@5"]), "p_value": sig_p, "ci_low": -0.1,
+                          "ci_high": -0.01},
+            "mcnemar": {"p_value": sig_p}}
+           for n in ("lookup[minilm]", "persistence[pixels]", "lftr[pixels]")]
+    return {"runs": runs, "significance": sig}
+
+
+def _verdicts(report: dict) -> dict[str, bool | None]:
+    return {c.quantity: c.met for c in F.calibration(report)}
+
+
+def test_every_target_met_on_a_calibrated_report():
+    v = _verdicts(_report())
+    assert set(v.values()) == {True}, v
+    assert len(v) == 8
+
+
+def test_each_miss_is_reported_with_its_number():
+    v = _verdicts(_report(persistence=0.01))
+    assert v["persistence R@5"] is False and sum(x is False for x in v.values()) == 1
+    checks = {c.quantity: c for c in F.calibration(_report(fusion=0.15, pixels=0.15))}
+    assert checks["LFTR fusion R@5"].met is False and "+0.00 pp" in checks["LFTR fusion R@5"].measured
+    assert _verdicts(_report(sig_p=0.02))["LFTR fusion R@5"] is False  # significant at 0.05 is not enough
+    assert "MISSED" in F.calibration_markdown(F.calibration(_report(persistence=0.01)))
+
+
+def test_decline_pools_the_far_horizons():
+    # h4 alone (30 queries) above h1, but h >= 3 pooled (110 queries) below it: a decline
+    c = {c.quantity: c for c in F.calibration(_report(far=(0.05, 0.40)))}["learned heads over horizons"]
+    pooled = 100 * (0.05 * 80 + 0.40 * 30) / 110
+    assert c.met is True and f"h3+ {pooled:.1f} (n 110" in c.measured
+    assert _verdicts(_report(far=(0.35, 0.40)))["learned heads over horizons"] is False
+
+
+def test_missing_runs_are_not_measured_rather_than_met():
+    rep = _report()
+    del rep["runs"]["persistence[pixels]"], rep["runs"]["paraphrase[minilm]"]
+    v = _verdicts(rep)
+    assert v["persistence R@5"] is None and v["paraphrase oracle (held-out phrasing) R@5"] is None
+
+
+def test_findings_cli_prints_card_calibration_and_findings(tmp_path):
+    (tmp_path / "report.json").write_text(json.dumps(_report()))
+    card = {"values": {"segments": 11043, "states": 2528}, "paper": {"segments": 218276, "states": 51362}}
+    (tmp_path / "card.json").write_text(json.dumps(card))
+    r = CliRunner().invoke(app, ["findings", str(tmp_path), "--card", str(tmp_path / "card.json"), "--calibration"])
+    assert r.exit_code == 0, r.output
+    assert "| states | 2,528 | 51,362 |" in r.output and "| met |" in r.output
+    assert "fusion `lftr-fusion[minilm+pixels]` beats the better single space `lftr[pixels]`" in r.output
