@@ -64,6 +64,7 @@ def test_errors_and_exit_codes_pass_through(capsys, tmp_path):
     assert sys.argv == argv0 and sys.modules["__main__"].__name__ == "__main__"
 
 
+@pytest.mark.slow
 def test_psr_and_python_m_agree_in_fresh_interpreters(tmp_path):
     """The real entry points, each in its own interpreter: same exit code, same message."""
     args = ["eval", "validate", str(tmp_path / "missing")]
@@ -93,6 +94,7 @@ def _fake_hub_cache(hf_home: Path, repo_id: str) -> None:
     (repo / "refs" / "main").write_text("abc123")
 
 
+@pytest.mark.slow
 def test_env_json_reports_this_environment(tmp_path):
     """A fresh interpreter with a given HF_HOME (one cached model), offline flags and a vLLM venv."""
     import faiss

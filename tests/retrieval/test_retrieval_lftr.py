@@ -45,6 +45,7 @@ def test_config_yaml_overrides_and_errors(tmp_path):
         LFTRConfig(read_rule="best")
 
 
+@pytest.mark.slow
 def test_semantic_text_oracle_is_the_ceiling(synth_demo, synth_sem_dir):
     oracle = r_at(synth_demo["oracle-semantic-text"])
     best = max(r_at(synth_demo[m]) for m in PREDICTORS)
@@ -58,6 +59,7 @@ def test_semantic_text_oracle_is_the_ceiling(synth_demo, synth_sem_dir):
     assert len(per_h) >= 3 and max(per_h) - min(per_h) <= 0.15, per_h
 
 
+@pytest.mark.slow
 def test_lftr_beats_persistence_question_only_and_random(synth_demo):
     floor = max(r_at(synth_demo[m]) for m in ("persistence", "question-only", "random"))
     # margins measured over seeds 0-2 of the test config on the 40-video fixture (90 test queries): pixels and
@@ -69,6 +71,7 @@ def test_lftr_beats_persistence_question_only_and_random(synth_demo):
     assert mrr["lftr-fusion-minilm+pixels"] < mrr["persistence"]
 
 
+@pytest.mark.slow
 def test_demo_writes_one_run_per_method(synth_demo, synth_sem_dir):
     bench = Benchmark.load(synth_sem_dir)
     test_ids = [bench.query_ids[r] for r in bench.query_rows("test")]
