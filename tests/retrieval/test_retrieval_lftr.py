@@ -92,6 +92,7 @@ def _tiny_cfg(**kw):
     return LFTRConfig(**{**base, **kw})
 
 
+@pytest.mark.slow
 def test_training_resumes_from_last_epoch(synth_sem_dir, tmp_path):
     from retrieval.lftr.predict import validation_recall
     from retrieval.lftr.train import train
