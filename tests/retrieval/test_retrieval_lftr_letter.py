@@ -83,7 +83,8 @@ def test_exclusion_mask_matches_the_records(pixels_prep):
     excl = _excluded_sets(prep, rows)
     # force some candidates into the excluded sets so both outcomes are tested
     for i, e in enumerate(excl):
-        cand[i, :5] = torch.tensor(sorted(e)[:5])
+        forced = sorted(e)[:5]
+        cand[i, :len(forced)] = torch.tensor(forced, dtype=cand.dtype)
     got = tr.never_negative(torch.from_numpy(rows), torch.from_numpy(prep.data.target_state[rows]), cand)
     want = torch.tensor([[int(c) in excl[i] for c in cand[i]] for i in range(len(rows))])
     assert torch.equal(got, want) and want.any() and (~want).any()

@@ -32,7 +32,9 @@ def test_ssl_frames_are_the_train_split_only(synth_bench):
 
     frames = train_frames(synth_bench)
     train = split_videos(synth_bench, "train")
-    assert frames and all(f.split("/")[1] in train for f in frames)  # frames/<video_id>/fNNNN.png
+    # views (frames/<video_id>/fNNNN.jpg, object box): the object window of a train video's frame, never another's
+    assert frames and all(path.split("/")[1] in train for path, _ in frames)
+    assert all(box is not None and len(box) == 4 for _, box in frames)
     for other in ("val", "test"):
         assert not set(train_frames(synth_bench, other)) & set(frames)
 
@@ -88,12 +90,12 @@ def test_ssl_tower_is_reused_resumed_and_guards_foreign_folders(synth_bench, tmp
 
 @pytest.mark.slow
 def test_ssl_tower_round_trips_through_encode(synth_towers_dir):
-    """The stored `ssl` features equal the saved tower's own forward on the processed frame (AutoModel +
+    """The stored `ssl` features equal the saved tower's own forward on the processed object window (AutoModel +
     AutoImageProcessor, pooler_output, L2-normalised): the tower loads like any hub encoder."""
     from transformers import AutoImageProcessor, AutoModel
 
     from eval.features import load_table, read_meta
-    from retrieval.encoders import _load_image
+    from eval.images import load_view, segment_views
 
     d, towers = synth_towers_dir
     bench = Benchmark.load(d)
@@ -103,7 +105,8 @@ def test_ssl_tower_round_trips_through_encode(synth_towers_dir):
     table = load_table(d, "ssl", "corpus")
     rows = [0, 7, len(bench.corpus_ids) - 1]
     with torch.no_grad():
-        pv = proc(images=[_load_image(bench.path(bench.segment(r).frame)) for r in rows], return_tensors="pt")
+        views = segment_views(bench)  # the object window the tower saw at encode time (--crop auto)
+        pv = proc(images=[load_view(bench.path(views[r][0]), views[r][1]) for r in rows], return_tensors="pt")
         direct = torch.nn.functional.normalize(model(**pv).pooler_output, dim=-1).numpy()
     assert np.allclose(table.array[rows], direct, atol=1e-5)
     assert load_table(d, "ssl", "prefixes").array.shape[1:] == (8, 32)
