@@ -42,7 +42,7 @@ demo: setup
 test: setup vllm-venv
 	PSR_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q tests
 
-# The inner loop (target: under 2 minutes on 2 cores): no vLLM venv, slow / vllm / gpu tests deselected.
+# The inner loop: no vLLM venv, slow / vllm / gpu tests deselected (docs/install.md).
 test-fast: setup
 	$(BIN)/python -m pytest -q -m "$(FAST_MARKS)" tests
 

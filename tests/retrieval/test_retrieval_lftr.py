@@ -137,6 +137,7 @@ def test_training_resumes_from_last_epoch(synth_sem_dir, tmp_path):
 
 @pytest.mark.parametrize("switch", [{"rollout_depth": 1}, {"n_hard_negatives": 0}, {"grounding_weight": 0.0},
                                     {"condition_question": False}, {"use_sigma": False}])
+@pytest.mark.slow
 def test_ablation_switches_train(synth_sem_dir, tmp_path, switch):
     from retrieval.lftr.predict import step_vectors, validation_recall
     from retrieval.lftr.train import load_checkpoint, prepare, train
