@@ -1,4 +1,5 @@
 # The README's two commands: `make demo` and `make test`. Both set everything up on a fresh machine.
+# `make test-fast` is the inner loop: no vLLM venv, no tests marked slow / vllm / gpu (docs/install.md).
 PY      ?= python3.11
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -12,14 +13,18 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup vllm-venv demo test lint clean
+# The exact tested set (constraints.txt) over pyproject's ranges; see docs/install.md.
+CONSTRAINTS := constraints.txt
+FAST_MARKS  := not slow and not vllm and not gpu
 
-$(STAMP): pyproject.toml constraints-cpu.txt
+.PHONY: setup vllm-venv demo test test-fast lint clean
+
+$(STAMP): pyproject.toml $(CONSTRAINTS) constraints-cpu.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -U pip
 	# CPU torch first, from the wheel on disk; the constraint keeps every later install from replacing it.
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -c constraints-cpu.txt -e '.[dev]'
+	$(BIN)/python -m pip install -q -c $(CONSTRAINTS) -e '.[dev]'
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -36,6 +41,10 @@ demo: setup
 # PSR_REQUIRE_VLLM=1: the vLLM server tests fail (instead of skipping) when the server cannot start.
 test: setup vllm-venv
 	PSR_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q tests
+
+# The inner loop: no vLLM venv, slow / vllm / gpu tests deselected (docs/install.md).
+test-fast: setup
+	$(BIN)/python -m pytest -q -m "$(FAST_MARKS)" tests
 
 lint: setup
 	$(BIN)/ruff check .

@@ -252,3 +252,37 @@ def report(
     _print_notes(doc)
     typer.echo((out / "main.md").read_text(encoding="utf-8"))
     console.print(f"[green]wrote[/] {out}")
+
+
+# --- export for other evaluators (see eval/trec.py) ---
+
+@app.command("export-trec")
+def export_trec(
+    run: Path = typer.Argument(..., help="run file (.parquet, written by eval.runs.write_run)"),
+    data: Path = data_option(help="benchmark directory the run was scored on"),
+    out: Path = typer.Option(..., "--out", help="TREC run file to write (qid Q0 docid rank score tag)"),
+    qrels: Path = typer.Option(None, "--qrels", help="also write the ground truth as a qrels file (qid 0 docid 1)"),
+    k: int = typer.Option(100, "--k", min=1, help="items per query (at most the run's own top-k)"),
+    tag: str = typer.Option(None, "--tag", help="run tag column (default: the run name)"),
+    scores: str = typer.Option("run", "--scores", help="score column: run (the method's scores; tools break ties "
+                                                       "their own way) or rank (n+1-rank: every tool reproduces the "
+                                                       "listed order, i.e. --tie row)"),
+    gt: str = typer.Option("type2-all", "--gt", help="GT definition of --qrels (type2-all = the main pool)"),
+    split: str = typer.Option("test", "--split", help=_SPLIT_HELP),
+    fair: bool = typer.Option(True, "--fair/--no-fair", help=_FAIR_HELP),
+    qtypes: str = typer.Option("Q1,Q2,Q3,Q4", "--qtypes", help=_QTYPES_HELP),
+    overwrite: bool = overwrite_option(),
+) -> None:
+    """Write a run as a TREC run file (and --qrels the GT) for trec_eval / ranx: the run's queries in the evaluated
+    population, ties as listed (by corpus row); see eval/trec.py for how the numbers compare with eval score."""
+    from eval.trec import SCORE_MODES
+    from eval.trec import export_trec as export
+
+    if scores not in SCORE_MODES:
+        raise typer.BadParameter(f"--scores must be one of {SCORE_MODES}, got {scores!r}")
+    population = _report_config(data, [run], None, "expected", 10, None, 100, 0, split, fair, qtypes).population()
+    res = export(run, data, out, qrels=qrels, k=k, tag=tag, scores=scores, gt=gt, population=population,
+                 overwrite=overwrite)
+    console.print(f"[green]wrote[/] {res.run_path} ({res.n_run_lines} lines, {res.n_queries} queries, "
+                  f"k={res.k} of the run's {res.run_k})"
+                  + (f" and {res.qrels_path} ({res.n_qrels_lines} lines)" if res.qrels_path else ""))

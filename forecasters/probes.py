@@ -39,7 +39,7 @@ from pathlib import Path
 import typer
 
 from eval.cli_support import data_callback, overwrite_option
-from forecasters.registry import ForecasterSpec, PromptInput, register
+from forecasters.spec import ForecasterSpec, PromptInput
 
 PARAPHRASE = "paraphrase"
 DESCRIBE = "describe"
@@ -74,8 +74,6 @@ PROBES = (
     ForecasterSpec(name=DESCRIBE, prompt="frame_description", build=describe_inputs, default_model="llava",
                    description="cross-model description: a VLM describes the true target segment's frame (App. U)"),
 )
-for _spec in PROBES:
-    register(_spec)
 
 
 # --- the deterministic synonym-set paraphraser ---------------------------------------------------------------

@@ -1,11 +1,11 @@
 """Forecasters (phrase sources): what goes into the prompt for a query, how the output is parsed.
 
-A forecaster is one `ForecasterSpec` in `FORECASTERS`. Adding one is a registry entry::
+A forecaster is one `ForecasterSpec` (`forecasters.spec`) in `FORECASTERS`. Adding one is a registry entry::
 
-    def _paraphrase_inputs(query, bench):
+    def _state_inputs(query, bench):
         return PromptInput(values={"state": query.target_state})
 
-    register(ForecasterSpec(name="paraphrase", prompt="paraphrase", build=_paraphrase_inputs,
+    register(ForecasterSpec(name="my-paraphrase", prompt="paraphrase", build=_state_inputs,
                             default_model="text-only", description="paraphrase oracle (App. U)"))
 
 ``build(query, bench)`` returns the text values of the template's placeholders and, per media placeholder, the image
@@ -16,47 +16,19 @@ the request and applies ``parse`` to each output.
 Built in: ``m3`` (8 prefix frames + question, the paper's M3 prompt), ``text-only`` (timed transcript strictly before
 the target time + question, the paper's text-only prompt), ``llava`` (M3 prompt, images), ``llava-video`` (M3 prompt,
 the frames as one video), ``student`` (our student prompt; parses the ``Answer:`` line), ``likelihood`` (M3
-prompt; scores candidate states instead of generating, `forecasters.likelihood`).
+prompt; scores candidate states instead of generating, `forecasters.likelihood`); and the canonicalization probes
+of `forecasters.probes` (``paraphrase``, ``describe``), whose specs that module defines and this one registers.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Literal
-
-from forecasters.parsing import ParsedPhrase, parse_answer_line, parse_phrase
-from forecasters.presets import DEFAULT_MAX_PIXELS, STUDENT_MAX_PIXELS
+from forecasters.parsing import parse_answer_line
+from forecasters.presets import STUDENT_MAX_PIXELS
+from forecasters.probes import PROBES
+from forecasters.spec import ForecasterSpec, PromptInput
 from prompts import format_transcript
 
-
-@dataclass(frozen=True)
-class PromptInput:
-    """Inputs of one prompt: ``values`` for text placeholders; ``media`` maps a media placeholder to image paths."""
-
-    values: dict[str, str]
-    media: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ForecasterSpec:
-    """One phrase source. ``prompt`` is a template id of `prompts` (or a path to a template file); ``default_model``
-    a preset name or model id; ``max_tokens`` its default generation budget (the paper's baselines: 24);
-    ``max_pixels`` the cap its frames are resized to before sending (`forecasters.presets`, pixel policy);
-    ``kind``: ``generate`` (a phrase is generated and parsed) or ``likelihood`` (candidate answers are scored,
-    `forecasters.likelihood`; ``parse`` and ``max_tokens`` are not used)."""
-
-    name: str
-    prompt: str
-    build: Callable[[Any, Any], PromptInput]
-    default_model: str
-    parse: Callable[[str], ParsedPhrase] = parse_phrase
-    media_as: Literal["images", "video"] = "images"
-    max_tokens: int = 24
-    max_pixels: int | None = DEFAULT_MAX_PIXELS
-    system: str | None = None
-    description: str = ""
-    kind: Literal["generate", "likelihood"] = "generate"
+__all__ = ["BUILTIN", "FORECASTERS", "ForecasterSpec", "PromptInput", "get_forecaster", "register"]
 
 
 # --- built-in forecasters ---
@@ -99,8 +71,9 @@ BUILTIN = (
                     "the answer to the M3 prompt (VCF-Lik; BLiM's candidate-prior normalization)"),
 )
 
-#: name -> spec; `register` adds to it (the extension point for other phrase sources).
-FORECASTERS: dict[str, ForecasterSpec] = {s.name: s for s in BUILTIN}
+#: name -> spec: the built-in forecasters and the canonicalization probes (`forecasters.probes.PROBES`);
+#: `register` adds to it (the extension point for other phrase sources).
+FORECASTERS: dict[str, ForecasterSpec] = {s.name: s for s in (*BUILTIN, *PROBES)}
 
 
 def register(spec: ForecasterSpec, *, replace: bool = False) -> ForecasterSpec:
@@ -115,7 +88,3 @@ def get_forecaster(name: str) -> ForecasterSpec:
     if name not in FORECASTERS:
         raise ValueError(f"unknown forecaster {name!r}; expected one of {sorted(FORECASTERS)}")
     return FORECASTERS[name]
-
-
-# The canonicalization probes (``paraphrase``, ``describe``) register themselves from their own module.
-import forecasters.probes  # noqa: E402,F401

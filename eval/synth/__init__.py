@@ -11,6 +11,20 @@ smoothing), `vocab` (subjects, canonical states, synonyms, similarity map), `ren
 features), `questions` (templates), `video` (one video end to end), `build` (assembly and writing).
 """
 
-from eval.synth.build import build_benchmark
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from eval.synth.build import build_benchmark
 
 __all__ = ["build_benchmark"]
+
+
+def __getattr__(name: str):
+    # Lazy, so the vocabulary modules (`lexicon`, `paraphrase`) that canonicalization uses on any benchmark import
+    # without pymunk (the `synth` extra), which only the builder needs.
+    if name == "build_benchmark":
+        from eval.synth.build import build_benchmark
+        return build_benchmark
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -68,6 +68,7 @@ def test_distill_checks_data_up_front(tmp_path, stage):
     assert_one_clear_error(res, f"--data {tmp_path / 'missing'} does not exist")
 
 
+@pytest.mark.slow
 def test_a_hub_id_offline_names_the_model_and_the_packaged_fix(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     (tmp_path / "p.txt").write_text("falling\nrolling\n")
@@ -107,8 +108,8 @@ def test_debug_shows_the_traceback_of_a_known_error(cli_world, tmp_path, monkeyp
     ["retrieval", "canon", "sweep", "--phrases", "{tmp}/missing.txt", "--out", "{tmp}/o", "--model", MINILM],
     ["forecasters", "merge", "{tmp}/missing.jsonl", "--out", "{tmp}/o.jsonl"],
     ["distill", "predicates", "--data", "{tmp}/b", "--out", "{tmp}/o.jsonl"],
-    ["distill.train", "--model_name_or_path", "m", "--dataset_name", "{tmp}/d", "--output_dir", "{tmp}/o",
-     "--effective_batch_size", "3", "--per_device_train_batch_size", "2"],
+    pytest.param(["distill.train", "--model_name_or_path", "m", "--dataset_name", "{tmp}/d", "--output_dir", "{tmp}/o",
+                  "--effective_batch_size", "3", "--per_device_train_batch_size", "2"], marks=pytest.mark.slow),
 ])
 def test_the_real_entry_points(tmp_path, argv):
     """``python -m PACKAGE``: the same exit code (2) and one line, from a fresh interpreter."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from distill.facts import PredicateSet
 from distill.rationale_stats import classifier_probe, last_named_state, restatements
 from distill.validator import RationaleValidator
@@ -29,6 +31,7 @@ def test_classifier_probe():
     assert classifier_probe(x, ["a"] * 20, ["x"], ["a"]) is None and classifier_probe([], [], ["x"], ["a"]) is None
 
 
+@pytest.mark.slow
 def test_rationale_stats_cli_separates_reasoning_from_restating(synth_dir, pred_file, pred_sets, template_rationales,
                                                               tmp_path):
     from distill.cli import main

@@ -31,6 +31,7 @@ def _lora_a_update(tiny_train_args, dataset, out, *, bf16: bool, bf16_adapters: 
     return dtype, torch.cat([(p.detach().float() - before[n]).flatten() for n, p in params.items()])
 
 
+@pytest.mark.slow
 def test_small_lr_step_is_not_lost_in_bf16(tiny_train_args, sft_dir, tmp_path):
     data = sft_dir / "cot"
     ref_dtype, ref = _lora_a_update(tiny_train_args, data, tmp_path / "fp32", bf16=False)

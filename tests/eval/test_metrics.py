@@ -165,6 +165,7 @@ def test_row_tie_break_matches_the_listed_order():
             assert (r[i] == min(ranks)) if ranks else np.isnan(r[i])
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::numba.core.errors.NumbaTypeSafetyWarning")
 def test_tie_free_runs_equal_ranx():
     ranx = pytest.importorskip("ranx")

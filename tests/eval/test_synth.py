@@ -148,6 +148,7 @@ def test_every_family_runs_and_moves_things():
 
 # --- determinism and files -----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_build_is_byte_identical_and_worker_independent(tmp_path):
     a = build_benchmark(tmp_path / "a", videos=8, seed=5, workers=1, progress=False)
     b = build_benchmark(tmp_path / "b", videos=8, seed=5, workers=2, progress=False)

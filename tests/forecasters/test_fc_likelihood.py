@@ -148,6 +148,7 @@ def test_the_runner_picks_the_best_candidate_under_each_normalization_and_comput
     assert conf["identity"]["scoring"]["length_norm"] == "sum" and conf["identity"]["scoring"]["cpn_alpha"] == 1.0
 
 
+@pytest.mark.slow
 def test_run_file_of_every_state_is_scored_by_eval_with_exact_ties(synth_dir, synth_bench, hf_backends, tiny, tmp_path):
     from eval.evaluate import check_run_against
     from eval.runs import read_run

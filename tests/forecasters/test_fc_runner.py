@@ -196,6 +196,7 @@ def _cli(*args, **kw):
                           text=True, **kw)
 
 
+@pytest.mark.slow
 def test_kill_9_mid_job_then_rerun_completes_each_query_exactly_once(synth_dir, tiny, tmp_path):
     out = tmp_path / "killed.jsonl"
     args = ["run", "--data", str(synth_dir), "--forecaster", "text-only", "--backend", "hf", "--model",
@@ -233,6 +234,7 @@ def test_cli_help_for_every_command():
     assert r.exit_code == 0 and "m3" in r.output and "Qwen/Qwen3-VL-32B-Instruct" in r.output
 
 
+@pytest.mark.slow
 def test_cli_merge_and_bad_input_errors(synth_dir, tiny, tmp_path, run):
     outs = [tmp_path / f"p{i}.jsonl" for i in range(2)]
     for i, o in enumerate(outs):

@@ -134,6 +134,7 @@ def test_encode_resumes_from_finished_chunks(tiny_copy):
     assert calls_after == [(0, 3), (3, 6), (6, 9), (9, 10)]
 
 
+@pytest.mark.slow
 def test_encode_shards_then_assemble(tiny_copy, monkeypatch):
     """Two shards leave their chunks (no table yet); the plain run computes nothing and assembles the same table
     a single unsharded job writes."""

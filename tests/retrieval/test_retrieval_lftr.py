@@ -45,6 +45,7 @@ def test_config_yaml_overrides_and_errors(tmp_path):
         LFTRConfig(read_rule="best")
 
 
+@pytest.mark.slow
 def test_semantic_text_oracle_is_the_ceiling(synth_demo, synth_sem_dir):
     oracle = r_at(synth_demo["oracle-semantic-text"])
     best = max(r_at(synth_demo[m]) for m in PREDICTORS)
@@ -58,6 +59,7 @@ def test_semantic_text_oracle_is_the_ceiling(synth_demo, synth_sem_dir):
     assert len(per_h) >= 3 and max(per_h) - min(per_h) <= 0.15, per_h
 
 
+@pytest.mark.slow
 def test_lftr_heads_learn_their_training_queries(synth_demo_out, synth_sem_dir, tmp_path):
     """Each LFTR head learns: its training queries' targets rank far above a uniformly random ranking.
 
@@ -87,6 +89,7 @@ def test_lftr_heads_learn_their_training_queries(synth_demo_out, synth_sem_dir, 
         assert fr < 0.75 * random_fr, (space, fr, random_fr)
 
 
+@pytest.mark.slow
 def test_demo_writes_one_run_per_method(synth_demo, synth_sem_dir):
     bench = Benchmark.load(synth_sem_dir)
     test_ids = [bench.query_ids[r] for r in bench.query_rows("test")]
@@ -107,6 +110,7 @@ def _tiny_cfg(**kw):
     return LFTRConfig(**{**base, **kw})
 
 
+@pytest.mark.slow
 def test_training_resumes_from_last_epoch(synth_sem_dir, tmp_path):
     from retrieval.lftr.predict import validation_recall
     from retrieval.lftr.train import train
@@ -133,6 +137,7 @@ def test_training_resumes_from_last_epoch(synth_sem_dir, tmp_path):
 
 @pytest.mark.parametrize("switch", [{"rollout_depth": 1}, {"n_hard_negatives": 0}, {"grounding_weight": 0.0},
                                     {"condition_question": False}, {"use_sigma": False}])
+@pytest.mark.slow
 def test_ablation_switches_train(synth_sem_dir, tmp_path, switch):
     from retrieval.lftr.predict import step_vectors, validation_recall
     from retrieval.lftr.train import load_checkpoint, prepare, train

@@ -169,6 +169,7 @@ def test_intermediate_states_and_grounding_switches(pixels_prep):
     assert parts["inter"] > 0 and torch.isfinite(loss)
 
 
+@pytest.mark.slow
 def test_calibrated_read_uses_the_validation_step_map(synth_sem_dir, tmp_path):
     import json
 
@@ -192,6 +193,7 @@ def test_calibrated_read_uses_the_validation_step_map(synth_sem_dir, tmp_path):
     assert np.allclose(vec, all_steps[np.arange(len(rows)), want], atol=1e-6)
 
 
+@pytest.mark.slow
 def test_lora_baseline_trains_only_adapters_and_its_frozen_control_is_plain_lftr(synth_towers_dir, tmp_path):
     from eval.metrics import RankStats, recall_at_k
     from eval.runs import read_run
@@ -240,6 +242,7 @@ def test_lora_baseline_trains_only_adapters_and_its_frozen_control_is_plain_lftr
     assert (tmp_path / "lora" / "comparison.md").read_text().startswith("| run | R@5")
 
 
+@pytest.mark.slow
 def test_complementarity_of_runs(synth_demo_out, synth_sem_dir, tmp_path):
     from typer.testing import CliRunner
 

@@ -88,6 +88,7 @@ def test_ssl_tower_is_reused_resumed_and_guards_foreign_folders(synth_bench, tmp
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 
 
+@pytest.mark.slow
 def test_ssl_tower_round_trips_through_encode(synth_towers_dir):
     """The stored `ssl` features equal the saved tower's own forward on the processed object window (AutoModel +
     AutoImageProcessor, pooler_output, L2-normalised): the tower loads like any hub encoder."""
@@ -111,6 +112,7 @@ def test_ssl_tower_round_trips_through_encode(synth_towers_dir):
     assert load_table(d, "ssl", "prefixes").array.shape[1:] == (8, 32)
 
 
+@pytest.mark.slow
 def test_lit_text_tower_stays_locked(synth_towers_dir, tmp_path):
     """The text model's parameters are bitwise unchanged by training, none of them is optimised, and the image
     tower learns: after training, a description ranks its own frame above chance."""
@@ -144,6 +146,7 @@ def test_lit_text_tower_stays_locked(synth_towers_dir, tmp_path):
     assert json.loads((tmp_path / "lit" / "psr_text_tower.json").read_text())["text_model"] == PACKAGED_MINILM
 
 
+@pytest.mark.slow
 def test_lit_space_plugs_into_text_to_image_search(synth_towers_dir, tmp_path):
     """`encode` records the locked text model; phrases and oracle texts are embedded by it (the packaged MiniLM,
     the same vectors as the semantic space's queries) and ranked against the LiT frame features."""
@@ -191,6 +194,7 @@ def test_lit_loss_masks_shared_frames_and_texts():
                                                 torch.arange(3)).item())
 
 
+@pytest.mark.slow
 def test_demo_in_the_learned_spaces_with_fusion_and_complementarity(synth_towers_dir, tmp_path):
     """`retrieval demo --visual-space ssl --extra-space lit --compare-space pixels`: baselines and LFTR in the
     learned spaces, the LiT zero-shot oracle, the three-space fusion and the complementarity analysis."""

@@ -4,6 +4,7 @@ canonical state (a tiny random sentence-transformers model, real trainer and los
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from eval.io import read_json, read_jsonl
@@ -39,6 +40,7 @@ def test_matryoshka_dims():
     assert matryoshka_dims(384, [64, 384, 128]) == [384, 128, 64]
 
 
+@pytest.mark.slow
 def test_finetune_pulls_members_onto_their_state(synth_dir, tiny_st_model, tmp_path):
     from sentence_transformers import SentenceTransformer
 

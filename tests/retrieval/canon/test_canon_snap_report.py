@@ -77,6 +77,7 @@ def test_snap_scores_by_hand():
     assert snap_scores(index, q2, 3)[0].tolist() == [[0, 1, 2]]
 
 
+@pytest.mark.slow
 def test_the_snap_recovers_the_exact_oracle_when_the_phrasing_is_in_the_index(runs):
     exact, plain, snap = r5(runs["exact"], row=True), r5(runs["plain"], row=True), r5(runs["snap"], row=True)
     ok = np.isfinite(exact)
@@ -85,6 +86,7 @@ def test_the_snap_recovers_the_exact_oracle_when_the_phrasing_is_in_the_index(ru
     assert runs["snap_summary"]["mean_top1_snap_score"] == pytest.approx(1.0, abs=1e-5)
 
 
+@pytest.mark.slow
 def test_a_held_out_state_snaps_through_similarity_only(runs, text_encoder):
     bench, held = runs["bench"], set(runs["held"])
     index = CanonicalIndex.from_benchmark(bench, text_encoder, exclude_members_of=held)
@@ -103,6 +105,7 @@ def test_a_held_out_state_snaps_through_similarity_only(runs, text_encoder):
     assert np.array_equal(states[:, 0], want)
 
 
+@pytest.mark.slow
 def test_search_cli_canonicalize(runs, canon_bench_dir, tmp_path):
     out = tmp_path / "snap.parquet"
     r = CliRunner().invoke(app, ["search", "--data", str(canon_bench_dir), "--phrases", str(runs["dir"] / "para.jsonl"),
@@ -117,6 +120,7 @@ def test_search_cli_canonicalize(runs, canon_bench_dir, tmp_path):
     assert bad.exit_code != 0
 
 
+@pytest.mark.slow
 def test_snap_keeps_misses(runs):
     qv = runs["qv"]
     v = qv.vectors.copy()
@@ -139,6 +143,7 @@ class _Enc:
         return x / np.linalg.norm(x, axis=1, keepdims=True)
 
 
+@pytest.mark.slow
 def test_report_numbers(runs, canon_bench_dir, tmp_path):
     d = runs["dir"]
     cfg = CanonReportConfig(data=str(canon_bench_dir), out=str(tmp_path / "rep"), exact=str(runs["exact"]),

@@ -28,6 +28,7 @@ def _flat(text: str) -> str:
     return re.sub(r"[\s│╭╮╰╯─]", "", text)
 
 
+@pytest.mark.slow
 def test_sweep_on_the_synthetic_benchmark(synth_dir, text_encoder, tmp_path):
     out = tmp_path / "sweep"
     doc = run_sweep(SweepConfig(out=str(out), data=str(synth_dir), thresholds=[0.5, 0.85, 1.0], model=PACKAGED_MINILM),
@@ -162,6 +163,7 @@ def test_rekeying_with_the_true_synonym_sets_reproduces_the_pools(synth_bench):
     assert [s["n_segments"] for s in out["states"]] == synth_bench.states_ds["n_segments"][:]
 
 
+@pytest.mark.slow
 def test_apply_writes_a_valid_rekeyed_benchmark(synth_dir, text_encoder, tmp_path):
     out = tmp_path / "canon"
     cfg = ApplyConfig(data=str(synth_dir), out=str(out), threshold=0.85, model=PACKAGED_MINILM)

@@ -1,0 +1,138 @@
+"""Imports: the toolkit's module-level import graph has no cycle, and every module imports on its own (as the
+first toolkit module a fresh interpreter imports)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("prompts", "eval", "retrieval", "forecasters", "distill")
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for p in sorted((REPO / pkg).rglob("*.py")):
+            parts = p.relative_to(REPO).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
+    return out
+
+
+def _module_level_imports(path: Path, name: str, known: set[str]) -> set[str]:
+    """Toolkit modules ``name`` imports when it is executed: statements at module level (outside functions and
+    ``if TYPE_CHECKING:``); ``from a import b`` counts ``a.b`` when that is a module, else ``a``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    is_pkg = path.name == "__init__.py"
+    out: set[str] = set()
+
+    def visit(stmts):
+        for node in stmts:
+            if isinstance(node, ast.Import):
+                out.update(a.name for a in node.names if a.name in known)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = name.split(".") if is_pkg else name.split(".")[:-1]
+                    anchor = anchor[: len(anchor) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                for a in node.names:
+                    sub = f"{base}.{a.name}"
+                    out.add(sub if sub in known else base)
+            elif isinstance(node, ast.If):
+                test = ast.unparse(node.test)
+                if "TYPE_CHECKING" not in test:
+                    visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, (ast.Try,)):
+                visit(node.body)
+                for h in node.handlers:
+                    visit(h.body)
+                visit(node.orelse)
+                visit(node.finalbody)
+            elif isinstance(node, ast.With):
+                visit(node.body)
+    visit(tree.body)
+    return {m for m in out if m in known and m != name}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def strong(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in graph:
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_no_import_cycle_between_modules():
+    """A package's ``__init__`` importing its own submodules is allowed (Python resolves that); any other cycle is
+    not."""
+    mods = _modules()
+    known = set(mods)
+    graph = {m: _module_level_imports(p, m, known) for m, p in mods.items()}
+    # edges into a package's own __init__ from inside the package are how Python loads packages, not a cycle
+    graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in graph.items()}
+    assert _cycles(graph) == []
+
+
+def test_the_checker_sees_a_cycle(tmp_path):
+    graph = {"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "a.w": {"a.x"}}
+    assert _cycles(graph) == [["a.x", "a.y", "a.z"]]
+    p = tmp_path / "m.py"
+    p.write_text("import a.y\nfrom a import z\nif TYPE_CHECKING:\n    import a.w\ndef f():\n    import a.w\n")
+    assert _module_level_imports(p, "a.x", {"a.x", "a.y", "a.z", "a.w", "a"}) == {"a.y", "a.z"}
+
+
+FRESH_IMPORTS = """
+import importlib, sys, traceback
+ours = tuple(sys.argv[1].split(","))
+failed = []
+for name in sys.argv[2:]:
+    for m in [m for m in sys.modules if m.split(".")[0] in ours]:
+        del sys.modules[m]  # the toolkit's modules start from scratch; third-party ones stay loaded (speed)
+    try:
+        importlib.import_module(name)
+    except Exception:
+        failed.append(name + ": " + traceback.format_exc(limit=-3))
+print("\\n".join(failed) or "ok")
+"""
+
+
+@pytest.mark.slow  # eval and retrieval take ~8 s each (every module imported afresh)
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_module_imports_first(package):
+    """Each module of ``package`` imported as the first toolkit module of the interpreter (the others removed from
+    ``sys.modules`` before each import): an import that only works after another module loaded fails here."""
+    names = [m for m in _modules() if m.split(".")[0] == package and not m.endswith("__main__")]
+    res = subprocess.run([sys.executable, "-c", FRESH_IMPORTS, ",".join(PACKAGES), *names], capture_output=True,
+                         text=True, cwd=REPO, timeout=600)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", (res.stdout + res.stderr)[-4000:]
