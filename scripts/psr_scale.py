@@ -14,14 +14,15 @@ Stages (each one toolkit command, run as its own subprocess; the commands are in
 - ``fusion``: z-score fusion of the two LFTR runs; ``report``: `python -m eval report` over every run with paired
   bootstrap significance against the fusion (``--resamples``) -> ``OUT/report/``.
 
-Measured per stage: wall seconds, CPU seconds and peak RSS of the stage's process tree (``os.wait4`` of the child:
-its own ``ru_maxrss``, KB on Linux), the 1-minute load average before and after, and a **bound measured in the
+Measured per stage: wall seconds, CPU seconds and peak RSS of the stage's process tree (a small measuring parent
+runs the command and reads ``resource.getrusage(RUSAGE_CHILDREN)``: ``ru_maxrss``, KB on Linux), the 1-minute load average before and after, and a **bound measured in the
 same run, right after the stage, in this process with torch's default threads** (what the stage's child gets):
 
 - scoring stages (baselines, oracles, LFTR predict): the float32 matmul ``(n_test x vectors per query, d) @
   (d, n_items)`` of the space scored (tiles of 1,024 x 65,536, the streaming scorer's shape, timed on one tile
   (best of 3) and scaled by the number of multiply-adds); fusion: the sum of its inputs' matmuls; random: the
-  ``(n_test, 1) @ (1, n_corpus)`` matmul (one score per pair);
+  ``(n_test, 1) @ (1, n_corpus)`` matmul (one score per pair; it has no real matmul, so its ratio only says what
+  writing a run costs and the scoring-ratio target leaves it out);
 - ``encode``: a matmul with the multiply-adds of the encoder's linear layers over the tokens encoded
   (``n_tokens x params_linear``, tokens counted with the model's tokenizer);
 - ``lftr-train``: forward + backward only (`Trainer.loss` and ``backward`` on ``--fb-batches`` pre-built batches
@@ -49,6 +50,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -68,7 +70,7 @@ class Stage:
     outputs: list[Path]  # the stage is done when all exist
     bound: dict  # how its bound is measured (see the module docstring)
     group: str = "scoring"
-    done: callable = None  # optional extra test of completion
+    done: Callable[[], bool] | None = None  # optional extra test of completion
 
     def finished(self) -> bool:
         return all(p.exists() for p in self.outputs) and (self.done is None or self.done())
@@ -263,23 +265,33 @@ def _lftr_vectors(ck: Path) -> int:
 # --------------------------------------------------------------------------------------------------------------
 # running
 # --------------------------------------------------------------------------------------------------------------
+#: The measuring parent of a stage: a small fresh interpreter that runs the command and writes the command's own
+#: wall seconds and ``getrusage(RUSAGE_CHILDREN)`` (CPU seconds, peak RSS in KB). A child forked straight from this
+#: (large) process would inherit its RSS high-water mark through fork + exec; one forked from this small parent
+#: starts from the parent's few MB.
+MEASURE = ("import json, resource, subprocess, sys, time\n"
+           "t = time.perf_counter(); rc = subprocess.call(sys.argv[2:]); wall = time.perf_counter() - t\n"
+           "ru = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+           "open(sys.argv[1], 'w').write(json.dumps({'rc': rc, 'wall_s': wall, 'cpu_s': ru.ru_utime + ru.ru_stime,"
+           " 'maxrss_kb': ru.ru_maxrss}))\n")
+
+
 def run_stage(stage: Stage, log_dir: Path) -> Record:
-    """Run the stage's command; wall, CPU and peak RSS of its process tree (``os.wait4``)."""
+    """Run the stage's command under `MEASURE`: wall, CPU and peak RSS of its process tree."""
     print(f"\n[{stage.name}] $ {shlex.join(stage.cmd)}", flush=True)
     log_dir.mkdir(parents=True, exist_ok=True)
     rec = Record(stage.name, stage.group, shlex.join(stage.cmd), load_before=os.getloadavg()[0])
+    stats = log_dir / f"{stage.name}.rusage.json"
     with open(log_dir / f"{stage.name}.log", "w", encoding="utf-8") as logf:
-        t0 = time.perf_counter()
-        p = subprocess.Popen(stage.cmd, cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT)
-        _, status, ru = os.wait4(p.pid, 0)
-        rec.wall_s = time.perf_counter() - t0
-    p.returncode = os.waitstatus_to_exitcode(status)
-    rec.cpu_s, rec.peak_rss_mb = ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024
+        subprocess.run([PY, "-c", MEASURE, str(stats), *stage.cmd], cwd=ROOT, stdout=logf, stderr=subprocess.STDOUT,
+                       check=False)
+    m = json.loads(stats.read_text(encoding="utf-8")) if stats.exists() else {"rc": "no measurement"}
     rec.load_after = os.getloadavg()[0]
-    if p.returncode != 0:
+    if m["rc"] != 0:
         tail = (log_dir / f"{stage.name}.log").read_text(encoding="utf-8", errors="replace")[-3000:]
-        raise SystemExit(f"stage {stage.name} failed (exit {p.returncode}); its log {log_dir / stage.name}.log "
+        raise SystemExit(f"stage {stage.name} failed (exit {m['rc']}); its log {log_dir / stage.name}.log "
                          f"ends:\n{tail}\nrerun the same command to resume from this stage")
+    rec.wall_s, rec.cpu_s, rec.peak_rss_mb = m["wall_s"], m["cpu_s"], m["maxrss_kb"] / 1024
     return rec
 
 
@@ -293,7 +305,7 @@ def summarise(recs: list[Record], meta: dict) -> dict:
     total = sum(r.wall_s for r in recs)
     without_train = sum(r.wall_s for r in recs if r.group != "lftr-train")
     dom = max(recs, key=lambda r: r.wall_s)
-    scoring = [r for r in recs if r.group == "scoring"]
+    scoring = [r for r in recs if r.group == "scoring" and r.stage != "baseline-random"]  # random: no matmul
     worst = max(scoring, key=lambda r: r.ratio) if scoring else None
     peak = max(r.peak_rss_mb for r in recs)
     return {**meta, "stages": [asdict(r) for r in recs], "total_s": total, "total_s_without_lftr_train": without_train,
