@@ -66,20 +66,38 @@ def phrasing_lookup(bench) -> dict[str, str]:
     return out
 
 
-def parsed(rec, lookup: dict[str, str]) -> bool:
-    """The record holds an answer: an ``Answer:`` line was followed, or the direct answer is a known phrasing."""
+def answer_phrase(rec, lookup: dict[str, str]) -> str | None:
+    """The record's answer: the parsed phrase of an output that followed the answer format, or a direct answer
+    (a single line without an ``Answer:`` line) that is a known phrasing -- also one longer than the student
+    parser's direct-answer cap (`forecasters.parsing.MAX_DIRECT_WORDS`), as open-vocabulary states can be; None when
+    the record holds no answer."""
     from forecasters.parsing import clean_phrase
 
-    if not rec.ok or not rec.phrase:
-        return False
-    return "no_answer_line" not in rec.flags or clean_phrase(rec.phrase) in lookup
+    if rec.error is not None:
+        return None
+    if "no_answer_line" not in rec.flags:
+        return rec.phrase if rec.ok and rec.phrase else None
+    raw = rec.raw[0] if isinstance(rec.raw, list) and len(rec.raw) == 1 else rec.raw
+    lines = [ln for ln in raw.splitlines() if ln.strip()] if isinstance(raw, str) else []
+    direct = rec.phrase if rec.ok and rec.phrase else (lines[0] if len(lines) == 1 else None)
+    return clean_phrase(direct) if direct and clean_phrase(direct) in lookup else None
+
+
+def parsed(rec, lookup: dict[str, str]) -> bool:
+    """The record holds an answer (`answer_phrase`): an ``Answer:`` line was followed, or the direct answer is a
+    known phrasing."""
+    return answer_phrase(rec, lookup) is not None
 
 
 def exact_states(records: dict, query_ids: list[str], lookup: dict[str, str]) -> list[str | None]:
     """The canonical state each parsed phrase names exactly (None: unparsed or not a known phrasing)."""
     from forecasters.parsing import clean_phrase
 
-    return [lookup.get(clean_phrase(records[q].phrase)) if parsed(records[q], lookup) else None for q in query_ids]
+    out = []
+    for q in query_ids:
+        phrase = answer_phrase(records[q], lookup)
+        out.append(lookup.get(clean_phrase(phrase)) if phrase else None)
+    return out
 
 
 def snap_states(run_path: str, bench, query_ids: list[str]) -> list[str | None]:

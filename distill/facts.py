@@ -46,7 +46,13 @@ class PredicateSet:
     ``allowed_states`` every canonical state that may be named (current, upcoming, the Q4 anchor, Q5 group end states);
     ``after_horizon_states`` the object's states after the target that are not allowed (naming one is a leak);
     ``objects`` the other objects of the scene (their subjects); ``video_id`` the query's video;
-    ``counterfactual_of`` set on a counterfactual set (`distill.faithfulness`): the query id its evidence came from.
+    ``counterfactual_of`` set on a counterfactual set (`distill.faithfulness`): the query id its evidence came from;
+    ``true_states`` the simulator's keys of the observed segment and of each upcoming one, aligned with
+    ``[current, *upcoming]`` (empty without a simulator; see `distill.predicates`); ``family`` the scene family of
+    the video's simulator record (``""`` without one); ``next_state`` / ``next_true_state`` the canonical state and
+    the simulator key of the object's segment right after the target (None / ``""`` when there is none or it is
+    unknown): never narrated, they let `distill.faithfulness` find a donor whose answer comes just before a Q4
+    anchor.
     """
 
     query_id: str
@@ -66,6 +72,10 @@ class PredicateSet:
     anchor: str | None = None
     video_id: str = ""
     counterfactual_of: str | None = None
+    true_states: list[str] = field(default_factory=list)
+    family: str = ""
+    next_state: str | None = None
+    next_true_state: str = ""
 
     @property
     def intermediate(self) -> list[str]:

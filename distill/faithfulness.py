@@ -2,15 +2,18 @@
 the oracle rationale, then with a counterfactual one, and see whether the answer moves to the counterfactual).
 
 **Counterfactual rationales** (`counterfactual_set`). For a query with predicate set ``P`` (answer ``a``), a *donor*
-query ``D`` of the same question type is chosen (deterministically, ``crc32(query id) + seed``) whose answer
-``s' != a`` is a state ``P`` does not name and whose trajectory does not pass through ``a``; preferably one with the
-same current state (tier ``current_state``), else one of the same domain (tier ``domain``). The counterfactual set
-keeps what the frames show and what the question says (`KEPT_KINDS`: the current state, the other objects, the Q4
-anchor, the Q5 objects' end states) and takes every other fact from ``D`` (support, contacts, motion, collision
-course, timing, intermediate states: the cues that imply the answer), with ``D``'s object renamed to the query's.
-So the evidence is perturbed consistently, the observed-scene sentence is never rewritten, and the perturbed
-rationale implies ``s'``. A query with no donor, or whose counterfactual rationale equals its gold one, has no
-perturbation: it is dropped and counted. ``python -m distill counterfactuals`` writes the sets, so a teacher can
+query ``D`` is chosen (deterministically, ``crc32(query id) + seed``) whose answer ``s' != a`` is a state ``P`` does
+not name, whose trajectory does not pass through ``a``, whose question asks what ``P``'s asks (the same question
+type; for Q4, a donor whose answer comes just before ``P``'s anchor), and whose evidence names no object outside
+``P``'s scene (`DonorPool`). On an open vocabulary of thousands of states a donor with the same current state is
+often missing, so the tiers go from the most to the least similar scene: the same current state, the same scene
+family, the same domain, any scene (`TIERS`). The counterfactual set keeps what the frames show and what the question
+says (`KEPT_KINDS`: the layout, the current state, the observed detail, the other objects, the Q4 anchor, the Q5
+objects' end states) and takes every other fact from ``D`` (support, contacts, motion, collision course, timing,
+intermediate states: the cues that imply the answer), with ``D``'s object renamed to the query's. So the evidence is
+perturbed consistently, the observed-scene sentence is never rewritten, and the perturbed rationale implies ``s'``.
+A query with no donor, or whose counterfactual rationale equals its gold one, has no perturbation: it is dropped and
+counted (overall and per question type). ``python -m distill counterfactuals`` writes the sets, so a teacher can
 narrate them (``python -m distill narrate --predicates CF.jsonl``) for ``--perturbed``.
 
 For each query the student gets its normal prompt (frames + question, the ``student_answer`` template) and a forced
@@ -50,10 +53,10 @@ import numpy as np
 from distill.facts import SECTIONS, Fact, PredicateSet
 
 CONDITIONS = ("gold", "perturbed", "none")
-KEPT_KINDS = ("current_state", "observed_detail", "scene_objects", "heading_toward", "other_end_state")
+KEPT_KINDS = ("layout", "current_state", "observed_detail", "scene_objects", "heading_toward", "other_end_state")
 """Facts a counterfactual keeps from the query: what the frames show and what the question names."""
-TIERS = ("current_state", "domain")
-_KIND_ORDER = ("current_state", "observed_detail", "scene_objects", "container", "support_now", "contact_now",
+TIERS = ("current_state", "family", "domain", "any")
+_KIND_ORDER = ("layout", "current_state", "observed_detail", "scene_objects", "container", "support_now", "contact_now",
                "time_to_change", "time_to_target", "edge", "direction", "speed_trend", "relative_speed",
                "collision_course", "intermediate", "heading_toward", "other_end_state", "answer")
 """The order `distill.predicates.query_predicates` emits kinds in (a counterfactual keeps it)."""
@@ -122,23 +125,90 @@ def _rename(fact: Fact, old: str, new: str) -> Fact:
     return replace(fact, text=text)
 
 
-class DonorPool:
-    """Predicate sets indexed for donor search: by (qtype, current state) and by (qtype, domain)."""
+def name_key(name: str) -> str:
+    """An object's identity in text: the last two words of its name (``small red ball`` -> ``red ball``), as state
+    phrasings name others with or without a size word."""
+    return " ".join(name.lower().split()[-2:])
 
-    def __init__(self, sets: Sequence[PredicateSet]):
-        self.by_current: dict[tuple, list[PredicateSet]] = defaultdict(list)
-        self.by_domain: dict[tuple, list[PredicateSet]] = defaultdict(list)
-        for ps in sorted(sets, key=lambda p: p.query_id):
-            self.by_current[(ps.qtype, ps.current)].append(ps)
-            self.by_domain[(ps.qtype, ps.domain)].append(ps)
+
+class DonorPool:
+    """Predicate sets indexed for donor search (`counterfactual_set`).
+
+    A *donor* ``D`` for ``P`` must have an answer ``s' != P.answer`` that ``P`` does not name, a trajectory that does
+    not pass through ``P.answer``, and evidence (the facts it lends, its intermediate states and ``s'``) that names
+    no object outside ``P``'s scene (`name_key`), so the counterfactual rationale is about the objects the frames
+    show. Its question must ask what ``P``'s does: the same question type; for Q4 the state just before ``P``'s
+    anchor -- a Q4 donor with the same anchor, or any donor whose next state after its answer is the anchor (its
+    canonical text, or, with ``denotations``, a simulator state the anchor's wording describes,
+    `eval.synth.lexicon.satisfies`). Tiers, most similar scene first (`TIERS`): the same current state, the same
+    scene family (simulator record), the same domain, any scene.
+    """
+
+    def __init__(self, sets: Sequence[PredicateSet], denotations: dict[str, dict[str, str]] | None = None):
+        import re
+
+        self.sets = sorted(sets, key=lambda p: p.query_id)
+        self.denotations = denotations or {}
+        self.by_key: dict[tuple, list[PredicateSet]] = defaultdict(list)
+        self.by_next: dict[str, list[PredicateSet]] = defaultdict(list)
+        self.by_next_motion: dict[str, list[PredicateSet]] = defaultdict(list)
+        for ps in self.sets:
+            for key in self._keys(ps, ps.qtype):
+                self.by_key[key].append(ps)
+            if ps.next_state:
+                self.by_next[ps.next_state].append(ps)
+            if ps.next_true_state.count("|") == 5:
+                self.by_next_motion[ps.next_true_state.split("|", 1)[0]].append(ps)
+        names = {name_key(n) for ps in self.sets for n in (ps.subject, *ps.objects) if n}
+        self._names = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + r")\b",
+                                 re.I) if names else None
+        self._named: dict[str, frozenset[str]] = {}
+        self._anchor_cache: dict[str, list[PredicateSet]] = {}
+
+    @staticmethod
+    def _keys(ps: PredicateSet, qtype: str) -> list[tuple]:
+        keys = [("current_state", qtype, ps.current), ("domain", qtype, ps.domain), ("any", qtype, "")]
+        return keys + ([("family", qtype, ps.family)] if ps.family else [])
+
+    def named(self, d: PredicateSet) -> frozenset[str]:
+        """The objects (`name_key`) that the evidence ``d`` would lend names, its own object aside."""
+        if d.query_id not in self._named:
+            text = " ".join([*d.upcoming, *(f.text for f in d.facts if f.kind not in KEPT_KINDS
+                                            and f.section != "answer")])
+            found = {m.group(0).lower() for m in self._names.finditer(text)} if self._names else set()
+            self._named[d.query_id] = frozenset(found - {name_key(d.subject)})
+        return self._named[d.query_id]
+
+    def _before_anchor(self, anchor: str) -> list[PredicateSet]:
+        """Sets whose next state after the answer is ``anchor`` (its text, or a true state its wording describes)."""
+        if anchor not in self._anchor_cache:
+            out = {d.query_id: d for d in self.by_next.get(anchor, [])}
+            den = self.denotations.get(anchor)
+            if den and den.get("motion"):
+                from eval.synth.lexicon import TrueState, satisfies
+
+                for d in self.by_next_motion.get(den["motion"], []):
+                    if satisfies(TrueState.from_key(d.next_true_state), den):
+                        out[d.query_id] = d
+            self._anchor_cache[anchor] = sorted(out.values(), key=lambda p: p.query_id)
+        return self._anchor_cache[anchor]
 
     def candidates(self, ps: PredicateSet, tier: str) -> list[PredicateSet]:
-        pool = self.by_current[(ps.qtype, ps.current)] if tier == "current_state" else \
-            self.by_domain[(ps.qtype, ps.domain)]
+        """The donors of ``ps`` in ``tier`` (see the class docstring), sorted by query id."""
+        if tier == "family" and not ps.family:
+            return []
+        value = {"current_state": ps.current, "domain": ps.domain, "family": ps.family, "any": ""}[tier]
+        if ps.qtype == "Q4" and ps.anchor:
+            pool = [d for d in self.by_key.get((tier, "Q4", value), []) if d.anchor == ps.anchor]
+            pool += [d for d in self._before_anchor(ps.anchor)
+                     if {"current_state": d.current, "domain": d.domain, "family": d.family, "any": ""}[tier] == value]
+            pool = sorted({d.query_id: d for d in pool}.values(), key=lambda p: p.query_id)
+        else:
+            pool = self.by_key.get((tier, ps.qtype, value), [])
         named = set(ps.allowed_states)
+        scene = {name_key(o) for o in ps.objects}
         return [d for d in pool if d.query_id != ps.query_id and d.answer != ps.answer and d.answer not in named
-                and ps.answer not in d.upcoming and d.anchor == ps.anchor
-                and not any(f"the {ps.subject}" in f.text.lower() for f in d.facts if d.subject != ps.subject)]
+                and ps.answer not in d.upcoming and self.named(d) <= scene]
 
 
 def counterfactual_set(ps: PredicateSet, pool: DonorPool, seed: int = 0) -> tuple[PredicateSet | None, str | None]:
@@ -156,9 +226,11 @@ def counterfactual_set(ps: PredicateSet, pool: DonorPool, seed: int = 0) -> tupl
     facts = sorted(kept + taken, key=lambda f: (SECTIONS.index(f.section), rank.get(f.kind, len(rank))))
     allowed = list(dict.fromkeys([ps.current, *d.upcoming, *([ps.anchor] if ps.anchor else []),
                                   *(f.value for f in ps.facts if f.kind == "other_end_state" and f.value)]))
+    truths = [ps.true_states[0], *d.true_states[1:]] if ps.true_states and d.true_states else []
     cf = replace(ps, horizon=d.horizon, answer=d.answer, upcoming=list(d.upcoming), facts=facts,
                  allowed_states=allowed, after_horizon_states=[s for s in d.after_horizon_states if s not in allowed],
-                 sources=list(d.sources), counterfactual_of=d.query_id)
+                 sources=list(d.sources), counterfactual_of=d.query_id, true_states=truths,
+                 next_state=d.next_state, next_true_state=d.next_true_state)
     return cf, tier
 
 
@@ -245,8 +317,10 @@ def to_markdown(summary: dict[str, Any]) -> str:
     notes = (f"\n{c.get('evaluated', 0)} queries evaluated of {c.get('in_split', 0)} in the split "
              f"({c.get('videos_evaluated', 0)} of {c.get('videos_in_split', 0)} videos); dropped: "
              f"{c.get('no_donor', 0)} without a counterfactual donor, {c.get('no_perturbation', 0)} whose "
-             f"counterfactual rationale equals the gold one, {c.get('no_gold', 0)} without a gold rationale.\n"
-             if c else "\n")
+             f"counterfactual rationale equals the gold one, {c.get('no_gold', 0)} without a gold rationale"
+             + "".join(f"; {t} {100 * e['dropped_share']:.1f}% dropped" for t, e in
+                       c.get("eligible_by_qtype", {}).items() if e.get("dropped_share") is not None)
+             + ".\n" if c else "\n")
     return ("Faithfulness (SCOTT-style; % with 95% CI, bootstrap over videos; `moved` = the answer moved to the "
             "counterfactual state)\n\n" + "\n".join(lines) + "\n" + notes)
 
@@ -309,6 +383,15 @@ def build_items(sets: Sequence[PredicateSet], pool: DonorPool, *, gold_rows: dic
     return items, drops
 
 
+def _eligible_by_qtype(sets: Sequence[PredicateSet], items: Sequence[Item]) -> dict[str, dict[str, Any]]:
+    """Per question type: queries in the split, those with a counterfactual, and the share dropped."""
+    out = {}
+    for t in sorted({ps.qtype for ps in sets}):
+        n, m = sum(ps.qtype == t for ps in sets), sum(it.ps.qtype == t for it in items)
+        out[t] = {"in_split": n, "eligible": m, "dropped_share": round(1 - m / n, 4) if n else None}
+    return out
+
+
 def _decode(backend, items: list[tuple[Any, str]], max_new_tokens: int) -> list[str]:
     """Greedy continuation of each (request, forced assistant prefix); returns the first decoded line."""
     import torch
@@ -352,6 +435,7 @@ def run_faithfulness(cfg: FaithfulnessConfig, backend=None) -> dict[str, Any]:
     from distill.config import write_resolved
     from distill.narrate import read_predicates
     from distill.predicates import OracleIndex
+    from distill.validator import read_denotations
     from eval.benchmark import Benchmark
     from eval.io import write_json, write_jsonl
     from forecasters.backends import SamplingParams
@@ -369,10 +453,12 @@ def run_faithfulness(cfg: FaithfulnessConfig, backend=None) -> dict[str, Any]:
         raise ValueError(f"{cfg.predicates}: no predicate sets for split {cfg.split!r}")
     video = {q.id: q.video_id for q in bench.queries()}
     sets = [replace(ps, video_id=ps.video_id or video.get(ps.query_id, "")) for ps in sets]
-    items, drops = build_items(sets, DonorPool(everything), gold_rows=_narrated(cfg.rationales),
+    items, drops = build_items(sets, DonorPool(everything, read_denotations(bench.root)),
+                               gold_rows=_narrated(cfg.rationales),
                                perturbed_rows=_narrated(cfg.perturbed), seed=cfg.seed)
     if not items:
         raise ValueError(f"no query of split {cfg.split!r} has a counterfactual rationale ({drops})")
+    eligible = items
     items = sample_by_video(items, lambda it: it.ps.video_id, cfg.limit, cfg.seed)
     own = backend is None
     backend = _student(cfg) if own else backend
@@ -401,7 +487,8 @@ def run_faithfulness(cfg: FaithfulnessConfig, backend=None) -> dict[str, Any]:
     summary["counts"] = {"in_split": len(sets), **drops, "eligible": len(sets) - sum(drops.values()),
                          "evaluated": len(per_query), "videos_in_split": len({ps.video_id for ps in sets}),
                          "videos_evaluated": len({r["video_id"] for r in per_query}),
-                         "tiers": {t: sum(r["tier"] == t for r in per_query) for t in {r["tier"] for r in per_query}}}
+                         "tiers": {t: sum(r["tier"] == t for r in per_query) for t in {r["tier"] for r in per_query}},
+                         "eligible_by_qtype": _eligible_by_qtype(sets, eligible)}
     summary["wall_s"] = round(time.perf_counter() - t0, 2)
     out = Path(cfg.out)
     write_jsonl(out / "faithfulness.jsonl", per_query)
@@ -419,15 +506,18 @@ class CounterfactualsConfig:
     predicates: str = field(metadata={"help": "predicates JSONL (python -m distill predicates)"})
     out: str = field(metadata={"help": "counterfactual predicate sets to write (JSONL)"})
     seed: int = field(default=0, metadata={"help": "seed of the donor choice (use the faithfulness seed)"})
+    data: str | None = field(default=None, metadata={
+        "help": "benchmark directory: its sim/phrases.jsonl lets a Q4 donor match the anchor by what it says"})
 
 
 def write_counterfactuals(cfg: CounterfactualsConfig) -> dict[str, Any]:
     """Write the counterfactual sets (queries without a donor are left out and counted); returns a summary."""
     from distill.narrate import read_predicates
+    from distill.validator import read_denotations
     from eval.io import write_jsonl
 
     sets = read_predicates(cfg.predicates)
-    pool = DonorPool(sets)
+    pool = DonorPool(sets, read_denotations(cfg.data) if cfg.data else None)
     tiers: dict[str, int] = defaultdict(int)
 
     def rows():

@@ -85,6 +85,12 @@ def keys(text: str) -> tuple[str, ...]:
     return tuple(t.key for t in tokens(text))
 
 
+def contains(seq: Sequence[str], sub: Sequence[str]) -> bool:
+    """``sub`` occurs contiguously in ``seq`` (an empty ``sub`` never does)."""
+    n = len(sub)
+    return n > 0 and any(tuple(seq[i:i + n]) == tuple(sub) for i in range(len(seq) - n + 1))
+
+
 @dataclass(frozen=True)
 class Match:
     """An occurrence of a phrasing: token span ``[i, j)`` of the text's content words, the character span, and the
@@ -119,18 +125,36 @@ class PhraseIndex:
             node = node.setdefault(key, {})
         node.setdefault(None, set()).add(label)
 
-    def find(self, toks: Sequence[Token]) -> list[Match]:
-        """Every occurrence of a phrasing in ``toks`` (overlapping ones included)."""
+    def find(self, toks: Sequence[Token], sentence: Sequence[int] | None = None) -> list[Match]:
+        """Every occurrence of a phrasing in ``toks`` (overlapping ones included); with ``sentence`` (each token's
+        sentence number, see `sentence_ids`) no occurrence runs across a sentence end."""
         out = []
         for i in range(len(toks)):
             node = self._root
             for j in range(i, len(toks)):
+                if sentence is not None and sentence[j] != sentence[i]:
+                    break
                 node = node.get(toks[j].key)
                 if node is None:
                     break
                 if None in node:
                     out.append(Match(i, j + 1, toks[i].start, toks[j].end, frozenset(node[None])))
         return out
+
+
+SENTENCE_END = re.compile(r"[.!?;\n]")
+"""Characters that end a sentence: no phrasing occurrence runs across one."""
+
+
+def sentence_ids(text: str, toks: Sequence[Token]) -> list[int]:
+    """The sentence number of each token of ``text`` (sentences end at `SENTENCE_END` characters)."""
+    ends = [m.start() for m in SENTENCE_END.finditer(text)]
+    out, k = [], 0
+    for t in toks:
+        while k < len(ends) and ends[k] < t.start:
+            k += 1
+        out.append(k)
+    return out
 
 
 def longest_first(matches: Iterable[Match], priority: Callable[[Match], int] = lambda m: 0) -> list[Match]:

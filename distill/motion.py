@@ -25,10 +25,14 @@ Rules:
 - collision course: another object is on a collision course when their centre distance shrinks by at least
   `APPROACH_MIN` units over the observation window *and* they touch during the future window (the record's
   ``touch``); "no other object is on a collision course" when it touches none in the future window;
-- support: what holds it up at ``f_end`` (the record's ``support``; for another object, the touching object below
-  it is named); "nothing holds it up" for airborne frames. The support *at the target moment* is not stated: it
-  is the answer's location reworded ("supported by the floor" -> resting on the floor), not evidence for it;
-- contact: the other objects it touches at ``f_end`` (the record's ``touch``).
+- support: what holds it up at ``f_end`` (the record's ``support``, named by `SUPPORT_NAMES`; another object is named
+  by the record's ``support_other``, else the touching object below it; a container wall holding an object outside
+  the opening within `RIM_ZONE` of it is the container's rim, `on_rim`); "nothing holds it up" for airborne frames.
+  The support *at the target moment* is not stated: it is the answer's location reworded ("supported by the floor" -> resting on the floor), not evidence for it;
+- contact: the other objects it touches at ``f_end`` (the record's ``touch``);
+- layout: the furniture the frames show at ``f_end``, from the record's static and kinematic pieces (`LAYOUT_NAMES`:
+  table, ramp, container, shelf, pusher, a gate still standing, a gripper still holding an object), so the scene is
+  described by what is in it, whatever the family or domain.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from __future__ import annotations
 import numpy as np
 
 from distill.facts import Fact
+from eval.synth import record as R
 
 STATIONARY_SPEED = 12.0
 """Below this speed (units/s) an object is not moving (= `eval.synth.states.MOVING_SPEED`)."""
@@ -52,9 +57,18 @@ TREND_DOWN = 0.8
 APPROACH_MIN = 2.0
 """Decrease of the centre distance (units) over the observation window that counts as approaching."""
 
-_SUPPORT_NAMES = {1: "the floor", 2: "the table", 3: "the ramp", 4: "the bottom of the container",
-                  6: "the pusher", 7: "the wall", 8: "the gate"}
-_SUPPORT_OBJECT = 5
+RIM_ZONE = 10.0
+"""A container wall supports an object on its rim when the object's centre is within this many units (x) of the
+container's inner wall (`eval.synth.states` uses the same zone for the ``rim`` place)."""
+
+SUPPORT_NAMES = {R.SUPPORT_FLOOR: "the floor", R.SUPPORT_TABLE: "the table", R.SUPPORT_RAMP: "the ramp",
+                 R.SUPPORT_CONTAINER: "the bottom of the container", R.SUPPORT_PUSHER: "the pusher",
+                 R.SUPPORT_WALL: "the wall", R.SUPPORT_GATE: "the gate", R.SUPPORT_SHELF: "the shelf"}
+"""Support code (`eval.synth.record` ``SUPPORT_*``) -> its words; ``SUPPORT_OBJECT`` names the object."""
+
+LAYOUT_NAMES = {"table": "a table", "ramp": "a ramp", "container": "an open container", "shelf": "a shelf on the wall",
+                "pusher": "a flat pusher", "gate": "a gate across the ramp", "gripper": "a gripper holding an object"}
+"""Pieces of the layout sentence, in this order."""
 
 
 def frame_of(rec, t: float) -> int:
@@ -104,10 +118,42 @@ def _window(rec, f_end: int) -> slice:
 
 def _support_name(rec, f: int, k: int) -> str | None:
     code = int(rec.support[f, k])
-    if code == _SUPPORT_OBJECT:
+    if code == R.SUPPORT_OBJECT:
+        j = int(rec.support_other[f, k]) if rec.support_other is not None else -1
+        if 0 <= j < rec.n_objects and j != k:
+            return f"the {rec.subjects[j]}"
         others = [j for j in np.flatnonzero(rec.touch[f, k]) if j != k and rec.pos[f, j, 1] < rec.pos[f, k, 1]]
         return f"the {rec.subjects[others[0]]}" if others else "another object"
-    return _SUPPORT_NAMES.get(code)
+    if code == R.SUPPORT_WALL and on_rim(rec, f, k):
+        return "the rim of the container"
+    return SUPPORT_NAMES.get(code)
+
+
+def on_rim(rec, f: int, k: int) -> bool:
+    """Object ``k``'s centre at frame ``f`` is outside the container's opening and within `RIM_ZONE` (x) of one of
+    its inner walls (`eval.synth.states` labels a wall-supported object there ``rim``)."""
+    c = rec.container
+    if not np.isfinite(c).all():
+        return False
+    x, y = (float(v) for v in rec.pos[f, k])
+    inside = c[0] <= x <= c[1] and y < c[3]
+    return not inside and min(abs(x - c[0]), abs(x - c[1])) < RIM_ZONE
+
+
+def layout_fact(rec, f: int) -> Fact:
+    """What furniture the frames show at frame ``f`` (`LAYOUT_NAMES`); ``value``: the pieces joined by ``|``."""
+    t = float(rec.t[f])
+    present = {str(k) for k, until in zip(rec.static_kind, rec.static_until, strict=True) if until > t}
+    if rec.kin_kind is not None:
+        present |= {str(k) for k in rec.kin_kind}
+    if rec.held[f].any():
+        present.add("gripper")
+    pieces = [k for k in LAYOUT_NAMES if k in present]
+    if not pieces:
+        return Fact("layout", "The frames show objects on an open floor between two walls.", "scene", "")
+    names = [LAYOUT_NAMES[k] for k in pieces]
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + f" and {names[-1]}"
+    return Fact("layout", f"The frames show a room with {listed}.", "scene", "|".join(pieces))
 
 
 def _speed_facts(rec, k: int, subject: str, w: slice) -> list[Fact]:
@@ -187,7 +233,7 @@ def _support_facts(rec, k: int, subject: str, f_end: int) -> list[Fact]:
 def _scene_facts(rec, k: int, subject: str, f_end: int) -> list[Fact]:
     n = rec.n_objects
     names = [str(s) for j, s in enumerate(rec.subjects) if j != k]
-    facts = []
+    facts = [layout_fact(rec, f_end)]
     if names:
         listed = names[0] if len(names) == 1 else ", ".join(f"the {x}" for x in names[:-1]) + f" and the {names[-1]}"
         if len(names) == 1:
@@ -199,7 +245,8 @@ def _scene_facts(rec, k: int, subject: str, f_end: int) -> list[Fact]:
     x, y = rec.pos[f_end, k]
     for ex, ey, direction in rec.edges:
         ahead = (ex - x) * direction > 0
-        if rec.support[f_end, k] == 2 and y > ey and ahead and rec.vel[f_end, k, 0] * direction >= STATIONARY_SPEED:
+        if rec.support[f_end, k] == R.SUPPORT_TABLE and y > ey and ahead and \
+                rec.vel[f_end, k, 0] * direction >= STATIONARY_SPEED:
             facts.append(Fact("edge", f"The {subject} is moving toward the edge of the table.", "motion", "edge"))
             break
     c = rec.container

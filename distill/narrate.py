@@ -10,8 +10,9 @@ Three narrators, each recorded in every output line (``narrator``):
   seed, at most ``max_tries`` times per query. Every rejected try is logged with its reasons; a query that exhausts
   its tries becomes a failure record. ``<think>...</think>`` blocks are dropped before validation; with
   ``no_think`` the user turn ends in ``/no_think`` (Qwen3's switch for answering without a thinking block).
-- ``template`` (deterministic, for offline use and tests): the predicates arranged as scene, motion and reasoning
-  paragraphs (evidence, then the intermediate trajectory), a closing sentence that does not name the answer, padded
+- ``template`` (deterministic, for offline use and tests): the predicates arranged as scene (the layout the frames
+  show, or the domain when there is no simulator record), motion and reasoning paragraphs (evidence, then the
+  intermediate trajectory), a closing sentence that does not name the answer, padded
   with fixed connective sentences to the validator's minimum length. The answer appears only on the answer line
   (and in the body only where it is also the observed current state or a Q5 object's end state).
 - ``template-noisy`` (a stand-in for a sampling teacher on CPU: tests and the CPU demo): try ``t`` of a query is the
@@ -51,25 +52,19 @@ log = logging.getLogger(__name__)
 TEMPLATE_NARRATOR = "template"
 NOISY_NARRATOR = "template-noisy"
 TEACHER_NARRATOR = "teacher"
-TEMPLATE_VERSION = "template-v2"
+TEMPLATE_VERSION = "template-v3"
 DEFAULT_TEACHER = "Qwen/Qwen3-32B"
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.S | re.I)
 
 
 # --- the deterministic template narrator -------------------------------------------------------------------
 
-_DOMAIN_INTRO = {
-    "ramp": "The frames show a ramp that leads down onto a table, with objects on and around it.",
-    "table_push": "The frames show objects standing in a row on a table, with a flat pusher at one end of it.",
-    "dominoes": "The frames show a small ramp and, further along, a row of standing dominoes.",
-    "container": "The frames show an open container on the floor and objects being released from above it.",
-}
 _OPENERS = ("Let me first look at the scene.", "First, what the frames show.", "I start by parsing the scene.")
 _MOTION_OPENERS = ("Next, the motion.", "Now I analyse how things move.", "Then I look at the motion.")
 _REASON_OPENERS = ("Now I follow this forward.", "From here I can reason about what comes next.",
                    "Putting this together:")
 _CLOSERS = ("Following this evidence to the moment the question asks about gives the state below.",
-            "Taken together, these cues settle what the {subject} is doing at the moment asked about.",
+            "Taken together, these cues decide what the {subject} is doing at the moment asked about.",
             "This evidence points to a single state at the moment the question asks about.")
 _PADDING = (
     "The question asks about the {subject}, so I keep my attention on it and on what surrounds it.",
@@ -79,7 +74,7 @@ _PADDING = (
     "I do not need exact distances or times for this; the qualitative picture is enough.",
 )
 #: facts dropped first (in this order) when a template rationale would exceed the word limit
-_DROP_ORDER = ("scene_objects", "relative_speed", "speed_trend", "contact_now", "edge", "container",
+_DROP_ORDER = ("scene_objects", "layout", "relative_speed", "speed_trend", "contact_now", "edge", "container",
                "observed_detail", "time_to_target", "support_now", "collision_course", "other_end_state", "direction")
 
 
@@ -90,9 +85,9 @@ def _pick(options: Sequence[str], key: str, salt: int) -> str:
 def _paragraphs(ps: PredicateSet, drop: set[str], padding: int) -> list[str]:
     """Scene, motion and reasoning paragraphs: evidence first; the answer fact is never narrated in the body."""
     facts = [f for f in ps.facts if f.kind not in drop and f.section != "answer"]
-    domain = ps.domain.replace("_", " ")
-    intro = _DOMAIN_INTRO.get(ps.domain, f"The frames show the {ps.subject} in a scene of the {domain} kind.")
-    scene = [_pick(_OPENERS, ps.query_id, 0), intro] + [f.text for f in facts if f.section == "scene"]
+    intro = [] if any(f.kind == "layout" for f in facts) else \
+        [f"The frames show the {ps.subject} in a {ps.domain.replace('_', ' ')} scene."]
+    scene = [_pick(_OPENERS, ps.query_id, 0), *intro] + [f.text for f in facts if f.section == "scene"]
     motion = [f.text for f in facts if f.section == "motion"]
     reason = [f.text for f in facts if f.section == "trajectory"]
     reason += [p.format(subject=ps.subject) for p in _PADDING[:padding]]
@@ -174,6 +169,9 @@ FAULTS = ("number", "spelled_measure", "frame_index", "future_leak", "answer_sta
           "lexical_diversity")
 """Faults `noisy_rationale` injects; each is a mistake a sampling teacher makes and one validator code catches."""
 
+FAULT_ROOM = 40
+"""Words a noisy rationale keeps free for its injected sentence (the longest: a post-horizon state phrasing)."""
+
 _SPELLED = ("It takes a couple of seconds to get there.", "The change comes in three quarters of a second.",
             "That leaves fifteen hundredths of the clip.", "It needs five-tenths of a second for that.")
 
@@ -181,8 +179,9 @@ _SPELLED = ("It takes a couple of seconds to get there.", "The change comes in t
 def noisy_rationale(ps: PredicateSet, fault: str, rng, members: dict[str, Sequence[str]], *,
                     min_words: int = 80, max_words: int = 250) -> str:
     """`template_rationale` with one injected ``fault`` (`FAULTS`), chosen and worded with ``rng``
-    (a `random.Random`)."""
-    text = template_rationale(ps, min_words=min_words, max_words=max_words)
+    (a `random.Random`). The template leaves room for the injected sentence (`FAULT_ROOM` words), so the fault is
+    the only thing wrong with the text."""
+    text = template_rationale(ps, min_words=min_words, max_words=max(min_words, max_words - FAULT_ROOM))
     body, answer_line = text.rsplit("\n", 1)
     subj = ps.subject
     if fault == "number":

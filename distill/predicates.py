@@ -25,7 +25,9 @@ moment is asked about).
 kind                   statement
 =====================  =======================================================================================
 ``current_state``      the state the prefix shows (scene)
-``observed_detail``    the ``sim_state`` fields of the segment the prefix shows, when the corpus has them (scene)
+``observed_detail``    the ``sim_state`` of the segment the prefix shows, when the corpus has one (scene): a
+                       simulator key (``motion|place|relation|other|pose|manner``) is rendered completely
+                       (`eval.synth.lexicon.reference_text`); omitted when it contains a phrasing of the answer
 ``time_to_change``     time from ``prefix_end`` to the next state change, bucketed *relative to the benchmark*
                        (`TimingBuckets`: tertiles of the train split); omitted when one bucket would hold more
                        than `MAX_BUCKET_SHARE` of the train queries (a near-constant statement carries no evidence)
@@ -36,6 +38,10 @@ kind                   statement
 ``answer``             the target state (stated once, on the final ``Answer:`` line)
 motion kinds           synthetic benchmark only: see `distill.motion`
 =====================  =======================================================================================
+
+Where corpus segments carry a ``sim_state``, each set also records ``true_states``: the simulator keys of the
+segments from the observed one through the target (aligned with ``[current, *upcoming]``; ``""`` where unknown), which
+`distill.validator` uses to tell an honest partial description of a state from a contradiction.
 
 `build_predicates` yields one `PredicateSet` per query; ``python -m distill predicates`` writes them as JSONL.
 """
@@ -186,9 +192,10 @@ class OracleIndex:
 
     @cached_property
     def sim_states(self) -> dict[tuple[str, str, float], Any]:
-        """(video_id, object_id, start) -> the segment's ``sim_state`` (empty when the corpus has no such column)."""
+        """(video_id, object_id, start) -> the segment's ``sim_state`` (empty when the corpus has no such column, or
+        with ``use_sim`` off: the simulator's truth is not used at all)."""
         c = self.bench.corpus_ds
-        if "sim_state" not in c.column_names:
+        if not self.use_sim or "sim_state" not in c.column_names:
             return {}
         cols = c.select_columns(["video_id", "object_id", "start", "sim_state"]).to_dict()
         return {(v, o, round(float(s), 6)): st for v, o, s, st in
@@ -201,6 +208,18 @@ class OracleIndex:
         active = [s for s, _, _ in self.segments.get((query.video_id, query.object_id), [])
                   if s <= query.prefix_end + TIME_EPS]
         return self.sim_states.get((query.video_id, query.object_id, round(active[-1], 6))) if active else None
+
+    def true_states(self, query, upcoming: list[tuple[float, str]]) -> list[str]:
+        """The ``sim_state`` keys of the observed segment and of each upcoming one (``""`` where unknown); empty
+        when the corpus has no ``sim_state``."""
+        if not self.sim_states:
+            return []
+        cur = self.current_sim_state(query)
+        out = [cur if isinstance(cur, str) else ""]
+        for t, _ in upcoming:
+            st = self.sim_states.get((query.video_id, query.object_id, round(float(t), 6)))
+            out.append(st if isinstance(st, str) else "")
+        return out
 
     @cached_property
     def timing(self) -> dict[str, TimingBuckets]:
@@ -232,8 +251,16 @@ def _listing(items: Sequence[str]) -> str:
 
 
 def observed_detail_text(subject: str, sim_state: Any) -> str | None:
-    """One sentence from a segment's ``sim_state`` (a mapping of fields, or a string); None when it has nothing
-    without digits to say."""
+    """One sentence from a segment's ``sim_state`` (a simulator key ``motion|place|relation|other|pose|manner``, a
+    mapping of fields, or a plain string); None when it has nothing without digits to say."""
+    if isinstance(sim_state, str) and sim_state.count("|") == 5:
+        from eval.synth.lexicon import TrueState, reference_text
+
+        try:
+            text = reference_text(TrueState.from_key(sim_state))
+        except (KeyError, ValueError):
+            return None
+        return None if any(ch.isdigit() for ch in text) else f"Looking closely, the {subject} is {text}."
     if isinstance(sim_state, dict):
         parts = [f"{str(k).replace('_', ' ')} {v}" for k, v in sim_state.items()
                  if isinstance(v, str) and v.strip() and not any(ch.isdigit() for ch in v)]
@@ -244,6 +271,14 @@ def observed_detail_text(subject: str, sim_state: Any) -> str | None:
     return f"What the frames show of the {subject}: " + "; ".join(parts) + "." if parts else None
 
 
+def _names_state(text: str, phrasings: Sequence[str]) -> bool:
+    """Some phrasing's key sequence (`distill.lexicon.keys`) occurs in ``text``'s."""
+    from distill.lexicon import contains, keys
+
+    k = keys(text)
+    return any(contains(k, keys(p)) for p in phrasings)
+
+
 def trajectory_facts(query, current: str, upcoming: list[tuple[float, str]], index: OracleIndex) -> list[Fact]:
     """The trajectory predicates of one query (see the module docstring); only the ``answer`` fact names the
     target."""
@@ -251,7 +286,7 @@ def trajectory_facts(query, current: str, upcoming: list[tuple[float, str]], ind
     states = [s for _, s in upcoming]
     facts = [Fact("current_state", f"In the frames, the {subj} is {current}.", "scene", current)]
     detail = observed_detail_text(subj, index.current_sim_state(query))
-    if detail:
+    if detail and not _names_state(detail, index.members.get(query.target_state, (query.target_state,))):
         facts.append(Fact("observed_detail", detail, "scene"))
     timing = index.timing
     if timing["time_to_change"].informative:
@@ -304,14 +339,20 @@ def query_predicates(query, index: OracleIndex) -> PredicateSet:
             facts = facts + mfacts
     if index.sim_states:
         sources.append("sim_state")
-    # stable sort by section: trajectory facts before motion facts within a section
-    facts = sorted(facts, key=lambda f: SECTIONS.index(f.section))
+    # stable sort by section (the layout first): trajectory facts before motion facts within a section
+    facts = sorted(facts, key=lambda f: (SECTIONS.index(f.section), f.kind != "layout"))
     allowed, after = _allowed_and_after(query, current, states, index)
+    nxt = next(((s, st) for s, _, st in index.segments.get((query.video_id, query.object_id), [])
+                if s > query.target_time + TIME_EPS), None)
+    nxt_truth = index.sim_states.get((query.video_id, query.object_id, round(nxt[0], 6)), "") if nxt else ""
     objects = [s for o, s in index.video_objects.get(query.video_id, {}).items() if o != query.object_id]
     return PredicateSet(query_id=query.id, qtype=query.qtype, horizon=int(query.horizon), domain=query.domain,
                         subject=query.subject, question=query.question, answer=query.target_state, current=current,
                         upcoming=states, facts=facts, allowed_states=allowed, after_horizon_states=after,
-                        sources=sources, objects=objects, anchor=query.anchor_state, video_id=query.video_id)
+                        sources=sources, objects=objects, anchor=query.anchor_state, video_id=query.video_id,
+                        true_states=index.true_states(query, upcoming), next_state=nxt[1] if nxt else None,
+                        next_true_state=nxt_truth if isinstance(nxt_truth, str) else "",
+                        family=str(getattr(rec, "family", "") or "") if rec is not None else "")
 
 
 def build_predicates(bench, queries: Iterable, *, use_sim: bool = True, index: OracleIndex | None = None

@@ -15,7 +15,14 @@ being the rationale without its ``Answer:`` line:
   floors it is read against. A body that states evidence from which the answer follows is recoverable by the
   classifier above those floors; one that restates the answer is recoverable by string match too;
 - ``imminent``: bodies that say the change is imminent (one bucket for every query is no evidence);
-- validator rejects per narration output (``rejects.jsonl``): rejected tries, by code, and a few examples.
+- validator rejects per narration output (``rejects.jsonl``): rejected tries, by code, and a few examples;
+- with ``--predicates`` on a synthetic benchmark, the validator's *false rejections of honest paraphrases*
+  (`honest_paraphrase_probe`): each accepted body plus sentences that describe the object's true states up to the
+  horizon in free words (the corpus describer, `eval.synth.lexicon.describe`, seeded per query): the observed one in
+  the present tense, the intermediate ones in the future tense. Every such sentence is true, so a rejection for a
+  contradiction or a leak is a false one (length and wording are not counted: the added sentences change both).
+  Its control: a free description of the state after the target, true of none up to the horizon, added in the
+  future tense (a real leak): the share the validator catches.
 
 Writes ``<out>/rationale_stats.json`` and ``rationale_stats.md``.
 """
@@ -41,21 +48,24 @@ class RationaleStatsConfig:
     train_split: str = field(default="train", metadata={"help": "split the classifier probe trains on"})
     test_split: str = field(default="test", metadata={"help": "split the classifier probe is scored on"})
     examples: int = field(default=4, metadata={"help": "rejected tries shown per narration output"})
+    predicates: str | None = field(default=None, metadata={
+        "help": "predicates JSONL: adds the honest-paraphrase probe of the validator (synthetic benchmark)"})
     seed: int = field(default=0, metadata={"help": "classifier seed"})
 
 
 def restatements(body: str, target: str, validator) -> int:
-    """Occurrences of ``target``'s phrasings in ``body`` (longest match first over every state's phrasings)."""
-    from distill.lexicon import longest_first, tokens
+    """Occurrences of ``target``'s phrasings in ``body`` (longest match first over every state's phrasings; an
+    occurrence worded exactly as another state's phrasing names that state, `RationaleValidator.mentions`)."""
+    from distill.lexicon import longest_first
 
-    return sum(target in m.states for m in longest_first(validator.index.find(tokens(body))))
+    return sum(target in m.states for m in longest_first(validator.mentions(body)))
 
 
 def last_named_state(body: str, validator) -> str | None:
     """The canonical state whose phrasing occurs last in ``body`` (ties in one span: the alphabetically first)."""
-    from distill.lexicon import longest_first, tokens
+    from distill.lexicon import longest_first
 
-    ms = longest_first(validator.index.find(tokens(body)))
+    ms = longest_first(validator.mentions(body))
     return min(ms[-1].states) if ms else None
 
 
@@ -79,6 +89,61 @@ def classifier_probe(train_x: list[str], train_y: list[str], test_x: list[str], 
         warnings.simplefilter("ignore", ConvergenceWarning)
         model.fit(train_x, train_y)
     return float(np.mean(model.predict(test_x) == np.asarray(test_y)))
+
+
+HONEST_CODES = ("contradiction", "future_leak")
+"""Rejections of an honest paraphrase that `honest_paraphrase_probe` counts as false."""
+_NOW = ("Right now the {subject} is {state}.", "In the frames the {subject} is {state}.")
+_LATER = ("On the way it will be {state}.", "At one point it will be {state}.", "Some time before that it will be "
+          "{state}.")
+
+
+def honest_paraphrase_probe(rows: list[dict], sets: dict, validator, seed: int = 0, examples: int = 4
+                            ) -> dict[str, Any]:
+    """False rejections of honest paraphrases (module docstring): ``{n, rejected, rejected_share, by_code,
+    examples, leak_control}`` over the rows whose predicate set has ``true_states``. ``leak_control`` is the
+    opposite case: the body plus one future-tense sentence describing, in free words, the object's state right after
+    the target (``next_true_state``) where that description is true of none of its states up to the horizon -- a
+    real leak; ``{n, caught, caught_share}`` counts those the validator rejects as ``future_leak`` (it knows the
+    benchmark's phrasings, not every free description)."""
+    import zlib
+
+    from distill.validator import split_answer
+    from eval.synth.lexicon import TrueState, describe, satisfies
+
+    n, rejected, codes, shown = 0, 0, Counter(), []
+    control = [0, 0]
+    for r in rows:
+        ps = sets.get(r["query_id"])
+        if ps is None or not ps.true_states or not ps.true_states[0]:
+            continue
+        rng = np.random.default_rng(zlib.crc32(ps.query_id.encode()) + seed)
+        extra = []
+        for i, key in enumerate(ps.true_states[:-1]):  # the observed state and the intermediate ones, not the answer
+            if key:
+                phrase, _ = describe(TrueState.from_key(key), rng)
+                forms = _NOW if i == 0 else _LATER
+                extra.append(forms[int(rng.integers(len(forms)))].format(subject=ps.subject, state=phrase))
+        body = split_answer(r["rationale"])[0]
+        v = validator.check(f"{body} {' '.join(extra)}\nAnswer: {ps.answer}", ps)
+        bad = [x for x in v.reasons if x.code in HONEST_CODES]
+        n += 1
+        rejected += bool(bad)
+        codes.update(x.code for x in bad)
+        if bad and len(shown) < examples:
+            shown.append({"query_id": ps.query_id, "added": extra, "reasons": "; ".join(
+                f"{x.code}: {x.detail}" for x in bad)})
+        if ps.next_true_state.count("|") == 5:
+            phrase, den = describe(TrueState.from_key(ps.next_true_state), rng)
+            truths = [TrueState.from_key(t) for t in ps.true_states if t.count("|") == 5]
+            if not any(satisfies(t, den) for t in truths):
+                leak = validator.check(f"{body} Later the {ps.subject} will be {phrase}.\nAnswer: {ps.answer}", ps)
+                control[0] += 1
+                control[1] += "future_leak" in leak.codes
+    return {"n": n, "rejected": rejected, "rejected_share": round(rejected / n, 4) if n else None,
+            "by_code": dict(codes), "examples": shown,
+            "leak_control": {"n": control[0], "caught": control[1],
+                             "caught_share": round(control[1] / control[0], 4) if control[0] else None}}
 
 
 def _rows(paths: list[str]) -> tuple[list[dict], list[tuple[str, Path]]]:
@@ -152,6 +217,11 @@ def rationale_stats(cfg: RationaleStatsConfig) -> dict[str, Any]:
              "classifier_probe": probes,
              "narrators": dict(Counter(r.get("narrator", "?") for r in rows)),
              "rejects": {name: reject_summary(d, cfg.examples) for name, d in dirs}}
+    if cfg.predicates:
+        from distill.narrate import read_predicates
+
+        sets = {ps.query_id: ps for ps in read_predicates(cfg.predicates)}
+        stats["honest_paraphrases"] = honest_paraphrase_probe(rows, sets, validator, cfg.seed, cfg.examples)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "rationale_stats.json", stats)
@@ -176,6 +246,17 @@ def to_markdown(stats: dict[str, Any]) -> str:
     lines += ["", f"Leakage probe (TF-IDF + logistic regression, trained on {p['train']} train bodies, scored on "
                   f"{p['test']} test bodies, `Answer:` line removed): accuracy {_pct(p['classifier_acc'])} %; "
                   f"question text only {_pct(p['question_only_acc'])} %; majority answer {_pct(p['majority_acc'])} %."]
+    h = stats.get("honest_paraphrases")
+    if h and h["n"]:
+        lines += ["", f"Honest paraphrases (true states described in free words added to each body): {h['rejected']} "
+                      f"of {h['n']} rejected ({_pct(h['rejected_share'])} %)"
+                  + (" (" + ", ".join(f"{k} {v}" for k, v in h["by_code"].items()) + ")" if h["by_code"] else "")]
+        lines += [f"- {e['query_id']}: {e['reasons'][:200]}" for e in h["examples"]]
+        c = h.get("leak_control") or {}
+        if c.get("n"):
+            lines += ["", f"Leak control (a free description of the state after the target, true of none up to the "
+                          f"horizon, added in the future tense): {c['caught']} of {c['n']} caught as future_leak "
+                          f"({_pct(c['caught_share'])} %)."]
     for name, r in stats["rejects"].items():
         lines += ["", f"Validator rejects in {name}: {r['rejected_tries']} rejected tries"
                   + (" (" + ", ".join(f"{k} {v}" for k, v in r["by_code"].items()) + ")" if r["by_code"] else "")]

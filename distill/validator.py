@@ -26,7 +26,8 @@ code                   rejects
                        contains an allowed one is caught, an allowed one that contains a forbidden one is not);
                        a predicate's own sentence quoted verbatim never counts (it is true by construction)
 ``contradiction``      the body says the object is in a state its predicates do not hold (a phrasing of a state
-                       outside the allowed and after-horizon ones, in a sentence about the object), or says it
+                       outside the allowed and after-horizon ones, in a sentence about the object, that is no
+                       partial description of what is true: see *open vocabulary* below), or says it
                        moves (or stands still, or moves the opposite way) against the ``direction`` predicate,
                        or names another support than the ``support_now`` predicate, in a present-tense sentence
 ``lexical_diversity``  fewer than `MIN_DISTINCT_RATIO` distinct words per word, one word above
@@ -37,6 +38,20 @@ code                   rejects
 
 Words are maximal runs of letters, digits and apostrophes. Spelled counts without a unit (``two dominoes``) are
 scene description, not measurements, and pass; so do ``first``/``last`` without ``frame``.
+
+**Finding states** (`RationaleValidator.mentions`). Every phrasing of every canonical state is matched on lemmatized
+keys (`distill.lexicon`), within one sentence, longest first. Two canonical states may share a key sequence (an open
+vocabulary splits one meaning across clusters: "crashing into the red cube" / "slamming into the red cube"); an
+occurrence whose exact wording (case and spacing aside) is a phrasing of some of them names those only.
+
+**Open vocabulary.** On a benchmark of thousands of compositional states, a short or partial description of what is
+true ("it is resting", "rolling slowly") is itself the phrasing of some other canonical state. A mention labelled
+unsupported is therefore a contradiction only when it is *inconsistent* with the query's truth: its content words
+are not a subset of the content words of any phrasing of an allowed state, and -- where the benchmark records what
+each raw description says (``sim/phrases.jsonl``) and the predicates carry the simulator's ``true_states`` -- its
+denotation is satisfied by none of the object's true states from the observed segment through the target
+(`eval.synth.lexicon.satisfies`). A post-horizon state's phrasing is a leak, unless it stands in a sentence
+without a future marker (`_FUTURE`) and is, by the same rule, a description of what is true up to the horizon.
 """
 
 from __future__ import annotations
@@ -48,7 +63,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from distill.facts import PredicateSet
-from distill.lexicon import Match, PhraseIndex, keys, longest_first, tokens
+from distill.lexicon import FUNCTION_WORDS, Match, PhraseIndex, contains, keys, longest_first, sentence_ids, tokens
 from forecasters.parsing import clean_phrase
 
 MIN_WORDS = 80
@@ -91,8 +106,9 @@ _ANSWER_STATEMENT = re.compile(
     r"|\bI\s+(?:was|am|have\s+been)\s+(?:told|given)\b", re.I)
 _WORD = re.compile(r"[A-Za-z0-9']+")
 _SENTENCE = re.compile(r"[^.!?;\n]+")
-_FUTURE = re.compile(r"\b(?:will|would|later|then|after|afterwards|soon|eventually|until|once|next|going\s+to|"
-                     r"moment\s+the\s+question)\b", re.I)
+_FUTURE = re.compile(r"\b(?:will|would|later|then|after|afterwards|soon|eventually|finally|until|once|"
+                     r"next(?!\s+to\b)|going\s+to|ends?\s+up|ending\s+up|moment\s+the\s+question)\b", re.I)
+"""Words that put a sentence in the future ("next to" is a relation, not a time)."""
 _STILL = re.compile(r"\b(?:not\s+moving|stays?\s+still|standing\s+still|motionless|stationary|does\s+not\s+move|"
                     r"doesn't\s+move|isn't\s+moving)\b", re.I)
 _MOVING = re.compile(r"\bmov(?:ing|es)\s+(?:(?:quickly|slowly|fast)\s+)?(?P<dir>to\s+the\s+(?:left|right)|upward|"
@@ -180,16 +196,37 @@ def _dir_parts(words: str) -> set[str]:
 _OPPOSITE = {"left": "right", "right": "left", "up": "down", "down": "up"}
 
 
-class RationaleValidator:
-    """Checks rationales against a query's predicates; ``members`` maps a canonical state to its phrasings."""
+def surface(text: str) -> str:
+    """A wording with case, punctuation, spacing and leading/trailing function words removed (exact-wording
+    comparisons of state phrasings)."""
+    words = re.findall(r"[a-z0-9']+", text.lower().replace("’", "'"))
+    while words and words[0] in FUNCTION_WORDS:
+        words.pop(0)
+    while words and words[-1] in FUNCTION_WORDS:
+        words.pop()
+    return " ".join(words)
 
-    def __init__(self, members: Mapping[str, Sequence[str]], *, min_words: int = MIN_WORDS,
-                 max_words: int = MAX_WORDS):
+
+class RationaleValidator:
+    """Checks rationales against a query's predicates; ``members`` maps a canonical state to its phrasings;
+    ``denotations`` (optional) maps a raw phrasing to what it says (``sim/phrases.jsonl``: attribute -> value)."""
+
+    def __init__(self, members: Mapping[str, Sequence[str]], *, denotations: Mapping[str, Mapping[str, str]] | None
+                 = None, min_words: int = MIN_WORDS, max_words: int = MAX_WORDS):
         if not 0 < min_words <= max_words:
             raise ValueError(f"need 0 < min_words <= max_words, got {min_words}, {max_words}")
         self.members = {k: tuple(v) for k, v in members.items()}
         self.min_words, self.max_words = min_words, max_words
         self.index = PhraseIndex(self.members)
+        self._surface: dict[str, set[str]] = {}
+        self._keysets: dict[str, list[frozenset[str]]] = {}
+        for state, phrases in self.members.items():
+            for p in phrases:
+                self._surface.setdefault(surface(p), set()).add(state)
+            self._keysets[state] = [frozenset(keys(p)) for p in (state, *phrases)]
+        self.denotations: dict[tuple[str, ...], list[dict[str, str]]] = {}
+        for phrase, den in (denotations or {}).items():
+            self.denotations.setdefault(keys(phrase), []).append(dict(den))
 
     def phrasings(self, state: str) -> tuple[str, ...]:
         return self.members.get(state, (state,))
@@ -198,13 +235,25 @@ class RationaleValidator:
         cleaned = clean_phrase(answer)
         return cleaned in {clean_phrase(p) for p in self.phrasings(target)}
 
+    def mentions(self, body: str, names: Sequence[str] = ()) -> list[Match]:
+        """Every occurrence of a state phrasing in ``body`` (overlapping ones included, none across a sentence
+        end), each naming the states whose exact wording it is when there are such (module docstring), else every
+        state sharing its keys; ``names`` (object names) occur with the empty label ``""``."""
+        toks = tokens(body)
+        sent = sentence_ids(body, toks)
+        found = self.index.find(toks, sent)
+        if names:
+            found += PhraseIndex({"": list(names)}).find(toks, sent)
+        out = []
+        for m in found:
+            exact = self._surface.get(surface(body[m.start:m.end]), set()) & m.states
+            out.append(Match(m.i, m.j, m.start, m.end, frozenset(exact)) if exact else m)
+        return out
+
     def state_matches(self, body: str, ps: PredicateSet) -> list[tuple[Match, str]]:
         """Every state phrasing in ``body``, longest first, each labelled ``allowed``, ``forbidden`` (after the
         horizon) or ``unsupported`` (a state the predicates do not hold). Names of the object and of the other
         objects count as allowed spans, so they are never read as states."""
-        toks = tokens(body)
-        index = self.index
-        extra = PhraseIndex({"": [ps.subject, *ps.objects]})
         allowed, after = set(ps.allowed_states), set(ps.after_horizon_states)
 
         def label(m: Match) -> str:
@@ -213,16 +262,38 @@ class RationaleValidator:
             return "forbidden" if m.states & after else "unsupported"
 
         order = {"allowed": 0, "forbidden": 1, "unsupported": 2}
-        chosen = longest_first(index.find(toks) + extra.find(toks), priority=lambda m: order[label(m)])
+        chosen = longest_first(self.mentions(body, [ps.subject, *ps.objects]), priority=lambda m: order[label(m)])
         # a predicate's own sentence, quoted verbatim, is true up to the horizon by construction: whatever state
         # phrasing its wording happens to contain is neither a leak nor a contradiction
-        quoted = [(i, i + len(f.text)) for f in ps.facts if f.section != "answer" and f.text
-                  for i in _find_all(body, f.text)]
-        return [(m, "allowed" if any(a <= m.start and m.end <= b for a, b in quoted) else label(m)) for m in chosen]
+        quoted = _quoted_spans(body, ps)
+        out = []
+        for m in chosen:
+            lab = "allowed" if any(a <= m.start and m.end <= b for a, b in quoted) else label(m)
+            if lab == "forbidden" and not _FUTURE.search(_sentence_at(body, m.start)) and \
+                    self.consistent(body[m.start:m.end], ps):
+                lab = "allowed"  # a present-tense description of what is true now names no future state
+            out.append((m, lab))
+        return out
 
     def leaks(self, body: str, ps: PredicateSet) -> list[str]:
         """The forbidden (after-horizon) phrasings found in ``body`` (as written), longest match first."""
         return sorted({body[m.start:m.end].lower() for m, lab in self.state_matches(body, ps) if lab == "forbidden"})
+
+    def consistent(self, phrase: str, ps: PredicateSet) -> bool:
+        """``phrase`` (a mention) is a partial description of what is true of the object up to the horizon: its
+        content words are a subset of those of a phrasing of an allowed state, or its denotation is satisfied by one
+        of ``ps.true_states`` (module docstring, *open vocabulary*)."""
+        k = keys(phrase)
+        ks = frozenset(k)
+        if any(ks <= other for st in ps.allowed_states for other in self._keysets.get(st, [frozenset(keys(st))])):
+            return True
+        dens = self.denotations.get(k)
+        if not dens or not any(ps.true_states):
+            return False
+        from eval.synth.lexicon import TrueState, satisfies
+
+        truths = [TrueState.from_key(t) for t in ps.true_states if t and t.count("|") == 5]
+        return any(satisfies(t, d) for t in truths for d in dens)
 
     def contradictions(self, body: str, ps: PredicateSet, matches: list[tuple[Match, str]] | None = None
                        ) -> list[str]:
@@ -231,18 +302,20 @@ class RationaleValidator:
         subj_keys = keys(ps.subject)
         others = [keys(o) for o in ps.objects if o != ps.subject]
         direction, support = ps.fact("direction"), ps.fact("support_now")
+        quoted = _quoted_spans(body, ps)
         out = []
         for sm in _SENTENCE.finditer(body):
             sent = sm.group(0)
             k = keys(sent)
-            about = _contains(k, subj_keys) or bool(re.match(r"\s*it\b", sent, re.I))
-            if not about or any(_contains(k, o) for o in others if o):
+            about = contains(k, subj_keys) or bool(re.match(r"\s*it\b", sent, re.I))
+            if not about or any(contains(k, o) for o in others if o):
                 continue
             for m, lab in matches:
-                if lab == "unsupported" and sm.start() <= m.start < sm.end():
+                if lab == "unsupported" and sm.start() <= m.start < sm.end() and \
+                        not self.consistent(body[m.start:m.end], ps):
                     out.append(f"names {body[m.start:m.end]!r}, a state its predicates do not hold")
-            if _FUTURE.search(sent):
-                continue
+            if _FUTURE.search(sent) or any(a <= sm.start() and sm.end() <= b for a, b in quoted):
+                continue  # a predicate quoted verbatim is true by construction
             if direction is not None and direction.value:
                 out += _direction_conflicts(sent, direction.value)
             if support is not None and support.value and support.value not in ("nothing",):
@@ -297,17 +370,22 @@ class RationaleValidator:
         return []
 
 
+def _quoted_spans(body: str, ps: PredicateSet) -> list[tuple[int, int]]:
+    """Character spans of ``body`` that quote one of the predicates (not the answer) verbatim."""
+    return [(i, i + len(f.text)) for f in ps.facts if f.section != "answer" and f.text for i in _find_all(body, f.text)]
+
+
+def _sentence_at(text: str, pos: int) -> str:
+    """The sentence (`_SENTENCE`) of ``text`` that holds character ``pos``."""
+    return next((m.group(0) for m in _SENTENCE.finditer(text) if m.start() <= pos < m.end()), "")
+
+
 def _find_all(text: str, sub: str) -> list[int]:
     out, i = [], text.find(sub)
     while i >= 0:
         out.append(i)
         i = text.find(sub, i + 1)
     return out
-
-
-def _contains(seq: Sequence[str], sub: Sequence[str]) -> bool:
-    n = len(sub)
-    return n > 0 and any(tuple(seq[i:i + n]) == tuple(sub) for i in range(len(seq) - n + 1))
 
 
 def _direction_conflicts(sentence: str, truth: str) -> list[str]:
@@ -340,11 +418,29 @@ def _support_conflicts(sentence: str, truth: str) -> list[str]:
     return out
 
 
+def read_denotations(root) -> dict[str, dict[str, str]] | None:
+    """``sim/phrases.jsonl`` of a synthetic benchmark (phrase -> the attribute values it mentions), None without."""
+    from pathlib import Path
+
+    from eval.io import FormatError, iter_jsonl
+
+    path = Path(root) / "sim" / "phrases.jsonl"
+    if not path.is_file():
+        return None
+    out = {}
+    for i, d in iter_jsonl(path):
+        if not isinstance(d.get("phrase"), str) or not isinstance(d.get("denotes"), dict):
+            raise FormatError(path, "expected a string 'phrase' and an object 'denotes'", line=i)
+        out[d["phrase"]] = d["denotes"]
+    return out
+
+
 def validator_for(bench, **kw) -> RationaleValidator:
-    """A validator with the benchmark's state phrasings (``states.jsonl`` members)."""
+    """A validator with the benchmark's state phrasings (``states.jsonl`` members) and, on a synthetic benchmark,
+    what each raw phrasing says (``sim/phrases.jsonl``)."""
     from distill.predicates import OracleIndex
 
-    return RationaleValidator(OracleIndex(bench).members, **kw)
+    return RationaleValidator(OracleIndex(bench).members, denotations=read_denotations(bench.root), **kw)
 
 
 @dataclass

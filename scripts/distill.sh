@@ -107,9 +107,10 @@ run "$PY" -m distill narrate "${NARRATE[@]}" --split val --out "$OUT/rationales-
 #    rationales of test queries (deterministic template narrator): the test side of the leakage probe
 run "$PY" -m distill narrate --config "$PRESET" --data "$DATA" --predicates "$OUT/predicates.jsonl" \
     --narrator template --split test --out "$OUT/rationales-test"
-#    answer restatements, leakage probes (string match, classifier) and validator rejects
+#    answer restatements, leakage probes (string match, classifier), validator rejects, and (synthetic benchmark)
+#    the validator's false rejections of honest free-word descriptions of the truth, with its leak control
 run "$PY" -m distill rationale-stats --data "$DATA" --rationales "[$OUT/rationales, $OUT/rationales-test]" \
-    --out "$OUT/rationale-stats" > /dev/null
+    --predicates "$OUT/predicates.jsonl" --out "$OUT/rationale-stats" > /dev/null
 # 3. SFT sets (Parquet): CoT, answer-only and trajectory-labels, same queries and prompts, train + validation splits
 #    (skipped when built; delete $OUT/sft to rebuild)
 [[ -f "$OUT/sft/sft.summary.json" ]] || \

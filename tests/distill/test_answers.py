@@ -82,6 +82,16 @@ def test_direct_answer_counts_when_it_is_a_known_phrasing(synth_bench):
     assert "no_answer_line" in rec.flags and parsed(rec, lookup)
     junk = PhraseRecord.from_dict(_student_line(q, "zz top"), path="-", line=1)
     assert junk.ok and not parsed(junk, lookup)
+    # open-vocabulary states can be longer than the student parser's direct-answer cap: a single line that is a
+    # known phrasing still counts, a long junk line or a two-line output without an Answer: line does not
+    from distill.answers import answer_phrase
+    from forecasters.parsing import MAX_DIRECT_WORDS
+
+    long = min((p for p in lookup if len(p.split()) > MAX_DIRECT_WORDS), key=lambda p: (len(p), p))
+    rec = PhraseRecord.from_dict(_student_line(q, long), path="-", line=1)
+    assert "no_answer_line" in rec.flags and answer_phrase(rec, lookup) == long
+    for raw in (" ".join(["blorp"] * (MAX_DIRECT_WORDS + 2)), f"Thinking.\n{long}"):
+        assert not parsed(PhraseRecord.from_dict(_student_line(q, raw), path="-", line=1), lookup), raw
 
 
 def test_video_bootstrap_widens_with_correlated_queries():

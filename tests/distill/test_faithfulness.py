@@ -17,6 +17,7 @@ from distill.faithfulness import (
     build_items,
     cluster_bootstrap,
     counterfactual_set,
+    name_key,
     run_faithfulness,
     sample_by_video,
     summarize,
@@ -26,12 +27,21 @@ from distill.validator import split_answer
 
 
 @pytest.fixture(scope="module")
-def pool(pred_sets):
-    return DonorPool(list(pred_sets.values()))
+def denotations(synth_dir):
+    from distill.validator import read_denotations
+
+    return read_denotations(synth_dir)
 
 
-def test_counterfactual_keeps_the_scene_and_swaps_the_evidence(pred_sets, pool, validator):
-    made = 0
+@pytest.fixture(scope="module")
+def pool(pred_sets, denotations):
+    return DonorPool(list(pred_sets.values()), denotations)
+
+
+def test_counterfactual_keeps_the_scene_and_swaps_the_evidence(pred_sets, pool, denotations, validator):
+    from eval.synth.lexicon import TrueState, satisfies
+
+    made, q4 = 0, 0
     for ps in pred_sets.values():
         cf, tier = counterfactual_set(ps, pool)
         if cf is None:
@@ -40,18 +50,29 @@ def test_counterfactual_keeps_the_scene_and_swaps_the_evidence(pred_sets, pool, 
         donor = pred_sets[cf.counterfactual_of]
         assert cf.answer == donor.answer != ps.answer and cf.answer not in ps.allowed_states
         assert ps.answer not in cf.upcoming and cf.anchor == ps.anchor and cf.qtype == ps.qtype
+        # the donor's question asks what the query's does: the same type; a Q4 donor's answer comes just before
+        # the anchor (below), whatever its own question type
+        assert donor.qtype == ps.qtype or ps.qtype == "Q4"
         assert (cf.query_id, cf.subject, cf.current, cf.question) == (ps.query_id, ps.subject, ps.current, ps.question)
         assert [f for f in cf.facts if f.kind in KEPT_KINDS] == [f for f in ps.facts if f.kind in KEPT_KINDS]
         swapped = [f for f in cf.facts if f.kind not in KEPT_KINDS]
         assert [f.value for f in swapped] == [f.value for f in donor.facts if f.kind not in KEPT_KINDS]
-        if tier == "current_state":
-            assert donor.current == ps.current
+        assert {"current_state": donor.current == ps.current, "family": donor.family == ps.family,
+                "domain": donor.domain == ps.domain, "any": True}[tier], (ps.query_id, tier)
+        # the donor's evidence names no object the query's frames do not show
+        assert pool.named(donor) <= {name_key(o) for o in ps.objects}, (ps.query_id, donor.query_id)
+        if ps.qtype == "Q4":  # the counterfactual answer also comes just before the asked-about anchor
+            den = denotations.get(ps.anchor, {})
+            assert donor.anchor == ps.anchor or donor.next_state == ps.anchor or \
+                (den and satisfies(TrueState.from_key(donor.next_true_state), den)), ps.query_id
+            q4 += 1
+        assert cf.true_states[0] == ps.true_states[0] and cf.true_states[1:] == donor.true_states[1:]
         # consistent: the counterfactual rationale is a valid rationale for the counterfactual answer, and it states
         # the same observed current state as the gold one
         text = template_rationale(cf)
         assert validator.check(text, cf).ok, validator.check(text, cf).summary()
         assert ps.fact("current_state").text in text
-    assert made > 0.7 * len(pred_sets)
+    assert made > 0.7 * len(pred_sets) and q4 > 0
 
 
 def test_items_drop_queries_without_a_perturbation(pred_sets):
@@ -140,8 +161,15 @@ def test_counterfactuals_cli_writes_sets_a_narrator_accepts(synth_dir, pred_file
 
     cf_file = tmp_path / "cf.jsonl"
     assert main(["counterfactuals", "--predicates", str(pred_file), "--out", str(cf_file)]) == 0
+    plain = read_records(cf_file)
+    # the benchmark's sim/phrases.jsonl lets a Q4 donor match the anchor by what it says, not only by its wording
+    cf_file = tmp_path / "cf-data.jsonl"
+    assert main(["counterfactuals", "--predicates", str(pred_file), "--out", str(cf_file), "--data",
+                 str(synth_dir)]) == 0
     rows = read_records(cf_file)
     assert rows and all(r["counterfactual_of"] and r["counterfactual_of"] != r["query_id"] for r in rows)
+    q4 = [sum(r["qtype"] == "Q4" for r in x) for x in (plain, rows)]
+    assert q4[1] > q4[0] and {r["query_id"] for r in plain} <= {r["query_id"] for r in rows}
     s = run_narration(NarrateConfig(data=str(synth_dir), predicates=str(cf_file), out=str(tmp_path / "n"),
                                     narrator="template", split="test", progress=False))
     assert s.accepted > 0 and s.failed == 0

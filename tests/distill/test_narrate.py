@@ -36,7 +36,7 @@ def test_template_narration_is_labelled_and_complete(synth_bench, template_ratio
     assert r["rationale"].splitlines()[-1] == f"Answer: {r['answer']}"
     assert all(x["trajectory_target"] == trajectory_target(pred_sets[x["query_id"]]) for x in rows)
     cfg = json.loads((template_rationales / "narrate.config.json").read_text())
-    assert cfg["identity"]["narrator"] == "template" and cfg["engine"] == "template-v2"
+    assert cfg["identity"]["narrator"] == "template" and cfg["engine"] == "template-v3"
 
 
 def test_template_states_evidence_first_and_the_answer_once(pred_sets, validator):

@@ -40,7 +40,7 @@ def test_rationale_stats_cli_separates_reasoning_from_restating(synth_dir, pred_
                                 narrator="template-noisy", split="train", limit=40, fault_rate=0.5, progress=False))
     out = tmp_path / "stats"
     assert main(["rationale-stats", "--data", str(synth_dir), "--rationales", f"[{template_rationales}, {noisy}]",
-                 "--out", str(out)]) == 0
+                 "--out", str(out), "--predicates", str(pred_file)]) == 0
     s = json.loads((out / "rationale_stats.json").read_text())
     assert s["all"]["restatements_median"] == 0 and s["all"]["restated_share"] < 0.25
     assert s["all"]["string_probe_acc"] < 0.2 and s["all"]["imminent_share"] == 0
@@ -49,7 +49,13 @@ def test_rationale_stats_cli_separates_reasoning_from_restating(synth_dir, pred_
     assert s["rejects"][str(noisy)]["rejected_tries"] > 0 and s["rejects"][str(template_rationales)][
         "rejected_tries"] == 0
     md = (out / "rationale_stats.md").read_text()
-    assert "Validator rejects in" in md and "Leakage probe" in md
+    assert "Validator rejects in" in md and "Leakage probe" in md and "Honest paraphrases" in md
+    # true states described in free words are not rejected; the same describer's words for the state after the
+    # target, true of nothing up to the horizon, are caught where they are worded as the benchmark's phrasings
+    h = s["honest_paraphrases"]
+    assert h["n"] > 0 and h["rejected_share"] <= 0.02, h["examples"]
+    c = h["leak_control"]
+    assert c["n"] > 0 and 0 < c["caught"] <= c["n"]
     # the same rationales with the answer restated in the body: every probe sees it
     restating = tmp_path / "restating.jsonl"
     rows = read_records(template_rationales / "rationales.jsonl")

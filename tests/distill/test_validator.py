@@ -64,14 +64,28 @@ def test_future_leak_is_rejected_for_every_phrasing(leaky, validator):
         assert [r.code for r in v.reasons] == ["future_leak"], (phrase, v.summary())
 
 
-def test_longest_match_first_both_ways(validator):
+#: A vocabulary of nested phrasings (the mechanism does not depend on which states a benchmark mines).
+NESTED = {"standing upright": ["standing upright"], "tipping over": ["tipping over", "falling over"],
+          "falling": ["falling", "dropping"], "hanging in the air": ["hanging in the air"],
+          "dropping into the container": ["dropping into the container"],
+          "resting on the ramp": ["resting on the ramp"], "rolling down the ramp": ["rolling down the ramp"],
+          "going over the edge": ["going over the edge", "reaching the edge"]}
+
+
+def test_longest_match_first_both_ways():
     """An allowed phrasing inside a forbidden one does not hide it; a forbidden one inside an allowed one is not
-    counted ('falling over' is tipping over, allowed; 'falling' alone is forbidden)."""
+    counted ('falling over' is tipping over, allowed; 'falling' alone is forbidden). In a present-tense sentence a
+    forbidden phrasing whose words are all words of an allowed one is read as a partial description of what is
+    true (the open-vocabulary rule, `distill.validator`), so the leak is asserted where the sentence is about the
+    future."""
+    validator = RationaleValidator(NESTED)
     ps = PredicateSet(query_id="q", qtype="Q1", horizon=1, domain="dominoes", subject="red domino", question="?",
                       answer="tipping over", current="standing upright", upcoming=["tipping over"], facts=[],
                       allowed_states=["standing upright", "tipping over"], after_horizon_states=["falling"])
-    assert validator.leaks("It is falling over now.", ps) == []
-    assert validator.leaks("It is falling now.", ps) == ["falling"]
+    assert validator.leaks("Later it will be falling over.", ps) == []
+    assert validator.leaks("Later it will be falling.", ps) == ["falling"]
+    assert validator.leaks("It is falling over now.", ps) == validator.leaks("It is falling now.", ps) == []
+    assert validator.leaks("It ends up falling.", ps) == ["falling"]
     ps2 = PredicateSet(query_id="q", qtype="Q1", horizon=1, domain="container", subject="red box", question="?",
                        answer="falling", current="hanging in the air", upcoming=["falling"], facts=[],
                        allowed_states=["hanging in the air", "falling"],
@@ -79,6 +93,43 @@ def test_longest_match_first_both_ways(validator):
     assert validator.leaks("It is dropping.", ps2) == []
     assert validator.leaks("It is dropping into the container.", ps2) == ["dropping into the container"]
     assert validator.leaks("It has dropped into the bin.", ps2) == ["dropped into the bin"]
+
+
+def _nested_pair(validator):
+    """The first (by text) pair of the benchmark's phrasings ``inner`` (state A) and ``outer`` (state B != A) where
+    ``outer`` is ``inner`` with words added at the end and is worded as B only."""
+    from distill.lexicon import keys
+
+    by_keys = {}
+    for st, phrases in sorted(validator.members.items()):
+        for p in phrases:
+            by_keys.setdefault(keys(p), set()).add(st)
+    for st, phrases in sorted(validator.members.items()):
+        for p in phrases:
+            k = keys(p)
+            for other, ops in sorted(validator.members.items()):
+                for op in ops:
+                    ok = keys(op)
+                    if other != st and len(ok) > len(k) and ok[:len(k)] == k and by_keys[ok] == {other} \
+                            and by_keys[k] == {st} and op.lower().startswith(p.lower() + " "):
+                        return st, p, other, op
+    raise AssertionError("the benchmark has no nested phrasings")
+
+
+def test_longest_match_first_on_the_benchmark_vocabulary(validator):
+    """The same both ways on the open vocabulary the benchmark mined (compositional phrasings nest: "rolling on the
+    shelf" inside "rolling on the shelf next to the orange cube")."""
+    inner_state, inner, outer_state, outer = _nested_pair(validator)
+
+    def ps(allowed: str, after: str) -> PredicateSet:
+        return PredicateSet(query_id="q", qtype="Q1", horizon=1, domain="workshop", subject="teal plank",
+                            question="?", answer=allowed, current=allowed, upcoming=[allowed], facts=[],
+                            allowed_states=[allowed], after_horizon_states=[after])
+
+    future = "Later on it will be {}."
+    assert validator.leaks(future.format(outer), ps(inner_state, outer_state)) == [outer.lower()]
+    assert validator.leaks(future.format(outer), ps(outer_state, inner_state)) == []
+    assert validator.leaks(future.format(inner), ps(outer_state, inner_state)) == [inner.lower()]
 
 
 def test_number_detectors():
@@ -144,11 +195,12 @@ def test_validate_cli_reports_rejections_and_exits_1(synth_dir, pred_file, pred_
     assert "r.jsonl:1" in capsys.readouterr().err
 
 
-def test_a_quoted_predicate_is_never_a_leak_or_contradiction(validator):
+def test_a_quoted_predicate_is_never_a_leak_or_contradiction():
     """On an open vocabulary a predicate's wording may coincide with some state's phrasing; quoted verbatim it is
     true up to the horizon, paraphrased outside the quote it is still checked."""
     from distill.facts import Fact
 
+    validator = RationaleValidator(NESTED)
     ps = PredicateSet(query_id="q", qtype="Q1", horizon=1, domain="ramp", subject="red ball", question="?",
                       answer="rolling down the ramp", current="resting on the ramp", upcoming=["rolling down the ramp"],
                       facts=[Fact("edge", "The red ball is moving toward the wall, reaching the edge.", "motion", "edge")],
