@@ -233,11 +233,11 @@ def topk(
 # LFTR
 # --------------------------------------------------------------------------------------------------------------
 def _lftr_config(config: list[Path], space: str, seed: int | None, prefix_space: str, question_space: str,
-                 overrides: list[str]):
+                 overrides: list[str], frames: str = ""):
     from retrieval.lftr.config import load_config
 
     return load_config(config, overrides, target_space=space or None, seed=seed, prefix_space=prefix_space or None,
-                       question_space=question_space or None)
+                       question_space=question_space or None, frames=frames or None)
 
 
 def _claim(out: Path, kind: str, inputs: list, overwrite: bool):
@@ -252,6 +252,8 @@ def _claim(out: Path, kind: str, inputs: list, overwrite: bool):
 
 
 CONFIG = typer.Option([], "--config", help="YAML config(s), applied in order over the paper defaults")
+FRAMES = typer.Option("", "--frames", help="prefix frames LFTR reads: all | last (last-frame-only ablation) | K (the K "
+                                           "last) | spaced:K (default: the config's, all)")
 SET = typer.Option([], "--set", help="override a config key: --set epochs=10 (repeatable)")
 
 
@@ -264,6 +266,7 @@ def lftr_train(
     seed: int = typer.Option(None, "--seed"),
     prefix_space: str = typer.Option("", "--prefix-space", help="space holding the prefix tokens"),
     question_space: str = typer.Option("", "--question-space", help="semantic space embedding the question text"),
+    frames: str = FRAMES,
     overrides: list[str] = SET,
     stop_after: int = typer.Option(0, "--stop-after", min=0, help="run at most N epochs now (resume later)"),
     overwrite: bool = OVERWRITE,
@@ -273,7 +276,7 @@ def lftr_train(
     from retrieval.lftr.predict import validation_recall
     from retrieval.lftr.train import train
 
-    cfg = _lftr_config(config, space, seed, prefix_space, question_space, overrides)
+    cfg = _lftr_config(config, space, seed, prefix_space, question_space, overrides, frames)
     with _claim(out, "retrieval lftr train", [data, *config], overwrite):
         res = train(Benchmark.load(data), cfg, out, validate=validation_recall, log=console.print,
                     stop_after=stop_after or None)
@@ -313,6 +316,7 @@ def lftr_seeds(
     config: list[Path] = CONFIG,
     prefix_space: str = typer.Option("", "--prefix-space"),
     question_space: str = typer.Option("", "--question-space"),
+    frames: str = FRAMES,
     overrides: list[str] = SET,
     split: str = SPLIT,
     overwrite: bool = OVERWRITE,
@@ -321,7 +325,7 @@ def lftr_seeds(
     from eval.benchmark import Benchmark
     from retrieval.lftr.jobs import multi_seed
 
-    cfg = _lftr_config(config, space, None, prefix_space, question_space, overrides)
+    cfg = _lftr_config(config, space, None, prefix_space, question_space, overrides, frames)
     with _claim(out, "retrieval lftr seeds", [data, *config], overwrite):
         summary = multi_seed(Benchmark.load(data), cfg, [int(s) for s in seeds.split(",") if s.strip()], out,
                              split=split, log=console.print)

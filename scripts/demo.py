@@ -5,8 +5,8 @@ Stages, each a command of a package (the demo doubles as a worked example; every
                 mine and verify the GT; reused when --data already holds the same build), validate it and write its
                 card (OUT/card/);
   2. retrieval  encode the semantic space (packaged MiniLM), every baseline (incl. the lookup prior), every oracle
-                (incl. the held-out paraphrase oracle), LFTR in the semantic and the pixels space, and their z-score
-                fusion -> OUT/runs/*.parquet;
+                (incl. the held-out paraphrase oracle), LFTR in the semantic and the pixels space (and in pixels from the
+                last prefix frame only: 8 vs 1 frames), and the z-score fusion of the two full ones -> OUT/runs/*.parquet;
   3. forecaster plumbing check: a tiny locally built model runs the text-only forecaster over the test split through
                 the hf backend, its phrases are retrieved and scored like any predictor (labelled as plumbing: its
                 numbers say nothing about forecasting);
@@ -70,8 +70,8 @@ class Demo:
 
     #: Table order: naive baselines, the forecaster plumbing check, learned methods, then the oracles (ceilings).
     ORDER = ("random", "question-only", "lookup", "persistence", "zero-shot", "knn-future", "text-only", "lftr-minilm",
-             "lftr-pixels", "lftr-fusion", "oracle-independent-appearance", "oracle-state-prototype",
-             "oracle-paraphrase", "oracle-semantic-text")
+             "lftr-pixels", "lftr-pixels-last", "lftr-fusion", "oracle-independent-appearance",
+             "oracle-state-prototype", "oracle-paraphrase", "oracle-semantic-text")
 
     def report(self) -> None:
         def rank(p: Path) -> tuple[int, str]:

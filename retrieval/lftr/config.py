@@ -9,8 +9,10 @@ Ablation switches (the paper's Tables 12, 13, 16, 17 and App. "limits"): ``rollo
 horizon-conditioned read), ``n_hard_negatives: 0``, ``grounding_weight: 0``, ``condition_question: false`` (no
 question type / question text), ``use_sigma: false`` (no sigma head: one sample, the mean),
 ``intermediate_weight: w`` (intermediate-horizon supervision, Table 16), ``grounding_target: prototype``
-(ground to the target state's prototype instead of the GT centroid), and ``read_rule`` in `READ_RULES`
-(``calibrated``: the per-horizon step calibration learned on the validation split).
+(ground to the target state's prototype instead of the GT centroid), ``read_rule`` in `READ_RULES`
+(``calibrated``: the per-horizon step calibration learned on the validation split), and ``frames``: which prefix
+frames the head reads (GenState-AI's last-frame-only ablation is ``frames: last``; the forecasters' ``--frames``
+spelling, `eval.frames.FrameSelection`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from typing import Any
 
 import yaml
 
+from eval.frames import FrameSelection
 from eval.io import FormatError, atomic_path
+from eval.schema import PREFIX_FRAMES
 
 _TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool}
 
@@ -47,6 +51,7 @@ class LFTRConfig:
     target_space: str = ""  # retrieval space the head reads into (semantic: states; visual: segments)
     prefix_space: str = ""  # space whose `prefixes` table holds the 8 prefix tokens ("" = first space that has one)
     question_space: str = ""  # semantic space whose text encoder embeds the question text ("" = none)
+    frames: str = "all"  # prefix frames read: all | last | K (the K last) | spaced:K (K evenly spaced, last kept)
     # --- model ---
     d_model: int = 512
     n_layers: int = 3
@@ -89,6 +94,7 @@ class LFTRConfig:
         self.validate()
 
     def validate(self) -> None:
+        self.frames = _canonical_frames(self.frames)
         for f in fields(self):  # a YAML or --set value of the wrong type (epochs: many) is named, not cast
             v, want = getattr(self, f.name), _TYPES.get(str(f.type))
             if want is not None and (not isinstance(v, want) or (isinstance(v, bool) and want is not bool)):
@@ -111,6 +117,11 @@ class LFTRConfig:
             raise ValueError(f"tau must be > 0, got {self.tau}")
         if self.n_random_negatives < 0 or self.n_hard_negatives < 0:
             raise ValueError("negative counts must be >= 0")
+
+    @property
+    def frame_index(self) -> tuple[int, ...]:
+        """0-based positions (in time order) of the prefix frames the head reads, out of `PREFIX_FRAMES`."""
+        return FrameSelection.parse(self.frames).apply(range(PREFIX_FRAMES))
 
     @property
     def n_hard_candidates(self) -> int:
@@ -158,7 +169,20 @@ class LFTRConfig:
         """Hash of everything that changes the trained weights (not evaluation-only keys): resume guard."""
         d = {k: v for k, v in self.to_dict().items() if k not in ("read_rule", "device", "val_every", "threads",
                                                                      "val_scorer")}
+        if d["frames"] == "all":  # the default reads every frame: checkpoints written before the key keep their hash
+            del d["frames"]
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _canonical_frames(value: Any) -> Any:
+    """``frames`` in its canonical spelling (``all``, ``last:K``, ``spaced:K``); a YAML integer K is ``last:K``."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return value  # the type check names it
+    try:
+        return str(FrameSelection.parse(value))
+    except ValueError:
+        raise ValueError(f"frames must be all, last, K (the K last prefix frames, K >= 1) or spaced:K, "
+                         f"got {value!r}") from None
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:

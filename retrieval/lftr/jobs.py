@@ -94,7 +94,8 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, semantic_spa
              visual_space: str = "pixels", configs: list[Path] | None = None, seed: int = 0, split: str = "test",
              log: Callable[[str], None] = print, progress: bool = True, extra_spaces: list[str] | None = None,
              compare_space: str = "") -> list[Path]:
-    """Every baseline, oracle, LFTR (semantic and visual) and their fusion into ``out/<method>.parquet``.
+    """Every baseline, oracle, LFTR (semantic and visual; and visual reading the last prefix frame only,
+    ``lftr-<visual>-last``) and the fusion of the two full LFTR runs into ``out/<method>.parquet``.
 
     Encodes the semantic space first when it is missing. A run whose file exists is skipped (resumable); LFTR
     checkpoints live in ``out/lftr-<space>/``. The visual space holds the prefix tokens of every method.
@@ -140,19 +141,25 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, semantic_spa
     cfg = load_config(configs or [SYNTH_CONFIG], seed=seed, prefix_space=visual_space,
                       question_space=semantic_space)
     lftr_runs = []
-    for space in (semantic_space, visual_space):
-        p = out / f"lftr-{space}.parquet"
-        lftr_runs.append(p)
+    # (file stem, target space, prefix frames, method): LFTR in both spaces, then the last-frame-only ablation
+    # (GenState-AI) in the visual space, so the report shows 8 against 1 prefix frame(s)
+    lftr_plan = [(f"lftr-{semantic_space}", semantic_space, cfg.frames, f"lftr[{semantic_space}]"),
+                 (f"lftr-{visual_space}", visual_space, cfg.frames, f"lftr[{visual_space}]"),
+                 (f"lftr-{visual_space}-last", visual_space, "last", f"lftr[{visual_space}] last frame only")]
+    for stem, space, frames, method in lftr_plan:
+        p = out / f"{stem}.parquet"
+        if not stem.endswith("-last"):
+            lftr_runs.append(p)
         paths.append(p)
         if p.exists():
             continue
         t0 = time.time()
-        ck = out / f"lftr-{space}"
-        train(bench, cfg.with_overrides({"target_space": space}), ck, validate=validation_recall, log=log,
-              progress=progress)
-        predict_run(bench, ck, p, split=split, method=f"lftr[{space}]", progress=progress)
-        timings[f"lftr-{space}"] = time.time() - t0
-        log(f"lftr-{space}: {timings[f'lftr-{space}']:.1f}s")
+        ck = out / stem
+        train(bench, cfg.with_overrides({"target_space": space, "frames": frames}), ck, validate=validation_recall,
+              log=log, progress=progress)
+        predict_run(bench, ck, p, split=split, method=method, progress=progress)
+        timings[stem] = time.time() - t0
+        log(f"{stem}: {timings[stem]:.1f}s")
     p = out / f"lftr-fusion-{semantic_space}+{visual_space}.parquet"
     paths.append(p)
     if not p.exists():

@@ -2,7 +2,9 @@
 
 Shapes (B queries, F=8 prefix frames, D = ``d_model``, H = ``rollout_depth``, K = ``n_samples``):
 
-1. context: prefix tokens ``(B, F, d_in)`` -> linear -> ``(B, F, D)`` + frame position; prepended by a learned
+1. context: prefix tokens ``(B, F, d_in)`` -> the frames ``cfg.frames`` selects (``all``: the 8; ``last``: the last
+   one; ``K``: the K last; `LFTRConfig.frame_index`) -> linear -> ``(B, F', D)`` + the position embedding of each
+   kept frame's own time position (the last frame keeps position 8 under ``last``); prepended by a learned
    context token and the conditioning tokens (question type, horizon, projected question-text embedding);
    a pre-norm Transformer encoder (``n_layers``, ``n_heads``, feed-forward ``ff_mult * D``); ``c`` = the output
    at the context token, ``(B, D)``.
@@ -69,7 +71,8 @@ class LFTR(nn.Module):
 
     def context(self, prefix: torch.Tensor, qtype: torch.Tensor, horizon: torch.Tensor,
                 question: torch.Tensor | None = None) -> torch.Tensor:
-        """``(B, F, d_in)`` prefix tokens, ``(B,)`` question type index, ``(B,)`` horizon -> ``(B, D)`` context."""
+        """``(B, F, d_in)`` prefix tokens (all 8; ``cfg.frames`` picks the ones read), ``(B,)`` question type index,
+        ``(B,)`` horizon -> ``(B, D)`` context."""
         B = prefix.shape[0]
         tokens = [self.ctx_token.expand(B, -1, -1)]
         if self.cfg.condition_question:
@@ -78,7 +81,10 @@ class LFTR(nn.Module):
                 tokens.append(self.text_proj(question)[:, None])
         if self.cfg.condition_horizon:
             tokens.append(self.horizon_emb(horizon)[:, None])
-        tokens.append(self.in_proj(prefix) + self.frame_pos)
+        idx = list(self.cfg.frame_index)  # the same selection in training, validation and prediction
+        if len(idx) < prefix.shape[1]:
+            prefix = prefix[:, idx]
+        tokens.append(self.in_proj(prefix) + self.frame_pos[:, idx])
         h = self.encoder(torch.cat(tokens, dim=1))
         return self.ctx_norm(h[:, 0])
 

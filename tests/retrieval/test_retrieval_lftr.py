@@ -95,7 +95,7 @@ def test_demo_writes_one_run_per_method(synth_demo, synth_sem_dir):
     test_ids = [bench.query_ids[r] for r in bench.query_rows("test")]
     assert set(synth_demo) == {"random", "question-only", "lookup", "knn-future", "persistence", "zero-shot",
                                "oracle-semantic-text", "oracle-state-prototype", "oracle-independent-appearance",
-                               "lftr-minilm", "lftr-pixels", "lftr-fusion-minilm+pixels"}
+                               "lftr-minilm", "lftr-pixels", "lftr-pixels-last", "lftr-fusion-minilm+pixels"}
     for run in synth_demo.values():
         assert run.query_ids == test_ids
     assert synth_demo["lftr-pixels"].config["n_samples"] == 8  # K samples scored by max
