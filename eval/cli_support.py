@@ -72,7 +72,7 @@ def run_typer(app, argv: Sequence[str] | None = None, prog_name: str | None = No
     try:
         app(args=args, prog_name=prog_name, standalone_mode=True, obj={DEBUG_KEY: debug, ARGV_KEY: args})
     except SystemExit as e:  # click exits through SystemExit: usage errors, --help, typer.Exit, reported errors
-        return _exit_code(e.code)
+        return exit_code(e.code)
     except Exception as e:  # outside any command (an app without `install`)
         return report_error(e, debug=debug, argv=args)
     return 0
@@ -84,12 +84,13 @@ def run_main(main: Callable[[list[str]], int | None], argv: Sequence[str] | None
     try:
         return int(main(args) or 0)
     except SystemExit as e:  # argparse usage errors and --help
-        return _exit_code(e.code)
+        return exit_code(e.code)
     except Exception as e:
         return report_error(e, debug=debug, argv=args)
 
 
-def _exit_code(code) -> int:
+def exit_code(code: object) -> int:
+    """The process exit code of a ``SystemExit.code`` (None: 0; a message: printed, 1)."""
     if code is None:
         return 0
     if isinstance(code, int):

@@ -15,6 +15,7 @@ import runpy
 import sys
 from collections.abc import Sequence
 
+from eval.cli_support import exit_code as _exit_code
 from eval.errors import EXIT_USER_ERROR
 
 #: The runnable packages (``python -m NAME``) and what each does, in the order of the data flow.
@@ -77,15 +78,6 @@ def run_package(package: str, args: Sequence[str]) -> int:
     finally:
         sys.argv = saved
     return 0
-
-
-def _exit_code(code: object) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)  # sys.exit("message") semantics
-    return 1
 
 
 def _toolkit_version() -> str:

@@ -55,7 +55,7 @@ import io
 import logging
 import random
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
@@ -359,11 +359,15 @@ class Backend(abc.ABC):
     # --- what callers use ---
     def generate(self, requests: Sequence[Request]) -> list[Completion]:
         """One `Completion` per request, in order; per-request failures are recorded, never raised."""
+        return self._one_each(requests, self._generate_batch, "completions")
+
+    def _one_each(self, requests: Sequence, batch: Callable[[list], list], what: str) -> list:
+        """``batch(requests)``, checked to hold one answer per request (an empty input asks nothing)."""
         if not requests:
             return []
-        out = self._generate_batch(list(requests))
+        out = batch(list(requests))
         if len(out) != len(requests):
-            raise RuntimeError(f"{self.name} backend returned {len(out)} completions for {len(requests)} requests")
+            raise RuntimeError(f"{self.name} backend returned {len(out)} {what} for {len(requests)} requests")
         return out
 
     def stream(self, items: Iterable[Request | Completion]) -> Iterator[list[Completion]]:
@@ -379,12 +383,7 @@ class Backend(abc.ABC):
 
     def score(self, requests: Sequence[ScoreRequest]) -> list[ScoreResult]:
         """One `ScoreResult` per request, in order; per-request failures are recorded, never raised."""
-        if not requests:
-            return []
-        out = self._score_batch(list(requests))
-        if len(out) != len(requests):
-            raise RuntimeError(f"{self.name} backend returned {len(out)} scores for {len(requests)} requests")
-        return out
+        return self._one_each(requests, self._score_batch, "scores")
 
     def stream_scores(self, items: Iterable[ScoreRequest | ScoreResult]) -> Iterator[list[ScoreResult]]:
         """`stream` for `ScoreRequest` items: results as they finish (default: chunks of ``batch_size``)."""
