@@ -60,6 +60,11 @@ class FrameSelection:
     def __str__(self) -> str:
         return self.key or "all"
 
+    def same_frames(self, other: FrameSelection, n: int) -> bool:
+        """Whether both select the same frames of an ``n``-frame prefix (``last:8``, ``spaced:8`` and ``all`` do
+        for the paper's 8)."""
+        return self.apply(range(n)) == other.apply(range(n))
+
     def apply(self, paths: Sequence[str]) -> tuple[str, ...]:
         """The selected items of ``paths`` (the prefix frames in time order), in order."""
         paths = tuple(paths)

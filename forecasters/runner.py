@@ -62,6 +62,7 @@ import prompts
 from eval.errors import IncompleteJob, InputError
 from eval.io import write_json
 from eval.phrases import PhraseRecord
+from eval.schema import PREFIX_FRAMES
 from forecasters import phrasefile
 from forecasters.backends import (
     BackendConfig,
@@ -417,8 +418,11 @@ def adapter_preprocessing(cfg: RunConfig, template: prompts.Template) -> RunConf
         if key == "max_pixels" and key in pre and want is None:
             want = 0  # trained on full-size frames: the runner's "no cap" (None would take the forecaster's cap)
         if key == "frames" and want is not None:  # distill.sft trains on K evenly spaced frames, the last kept
-            want = str(FrameSelection("spaced", int(want)))
-            have = None if have is None else str(cfg.frame_selection())
+            trained = FrameSelection("spaced", int(want))
+            want = str(trained)
+            # a spelling that selects the same frames of the prefix (e.g. 8 = last:8 = spaced:8 = all) agrees
+            have = None if have is None else (want if cfg.frame_selection().same_frames(trained, PREFIX_FRAMES)
+                                              else str(cfg.frame_selection()))
         if want is not None and have is None:
             updates[key] = want
         elif want is not None and have != want:

@@ -139,7 +139,7 @@ METHODS=(zero-shot answer-only trajectory-labels cot)
 for NAME in "${METHODS[@]}"; do
   A=(); [[ -n "${ADAPTER[$NAME]}" ]] && A=(--adapter "${ADAPTER[$NAME]}")
   run "$FPY" -m forecasters run --data "$DATA" --split test --forecaster student --backend "$FB" --model "$MODEL" \
-      "${A[@]}" --frames "$FRAMES" --max-pixels "$MAX_PIXELS" --max-tokens "$MAX_TOKENS" "${LIMIT_ARGS[@]}" \
+      "${A[@]}" --frames "spaced:$FRAMES" --max-pixels "$MAX_PIXELS" --max-tokens "$MAX_TOKENS" "${LIMIT_ARGS[@]}" \
       --out "$OUT/phrases/$NAME.jsonl" --no-progress
 done
 # 6. retrieve: embed each phrase file in the semantic space, rank the corpus

@@ -4,9 +4,10 @@ true canonical class of each and the query ids that produced each.
 Sources:
 
 - a benchmark (`from_benchmark`): each corpus segment's free-form description ``raw`` (its ``state`` when ``raw``
-  is empty), counted over the corpus. The true class of a phrase is the canonical ``state_id`` of the segments that
-  carry it (the synthetic benchmark draws ``raw`` from its state's exact synonym set, so this is the truth there; on
-  the PSR release it is the release's own canonicalization). A phrase seen under several states takes the most
+  is empty), counted over the corpus. The true class of a phrase is the simulator's true state ``sim_state`` of
+  the segments that carry it where every segment records one (the synthetic benchmark: its canonical states are
+  the clustering's own output, so scoring against them would be circular), else their canonical ``state_id`` (on
+  the PSR release, the release's own canonicalization). A phrase seen under several classes takes the most
   frequent one (ties: smallest id) and is counted in ``ambiguous``.
 - a file (`from_file`), its format named by its suffix (`PHRASE_SUFFIXES`; any other suffix is refused):
 
@@ -80,12 +81,22 @@ def segment_phrases(raw: list[str], state: list[str]) -> list[str]:
     return [(r or "").strip() or s for r, s in zip(raw, state, strict=True)]
 
 
-def from_benchmark(bench) -> PhraseVocab:
-    """The raw vocabulary of a loaded `eval.benchmark.Benchmark` (see the module docstring)."""
+def from_benchmark(bench, truth: str = "auto") -> PhraseVocab:
+    """The raw vocabulary of a loaded `eval.benchmark.Benchmark` (see the module docstring). ``truth``: the class
+    of a phrase: ``auto`` (``sim_state`` where every segment records one, else ``state_id``), ``sim_state`` or
+    ``state_id``."""
     import pandas as pd
 
+    if truth not in ("auto", "sim_state", "state_id"):
+        raise ValueError(f"truth must be auto, sim_state or state_id, got {truth!r}")
     ds = bench.corpus_ds
-    df = pd.DataFrame({"phrase": segment_phrases(ds["raw"][:], ds["state"][:]), "state": ds["state_id"][:]})
+    sim = ds["sim_state"][:] if "sim_state" in ds.column_names else None
+    has_sim = sim is not None and all(s is not None for s in sim)
+    if truth == "sim_state" and not has_sim:
+        raise InputError(f"{bench.root}: not every corpus segment records a sim_state")
+    # the simulator's true state (synthetic benchmark): its canonical ids are the clustering's own output
+    labels = sim if truth == "sim_state" or (truth == "auto" and has_sim) else ds["state_id"][:]
+    df = pd.DataFrame({"phrase": segment_phrases(ds["raw"][:], ds["state"][:]), "state": labels})
     df["first"] = np.arange(len(df))
     g = (df.groupby(["phrase", "state"], sort=False).agg(n=("first", "size"), first=("first", "min"))
          .reset_index().sort_values(["phrase", "n", "state"], ascending=[True, False, True]))

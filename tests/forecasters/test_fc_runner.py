@@ -398,3 +398,31 @@ def test_a_student_adapter_is_served_with_the_pixel_cap_it_was_trained_on(synth_
             plan(cfg)
     else:
         assert plan(cfg).identity.max_pixels == expect  # None: full-size frames, as in training
+
+
+@pytest.mark.parametrize("flag, expect", [
+    (None, "spaced:4"), ("spaced:4", "spaced:4"), ("last:4", "trained with spaced:4"), ("all", "trained with"),
+])
+def test_a_student_adapter_is_served_the_frames_it_was_trained_on(synth_dir, tiny, tmp_path, flag, expect):
+    """The adapter's ``frames: K`` (K evenly spaced frames, as distill.sft trains) is taken when --frames is unset;
+    another selection is refused, a spelling that selects the same frames of the 8-frame prefix is not."""
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "psr_student.json").write_text(json.dumps({"preprocessing": {"frames": 4}}))
+    cfg = _cfg(synth_dir, tiny, tmp_path / "s.jsonl", forecaster="student", model=str(tiny["qwen2_vl"]),
+               adapter=str(adapter), frames=flag)
+    if expect.startswith("trained"):
+        with pytest.raises(InputError, match=expect):
+            plan(cfg)
+    else:
+        assert str(plan(cfg).cfg.frame_selection()) == expect
+
+
+def test_a_spelling_of_the_same_eight_frames_agrees_with_an_eight_frame_student(synth_dir, tiny, tmp_path):
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "psr_student.json").write_text(json.dumps({"preprocessing": {"frames": 8}}))
+    for flag in ("8", "last:8", "spaced:8", "all"):
+        cfg = _cfg(synth_dir, tiny, tmp_path / "s.jsonl", forecaster="student", model=str(tiny["qwen2_vl"]),
+                   adapter=str(adapter), frames=flag)
+        plan(cfg)  # no conflict: every spelling selects the 8 prefix frames
