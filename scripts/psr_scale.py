@@ -384,6 +384,21 @@ def main(argv: list[str] | None = None) -> int:
     if (report / "scale.json").exists():
         old = {r["stage"]: Record(**r) for r in json.loads((report / "scale.json").read_text())["stages"]}
     recs: dict[str, Record] = {}
+    meta = {"data": str(a.data), "command": shlex.join([Path(PY).name, "scripts/psr_scale.py", *(argv or
+                                                        sys.argv[1:])]),
+            "n_queries": len(bench.query_ids), "n_test": len(bench.query_rows(a.split)),
+            "n_corpus": len(bench.corpus_ids), "n_states": len(bench.states_ds), "cpus": os.cpu_count(),
+            "startup_s": startup_seconds(), "lftr_epochs": a.lftr_epochs,
+            "lftr_config": [str(c) for c in a.lftr_config] or "paper defaults"}
+
+    def save() -> dict:
+        """The table so far (after every stage, so a stopped run keeps what it measured)."""
+        doc = summarise(list(recs.values()), meta)
+        write_json(report / "scale.json", doc)
+        (report / "scale.md").write_text(markdown(doc), encoding="utf-8")
+        return doc
+
+    report.mkdir(parents=True, exist_ok=True)
     for stage in plan(a, bench):
         if stage.finished():
             print(f"[{stage.name}] skipped: its outputs exist ({', '.join(map(str, stage.outputs))})", flush=True)
@@ -402,15 +417,8 @@ def main(argv: list[str] | None = None) -> int:
         recs[stage.name] = rec
         print(f"[{stage.name}] {rec.wall_s:.1f} s wall, peak {rec.peak_rss_mb:.0f} MB, bound {rec.bound_s:.3g} s "
               f"-> ratio {rec.ratio:.3g}", flush=True)
-    meta = {"data": str(a.data), "command": shlex.join([Path(PY).name, "scripts/psr_scale.py", *(argv or
-                                                        sys.argv[1:])]),
-            "n_queries": len(bench.query_ids), "n_test": len(bench.query_rows(a.split)),
-            "n_corpus": len(bench.corpus_ids), "n_states": len(bench.states_ds), "cpus": os.cpu_count(),
-            "startup_s": startup_seconds(), "lftr_epochs": a.lftr_epochs,
-            "lftr_config": [str(c) for c in a.lftr_config] or "paper defaults"}
-    doc = summarise(list(recs.values()), meta)
-    write_json(report / "scale.json", doc)
-    (report / "scale.md").write_text(markdown(doc), encoding="utf-8")
+        save()
+    doc = save()
     print("\n" + markdown(doc))
     print(f"dominant stage: {doc['dominant']['stage']} ({doc['dominant']['share'] * 100:.0f}% of {doc['total_s']:.0f} s)"
           f"; table in {report / 'scale.md'}")
