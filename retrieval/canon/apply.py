@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -186,12 +187,18 @@ class _Groups:
         return self.rows[self.off[k]:self.off[k + 1]]
 
 
-def mine_pools(seg_state: np.ndarray, seg_video: np.ndarray, seg_domain: np.ndarray, seg_type1: np.ndarray,
+def mine_pools(*args, **kw) -> list[dict]:
+    """`iter_pools` as a list."""
+    return list(iter_pools(*args, **kw))
+
+
+def iter_pools(seg_state: np.ndarray, seg_video: np.ndarray, seg_domain: np.ndarray, seg_type1: np.ndarray,
                clear: np.ndarray, neighbours: list[np.ndarray], n_states: int, n_type1: int,
-               q_state: np.ndarray, q_video: np.ndarray, q_domain: np.ndarray, q_type1: np.ndarray) -> list[dict]:
-    """GT pools (corpus rows) per query from integer-coded corpus and query arrays (see the module docstring, 4)."""
+               q_state: np.ndarray, q_video: np.ndarray, q_domain: np.ndarray, q_type1: np.ndarray) -> Iterator[dict]:
+    """GT pools (corpus rows) per query, in query order, from integer-coded corpus and query arrays (see the module
+    docstring, 4). A generator: budgeted mining consumes one query's full pools at a time, so the full pools of every
+    query (thousands of rows each when canonical states are coarse) are never held at once."""
     by_state, by_type1 = _Groups.of(seg_state, n_states), _Groups.of(seg_type1, n_type1)
-    out = []
     for s, v, d, t1 in zip(q_state, q_video, q_domain, q_type1, strict=True):  # per query: numpy over its groups
         same = by_state.get(s)
         sv, sd = seg_video[same], seg_domain[same]
@@ -201,9 +208,8 @@ def mine_pools(seg_state: np.ndarray, seg_video: np.ndarray, seg_domain: np.ndar
         near = np.sort(np.concatenate(near)) if near else np.zeros(0, np.int64)
         near = near[seg_video[near] != v]
         t1rows = by_type1.get(t1) if t1 >= 0 else np.zeros(0, np.int64)
-        out.append({"in_video": in_video, "in_dataset": in_dataset, "cross_dataset": cross, "bge_similar": near,
-                    "consensus": main[clear[main]], "gt_type1": t1rows[seg_video[t1rows] != v]})
-    return out
+        yield {"in_video": in_video, "in_dataset": in_dataset, "cross_dataset": cross, "bge_similar": near,
+               "consensus": main[clear[main]], "gt_type1": t1rows[seg_video[t1rows] != v]}
 
 
 def _codes(values) -> tuple[np.ndarray, list]:
@@ -248,12 +254,14 @@ def rekey(bench: Benchmark, vocab: PhraseVocab, canon: Canonical, encoder, cfg: 
         clear[rows[rows >= 0]] = True
     i, j = similar_pairs(canon.grid, cfg.resolved_similar()) if n_states > 1 else (np.zeros(0, int), np.zeros(0, int))
     neighbours = np.split(j, np.searchsorted(i, np.arange(1, n_states)))
-    pools = mine_pools(seg_state, vid_codes[:nc], dom_codes[:nc], t1_codes[:nc], clear, neighbours, n_states,
+    pools = iter_pools(seg_state, vid_codes[:nc], dom_codes[:nc], t1_codes[:nc], clear, neighbours, n_states,
                        int(t1_codes.max()) + 1 if len(t1_codes) else 0, q_state, vid_codes[nc:], dom_codes[nc:],
                        t1_codes[nc:])
     sim = _sim_codes(cds)
     extra_stats: dict = {}
-    if cfg.mine_budget is not None or cfg.verify:
+    if cfg.mine_budget is None and not cfg.verify:
+        pools = list(pools)
+    else:
         if emb is None:
             raise ValueError("budgeted mining needs the vocabulary's embeddings")
         judge = None

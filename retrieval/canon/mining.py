@@ -28,6 +28,7 @@ and whose raw phrases know what they say (``sim/phrases.jsonl`` denotations, `ev
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -82,11 +83,11 @@ def _order(cands: np.ndarray, target_row: int, seg_vec: np.ndarray) -> np.ndarra
     return cands[np.lexsort((cands, -sims))]
 
 
-def mine_verified(pools: list[dict], target_rows: np.ndarray, seg_state: np.ndarray, seg_vec: np.ndarray,
+def mine_verified(pools: Iterable[dict], target_rows: np.ndarray, seg_state: np.ndarray, seg_vec: np.ndarray,
                   clear: np.ndarray, budget: int | None, judge: Judge | None, verifier: Verifier) -> tuple[list[dict], dict]:
     """Apply budgeted mining and (with a ``judge``) verification to the full pools of `retrieval.canon.apply`.
 
-    ``pools[i]``: the query's full tiers as corpus rows (``in_video``, ``in_dataset``, ``cross_dataset``,
+    ``pools``: per query (any iterable, consumed once, in query order), the query's full tiers as corpus rows (``in_video``, ``in_dataset``, ``cross_dataset``,
     ``bge_similar``, ``consensus``, ``gt_type1``); ``target_rows[i]``: its target segment's row (-1 when none:
     mining then keeps corpus order); ``seg_vec``: ``(n_corpus, d)`` normalised raw-phrase embeddings. Returns the
     new pools and a report (pool sizes before / after, measured precision per tier)."""
