@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from eval.benchmark import Benchmark
 from eval.features import list_spaces, read_meta
@@ -248,9 +249,10 @@ def rekey(bench: Benchmark, vocab: PhraseVocab, canon: Canonical, encoder, cfg: 
     subj = list(corpus["subject"]) + list(qds["subject"][:])
     t1_codes, _ = _codes([f"{s}\x00{st}" for s, st in zip(subj, np.concatenate([seg_state, q_state]), strict=True)])
     clear = np.zeros(nc, bool)  # segments verified in the source (in some consensus pool)
-    verified = [np.asarray(p.get("consensus") or [], dtype=object) for p in qds["gt_pools"][:]]
-    if verified:
-        rows = pd.Index(bench.corpus_ids).get_indexer(np.unique(np.concatenate(verified)))
+    # read in Arrow: a simulator-truth build's pools hold every same-state segment (GBs as Python lists at PSR scale)
+    verified = pc.list_flatten(pc.struct_field(qds.data.column("gt_pools"), "consensus"))
+    if len(verified):
+        rows = pd.Index(bench.corpus_ids).get_indexer(np.unique(verified.to_numpy(zero_copy_only=False)))
         clear[rows[rows >= 0]] = True
     i, j = similar_pairs(canon.grid, cfg.resolved_similar()) if n_states > 1 else (np.zeros(0, int), np.zeros(0, int))
     neighbours = np.split(j, np.searchsorted(i, np.arange(1, n_states)))
@@ -287,7 +289,9 @@ def rekey(bench: Benchmark, vocab: PhraseVocab, canon: Canonical, encoder, cfg: 
         segments.append(row)
     queries, dropped = [], []
     tr_iter = iter(zip(flat, tr_rows, strict=True))
-    for qi, row in enumerate(qds):
+    # the source's pools are replaced below: iterate without them (each would be parsed into Python lists)
+    for qi, row in enumerate(qds.remove_columns([c for c in ("gt_pools", "gt_type1", "gt_sim_exact")
+                                                 if c in qds.column_names])):
         s = int(q_state[qi])
         p = pools[qi]
         new_tr = []
