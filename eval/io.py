@@ -161,3 +161,17 @@ def read_json(path: str | os.PathLike) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as e:
         raise FormatError(path, f"not valid JSON ({e.msg})", line=e.lineno) from None
+
+
+def read_yaml(path: str | os.PathLike):
+    """The YAML document of ``path`` (an empty file: ``{}``); invalid YAML or UTF-8 is a `FormatError` naming the
+    file and line."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            return yaml.safe_load(f) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        mark = getattr(e, "problem_mark", None)
+        raise FormatError(path, f"not valid YAML ({' '.join(str(e).split())[:200]})",
+                          line=None if mark is None else mark.line + 1) from None

@@ -30,17 +30,9 @@ err = Console(stderr=True)
 def _load_yaml(path: Path | None) -> dict:
     if path is None:
         return {}
-    import yaml
+    from eval.io import FormatError, read_yaml
 
-    from eval.io import FormatError
-
-    try:
-        with open(path, encoding="utf-8") as f:
-            d = yaml.safe_load(f) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        mark = getattr(e, "problem_mark", None)
-        raise FormatError(path, f"not valid YAML ({' '.join(str(e).split())[:200]})",
-                          line=None if mark is None else mark.line + 1) from None
+    d = read_yaml(path)
     if not isinstance(d, dict):
         raise FormatError(path, f"expected a mapping of run options, got {type(d).__name__}")
     from forecasters.runner import RunConfig

@@ -28,6 +28,7 @@ import yaml
 
 from eval.frames import FrameSelection
 from eval.io import FormatError, atomic_path
+from eval.io import read_yaml as _read_yaml_file
 from eval.schema import PREFIX_FRAMES
 
 _TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool}
@@ -187,13 +188,7 @@ def _canonical_frames(value: Any) -> Any:
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     """The key/value mapping of a config file; unknown keys raise `ValueError` naming the file."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            d = yaml.safe_load(f) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        mark = getattr(e, "problem_mark", None)
-        raise FormatError(path, f"not valid YAML ({' '.join(str(e).split())[:200]})",
-                          line=None if mark is None else mark.line + 1) from None
+    d = _read_yaml_file(path)
     if not isinstance(d, dict):
         raise ValueError(f"{path}: expected a mapping of config keys, got {type(d).__name__}")
     known = {f.name for f in fields(LFTRConfig)}

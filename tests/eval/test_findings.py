@@ -76,3 +76,4 @@ def test_findings_cli_prints_card_calibration_and_findings(tmp_path):
     assert r.exit_code == 0, r.output
     assert "| states | 2,528 | 51,362 |" in r.output and "| met |" in r.output
     assert "fusion `lftr-fusion[minilm+pixels]` beats the better single space `lftr[pixels]`" in r.output
+

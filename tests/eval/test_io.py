@@ -32,3 +32,16 @@ def test_iter_jsonl_names_the_bad_line_and_tolerates_a_torn_tail(tmp_path):
     p.write_text('{"a": 1}\n[1]\n')
     with pytest.raises(FormatError, match=r"x.jsonl:2: expected a JSON object"):
         list(iter_jsonl(p))
+
+
+def test_read_yaml_names_the_file_and_line(tmp_path):
+    from eval.io import FormatError, read_yaml
+
+    p = tmp_path / "c.yaml"
+    p.write_text("a: 1\nb: [2\n")
+    with pytest.raises(FormatError, match=r"c.yaml.*not valid YAML"):
+        read_yaml(p)
+    p.write_text("")
+    assert read_yaml(p) == {}
+    p.write_text("a: 1\n")
+    assert read_yaml(p) == {"a": 1}
