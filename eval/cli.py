@@ -293,8 +293,8 @@ def compare(
 
     cfg = CompareConfig(data=data, out=out, phrases=parse_pairs(phrases, "--phrases"), text_spaces=tuple(text_space),
                         clip_space=clip_space, visual_space=visual_space, lftr_config=tuple(lftr_config),
-                        lftr_set=tuple(lftr_set), lftr_runs=parse_pairs(lftr_run, "--lftr-run"), split=split,
-                        seed=seed, resamples=resamples, all_queries=all_queries, synthetic=synthetic)
+                        lftr_set=tuple(lftr_set), lftr_runs=parse_pairs(lftr_run, "--lftr-run", "bge=lftr-bge.parquet"),
+                        split=split, seed=seed, resamples=resamples, all_queries=all_queries, synthetic=synthetic)
     result = run_compare(cfg, overwrite=overwrite)
     _print_notes({"notes": result.notes})
     typer.echo(result.table)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -114,13 +115,13 @@ def slug(label: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", label).strip("-").lower()
 
 
-def parse_pairs(items: Sequence[str], option: str) -> dict[str, str]:
+def parse_pairs(items: Sequence[str], option: str, example: str = "m3=runs/m3.jsonl") -> dict[str, str]:
     """``["m3=runs/m3.jsonl", ...]`` -> ``{"m3": "runs/m3.jsonl"}`` (a repeated name keeps the last value)."""
     out = {}
     for it in items:
         name, sep, value = it.partition("=")
         if not sep or not name or not value:
-            raise InputError(f"{option} must look like NAME=VALUE, got {it!r}", fix=f"e.g. {option} m3=runs/m3.jsonl")
+            raise InputError(f"{option} must look like NAME=VALUE, got {it!r}", fix=f"e.g. {option} {example}")
         out[name] = value
     return out
 
@@ -129,11 +130,11 @@ def run_step(args: Sequence[str]) -> None:
     """Run ``python ARGS`` with this interpreter in the current directory; a failure raises `IncompleteJob`
     (the step's own error is printed above it)."""
     cmd = [sys.executable, *args]
-    print("+ " + " ".join(cmd), flush=True)
+    print("+ " + shlex.join(cmd), flush=True)
     t0 = time.perf_counter()
     code = subprocess.run(cmd).returncode
     if code != 0:
-        raise IncompleteJob(f"compare: step failed with exit code {code}: {' '.join(cmd)}",
+        raise IncompleteJob(f"compare: step failed with exit code {code}: {shlex.join(cmd)}",
                             fix="fix the error above and rerun the same command: rows already in OUT/runs are kept")
     print(f"  ({time.perf_counter() - t0:.1f} s)", flush=True)
 

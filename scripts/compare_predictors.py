@@ -14,4 +14,4 @@ from eval.cli import app
 from eval.cli_support import run_typer
 
 if __name__ == "__main__":
-    sys.exit(run_typer(app, ["compare", *sys.argv[1:]], prog_name="compare_predictors.py"))
+    sys.exit(run_typer(app, ["compare", *sys.argv[1:]], prog_name="python -m eval"))
