@@ -265,6 +265,53 @@ def report(
     console.print(f"[green]wrote[/] {out}")
 
 
+# --- the paper's Table 3: text predictors against LFTR in the same spaces (see eval/compare.py) ---
+
+@app.command()
+def compare(
+    data: Path = typer.Option(..., "--data", help="benchmark directory (with --synthetic: built when missing)"),
+    out: Path = typer.Option(..., "--out", help="output folder: runs/, subset/, report/, table3.md, compare.json "
+                                                "(a rerun keeps the run files there and resumes)"),
+    overwrite: bool = overwrite_option(),
+    phrases: list[str] = typer.Option([], "--phrases", help="NAME=FILE: a text predictor's phrase file (repeat; "
+                                                            "rows in this order)"),
+    text_space: list[str] = typer.Option([], "--text-space", help="semantic space (repeat); the first is the one "
+                                                                  "fused with --clip-space and --visual-space"),
+    clip_space: str = typer.Option(None, "--clip-space", help="CLIP/SigLIP image space: the phrases as text -> image "
+                                                              "queries, and their fusion with the first text space"),
+    visual_space: str = typer.Option(None, "--visual-space", help="visual space of LFTR and of its fusion with the "
+                                                                  "first text space (paper: dinov2)"),
+    lftr_config: list[str] = typer.Option([], "--lftr-config", help="LFTR YAML config for training (repeat; applied "
+                                                                    "in order over the defaults)"),
+    lftr_set: list[str] = typer.Option([], "--lftr-set", help="LFTR config override KEY=VALUE (repeat)"),
+    lftr_run: list[str] = typer.Option([], "--lftr-run", help="SPACE=RUN: an existing LFTR run file for SPACE "
+                                                              "(skips training; repeat)"),
+    split: str = typer.Option("test", "--split", help="split of the table: train | val | test"),
+    seed: int = typer.Option(0, "--seed", help="seed of LFTR training and of the paired bootstrap"),
+    resamples: int = typer.Option(10_000, "--resamples", min=100, help="paired bootstrap resamples"),
+    all_queries: bool = typer.Option(False, "--all-queries", help="keep queries without a usable phrase from every "
+                                                                  "predictor in the subset"),
+    synthetic: bool = typer.Option(False, "--synthetic", help="CPU plumbing run: build the benchmark, a MiniLM text "
+                                                              "space, a tiny random CLIP and tiny-model M3 phrases "
+                                                              "locally (options given still win)"),
+) -> None:
+    """The paper's Table 3 (fair MLLM comparison): each predictor's phrases in every text space, CLIP text -> image
+    and their fusion, against LFTR in the same spaces and its fusion, over the intersection subset, with
+    significance against the best text-predictor row. Rows missing from OUT/runs/ are built by the retrieval
+    commands (eval/compare.py)."""
+    from eval.compare import CompareConfig, parse_pairs
+    from eval.compare import compare as run_compare
+
+    cfg = CompareConfig(data=data, out=out, phrases=parse_pairs(phrases, "--phrases"), text_spaces=tuple(text_space),
+                        clip_space=clip_space, visual_space=visual_space, lftr_config=tuple(lftr_config),
+                        lftr_set=tuple(lftr_set), lftr_runs=parse_pairs(lftr_run, "--lftr-run", "bge=lftr-bge.parquet"),
+                        split=split, seed=seed, resamples=resamples, all_queries=all_queries, synthetic=synthetic)
+    result = run_compare(cfg, overwrite=overwrite)
+    _print_notes({"notes": result.notes})
+    typer.echo(result.table)
+    console.print(f"[green]wrote[/] {out / 'table3.md'}, {out / 'compare.json'} and {out / 'report'}")
+
+
 # --- export for other evaluators (see eval/trec.py) ---
 
 @app.command("export-trec")
