@@ -23,6 +23,7 @@ folder: a benchmark that references frames elsewhere is refused (they would not 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from dataclasses import dataclass
@@ -90,14 +91,14 @@ def snapshot(ref: HubDataset, option: str = "--data") -> Path:
     head = f"{option} {ref}".strip() + ": no such directory"
     try:
         return Path(snapshot_download(ref.repo_id, repo_type="dataset", revision=ref.revision))
+    except IncompleteSnapshotError:  # a LocalEntryNotFoundError: first
+        raise InputError(f"{head}, and the cached snapshot of the Hub dataset {ref} is incomplete",
+                         fix=f"complete it with `{ref.download_command()}`") from None
     except LocalEntryNotFoundError:
         why = "the Hub is offline (HF_HUB_OFFLINE=1)" if constants.HF_HUB_OFFLINE else "the Hub could not be reached"
         raise InputError(f"{head}, and the Hub dataset {ref} is not in the local cache ({constants.HF_HUB_CACHE}) "
                          f"while {why}", fix=f"fetch it where the Hub is reachable with `{ref.download_command()}` "
                                              f"(same HF_HOME), or pass a benchmark directory") from None
-    except IncompleteSnapshotError:
-        raise InputError(f"{head}, and the cached snapshot of the Hub dataset {ref} is incomplete",
-                         fix=f"complete it with `{ref.download_command()}`") from None
     except RevisionNotFoundError:
         raise InputError(f"{head}, and the Hub dataset {ref.repo_id} has no revision {ref.revision!r}",
                          fix="pass an existing branch, tag or commit after @") from None
@@ -151,17 +152,47 @@ def push_benchmark(folder: str | os.PathLike, repo_id: str, *, private: bool = F
                          f"{outside[0]!r}) and would not be uploaded",
                          fix="copy the frames into the folder and reference them by relative paths")
     files = len(upload_list(folder))
+    with _hub_errors(f"{folder}: not pushed to the Hub dataset {repo_id}"):
+        url = _upload(folder, repo_id, private=private, revision=revision, commit_message=commit_message,
+                      log=lambda: log(f"uploading {files} file(s) of {folder} to the Hub dataset {repo_id}"
+                                      + (f"@{revision}" if revision else "")))
+    return PushResult(repo_id, revision or "main", str(url), files)
+
+
+def _upload(folder: Path, repo_id: str, *, private: bool, revision: str | None, commit_message: str | None,
+            log) -> str:
+    """create_repo (+ create_branch) + upload_folder; returns the repo's URL."""
     from huggingface_hub import HfApi
 
     api = HfApi()
     url = api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
     if revision and revision != "main":
         api.create_branch(repo_id, branch=revision, repo_type="dataset", exist_ok=True)
-    log(f"uploading {files} file(s) of {folder} to dataset {repo_id}" + (f"@{revision}" if revision else ""))
+    log()
     api.upload_folder(repo_id=repo_id, folder_path=str(folder), repo_type="dataset", revision=revision,
                       commit_message=commit_message or f"Upload PSR benchmark {folder.name}",
                       ignore_patterns=list(LOCAL_ONLY))
-    return PushResult(repo_id, revision or "main", str(url), files)
+    return str(url)
+
+
+@contextlib.contextmanager
+def _hub_errors(what: str):
+    """The Hub's refusals and network failures as one `InputError` line: ``what``, the reason, the fix."""
+    import httpx2  # huggingface_hub's HTTP client: its transport errors are not OSErrors
+    from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
+
+    login = "log in with a token that may write to it (`hf auth login`, or HF_TOKEN)"
+    try:
+        yield
+    except OfflineModeIsEnabled:
+        raise InputError(f"{what}: the Hub is offline (HF_HUB_OFFLINE=1)",
+                         fix="run it with HF_HUB_OFFLINE unset where the Hub is reachable") from None
+    except HfHubHTTPError as e:
+        status = getattr(e.response, "status_code", None)
+        raise InputError(f"{what}: the Hub answered {status}: {' '.join(str(e).split())[:300]}", fix=login) from None
+    except httpx2.TransportError as e:
+        raise InputError(f"{what}: the Hub could not be reached ({type(e).__name__}: {e})",
+                         fix="check the network, then push again (an upload that stopped is redone whole)") from None
 
 
 def upload_list(folder: str | os.PathLike) -> list[str]:

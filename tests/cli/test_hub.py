@@ -197,3 +197,22 @@ def test_push_refuses_before_any_hub_call(world, hub_calls, tmp_path, damage):
     res = run_cli("eval", "push", bench, repo_id)
     assert_one_clear_error(res, needle)
     assert hub_calls == []
+
+
+def test_push_reports_an_unreachable_or_refusing_hub_as_one_clear_error(world, monkeypatch):
+    """Offline, HfApi's real create_repo raises OfflineModeIsEnabled; a refusal (401) comes back as HfHubHTTPError."""
+    import httpx2
+    from huggingface_hub import HfApi, constants
+    from huggingface_hub.errors import HfHubHTTPError
+
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    res = run_cli("eval", "push", world["bench"], "psr-test/tiny")
+    assert_one_clear_error(res, "not pushed to the Hub dataset psr-test/tiny: the Hub is offline (HF_HUB_OFFLINE=1)")
+
+    def refuse(self, *args, **kw):
+        request = httpx2.Request("POST", "https://huggingface.co/api/repos/create")
+        raise HfHubHTTPError("401 Unauthorized: invalid token", response=httpx2.Response(401, request=request))
+
+    monkeypatch.setattr(HfApi, "create_repo", refuse)
+    res = run_cli("eval", "push", world["bench"], "psr-test/tiny")
+    assert_one_clear_error(res, "the Hub answered 401", "hf auth login")
