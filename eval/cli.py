@@ -13,7 +13,7 @@ from rich.table import Table
 from eval.cli_support import data_option, install, overwrite_option
 from eval.errors import EXIT_CHECK_FAILED
 
-app = typer.Typer(help="PSR benchmark: validate, build the synthetic benchmark, score runs, build reports.",
+app = typer.Typer(help="PSR benchmark: validate, build the synthetic benchmark, score runs, build reports, push to the Hub.",
                   no_args_is_help=True, add_completion=False)
 install(app)
 console = Console(stderr=False)
