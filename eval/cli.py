@@ -153,7 +153,7 @@ def _parse_gains(text: str | None) -> dict[str, float] | None:
 
 def _report_config(data: Path, runs: list[Path], reference: str | None, tie: str, ndcg_k: int, gains: str | None,
                    resamples: int, seed: int, split: str = "test", fair: bool = True, qtypes: str = "Q1,Q2,Q3,Q4",
-                   intersect: bool = False):
+                   intersect: bool = False, pairs: list[str] | None = None):
     from eval.metrics import TIE_MODES
     from eval.report import ReportConfig
     from eval.schema import QUESTION_TYPES, SPLITS
@@ -168,7 +168,15 @@ def _report_config(data: Path, runs: list[Path], reference: str | None, tie: str
         raise typer.BadParameter(f"--qtypes takes a comma list of {QUESTION_TYPES}, got {qtypes!r}")
     return ReportConfig(tie=tie, ndcg_k=ndcg_k, gains=_parse_gains(gains), reference=reference, n_resamples=resamples,
                         seed=seed, data=str(data), runs=[str(r) for r in runs], split=splits, fair=fair, qtypes=qts,
-                        intersect=intersect)
+                        intersect=intersect, pairs=tuple(_parse_pair(p) for p in pairs or ()))
+
+
+def _parse_pair(text: str) -> tuple[str, str]:
+    """``RUN:AGAINST`` -> (RUN, AGAINST); run names hold no ':' but may hold '[', '+' and spaces."""
+    a, sep, b = text.rpartition(":")
+    if not sep or not a.strip() or not b.strip():
+        raise typer.BadParameter(f"expected RUN:AGAINST (two run names), got {text!r}", param_hint="--pair")
+    return a.strip(), b.strip()
 
 
 def _load_runs(paths: list[Path]):
@@ -230,6 +238,8 @@ def report(
     out: Path = typer.Option(..., "--out", help="report directory"),
     overwrite: bool = overwrite_option(),
     reference: str = typer.Option(None, "--reference", help="run (or seed group) name to test every run against"),
+    pair: list[str] = typer.Option([], "--pair", help="RUN:AGAINST -- also test run RUN against run AGAINST "
+                                                      "(paired bootstrap + McNemar, pairs.md; repeatable)"),
     tie: str = typer.Option("expected", "--tie", help=_TIE_HELP),
     ndcg_k: int = typer.Option(10, "--ndcg-k", help="cut-off of the tier-weighted nDCG"),
     gains: str = typer.Option(None, "--gains", help=_GAINS_HELP),
@@ -247,7 +257,8 @@ def report(
     from eval.benchmark import Benchmark
     from eval.report import build_report
 
-    cfg = _report_config(data, runs, reference, tie, ndcg_k, gains, resamples, seed, split, fair, qtypes, intersect)
+    cfg = _report_config(data, runs, reference, tie, ndcg_k, gains, resamples, seed, split, fair, qtypes, intersect,
+                         pair)
     doc = build_report(_load_runs(runs), Benchmark.load(data), out, cfg, progress=True, inputs=[data, *runs],
                        overwrite=overwrite)
     _print_notes(doc)
