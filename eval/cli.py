@@ -13,7 +13,7 @@ from rich.table import Table
 from eval.cli_support import data_option, install, overwrite_option
 from eval.errors import EXIT_CHECK_FAILED
 
-app = typer.Typer(help="PSR benchmark: validate, build the synthetic benchmark, score runs, build reports.",
+app = typer.Typer(help="PSR benchmark: validate, build the synthetic benchmark, score runs, build reports, push to the Hub.",
                   no_args_is_help=True, add_completion=False)
 install(app)
 console = Console(stderr=False)
@@ -46,14 +46,15 @@ def _summary_tables(summary: dict) -> list[Table]:
 
 @app.command()
 def validate(
-    data: Path = typer.Argument(..., help="benchmark directory"),
+    data: Path = typer.Argument(..., help="benchmark directory or Hub dataset (owner/name[@revision])"),
     no_frames: bool = typer.Option(False, "--no-frames", help="skip checking that frame files exist"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Check a benchmark directory: fields, ids, GT references, leakage, feature files. Exit code 1 on any error."""
+    from eval.hub import resolve_data
     from eval.validate import validate as run_validate
 
-    report = run_validate(data, check_frames=not no_frames)
+    report = run_validate(resolve_data(data, ""), check_frames=not no_frames)
     if as_json:
         print(json.dumps({"ok": report.ok, "problems": [p.__dict__ for p in report.problems],
                           "summary": report.summary}, indent=2))
@@ -344,3 +345,23 @@ def export_trec(
     console.print(f"[green]wrote[/] {res.run_path} ({res.n_run_lines} lines, {res.n_queries} queries, "
                   f"k={res.k} of the run's {res.run_k})"
                   + (f" and {res.qrels_path} ({res.n_qrels_lines} lines)" if res.qrels_path else ""))
+
+
+# --- the Hub (see eval/hub.py) ---
+
+@app.command()
+def push(
+    data: Path = typer.Argument(..., help="benchmark directory (validated first; refused when it does not validate)"),
+    repo_id: str = typer.Argument(..., help="Hub dataset repo to create or update: owner/name"),
+    private: bool = typer.Option(False, "--private", help="create the repo private (an existing repo keeps its "
+                                                          "visibility)"),
+    revision: str = typer.Option(None, "--revision", help="branch to commit to (created from main when missing; "
+                                                          "default: main)"),
+) -> None:
+    """Upload a built, validated benchmark as a Hub dataset repo (one commit; its .cache/ and output marker stay
+    local). Every --data then takes REPO_ID[@REVISION]."""
+    from eval.hub import push_benchmark
+
+    res = push_benchmark(data, repo_id, private=private, revision=revision, log=console.print)
+    console.print(f"[green]pushed[/] {res.files} file(s) to {res.url} (revision {res.revision}); use it as "
+                  f"--data {res.repo_id}" + (f"@{res.revision}" if res.revision != "main" else ""))
