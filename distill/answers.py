@@ -8,7 +8,7 @@ Reads of a method's answer to a query (1 = names the target canonical state):
 - ``snap``: the phrase snapped to its nearest canonical state, as ``python -m retrieval search ... --canonicalize 1``
   does (`retrieval.canon.snap`): the state of the run's top-ranked segment. A model that never saw the vocabulary
   (zero-shot) is scored fairly this way. The file contract is that run (distill never imports retrieval): pass
-  ``--snap_runs '[NAME=RUN.parquet, ...]'``. Runs list no segment of the query's own video, so a query whose target
+  ``--snap-runs NAME=RUN.parquet ...``. Runs list no segment of the query's own video, so a query whose target
   state occurs only in its own video cannot read as a hit; their number is reported (``snap_unreadable``).
 
 A line counts as **parsed** only when the output followed the answer format (an ``Answer:`` line) or its direct
@@ -21,8 +21,8 @@ queries every phrase file answers, for each read both methods have. Significance
 resamples videos, not queries (`video_bootstrap`); McNemar's exact test (queries treated as independent) is shown
 beside it for reference.
 
-``python -m distill answers --data DIR --phrases '[zs.jsonl, ao.jsonl, cot.jsonl]' --names '[zero-shot, answer-only,
-cot]' --snap_runs '[zero-shot=runs/zs+snap.parquet, ...]' --out DIR`` writes ``answers.json`` and ``answers.md``.
+``python -m distill answers --data DIR --phrases zs.jsonl ao.jsonl cot.jsonl --names zero-shot answer-only cot
+--snap-runs zero-shot=runs/zs+snap.parquet ... --out DIR`` writes ``answers.json`` and ``answers.md``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""Command line of the `distill` package: ``python -m distill <command> [--config PRESET] [--<field> VALUE ...]``.
+"""Command line of the `distill` package: ``python -m distill <command> [--config PRESET] [--<field-name> VALUE ...]``.
 
-Every command is one stage of the recipe with a config dataclass; ``--config`` reads the stage's section of a preset
-(``configs/distill/*.yaml``) and ``--<field> VALUE`` overrides any field (``python -m distill <command> --help``).
+Every command is one stage of the recipe with a config dataclass, parsed by `transformers.HfArgumentParser`
+(`distill.config.parse`): ``--config`` reads the stage's section of a preset (``configs/distill/*.yaml``) and
+``--<field-name> VALUE`` (or ``--<field_name>``) overrides any field (``python -m distill <command> --help``).
 ``train`` is parsed by `trl.TrlParser` (`distill.train_args`): TRL's flags, and ``--config`` a preset or a flat
 TRL-style YAML.
 Every stage checks ``--data`` and its output before it runs (`distill.outputs`: ``--overwrite`` replaces an output

@@ -1,24 +1,27 @@
-"""Stage configs of the distillation recipe: dataclasses loaded from a YAML preset and overridden on the command line.
+"""Stage configs of the distillation recipe: dataclasses parsed by `transformers.HfArgumentParser`, with defaults from a
+YAML preset.
 
 A preset (``configs/distill/<name>.yaml``) is a mapping of sections, one per stage::
 
     predicates: {split: null}
     narrate:    {narrator: teacher, model: Qwen/Qwen3-32B, temperature: 0.7}
-    sft:        {frames: 8, image_size: [336, 336]}
-    train:      {model: Qwen/Qwen3-VL-8B-Instruct, learning_rate: 2.0e-5, num_train_epochs: 3}
+    sft:        {frames: 8, variants: [cot, answer]}
+    train:      {model_name_or_path: Qwen/Qwen3-VL-8B-Instruct, learning_rate: 2.0e-5, num_train_epochs: 3}
 
-A stage reads only its own section. Every field of the stage's dataclass is also a command-line option
-``--<field> VALUE`` (``--field=VALUE`` works too); values are parsed as YAML scalars/lists (``--image_size '[336, 336]'``,
-``--limit null``) and type-checked. Precedence: dataclass default < preset section < command line. Unknown keys in
-the preset or on the command line are errors that name the file and the key. Each stage writes its resolved config
-next to its outputs (`write_resolved`).
+A stage reads only its own section. The argument convention is the toolkit's (``distill train`` uses `trl.TrlParser`,
+the same parser underneath): flag name = YAML key = field name, and every field is a flag in two spellings,
+``--redo-failed`` and ``--redo_failed``. Booleans: ``--progress`` / ``--no-progress`` / ``--progress false``.
+Lists: one word per item (``--phrases a.jsonl b.jsonl``). ``null`` (or ``none``) sets an optional field to None
+(``--split null``). Precedence: dataclass default < preset section (``--config PRESET``) < flags. Unknown keys in the
+preset or on the command line are errors that name the file and the key; preset values are type-checked. Each stage
+writes its resolved config next to its outputs (`write_resolved`).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
+import difflib
 import types
 import typing
 from collections.abc import Sequence
@@ -30,10 +33,8 @@ import yaml
 from eval.io import FormatError, write_json
 
 C = TypeVar("C")
-
-
-def _field_help(f: dataclasses.Field) -> str:
-    return str(f.metadata.get("help", ""))
+#: Words that set an optional field to None on the command line.
+NULLS = ("null", "none", "~")
 
 
 def load_section(path: str | Path, section: str) -> dict[str, Any]:
@@ -93,7 +94,7 @@ def check(cls: type, values: dict[str, Any], where: str) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)
     if unknown:
-        raise FormatError(where, f"unknown option(s) {unknown} for {cls.__name__}; known: {sorted(names)}")
+        raise FormatError(where, f"unknown key(s) {unknown} for {cls.__name__}; known: {sorted(names)}")
     return {k: _coerce(cls, k, v, where) for k, v in values.items()}
 
 
@@ -108,45 +109,75 @@ def build(cls: type[C], values: dict[str, Any], where: str) -> C:
         raise FormatError(where, f"{cls.__name__}: {e}") from None
 
 
-def argument_parser(cls: type, prog: str, description: str) -> argparse.ArgumentParser:
-    """An argparse parser with ``--config`` plus one ``--<field>`` option per dataclass field (help from metadata)."""
-    ap = argparse.ArgumentParser(prog=prog, description=description,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", help="YAML preset; this stage reads its own section of it")
-    for f in dataclasses.fields(cls):
-        default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else "(required)")
-        ap.add_argument(f"--{f.name}", dest=f.name, default=argparse.SUPPRESS, metavar="VALUE",
-                        help=f"{_field_help(f)} [default: {default}]".strip())
-    return ap
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The stage docstring as written, and each flag's default."""
 
 
-def parse(cls: type[C], section: str, argv: Sequence[str] | None, *, prog: str, description: str) -> C:
-    """Resolve a stage config: defaults < ``--config`` preset's ``section`` < ``--field VALUE`` options."""
-    ap = argument_parser(cls, prog, description)
-    ns = vars(ap.parse_args(argv))
-    preset = ns.pop("config", None)
-    values: dict[str, Any] = {}
-    if preset:
-        values.update(check(cls, load_section(preset, section), f"{preset} [{section}]"))
+def _or_null(convert):
+    def parse(text: str):
+        return None if text.lower() in NULLS else convert(text)
+    parse.__name__ = getattr(convert, "__name__", "value")  # argparse names the type in its error messages
+    return parse
+
+
+def stage_parser(cls: type, prog: str, description: str):
+    """The `transformers.HfArgumentParser` of a stage config: one flag per field (``--field-name`` and
+    ``--field_name``; booleans also ``--no-field-name``), plus ``--config PRESET`` and, for stages whose config has no
+    ``overwrite`` field, ``--overwrite`` (taken off the command line by `distill.outputs.with_overwrite`)."""
+    from transformers import HfArgumentParser
+    from transformers.hf_argparser import string_to_bool
+
+    parser = HfArgumentParser(cls, prog=prog, description=description, formatter_class=_HelpFormatter,
+                              allow_abbrev=False)
     hints = typing.get_type_hints(cls)
-    for k, raw in ns.items():
-        values[k] = _parse_cli_value(raw, _allowed(hints[k]))
-    return build(cls, values, "command line" if not preset else f"{preset} + command line")
+    for action in parser._actions:
+        # kebab-case first: the spelling help and usage show (the snake_case alias still parses)
+        action.option_strings.sort(key=lambda o: "_" in o)
+        if action.required:
+            action.default = argparse.SUPPRESS  # help shows no "(default: None)" for a required field
+        if action.dest in hints and type(None) in _allowed(hints[action.dest]) and action.type is not None:
+            action.type = _or_null(action.type)
+    parser.add_argument("--config", metavar="PRESET", help="YAML preset; this stage reads its own section of it")
+    if "overwrite" not in hints:
+        parser.add_argument("--overwrite", nargs="?", const=True, default=False, type=string_to_bool,
+                            help="replace an output this toolkit did not write for this stage (never an input)")
+    return parser
 
 
-def _parse_cli_value(raw: str, allowed: tuple[Any, ...]) -> Any:
-    """A command-line string as YAML (numbers, booleans, null, lists), or the raw string where the field takes a
-    string and the YAML reading does not fit the field (``--model 7`` for a str field stays ``"7"``)."""
-    try:
-        value = yaml.safe_load(raw) if raw != "" else ""
-    except yaml.YAMLError:
-        return raw
-    if isinstance(value, str) and float in allowed:  # YAML 1.1 reads "2e-5" as a string
-        with contextlib.suppress(ValueError):
-            value = float(raw)
-    fits = isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
-    return value if fits or str not in allowed else raw
+def parse(cls: type[C], section: str, argv: Sequence[str], *, prog: str, description: str) -> C:
+    """Resolve a stage config: dataclass defaults < ``--config`` preset's ``section`` < flags (module docstring)."""
+    parser = stage_parser(cls, prog, description)
+    preset = _config_path(argv)
+    where = "command line" if not preset else f"{preset} + command line"
+    if preset:
+        values = check(cls, load_section(preset, section), f"{preset} [{section}]")
+        for action in parser._actions:
+            if action.dest in values:
+                action.default, action.required = values[action.dest], False
+    ns, unknown = parser.parse_known_args(list(argv))
+    if unknown:
+        flags = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+        close = {u: difflib.get_close_matches(u.split("=", 1)[0], flags, n=2) for u in unknown if u.startswith("-")}
+        hint = "; ".join(f"{u}: did you mean {' or '.join(c)}?" for u, c in close.items() if c)
+        raise FormatError(where, f"unknown option(s) or extra value(s) {unknown} for {cls.__name__}",
+                          fix=hint or f"see {prog} --help")
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {k: v for k, v in vars(ns).items() if k in names}
+    for k, v in values.items():
+        if v == [None]:  # --names null
+            values[k] = None
+        elif isinstance(v, list) and any(isinstance(x, str) and x.startswith("[") for x in v):
+            raise FormatError(where, f"--{k.replace('_', '-')} takes one word per item, not a YAML list: {v}",
+                              fix=f"e.g. --{k.replace('_', '-')} A B")
+    return build(cls, values, where)
+
+
+def _config_path(argv: Sequence[str]) -> str | None:
+    """The value of ``--config PRESET`` / ``--config=PRESET`` in ``argv`` (the last one wins), else None."""
+    ap = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    ap.add_argument("--config")
+    ns, _ = ap.parse_known_args(list(argv))
+    return ns.config
 
 
 def to_dict(cfg: Any) -> dict[str, Any]:

@@ -232,7 +232,7 @@ def synthetic_setup(data: Path, out: Path, split: str, run: StepRunner = run_ste
     if not (vl / "config.json").exists():
         run(("-m", "forecasters", "tiny-model", "--out", str(vl), "--kind", "qwen2_vl"))
     run(("-m", "forecasters", "run", "--data", str(data), "--split", split, "--forecaster", "m3", "--backend", "hf",
-         "--model", str(vl), "--out", str(phrases), "--threads", "1", "--no-progress"))
+         "--model", str(vl), "--out", str(phrases), "--num-threads", "1", "--no-progress"))
     return {"phrases": {"M3 (tiny random Qwen2-VL)": str(phrases)}, "text_spaces": ("minilm",), "clip_space": "clip",
             "visual_space": "pixels", "lftr_config": (str(SYNTH_LFTR_CONFIG),), "lftr_set": ("epochs=4",)}
 

@@ -187,7 +187,7 @@ def quality(args) -> dict:
     loss = fit_on_benchmark(model, data, forecaster="m3", steps=args.fit_steps, seed=0)
     if not (Path(data) / "features" / "minilm" / "meta.json").exists():
         _cli("-m", "retrieval", "encode", "--data", data, "--space", "minilm", "--model", "packaged:all-MiniLM-L6-v2")
-    common = ["--data", data, "--split", "test", "--backend", "hf", "--model", model, "--threads", "1",
+    common = ["--data", data, "--split", "test", "--backend", "hf", "--model", model, "--num-threads", "1",
               "--no-progress"]
     free = out / "free-form.jsonl"
     _cli("-m", "forecasters", "run", "--forecaster", "m3", "--out", str(free), *common)

@@ -108,7 +108,7 @@ class Demo:
                       "--fit-data", str(a.data), "--fit-steps", "100"], "forecaster")
         phrases = out / "text-only-tiny.jsonl"
         self.run([PY, "-m", "forecasters", "run", "--data", str(a.data), "--split", "test", "--forecaster", "text-only",
-                  "--backend", "hf", "--model", str(model), "--out", str(phrases), "--threads", "1"], "forecaster")
+                  "--backend", "hf", "--model", str(model), "--out", str(phrases), "--num-threads", "1"], "forecaster")
         self.run([PY, "-m", "retrieval", "search", "--data", str(a.data), "--phrases", str(phrases), "--space", "minilm",
                   "--method", PLUMBING_METHOD, "--out", str(self.runs / "text-only-tiny.parquet")], "forecaster")
 

@@ -83,7 +83,7 @@ if [[ $DEMO == 1 ]]; then
     [[ -f "$MODEL/config.json" ]] || run "$PY" -m forecasters tiny-model --kind qwen3_vl --out "$MODEL"
   fi
   TRAIN=("$PY" -m distill.train --max_steps 8)
-  SFT_LIMIT=(--limit 32 --eval_limit 8); FAITH_LIMIT=(--limit 24)   # 24 test queries, stratified over the test videos
+  SFT_LIMIT=(--limit 32 --eval-limit 8); FAITH_LIMIT=(--limit 24)   # 24 test queries, stratified over the test videos
 else
   TRAIN=(accelerate launch --config_file "$ACCEL")
   [[ -n "$NPROC" ]] && TRAIN+=(--num_processes "$NPROC")
@@ -95,7 +95,7 @@ cfg() { "$PY" -m distill config-get --config "$PRESET" --section "$1" --key "$2"
 FRAMES="$(cfg sft frames)"; MAX_PIXELS="$(cfg sft max_pixels)"
 NARRATE=(--config "$PRESET" --data "$DATA" --predicates "$OUT/predicates.jsonl")
 [[ -n "$NARRATOR" ]] && NARRATE+=(--narrator "$NARRATOR")
-[[ -n "$TEACHER_URL" ]] && NARRATE+=(--backend openai --base_url "$TEACHER_URL")
+[[ -n "$TEACHER_URL" ]] && NARRATE+=(--backend openai --base-url "$TEACHER_URL")
 LIMIT_ARGS=(); [[ -n "$LIMIT" ]] && LIMIT_ARGS=(--limit "$LIMIT")
 
 # 1. oracle -> predicates (every split: train for SFT, test for the faithfulness check)
@@ -109,13 +109,13 @@ run "$PY" -m distill narrate --config "$PRESET" --data "$DATA" --predicates "$OU
     --narrator template --split test --out "$OUT/rationales-test"
 #    answer restatements, leakage probes (string match, classifier), validator rejects, and (synthetic benchmark)
 #    the validator's false rejections of honest free-word descriptions of the truth, with its leak control
-run "$PY" -m distill rationale-stats --data "$DATA" --rationales "[$OUT/rationales, $OUT/rationales-test]" \
+run "$PY" -m distill rationale-stats --data "$DATA" --rationales "$OUT/rationales" "$OUT/rationales-test" \
     --predicates "$OUT/predicates.jsonl" --out "$OUT/rationale-stats" > /dev/null
 # 3. SFT sets (Parquet): CoT, answer-only and trajectory-labels, same queries and prompts, train + validation splits
 #    (skipped when built; delete $OUT/sft to rebuild)
 [[ -f "$OUT/sft/sft.summary.json" ]] || \
   run "$PY" -m distill sft --config "$PRESET" --data "$DATA" --rationales "$OUT/rationales" \
-      --eval_rationales "$OUT/rationales-val" --out "$OUT/sft" "${SFT_LIMIT[@]}"
+      --eval-rationales "$OUT/rationales-val" --out "$OUT/sft" "${SFT_LIMIT[@]}"
 # 4. students: LoRA on a 4-bit base, one per variant, at the preset's effective batch on any number of processes
 #    (an interrupted run resumes from its newest checkpoint of the same config; a finished one is skipped)
 for V in cot answer trajectory; do
@@ -158,13 +158,12 @@ RUNS=(); PHRASES=(); SNAPS=()
 for NAME in "${METHODS[@]}"; do
   RUNS+=("$OUT/runs/$NAME.parquet"); PHRASES+=("$OUT/phrases/$NAME.jsonl"); SNAPS+=("$NAME=$OUT/runs/$NAME+snap.parquet")
 done
-join() { local IFS=,; echo "[$*]"; }
 run "$PY" -m eval report "${RUNS[@]}" --data "$DATA" --out "$OUT/report" --reference "zero-shot[$SPACE]"
 run "$PY" -m eval report "${RUNS[@]:1}" --data "$DATA" --out "$OUT/report-cot-vs-answer-only" \
     --reference "answer-only[$SPACE]"
 #    answer accuracy, exact and snapped, every pair (cot vs trajectory-labels vs answer-only) with a bootstrap by video
-run "$PY" -m distill answers --data "$DATA" --out "$OUT/answers" --phrases "$(join "${PHRASES[@]}")" \
-    --names "$(join "${METHODS[@]}")" --snap_runs "$(join "${SNAPS[@]}")"
+run "$PY" -m distill answers --data "$DATA" --out "$OUT/answers" --phrases "${PHRASES[@]}" \
+    --names "${METHODS[@]}" --snap-runs "${SNAPS[@]}"
 # 8. faithfulness of the CoT student (SCOTT-style: counterfactual evidence, does the answer move to it?)
 run "$PY" -m distill faithfulness --config "$PRESET" --data "$DATA" --model "$MODEL" \
     --adapter "$OUT/students/cot/adapter" --predicates "$OUT/predicates.jsonl" --out "$OUT/faithfulness" \

@@ -15,7 +15,7 @@ mkdir -p "$OUT"
 [ -f "$DATA/features/minilm/meta.json" ] || "$PY" -m retrieval encode --data "$DATA" --space minilm --model packaged:all-MiniLM-L6-v2
 [ -f "$OUT/tiny-qwen2/config.json" ] || "$PY" -m forecasters tiny-model --out "$OUT/tiny-qwen2" --kind qwen2 --fit-data "$DATA" --fit-steps "${STEPS:-100}"
 "$PY" -m forecasters run --data "$DATA" --split test --forecaster text-only --backend hf --model "$OUT/tiny-qwen2" \
-  --out "$OUT/text-only-tiny.jsonl" --threads 1 ${LIMIT:+--limit "$LIMIT"}
+  --out "$OUT/text-only-tiny.jsonl" --num-threads 1 ${LIMIT:+--limit "$LIMIT"}
 "$PY" -m retrieval search --data "$DATA" --phrases "$OUT/text-only-tiny.jsonl" --space minilm --out "$OUT/text-only-tiny.parquet"
 "$PY" -m eval score --data "$DATA" --run "$OUT/text-only-tiny.parquet" --out "$OUT/score"
 echo "forecaster plumbing check done: $OUT (phrases, run, score/)"

@@ -28,4 +28,4 @@ mkdir -p "$OUT"
 if [ "$N" = 1 ]; then FILE="$OUT/m3.jsonl"; else FILE="$OUT/m3.shard$I-of-$N.jsonl"; fi
 # shellcheck disable=SC2086
 exec "$PY" -m forecasters run --data "$DATA" --split test --forecaster m3 --backend vllm --model "${MODEL:-m3}" \
-  --tp "${TP:-2}" --shard "$I/$N" --out "$FILE" ${EXTRA:-}
+  --tensor-parallel-size "${TP:-2}" --shard "$I/$N" --out "$FILE" ${EXTRA:-}

@@ -43,8 +43,8 @@ DISTILL_DATA_COMMANDS = {
     "narrate": ["--predicates", "p", "--out", "o"],
     "sft": ["--rationales", "r", "--out", "o"],
     "faithfulness": ["--model", "m", "--predicates", "p", "--out", "o"],
-    "rationale-stats": ["--rationales", "[r]", "--out", "o"],
-    "answers": ["--phrases", "[a.jsonl]", "--out", "o"],
+    "rationale-stats": ["--rationales", "r", "--out", "o"],
+    "answers": ["--phrases", "a.jsonl", "--out", "o"],
 }
 
 

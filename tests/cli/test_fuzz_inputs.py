@@ -349,7 +349,7 @@ def test_malformed_distill_stage_inputs_are_named(cli_world, tmp_path, which, li
     kind, fn = data.draw(jsonl_corruption(fields), label="corruption")
     with fresh_world(cli_world, tmp_path) as w:
         preds = w["root"] / "predicates.jsonl"
-        res = run_cli("distill", "predicates", "--data", w["bench"], "--out", preds, "--progress", "false")
+        res = run_cli("distill", "predicates", "--data", w["bench"], "--out", preds, "--no-progress")
         assert res.code == 0, res.text
         ids = [json.loads(x)["query_id"] for x in preds.read_text().splitlines()]
         rats = w["root"] / "rationales.jsonl"

@@ -213,7 +213,7 @@ def test_predicates_cli_writes_jsonl_and_config(synth_dir, oracle, tmp_path):
 
     out = tmp_path / "p.jsonl"
     assert main(["predicates", "--data", str(synth_dir), "--out", str(out), "--split", "test", "--limit", "5",
-                 "--progress", "false"]) == 0
+                 "--no-progress"]) == 0
     rows = read_records(out)
     assert len(rows) == 5 and all(PredicateSet.from_dict(r).facts for r in rows)
     conf = json.loads((tmp_path / "p.config.json").read_text())

@@ -42,7 +42,7 @@ def test_rationale_stats_cli_separates_reasoning_from_restating(synth_dir, pred_
     run_narration(NarrateConfig(data=str(synth_dir), predicates=str(pred_file), out=str(noisy),
                                 narrator="template-noisy", split="train", limit=40, fault_rate=0.5, progress=False))
     out = tmp_path / "stats"
-    assert main(["rationale-stats", "--data", str(synth_dir), "--rationales", f"[{template_rationales}, {noisy}]",
+    assert main(["rationale-stats", "--data", str(synth_dir), "--rationales", str(template_rationales), str(noisy),
                  "--out", str(out), "--predicates", str(pred_file)]) == 0
     s = json.loads((out / "rationale_stats.json").read_text())
     assert s["all"]["restatements_median"] == 0 and s["all"]["restated_share"] < 0.25
@@ -68,7 +68,7 @@ def test_rationale_stats_cli_separates_reasoning_from_restating(synth_dir, pred_
             body, answer = r["rationale"].rsplit("\n", 1)
             r = {**r, "rationale": f"{body} So the {ps.subject} will be {ps.answer}.\n{answer}"}
             f.write(json.dumps(r) + "\n")
-    assert main(["rationale-stats", "--data", str(synth_dir), "--rationales", f"[{restating}]",
+    assert main(["rationale-stats", "--data", str(synth_dir), "--rationales", str(restating),
                  "--out", str(tmp_path / "s2")]) == 0
     s2 = json.loads((tmp_path / "s2" / "rationale_stats.json").read_text())
     assert s2["all"]["restated_share"] == 1.0 and s2["all"]["string_probe_acc"] == 1.0

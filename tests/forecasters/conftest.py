@@ -168,7 +168,7 @@ def vllm_inprocess_runs(tiny, synth_dir, tmp_path_factory):
                 ["run", "--forecaster", "m3", "--adapter", str(adapter), "--out", str(outs["lora"]), *common],
                 # the hf backend's video path needs torchvision, which this venv has (ours does not)
                 ["run", "--forecaster", "llava-video", "--out", str(outs["hf_video"]), "--data", str(synth_dir),
-                 "--backend", "hf", "--model", str(model), "--limit", "6", "--threads", "1", "--no-progress"],
+                 "--backend", "hf", "--model", str(model), "--limit", "6", "--num-threads", "1", "--no-progress"],
                 # likelihood scoring: prompt log-probabilities through the prefix cache (test_fc_likelihood)
                 ["run", "--forecaster", "likelihood", "--candidates", "states", "--out", str(root / "lik.jsonl"),
                  *common]]

@@ -121,7 +121,7 @@ def _cli(*args):
 
 def _cli_args(synth_dir, base_url, out, *extra):
     return ["run", "--data", synth_dir, "--forecaster", "m3", "--backend", "openai", "--model", "tiny-vl",
-            "--base-url", base_url, "--out", out, "--max-tokens", "6", "--timeout", "3", "--max-attempts", "2",
+            "--base-url", base_url, "--out", out, "--max-tokens", "6", "--timeout-s", "3", "--max-attempts", "2",
             "--wait-initial", "0.05", "--wait-max", "0.2", "--no-progress", *extra]
 
 
@@ -209,7 +209,7 @@ def test_kill_9_keeps_every_answered_line_then_a_rerun_completes(fault_proxy, sy
     p.add("delay", times=2, delay_s=120)  # two requests hang; the other answers must reach the file meanwhile
     out = tmp_path / "killed.jsonl"
     args = [sys.executable, "-m", "forecasters",
-            *_cli_args(synth_dir, p.base_url, out, "--limit", "18", "--concurrency", "6", "--timeout", "300")]
+            *_cli_args(synth_dir, p.base_url, out, "--limit", "18", "--concurrency", "6", "--timeout-s", "300")]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(REPO))
     proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120

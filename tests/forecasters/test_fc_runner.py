@@ -292,7 +292,7 @@ def test_summary_describes_the_file_and_the_exit_code_says_until_every_query_is_
     summary = json.loads((tmp_path / "m3.summary.json").read_text())
     assert (summary["complete"], summary["failed"], summary["missing"]) == (False, len(broken), 0)
     args = ["run", "--data", str(data), "--forecaster", "m3", "--backend", "hf", "--model", str(tiny["qwen2_vl"]),
-            "--limit", "10", "--out", str(out), "--threads", "1", "--no-progress"]
+            "--limit", "10", "--out", str(out), "--num-threads", "1", "--no-progress"]
     r = _cli_inproc(*args)  # a plain rerun: nothing attempted, and it still says the file is incomplete
     assert r.exit_code == 3 and f"{len(broken)} failed" in r.output, r.output
     finish = f"python -m forecasters run --data {data} --out {out} --forecaster m3 --backend hf --model"
