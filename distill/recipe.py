@@ -231,6 +231,7 @@ def resolve_inputs(args: RecipeArgs) -> Inputs:
     the interpreters. Raises `InputError` for anything missing, before any stage runs."""
     from distill.config import load_section
     from distill.sft import SFTBuildConfig
+    from eval.cli_support import check_benchmark_dir
     from eval.errors import InputError
 
     out = Path(args.out)
@@ -238,6 +239,8 @@ def resolve_inputs(args: RecipeArgs) -> Inputs:
     if data is None:
         raise InputError("--data is required (a benchmark directory)", fix="pass --data DIR, or --cpu_demo to build "
                                                                            "a small synthetic one")
+    if args.data:
+        check_benchmark_dir(args.data)
     model = args.model or (str(out / "tiny-qwen3-vl") if args.cpu_demo else None)
     model = model or load_section(args.config, "train").get("model_name_or_path")
     if not model:
@@ -464,21 +467,11 @@ def decide(stage: Stage, state: RecipeState, ran: set[str]) -> str | None:
 def run_recipe(args: RecipeArgs, argv: Sequence[str] = ()) -> dict[str, Any]:
     """Run (or, with ``dry_run``, show) every stage; returns {"out", "ran", "skipped", "seconds"}. A failing stage
     raises `IncompleteJob` naming the stage, its log and the command that resumes."""
-    from eval.cli_support import check_benchmark_dir
-    from eval.errors import IncompleteJob
-    from eval.outputs import claim_dir
-
     inp = resolve_inputs(args)
-    if args.data:
-        check_benchmark_dir(args.data)
     stages = plan(args, inp)
     out = Path(args.out)
     if not args.dry_run:
-        # the job's own inputs may not be --out or hold it; the demo's benchmark and model, built inside, are ours
-        inputs = [p for p in (args.data, args.model)
-                  if p and Path(p).exists() and not Path(p).resolve().is_relative_to(out.resolve())]
-        claim_dir(out, OUTPUT_KIND, inputs=inputs, overwrite=args.overwrite, option="--out",
-                  legacy=lambda p: any((p / n).exists() for n in LEGACY_NAMES))
+        claim_out(args)
     state = RecipeState(out / STATE_FILE, args)
     env, ran, skipped, t_start = stage_env(args), set(), [], time.perf_counter()
     resume = shlex.join(["python", "-m", "distill", "recipe", *argv])
@@ -488,28 +481,48 @@ def run_recipe(args: RecipeArgs, argv: Sequence[str] = ()) -> dict[str, Any]:
             print(f"\n[{stage.name}] skipped: done ({stage.done})", flush=True)
             skipped.append(stage.name)
             continue
-        log = out / "logs" / f"{stage.name}.log"
         print(f"\n[{stage.name}] ({why}) $ {stage.command}", flush=True)
         ran.add(stage.name)
-        if args.dry_run:
-            continue
-        t0 = time.perf_counter()
-        try:
-            rc = run_stage(stage, log, env)
-        except KeyboardInterrupt:
-            print(f"\ninterrupted in stage {stage.name} (log: {log}); to resume: {resume}", file=sys.stderr)
-            raise
-        if rc != 0:
-            raise IncompleteJob(f"stage {stage.name} failed (exit code {rc}); its output is in {log}",
-                                fix=f"fix the cause and rerun `{resume}` to resume: finished stages are skipped")
-        state.finished(stage, time.perf_counter() - t0)
-        print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+        if not args.dry_run:
+            execute(stage, out / "logs" / f"{stage.name}.log", env, state, resume)
     if not args.dry_run:
         print_summary(args)
     seconds = round(time.perf_counter() - t_start, 1)
     print(f"\ndistill recipe {'planned' if args.dry_run else 'done'} in {seconds:.0f} s: {out}", flush=True)
-    return {"out": str(out), "ran": sorted(ran, key=[s.name for s in stages].index), "skipped": skipped,
-            "seconds": seconds}
+    return {"out": str(out), "ran": [s.name for s in stages if s.name in ran], "skipped": skipped, "seconds": seconds}
+
+
+def claim_out(args: RecipeArgs) -> None:
+    """Check and mark ``--out`` (`eval.outputs.claim_dir`): missing, empty, an earlier recipe's (or the shell
+    recipe's, `LEGACY_NAMES`), or ``--overwrite``; never an input of the job or a folder holding one."""
+    from eval.outputs import claim_dir, read_marker
+
+    out = Path(args.out)
+    ours = out.is_dir() and (read_marker(out) or {}).get("kind") == OUTPUT_KIND
+
+    def built_here(p: Path) -> bool:  # the demo's benchmark or model, passed back in from an earlier recipe's --out
+        return ours and p.resolve() != out.resolve() and p.resolve().is_relative_to(out.resolve())
+
+    inputs = [p for p in (args.data, args.model) if p and Path(p).exists() and not built_here(Path(p))]
+    claim_dir(out, OUTPUT_KIND, inputs=inputs, overwrite=args.overwrite, option="--out",
+              legacy=lambda p: any((p / n).exists() for n in LEGACY_NAMES))
+
+
+def execute(stage: Stage, log: Path, env: dict[str, str], state: RecipeState, resume: str) -> None:
+    """Run one stage and record it as finished; `IncompleteJob` when it exits non-zero."""
+    from eval.errors import IncompleteJob
+
+    t0 = time.perf_counter()
+    try:
+        rc = run_stage(stage, log, env)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted in stage {stage.name} (log: {log}); to resume: {resume}", file=sys.stderr)
+        raise
+    if rc != 0:
+        raise IncompleteJob(f"stage {stage.name} failed (exit code {rc}); its output is in {log}",
+                            fix=f"fix the cause and rerun `{resume}` to resume: finished stages are skipped")
+    state.finished(stage, time.perf_counter() - t0)
+    print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
 def print_summary(args: RecipeArgs) -> None:
