@@ -28,7 +28,8 @@ given.
 Each stage prints and logs its exact command line; its output goes to the console and to ``<out>/logs/<stage>.log``
 (appended: a resumed stage keeps the log of the try before). A stage is skipped when its outputs are complete
 (`Stage.done`), it ran with the same command before (``<out>/recipe.json``; the launcher and interpreter are not part
-of the comparison) and no stage it reads from ran in this invocation; otherwise it runs, and the command itself
+of the comparison; outputs without a record, e.g. of the shell version of the recipe, count as the same) and no stage
+it reads from ran in this invocation; otherwise it runs, and the command itself
 resumes its own partial output (narration, forecasts, training) or refuses one of another config. A stage that exits
 non-zero stops the recipe with an error naming the stage, its log and the command that resumes. ``--dry_run`` prints
 what would run and what would be skipped, and runs nothing.
