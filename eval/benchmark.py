@@ -160,7 +160,10 @@ class Benchmark:
 
     @classmethod
     def load(cls, root: str | os.PathLike, *, progress: bool = False) -> Benchmark:
-        root = Path(root)
+        """Load a benchmark directory, or the Hub dataset ``owner/name[@revision]`` (`eval.hub.resolve_data`)."""
+        from eval.hub import resolve_data
+
+        root = resolve_data(root, "benchmark")
         if not root.is_dir():
             raise FileNotFoundError(f"benchmark directory {root} does not exist")
         for name in REQUIRED_FILES:

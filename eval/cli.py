@@ -13,7 +13,7 @@ from rich.table import Table
 from eval.cli_support import data_option, install, overwrite_option
 from eval.errors import EXIT_CHECK_FAILED
 
-app = typer.Typer(help="PSR benchmark: validate, build the synthetic benchmark, score runs, build reports.",
+app = typer.Typer(help="PSR benchmark: validate, build the synthetic benchmark, score runs, build reports, push to the Hub.",
                   no_args_is_help=True, add_completion=False)
 install(app)
 console = Console(stderr=False)
@@ -46,14 +46,15 @@ def _summary_tables(summary: dict) -> list[Table]:
 
 @app.command()
 def validate(
-    data: Path = typer.Argument(..., help="benchmark directory"),
+    data: Path = typer.Argument(..., help="benchmark directory or Hub dataset (owner/name[@revision])"),
     no_frames: bool = typer.Option(False, "--no-frames", help="skip checking that frame files exist"),
     as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
 ) -> None:
     """Check a benchmark directory: fields, ids, GT references, leakage, feature files. Exit code 1 on any error."""
+    from eval.hub import resolve_data
     from eval.validate import validate as run_validate
 
-    report = run_validate(data, check_frames=not no_frames)
+    report = run_validate(resolve_data(data, ""), check_frames=not no_frames)
     if as_json:
         print(json.dumps({"ok": report.ok, "problems": [p.__dict__ for p in report.problems],
                           "summary": report.summary}, indent=2))
@@ -152,7 +153,7 @@ def _parse_gains(text: str | None) -> dict[str, float] | None:
 
 def _report_config(data: Path, runs: list[Path], reference: str | None, tie: str, ndcg_k: int, gains: str | None,
                    resamples: int, seed: int, split: str = "test", fair: bool = True, qtypes: str = "Q1,Q2,Q3,Q4",
-                   intersect: bool = False):
+                   intersect: bool = False, pairs: list[str] | None = None):
     from eval.metrics import TIE_MODES
     from eval.report import ReportConfig
     from eval.schema import QUESTION_TYPES, SPLITS
@@ -167,7 +168,15 @@ def _report_config(data: Path, runs: list[Path], reference: str | None, tie: str
         raise typer.BadParameter(f"--qtypes takes a comma list of {QUESTION_TYPES}, got {qtypes!r}")
     return ReportConfig(tie=tie, ndcg_k=ndcg_k, gains=_parse_gains(gains), reference=reference, n_resamples=resamples,
                         seed=seed, data=str(data), runs=[str(r) for r in runs], split=splits, fair=fair, qtypes=qts,
-                        intersect=intersect)
+                        intersect=intersect, pairs=tuple(_parse_pair(p) for p in pairs or ()))
+
+
+def _parse_pair(text: str) -> tuple[str, str]:
+    """``RUN:AGAINST`` -> (RUN, AGAINST); run names hold no ':' but may hold '[', '+' and spaces."""
+    a, sep, b = text.rpartition(":")
+    if not sep or not a.strip() or not b.strip():
+        raise typer.BadParameter(f"expected RUN:AGAINST (two run names), got {text!r}", param_hint="--pair")
+    return a.strip(), b.strip()
 
 
 def _load_runs(paths: list[Path]):
@@ -229,6 +238,8 @@ def report(
     out: Path = typer.Option(..., "--out", help="report directory"),
     overwrite: bool = overwrite_option(),
     reference: str = typer.Option(None, "--reference", help="run (or seed group) name to test every run against"),
+    pair: list[str] = typer.Option([], "--pair", help="RUN:AGAINST -- also test run RUN against run AGAINST "
+                                                      "(paired bootstrap + McNemar, pairs.md; repeatable)"),
     tie: str = typer.Option("expected", "--tie", help=_TIE_HELP),
     ndcg_k: int = typer.Option(10, "--ndcg-k", help="cut-off of the tier-weighted nDCG"),
     gains: str = typer.Option(None, "--gains", help=_GAINS_HELP),
@@ -246,12 +257,60 @@ def report(
     from eval.benchmark import Benchmark
     from eval.report import build_report
 
-    cfg = _report_config(data, runs, reference, tie, ndcg_k, gains, resamples, seed, split, fair, qtypes, intersect)
+    cfg = _report_config(data, runs, reference, tie, ndcg_k, gains, resamples, seed, split, fair, qtypes, intersect,
+                         pair)
     doc = build_report(_load_runs(runs), Benchmark.load(data), out, cfg, progress=True, inputs=[data, *runs],
                        overwrite=overwrite)
     _print_notes(doc)
     typer.echo((out / "main.md").read_text(encoding="utf-8"))
     console.print(f"[green]wrote[/] {out}")
+
+
+# --- the paper's Table 3: text predictors against LFTR in the same spaces (see eval/compare.py) ---
+
+@app.command()
+def compare(
+    data: Path = typer.Option(..., "--data", help="benchmark directory (with --synthetic: built when missing)"),
+    out: Path = typer.Option(..., "--out", help="output folder: runs/, subset/, report/, table3.md, compare.json "
+                                                "(a rerun keeps the run files there and resumes)"),
+    overwrite: bool = overwrite_option(),
+    phrases: list[str] = typer.Option([], "--phrases", help="NAME=FILE: a text predictor's phrase file (repeat; "
+                                                            "rows in this order)"),
+    text_space: list[str] = typer.Option([], "--text-space", help="semantic space (repeat); the first is the one "
+                                                                  "fused with --clip-space and --visual-space"),
+    clip_space: str = typer.Option(None, "--clip-space", help="CLIP/SigLIP image space: the phrases as text -> image "
+                                                              "queries, and their fusion with the first text space"),
+    visual_space: str = typer.Option(None, "--visual-space", help="visual space of LFTR and of its fusion with the "
+                                                                  "first text space (paper: dinov2)"),
+    lftr_config: list[str] = typer.Option([], "--lftr-config", help="LFTR YAML config for training (repeat; applied "
+                                                                    "in order over the defaults)"),
+    lftr_set: list[str] = typer.Option([], "--lftr-set", help="LFTR config override KEY=VALUE (repeat)"),
+    lftr_run: list[str] = typer.Option([], "--lftr-run", help="SPACE=RUN: an existing LFTR run file for SPACE "
+                                                              "(skips training; repeat)"),
+    split: str = typer.Option("test", "--split", help="split of the table: train | val | test"),
+    seed: int = typer.Option(0, "--seed", help="seed of LFTR training and of the paired bootstrap"),
+    resamples: int = typer.Option(10_000, "--resamples", min=100, help="paired bootstrap resamples"),
+    all_queries: bool = typer.Option(False, "--all-queries", help="keep queries without a usable phrase from every "
+                                                                  "predictor in the subset"),
+    synthetic: bool = typer.Option(False, "--synthetic", help="CPU plumbing run: build the benchmark, a MiniLM text "
+                                                              "space, a tiny random CLIP and tiny-model M3 phrases "
+                                                              "locally (options given still win)"),
+) -> None:
+    """The paper's Table 3 (fair MLLM comparison): each predictor's phrases in every text space, CLIP text -> image
+    and their fusion, against LFTR in the same spaces and its fusion, over the intersection subset, with
+    significance against the best text-predictor row. Rows missing from OUT/runs/ are built by the retrieval
+    commands (eval/compare.py)."""
+    from eval.compare import CompareConfig, parse_pairs
+    from eval.compare import compare as run_compare
+
+    cfg = CompareConfig(data=data, out=out, phrases=parse_pairs(phrases, "--phrases"), text_spaces=tuple(text_space),
+                        clip_space=clip_space, visual_space=visual_space, lftr_config=tuple(lftr_config),
+                        lftr_set=tuple(lftr_set), lftr_runs=parse_pairs(lftr_run, "--lftr-run", "bge=lftr-bge.parquet"),
+                        split=split, seed=seed, resamples=resamples, all_queries=all_queries, synthetic=synthetic)
+    result = run_compare(cfg, overwrite=overwrite)
+    _print_notes({"notes": result.notes})
+    typer.echo(result.table)
+    console.print(f"[green]wrote[/] {out / 'table3.md'}, {out / 'compare.json'} and {out / 'report'}")
 
 
 # --- export for other evaluators (see eval/trec.py) ---
@@ -286,3 +345,23 @@ def export_trec(
     console.print(f"[green]wrote[/] {res.run_path} ({res.n_run_lines} lines, {res.n_queries} queries, "
                   f"k={res.k} of the run's {res.run_k})"
                   + (f" and {res.qrels_path} ({res.n_qrels_lines} lines)" if res.qrels_path else ""))
+
+
+# --- the Hub (see eval/hub.py) ---
+
+@app.command()
+def push(
+    data: Path = typer.Argument(..., help="benchmark directory (validated first; refused when it does not validate)"),
+    repo_id: str = typer.Argument(..., help="Hub dataset repo to create or update: owner/name"),
+    private: bool = typer.Option(False, "--private", help="create the repo private (an existing repo keeps its "
+                                                          "visibility)"),
+    revision: str = typer.Option(None, "--revision", help="branch to commit to (created from main when missing; "
+                                                          "default: main)"),
+) -> None:
+    """Upload a built, validated benchmark as a Hub dataset repo (one commit; its .cache/ and output marker stay
+    local). Every --data then takes REPO_ID[@REVISION]."""
+    from eval.hub import push_benchmark
+
+    res = push_benchmark(data, repo_id, private=private, revision=revision, log=console.print)
+    console.print(f"[green]pushed[/] {res.files} file(s) to {res.url} (revision {res.revision}); use it as "
+                  f"--data {res.repo_id}" + (f"@{res.revision}" if res.revision != "main" else ""))

@@ -203,8 +203,11 @@ def _flag_of(value: str, argv: Sequence[str]) -> str:
 # --- shared options ----------------------------------------------------------------------------------------------
 
 def check_benchmark_dir(path: str | os.PathLike, option: str = "--data") -> Path:
-    """``path`` if it is a benchmark directory (a folder holding manifest.json); else `InputError`."""
-    p = Path(path)
+    """``path`` if it is a benchmark directory (a folder holding manifest.json), or the snapshot folder of the Hub
+    dataset ``owner/name[@revision]`` it names (`eval.hub.resolve_data`); else `InputError`."""
+    from eval.hub import resolve_data
+
+    p = resolve_data(path, option)
     if not p.exists():
         raise InputError(f"{option} {path} does not exist", fix="pass a benchmark directory (python -m eval synth "
                                                                 "--out DIR builds the synthetic one)")
@@ -228,7 +231,7 @@ def data_callback(value):
         raise typer.BadParameter(f"{e.message} ({e.fix})") from None
 
 
-def data_option(default=..., help: str = "benchmark directory"):
+def data_option(default=..., help: str = "benchmark directory, or a Hub dataset owner/name[@revision] (eval/hub.py)"):
     """A ``--data`` typer option that must name an existing benchmark directory (checked before the command runs)."""
 
     return typer.Option(default, "--data", help=help, callback=data_callback)

@@ -40,3 +40,7 @@ class ModelNotFound(PSRError, OSError):
 
 class IncompleteJob(PSRError):
     """A job that ran but did not do everything it was asked; the message says what is missing and how to finish."""
+
+
+class MissingDependency(PSRError, ImportError):
+    """An optional package that the chosen option needs is not installed; ``fix`` gives the pip command."""

@@ -174,9 +174,22 @@ def load(path: str | os.PathLike) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def _pair_line(runs: dict, t: dict) -> str:
+    """One ``--pair`` test of the report as a finding: does ``run`` beat ``reference`` significantly?"""
+    a, b = t["run"], t["reference"]
+    boot, mc = t["bootstrap"], t["mcnemar"]
+    pb, pm = boot["p_value"], mc["p_value"]
+    sig = boot["delta"] > 0 and pb is not None and pm is not None and pb < SIG_LEVEL and pm < SIG_LEVEL
+    verdict = f"beats `{b}` significantly" if sig else f"does not beat `{b}` significantly"
+    return (f"- `{a}` {verdict} (p < {SIG_LEVEL:g}): R@5 {_r5(runs, a):.1f} vs {_r5(runs, b):.1f} (paired bootstrap "
+            f"Δ {100 * boot['delta']:+.1f} pp, 95% CI [{100 * boot['ci_low']:+.1f}, {100 * boot['ci_high']:+.1f}], "
+            f"p = {_p(pb)}; McNemar p = {_p(pm)}; n = {t['n']}).")
+
+
 def findings(report: dict) -> list[str]:
     """The headline comparisons of a report, as Markdown bullets: fusion against the better single space (with its
-    significance), each learned method's R@5 by horizon, the oracle ceiling against the best predictor."""
+    significance), each learned method's R@5 by horizon, every ``--pair`` test (e.g. a learned visual space against
+    pixels), a text -> image space's zero-shot oracle, the oracle ceiling against the best predictor."""
     runs = report["runs"]
     lines = []
     fused, singles = _find(runs, "fusion"), _find(runs, "lftr")
@@ -195,7 +208,11 @@ def findings(report: dict) -> list[str]:
         if hs:
             curve = " → ".join(f"h{h} {v:.1f}" for h, v in sorted(hs.items()))
             lines.append(f"- `{n}` R@5 by horizon: {curve}.")
+    lines += [_pair_line(runs, t) for t in report.get("pairs", []) if t["run"] in runs and t["reference"] in runs]
     sem = _find(runs, "semantic")
+    for n in sem[1:]:  # a text -> image space's semantic-text oracle: its zero-shot text -> image retrieval
+        lines.append(f"- Zero-shot text → image retrieval `{n}` (the true state text embedded by the space's text "
+                     f"tower ranks frames directly): R@5 {_r5(runs, n):.1f}, against `{sem[0]}` {_r5(runs, sem[0]):.1f}.")
     if sem:
         hs = _by_h(runs, sem[0])
         oracles = ROLES["semantic"] + ROLES["paraphrase"] + ROLES["independent"] + ("state-prototype",

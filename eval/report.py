@@ -9,6 +9,7 @@ Output directory::
     multi_object.{md,csv,tex}     Q5 groups: joint all-objects-correct R@k and per-object R@k (PSR App. Q)
     significance.{md,csv,tex}     every run vs the reference run: paired bootstrap, McNemar, per-horizon bootstrap,
                                   and a paired t-test across seeds for multi-seed groups
+    pairs.{md,csv,tex}            the same tests between two other runs (``--pair RUN:AGAINST``, repeatable)
     r5_by_horizon.png, tiers.png  plots (matplotlib, Agg)
     report.json                   every number above (fractions in [0, 1]) + the per-run stratified results
     report_config.json            the resolved configuration of this report
@@ -81,6 +82,8 @@ class ReportConfig:
     ndcg_k: int = 10
     gains: dict[str, float] | None = None
     reference: str | None = None
+    #: extra paired tests between two runs that are not the reference: ``(run, against)`` names (``--pair A:B``)
+    pairs: tuple[tuple[str, str], ...] = ()
     n_resamples: int = 10_000
     seed: int = 0
     ci_resamples: int = 1000
@@ -283,6 +286,76 @@ def _per_query_r5(run, tie: str) -> np.ndarray:
     return recall_at_k(RankStats.from_run(run, MAIN_POOL), 5, tie)
 
 
+def _paired_test(name: str, run, ref_name: str, ref, labels: Mapping[str, QueryLabels],
+                 cfg: ReportConfig) -> dict | None:
+    """Paired bootstrap, McNemar and per-horizon bootstrap of ``run`` against ``ref`` on the queries both hold
+    (None when they share none); delta = run - reference."""
+    held = set(ref.query_ids)
+    common = [q for q in run.query_ids if q in held]
+    if not common:
+        return None
+    ea, eb = _per_query_r5(run.select(common), cfg.tie), _per_query_r5(ref.select(common), cfg.tie)
+    horizons = labels[name].horizon[[run.query_ids.index(q) for q in common]]
+    boot = paired_bootstrap(ea, eb, n_resamples=cfg.n_resamples, seed=cfg.seed)
+    mc = mcnemar(ea, eb, n_resamples=cfg.n_resamples, seed=cfg.seed)
+    by_h = paired_bootstrap_by(ea, eb, horizons, n_resamples=cfg.n_resamples, seed=cfg.seed)
+    return {"run": name, "reference": ref_name, "metric": "R@5", "tie": cfg.tie, "n": boot.n,
+            "bootstrap": boot.to_dict(), "mcnemar": mc.to_dict(),
+            "by_horizon": {str(h): r.to_dict() for h, r in by_h.items()}}
+
+
+def _resolve_name(runs: Mapping[str, Any], entries: list[Entry], name: str, what: str) -> str:
+    """The run called ``name``: a run name, or the first run of the entry (seed group) labelled so."""
+    if name in runs:
+        return name
+    entry = next((e for e in entries if name in (e.label, *e.names)), None)
+    if entry is None:
+        raise InputError(f"{what} {name!r} is not among the runs: {[e.label for e in entries]}")
+    return entry.names[0]
+
+
+def _pair_tests(runs: Mapping[str, Any], labels: Mapping[str, QueryLabels], entries: list[Entry],
+                cfg: ReportConfig) -> tuple[list[dict], Table | None]:
+    """The ``--pair A:B`` tests (each run A against run B), in the significance table's format."""
+    out = []
+    for a, b in cfg.pairs:
+        na, nb = _resolve_name(runs, entries, a, "--pair run"), _resolve_name(runs, entries, b, "--pair run")
+        test = _paired_test(na, runs[na], nb, runs[nb], labels, cfg)
+        if test is None:
+            raise InputError(f"--pair {a}:{b}: the two runs share no query of the population")
+        out.append(test)
+    if not out:
+        return [], None
+    cols = ["run", "against", *_SIG_COLS[1:], *[f"Δh{h}" for h in range(1, REPORT_MAX_HORIZON + 1)]]
+    rows = [[r["run"], r["reference"], *_sig_row(r)[1:]] for r in out]
+    cap = (f"Paired tests between two runs (`--pair RUN:AGAINST`), on the queries both hold: {_test_caption(cfg)}")
+    return out, Table("pairs", "Paired tests between runs", cols, rows, cap)
+
+
+_SIG_COLS = ["run", "n", "ΔR@5 (pp)", "95% CI", "p (bootstrap)", "McNemar b/c", "p (McNemar)"]
+
+
+def _sig_row(r: dict) -> list[str]:
+    b, m = r["bootstrap"], r["mcnemar"]
+    bc = (f"{m['b']}/{m['c']}" if m["method"] == "exact" else f"{m['b']:.1f}/{m['c']:.1f}")
+    row = [r["run"], str(r["n"]), f"{100 * b['delta']:+.2f}", f"[{100 * b['ci_low']:+.2f}, {100 * b['ci_high']:+.2f}]",
+           _fmt_p(b["p_value"]), bc, _fmt_p(m["p_value"])]
+    for h in range(1, REPORT_MAX_HORIZON + 1):
+        hb = r["by_horizon"].get(str(h))
+        row.append("—" if hb is None else f"{100 * hb['delta']:+.1f} (p={_fmt_p(hb['p_value'])}, n={hb['n']})")
+    return row
+
+
+def _test_caption(cfg: ReportConfig) -> str:
+    return (f"paired bootstrap ({cfg.n_resamples} resamples, seed "
+            f"{cfg.seed}) of hit@5 under the {cfg.tie!r} tie rule, delta = run - reference; no p-value below "
+            f"{MIN_BOOTSTRAP_N} queries (n too small). McNemar on the same per-query hits: b = run only, c = "
+            "reference only" + (" (expected counts); a sign-flip randomization test on the expected hits, which is "
+                                "McNemar's exact binomial test wherever every hit is 0/1; it never depends on the "
+                                "corpus row order" if cfg.tie == "expected" else
+                                f"; exact binomial test on the 0/1 hits of the {cfg.tie!r} tie-break") + ".")
+
+
 def _significance(runs: Mapping[str, Any], labels: Mapping[str, QueryLabels], entries: list[Entry],
                   cfg: ReportConfig) -> tuple[list[dict], Table | None]:
     if not cfg.reference:
@@ -295,20 +368,10 @@ def _significance(runs: Mapping[str, Any], labels: Mapping[str, QueryLabels], en
     ref = runs[ref_name]
     out = []
     for name, run in runs.items():
-        if name == ref_name:
-            continue
-        common = [q for q in run.query_ids if q in set(ref.query_ids)]
-        if not common:
-            continue
-        a, ra = run.select(common), ref.select(common)
-        ea, eb = _per_query_r5(a, cfg.tie), _per_query_r5(ra, cfg.tie)
-        horizons = labels[name].horizon[[run.query_ids.index(q) for q in common]]
-        boot = paired_bootstrap(ea, eb, n_resamples=cfg.n_resamples, seed=cfg.seed)
-        mc = mcnemar(ea, eb, n_resamples=cfg.n_resamples, seed=cfg.seed)
-        by_h = paired_bootstrap_by(ea, eb, horizons, n_resamples=cfg.n_resamples, seed=cfg.seed)
-        out.append({"run": name, "reference": ref_name, "metric": "R@5", "tie": cfg.tie, "n": boot.n,
-                    "bootstrap": boot.to_dict(), "mcnemar": mc.to_dict(),
-                    "by_horizon": {str(h): r.to_dict() for h, r in by_h.items()}})
+        if name != ref_name:
+            test = _paired_test(name, run, ref_name, ref, labels, cfg)
+            if test is not None:
+                out.append(test)
     ref_group = ref_entry if ref_entry.is_group else None
     groups = []
     for e in entries:
@@ -320,30 +383,14 @@ def _significance(runs: Mapping[str, Any], labels: Mapping[str, QueryLabels], en
                                "ttest": paired_ttest(a, b).to_dict()})
             except ValueError as err:
                 groups.append({"group": e.label, "reference": ref_group.label, "metric": "R@5", "error": str(err)})
-    cols = ["run", "n", "ΔR@5 (pp)", "95% CI", "p (bootstrap)", "McNemar b/c", "p (McNemar)"]
-    cols += [f"Δh{h}" for h in range(1, REPORT_MAX_HORIZON + 1)]
-    rows = []
-    for r in out:
-        b, m = r["bootstrap"], r["mcnemar"]
-        bc = (f"{m['b']}/{m['c']}" if m["method"] == "exact" else f"{m['b']:.1f}/{m['c']:.1f}")
-        row = [r["run"], str(r["n"]), f"{100 * b['delta']:+.2f}", f"[{100 * b['ci_low']:+.2f}, {100 * b['ci_high']:+.2f}]",
-               _fmt_p(b["p_value"]), bc, _fmt_p(m["p_value"])]
-        for h in range(1, REPORT_MAX_HORIZON + 1):
-            hb = r["by_horizon"].get(str(h))
-            row.append("—" if hb is None else f"{100 * hb['delta']:+.1f} (p={_fmt_p(hb['p_value'])}, n={hb['n']})")
-        rows.append(row)
+    cols = _SIG_COLS + [f"Δh{h}" for h in range(1, REPORT_MAX_HORIZON + 1)]
+    rows = [_sig_row(r) for r in out]
     for g in groups:
         t = g.get("ttest")
         rows.append([f"{g['group']} (paired t over seeds)", str(len(t["seeds"])) if t else "—",
                      f"{100 * t['delta']:+.2f}" if t else "—", "—", f"{t['p_value']:.2g}" if t else g["error"],
                      "—", "—"] + ["—"] * REPORT_MAX_HORIZON)
-    cap = (f"vs reference {ref_name} on the queries both hold: paired bootstrap ({cfg.n_resamples} resamples, seed "
-           f"{cfg.seed}) of hit@5 under the {cfg.tie!r} tie rule, delta = run - reference; no p-value below "
-           f"{MIN_BOOTSTRAP_N} queries (n too small). McNemar on the same per-query hits: b = run only, c = "
-           "reference only" + (" (expected counts); a sign-flip randomization test on the expected hits, which is "
-                               "McNemar's exact binomial test wherever every hit is 0/1; it never depends on the "
-                               "corpus row order" if cfg.tie == "expected" else
-                               f"; exact binomial test on the 0/1 hits of the {cfg.tie!r} tie-break") + ".")
+    cap = f"vs reference {ref_name} on the queries both hold: {_test_caption(cfg)}"
     return out + groups, Table("significance", f"Significance vs {ref_name}", cols, rows, cap)
 
 
@@ -508,8 +555,8 @@ def _build(prep: _Prepared, out_dir: Path, cfg: ReportConfig, progress: bool) ->
     pop_line = f"Population: {prep.population.describe()}; n = {n_pop:,} queries."
     tables = _tables(entries, results, cfg)
     sig, sig_table = _significance(by_name, labels, entries, cfg)
-    if sig_table is not None:
-        tables.append(sig_table)
+    pairs, pairs_table = _pair_tests(by_name, labels, entries, cfg)
+    tables += [t for t in (sig_table, pairs_table) if t is not None]
     for t in tables:
         t.caption = (t.caption + " " if t.caption else "") + pop_line
     mo = _multi_object_table(entries, groups_res, cfg, prep.population.multi_object())
@@ -522,7 +569,7 @@ def _build(prep: _Prepared, out_dir: Path, cfg: ReportConfig, progress: bool) ->
     cfg.runs = names
     doc = {"config": asdict(cfg), "population": {**prep.population.to_dict(), "n": n_pop}, "notes": prep.notes,
            "entries": [asdict(e) for e in entries], "runs": results, "multi_object": groups_res,
-           "significance": sig, "plots": plots, "tables": {t.name: t.to_dict() for t in tables}}
+           "significance": sig, "pairs": pairs, "plots": plots, "tables": {t.name: t.to_dict() for t in tables}}
     write_json(out_dir / "report.json", _jsonable(doc))
     write_json(out_dir / "report_config.json", _jsonable(asdict(cfg)))
     notes = "".join(f"> note: {n}\n" for n in prep.notes)

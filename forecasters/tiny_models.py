@@ -446,7 +446,7 @@ def build_tiny_vlm(out: str | os.PathLike, kind: str = "qwen2_vl", *, seed: int 
 
 def build_tiny_clip(out: str | os.PathLike, *, seed: int = 0) -> Path:
     """A tiny random ``CLIPModel`` (32x32 images, 24-d projection) with its image processor and a BPE tokenizer, for
-    the plumbing of text -> image retrieval (e.g. ``scripts/compare_predictors.py --synthetic``). Returns ``out``."""
+    the plumbing of text -> image retrieval (e.g. ``python -m eval compare --synthetic``). Returns ``out``."""
     import torch
     from transformers import CLIPConfig, CLIPModel
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from eval.cli_support import data_option, install, overwrite_option
+from eval.tracking import REPORT_TO_HELP
 
 app = typer.Typer(help="PSR retrieval: encode spaces, baselines, oracles, phrase search, fusion, LFTR.",
                   no_args_is_help=True, add_completion=False)
@@ -233,11 +234,11 @@ def topk(
 # LFTR
 # --------------------------------------------------------------------------------------------------------------
 def _lftr_config(config: list[Path], space: str, seed: int | None, prefix_space: str, question_space: str,
-                 overrides: list[str], frames: str = ""):
+                 overrides: list[str], frames: str = "", report_to: str | None = None):
     from retrieval.lftr.config import load_config
 
     return load_config(config, overrides, target_space=space or None, seed=seed, prefix_space=prefix_space or None,
-                       question_space=question_space or None, frames=frames or None)
+                       question_space=question_space or None, frames=frames or None, report_to=report_to)
 
 
 def _claim(out: Path, kind: str, inputs: list, overwrite: bool):
@@ -269,6 +270,8 @@ def lftr_train(
     frames: str = FRAMES,
     overrides: list[str] = SET,
     stop_after: int = typer.Option(0, "--stop-after", min=0, help="run at most N epochs now (resume later)"),
+    report_to: str = typer.Option(None, "--report-to", help=REPORT_TO_HELP + "; TensorBoard logs go to OUT/runs/ "
+                                                                              "(default: the config's, none)"),
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Train LFTR (resumes from OUT/last.pt); keeps the best-val-R@5 weights in OUT/best.pt."""
@@ -276,7 +279,7 @@ def lftr_train(
     from retrieval.lftr.predict import validation_recall
     from retrieval.lftr.train import train
 
-    cfg = _lftr_config(config, space, seed, prefix_space, question_space, overrides, frames)
+    cfg = _lftr_config(config, space, seed, prefix_space, question_space, overrides, frames, report_to)
     with _claim(out, "retrieval lftr train", [data, *config], overwrite):
         res = train(Benchmark.load(data), cfg, out, validate=validation_recall, log=console.print,
                     stop_after=stop_after or None)

@@ -4,17 +4,24 @@ Stages, each a command of a package (the demo doubles as a worked example; every
   1. data       build the synthetic benchmark the paper's way (`python -m retrieval synth`: simulate, then canonicalize,
                 mine and verify the GT; reused when --data already holds the same build), validate it and write its
                 card (OUT/card/);
-  2. retrieval  encode the semantic space (packaged MiniLM), every baseline (incl. the lookup prior), every oracle
-                (incl. the held-out paraphrase oracle), LFTR in the semantic and the pixels space (and in pixels from the
-                last prefix frame only: 8 vs 1 frames), and the z-score fusion of the two full ones -> OUT/runs/*.parquet;
-  3. forecaster plumbing check: a tiny locally built model runs the text-only forecaster over the test split through
+  2. encoders  the synthetic world's own frozen encoders, trained once on the train split and reused on rerun: the
+                self-supervised visual tower (`retrieval encoder ssl`, the DINOv2 role) and the LiT text -> image tower
+                (`retrieval encoder lit`, the CLIP role, MiniLM locked) -> OUT/encoders/; `retrieval encode` writes
+                their spaces `ssl` and `lit` into the benchmark's features/;
+  3. retrieval  encode the semantic space (packaged MiniLM), every baseline (incl. the lookup prior), every oracle
+                (incl. the held-out paraphrase oracle and LiT's zero-shot text -> image oracle), LFTR in the semantic,
+                the SSL, the LiT and the raw `pixels` space (and in SSL from the last prefix frame only: 8 vs 1
+                frames), the z-score fusions (semantic + visual; + LiT) and the complementarity analysis
+                -> OUT/runs/ (`--visual pixels` runs the demo on the raw pixels space without towers);
+  4. forecaster plumbing check: a tiny locally built model runs the text-only forecaster over the test split through
                 the hf backend, its phrases are retrieved and scored like any predictor (labelled as plumbing: its
                 numbers say nothing about forecasting);
-  4. report     `python -m eval report` over all runs: main / horizon / question type / tier / GT-definition tables,
-                significance against LFTR fusion, plots -> OUT/report/;
-  5. canon      canonicalization probes: threshold sweep, re-keying, paraphrase oracle, description probe,
+  5. report     `python -m eval report` over all runs: main / horizon / question type / tier / GT-definition tables,
+                significance against the semantic + visual LFTR fusion, the paired tests learned visual space vs
+                pixels and state prototype vs independent appearance, plots -> OUT/report/;
+  6. canon      canonicalization probes: threshold sweep, re-keying, paraphrase oracle, description probe,
                 canonicalize-then-retrieve and the paraphrase-robust encoder -> OUT/canon/;
-  6. distill    the distillation recipe's CPU variant (tiny Qwen3-VL, template narrator) -> OUT/distill/.
+  7. distill    the distillation recipe's CPU variant (tiny Qwen3-VL, template narrator) -> OUT/distill/.
 OUT/README.md indexes the outputs. Stages skip work whose outputs exist (rerun with --force to redo them).
 """
 
@@ -32,7 +39,10 @@ from pathlib import Path
 
 PY = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = ("data", "retrieval", "forecaster", "report", "canon", "distill")
+STAGES = ("data", "encoders", "retrieval", "forecaster", "report", "canon", "distill")
+SEMANTIC = "minilm"
+#: the demo's tower configs (configs/encoders/); the towers land in OUT/encoders/<space>/
+TOWER_CONFIGS = {"ssl": ROOT / "configs" / "encoders" / "ssl-demo.yaml", "lit": ROOT / "configs" / "encoders" / "lit-demo.yaml"}
 PLUMBING_METHOD = "text-only (tiny model, plumbing check)"
 
 
@@ -53,8 +63,42 @@ class Demo:
         self.run([PY, "-m", "eval", "validate", str(a.data)], "data")
         self.run([PY, "-m", "eval", "card", str(a.data), "--out", str(a.out / "card")], "data")
 
+    @property
+    def learned(self) -> bool:
+        return self.args.visual == "ssl"
+
+    def encoders(self) -> None:
+        """Train the SSL tower and the LiT tower (started from it) once, and encode their spaces."""
+        if not self.learned:
+            return
+        a, models = self.args, self.args.out / "encoders"
+        self.run([PY, "-m", "retrieval", "encoder", "ssl", "--data", str(a.data), "--out", str(models / "ssl"),
+                  "--config", str(TOWER_CONFIGS["ssl"])], "encoders")
+        self.run([PY, "-m", "retrieval", "encoder", "lit", "--data", str(a.data), "--out", str(models / "lit"),
+                  "--config", str(TOWER_CONFIGS["lit"]), "--init", str(models / "ssl")], "encoders")
+        for space in ("ssl", "lit"):
+            if self.encoded(space, models / space):
+                print(f"[encoders] features/{space} already encodes {models / space}: reused")
+                continue
+            self.run([PY, "-m", "retrieval", "encode", "--data", str(a.data), "--space", space, "--model",
+                      str(models / space)], "encoders")
+
+    def encoded(self, space: str, tower: Path) -> bool:
+        """features/<space> is complete and was encoded by this tower after it finished training."""
+        d = self.args.data / "features" / space
+        from retrieval.towers import TRAIN_RECORD
+
+        meta, done, record = d / "meta.json", d / "encode_config.json", tower / TRAIN_RECORD
+        if not (meta.exists() and done.exists() and record.exists()) or self.args.force:
+            return False
+        return (json.loads(meta.read_text()).get("model") == str(tower)
+                and done.stat().st_mtime > record.stat().st_mtime)
+
     def retrieval(self) -> None:
-        self.run([PY, "-m", "retrieval", "demo", "--data", str(self.args.data), "--out", str(self.runs)], "retrieval")
+        spaces = (["--visual-space", "ssl", "--extra-space", "lit", "--compare-space", "pixels"] if self.learned
+                  else ["--visual-space", "pixels"])
+        self.run([PY, "-m", "retrieval", "demo", "--data", str(self.args.data), "--out", str(self.runs),
+                  "--semantic-space", SEMANTIC, *spaces], "retrieval")
 
     def forecaster(self) -> None:
         a, out = self.args, self.args.out / "forecaster"
@@ -70,8 +114,9 @@ class Demo:
 
     #: Table order: naive baselines, the forecaster plumbing check, learned methods, then the oracles (ceilings).
     ORDER = ("random", "question-only", "lookup", "persistence", "zero-shot", "knn-future", "text-only", "lftr-minilm",
-             "lftr-pixels", "lftr-pixels-last", "lftr-fusion", "oracle-independent-appearance",
-             "oracle-state-prototype", "oracle-paraphrase", "oracle-semantic-text")
+             "lftr-ssl", "lftr-lit", "lftr-pixels", "lftr-ssl-last", "lftr-pixels-last", "lftr-fusion",
+             "lftr-fusion-minilm+ssl+", "oracle-independent-appearance", "oracle-state-prototype", "oracle-paraphrase",
+             "oracle-semantic-text")
 
     def report(self) -> None:
         def rank(p: Path) -> tuple[int, str]:
@@ -79,8 +124,11 @@ class Demo:
             return (hits[-1] if hits else len(self.ORDER), p.stem)
 
         runs = [str(p) for p in sorted(self.runs.glob("*.parquet"), key=rank)]
+        pairs = []
+        if self.learned:  # the learned visual space against raw pixels, and the SSL space's prototype ceiling
+            pairs = ["--pair", "lftr[ssl]:lftr[pixels]", "--pair", "state-prototype[ssl]:independent-appearance[ssl]"]
         self.run([PY, "-m", "eval", "report", *runs, "--data", str(self.args.data), "--out", str(self.args.out / "report"),
-                  "--reference", self.reference(runs)], "report")
+                  "--reference", self.reference(runs), *pairs], "report")
 
     def canon(self) -> None:
         a = self.args
@@ -133,8 +181,11 @@ class Demo:
                  "[card/card.md](card/card.md)). "
                  "Every command below was run by `make demo`; rerun any of them on your own benchmark directory.", "",
                  "| output | what |", "|---|---|",
-                 "| [report/main.md](report/main.md) | baselines, oracles, LFTR (semantic, pixels, fusion) and the "
+                 "| [report/main.md](report/main.md) | baselines, oracles, LFTR (semantic, visual, their fusion) and the "
                  "forecaster plumbing check, scored by one evaluator; more tables and plots in `report/` |",
+                 *(["| `encoders/` | the SSL and LiT towers (frozen encoders of the spaces `ssl` and `lit`) |",
+                    "| [runs/complementarity.md](runs/complementarity.md) | per-query wins of each space, their union, "
+                    "the correlation of per-pair state similarity |"] if self.learned else []),
                  f"| `runs/` | one run file per method (the row *{PLUMBING_METHOD}* is a plumbing check of the forecaster "
                  "path with a tiny model, not a baseline) |",
                  "| `canon/` | canonicalization probes: sweep, re-keyed benchmark, paraphrase oracle, description probe, "
@@ -146,6 +197,27 @@ class Demo:
         (out / "demo_log.json").write_text(json.dumps(self.log, indent=2) + "\n")
         if self.args.results:
             self.results_page(self.args.results)
+
+    def tower_costs(self) -> list[str]:
+        """The learned encoders' training cost from their records: epochs, items, parameters, s/epoch (wall and CPU),
+        peak RSS and the load average the epochs ran under (the machine is shared; CPU seconds are less inflated)."""
+        rows = []
+        for space in ("ssl", "lit"):
+            p = self.args.out / "encoders" / space / "psr_tower.json"
+            if not p.exists():
+                continue
+            rec = json.loads(p.read_text())
+            h = rec["history"]
+            n = rec.get("frames") or rec.get("pairs") or 0
+            wall, cpu = (sum(e[k] for e in h) / len(h) for k in ("seconds", "cpu_seconds"))
+            loads = [e.get("load_avg", float("nan")) for e in h]
+            rows.append(f"| {space} ({rec['trainer']}) | {len(h)} | {n:,} | {rec['parameters']:,} | {wall:.1f} | "
+                        f"{cpu:.1f} | {sum(e['seconds'] for e in h) / 60:.1f} | {rec['peak_rss_mb']:.0f} | "
+                        f"{min(loads):.1f}–{max(loads):.1f} |")
+        if not rows:
+            return []
+        return ["| tower | epochs | train items | parameters | s/epoch (wall) | CPU s/epoch | total (min) | "
+                "peak RSS (MB) | load avg |", "|---|---:|---:|---:|---:|---:|---:|---:|---|", *rows]
 
     def results_page(self, path: Path) -> None:
         """The repository's results page (docs/results.md): the card beside the paper, the calibration table, the
@@ -161,6 +233,15 @@ class Demo:
                  "## Main table (`python -m eval report`)", "", main_md.read_text(encoding="utf-8"), ""]
         if horizon_md.exists():
             lines += ["## By horizon", "", horizon_md.read_text(encoding="utf-8"), ""]
+        pairs_md, comp_md = self.args.out / "report" / "pairs.md", self.runs / "complementarity.md"
+        if pairs_md.exists():
+            lines += ["## Paired tests (`eval report --pair`)", "", pairs_md.read_text(encoding="utf-8"), ""]
+        if comp_md.exists():
+            lines += ["## Complementarity of the spaces (`retrieval demo`, as `retrieval complementarity`)", "",
+                      comp_md.read_text(encoding="utf-8"), ""]
+        towers = self.tower_costs()
+        if towers:
+            lines += ["## Encoder training cost (the towers' own records, `encoders/*/psr_tower.json`)", "", *towers, ""]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         print(f"results page: {path}")
@@ -172,6 +253,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("reports/demo"), help="where runs and reports go")
     ap.add_argument("--preset", default="demo", help="size of the synthetic benchmark: demo (default) or psr")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--visual", choices=("ssl", "pixels"), default="ssl",
+                    help="visual space: ssl (default: train the SSL and LiT towers, compare with pixels) or pixels "
+                         "(the raw object crop only, no towers; faster)")
     ap.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated subset of {','.join(STAGES)}")
     ap.add_argument("--force", action="store_true", help="redo stages whose outputs exist")
     ap.add_argument("--results", default=str(ROOT / "docs" / "results.md"),

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from eval.cli_support import data_option, overwrite_option
+from eval.tracking import REPORT_TO_HELP
 
 app = typer.Typer(help="Canonicalization: greedy clustering sweep, one saved clustering, assigning and re-keying "
                        "phrases and benchmarks; probes: robust encoder, report.",
@@ -185,6 +186,7 @@ def finetune(
     lr: float = typer.Option(1e-4, "--lr"),
     dims: str = typer.Option("", "--matryoshka-dims", help="comma-separated widths (default: d, 2^j < d, ..., 64)"),
     device: str = typer.Option(None, "--device"),
+    report_to: str = typer.Option("none", "--report-to", help=REPORT_TO_HELP),
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Fine-tune the text encoder on (member phrase -> canonical state) pairs with MatryoshkaLoss over
@@ -195,7 +197,7 @@ def finetune(
     cfg = FinetuneConfig(data=str(data), out=str(out), base_model=base_model, split=split, holdout_fraction=holdout,
                          seed=seed, epochs=epochs, batch_size=batch_size, mini_batch_size=mini_batch_size,
                          learning_rate=lr, matryoshka_dims=[int(x) for x in _floats(dims)], device=device,
-                         overwrite=overwrite)
+                         overwrite=overwrite, report_to=report_to)
     run(cfg, log=_log)
 
 

@@ -23,6 +23,7 @@ Output directory::
     pairs.jsonl              the training pairs
     finetune_config.json     the resolved config
     train_log.json           loss per logging step, wall time
+    runs/                    with --report-to tensorboard: transformers' TensorBoard logs (runs/<date>_<host>/)
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from eval.io import write_json, write_jsonl
+from eval.tracking import TENSORBOARD_DIR, parse_report_to
 from retrieval.canon._files import check_out_dir, staged_dir
 from retrieval.canon.vocab import segment_phrases
 
@@ -58,6 +60,7 @@ class FinetuneConfig:
     matryoshka_dims: list[int] = field(default_factory=list)  # empty: (d, powers of two below d, down to 64)
     device: str | None = None
     overwrite: bool = False  # replace an --out that is not an earlier fine-tune (eval.outputs)
+    report_to: str = "none"  # transformers' report_to: none | tensorboard | wandb | all (`eval.tracking`)
 
 
 def holdout_draw(state_id: str, seed: int) -> float:
@@ -124,6 +127,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, log=print) -> Path:
     from eval.benchmark import Benchmark
     from retrieval.encoders import pick_device, resolve_model
 
+    report_to = list(parse_report_to(cfg.report_to)) or "none"  # a tracker not installed: stop before any work
     check_out_dir(cfg.out, "finetune", inputs=[cfg.data], overwrite=cfg.overwrite)
     bench = Benchmark.load(cfg.data)
     seen, held = split_states(bench, cfg.split, cfg.holdout_fraction, cfg.seed)
@@ -150,8 +154,9 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, log=print) -> Path:
         args = SentenceTransformerTrainingArguments(
             output_dir=str(d / "trainer"), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
             learning_rate=cfg.learning_rate, warmup_ratio=cfg.warmup_ratio, seed=cfg.seed, data_seed=cfg.seed,
-            batch_sampler=BatchSamplers.NO_DUPLICATES, save_strategy="no", report_to="none", logging_steps=1,
-            use_cpu=device == "cpu", disable_tqdm=not progress, dataloader_drop_last=False)
+            batch_sampler=BatchSamplers.NO_DUPLICATES, save_strategy="no", report_to=report_to, logging_steps=1,
+            run_name=Path(cfg.out).name, use_cpu=device == "cpu", disable_tqdm=not progress,
+            dataloader_drop_last=False)
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train, loss=loss,
                                              callbacks=[_Log()])
         t0 = time.perf_counter()
@@ -160,6 +165,8 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, log=print) -> Path:
         model.save(str(d / "model"))
         import shutil
 
+        if (d / "trainer" / TENSORBOARD_DIR).is_dir():  # transformers' TensorBoard logs outlive the trainer folder
+            shutil.move(d / "trainer" / TENSORBOARD_DIR, d / TENSORBOARD_DIR)
         shutil.rmtree(d / "trainer", ignore_errors=True)
         write_jsonl(d / "pairs.jsonl", ({"anchor": a, "positive": p} for a, p in pairs))
         write_json(d / "holdout.json", {"train_states": seen, "heldout_states": held, "split": cfg.split,

@@ -30,6 +30,7 @@ from eval.frames import FrameSelection
 from eval.io import FormatError, atomic_path
 from eval.io import read_yaml as _read_yaml_file
 from eval.schema import PREFIX_FRAMES
+from eval.tracking import parse_report_to
 
 _TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool}
 
@@ -90,6 +91,8 @@ class LFTRConfig:
     val_max_queries: int = 0  # 0 = every validation query; else a fixed random subset of this size (seeded)
     train_split: str = "train"
     val_split: str = "val"
+    # --- tracking ---
+    report_to: str = "none"  # none | tensorboard | wandb | tensorboard,wandb | all (`eval.tracking`)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -118,6 +121,7 @@ class LFTRConfig:
             raise ValueError(f"tau must be > 0, got {self.tau}")
         if self.n_random_negatives < 0 or self.n_hard_negatives < 0:
             raise ValueError("negative counts must be >= 0")
+        parse_report_to(self.report_to, check_installed=False)  # names only: installed is checked when training
 
     @property
     def frame_index(self) -> tuple[int, ...]:
@@ -169,7 +173,7 @@ class LFTRConfig:
     def training_hash(self) -> str:
         """Hash of everything that changes the trained weights (not evaluation-only keys): resume guard."""
         d = {k: v for k, v in self.to_dict().items() if k not in ("read_rule", "device", "val_every", "threads",
-                                                                     "val_scorer")}
+                                                                     "val_scorer", "report_to")}
         if d["frames"] == "all":  # the default reads every frame: checkpoints written before the key keep their hash
             del d["frames"]
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]

@@ -104,8 +104,8 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, semantic_spa
     space), its state-prototype and independent-appearance oracles, and, when it has a text tower, the
     semantic-text oracle (its zero-shot text -> image R@5 with the true state text) and the question-only baseline;
     then the fusion of all LFTR runs and the complementarity analysis of the LFTR runs (``complementarity.{json,md}``).
-    ``compare_space`` (e.g. ``pixels`` next to a learned visual space): LFTR, persistence and the state-prototype
-    oracle there too, for the learned-versus-raw visual comparison.
+    ``compare_space`` (e.g. ``pixels`` next to a learned visual space): LFTR (reading that space's own prefix
+    tokens), persistence and the state-prototype oracle there too, for the learned-versus-raw visual comparison.
     """
     from retrieval.encode import EncodeConfig, encode_space
     from retrieval.methods import method_query_vectors
@@ -186,7 +186,10 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, semantic_spa
         if not p.exists():
             t0 = time.time()
             ck = out / f"lftr-{name}"
-            train(bench, cfg.with_overrides({"target_space": name}), ck, validate=validation_recall, log=log,
+            # the compare space is a whole pipeline of its own (its prefixes -> its corpus), so "learned visual space
+            # vs raw" compares like with like; an extra target space reads the visual space's prefix tokens
+            own = {"prefix_space": name} if name == compare_space and sp.has_prefixes else {}
+            train(bench, cfg.with_overrides({"target_space": name, **own}), ck, validate=validation_recall, log=log,
                   progress=progress)
             predict_run(bench, ck, p, split=split, method=f"lftr[{name}]", progress=progress)
             timings[f"lftr-{name}"] = time.time() - t0

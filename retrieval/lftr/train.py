@@ -22,6 +22,8 @@ Checkpoint folder::
     config.yaml      resolved config         history.jsonl    one line per epoch: loss terms, val R@k, seconds
     last.pt          resume state            best.pt          best-val weights + config + dims
     train_info.json  parameter count, dims, spaces, query counts, device
+    runs/            with report_to tensorboard: the history as TensorBoard scalars (`eval.tracking`)
+    wandb/, wandb-run-id   with report_to wandb: W&B's local files and the id a resume continues
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from tqdm.auto import tqdm
 
 from eval.benchmark import Benchmark
 from eval.io import FormatError, atomic_path, write_json
+from eval.tracking import EpochReporter, parse_report_to
 from retrieval.encoders import pick_device
 from retrieval.lftr.config import LFTRConfig
 from retrieval.lftr.data import (
@@ -324,13 +327,14 @@ def train(bench: Benchmark, cfg: LFTRConfig, out: str | Path, *, validate: Calla
     ``adapter_factory(prepared, device)``: a `PrefixAdapter` whose encoder is trained with the head (None: the
     frozen encoder's precomputed prefix tokens, the paper's LFTR).
     """
-    with torch_threads(cfg.threads):
+    with torch_threads(cfg.threads), contextlib.ExitStack() as closing:
         return _train(bench, cfg, out, validate=validate, progress=progress, log=log, stop_after=stop_after,
-                      adapter_factory=adapter_factory)
+                      adapter_factory=adapter_factory, closing=closing)
 
 
 def _train(bench: Benchmark, cfg: LFTRConfig, out: str | Path, *, validate, progress: bool, log, stop_after,
-           adapter_factory=None) -> dict:
+           adapter_factory=None, closing: contextlib.ExitStack) -> dict:
+    trackers = parse_report_to(cfg.report_to)  # a tracker that is not installed stops the job before any work
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     device = pick_device(cfg.device or None)
@@ -385,6 +389,10 @@ def _train(bench: Benchmark, cfg: LFTRConfig, out: str | Path, *, validate, prog
         history, best, start_epoch = state["history"], state["best"], state["epoch"] + 1
         log(f"resumed from {last} after epoch {start_epoch} (best val R@{cfg.val_k} {best:.4f})")
     end_epoch = cfg.epochs if stop_after is None else min(cfg.epochs, start_epoch + stop_after)
+    report = closing.enter_context(EpochReporter(trackers, out, run_name=out.name, config=cfg.to_dict(),
+                                                 resume_step=history[-1]["epoch"] if history else None))
+    if history:  # the last finished epoch again: the call that wrote it may have stopped before reporting it
+        report.log(history[-1], step=history[-1]["epoch"])
     for epoch in range(start_epoch, end_epoch):
         t0, c0 = time.time(), time.process_time()
         model.train()
@@ -433,6 +441,7 @@ def _train(bench: Benchmark, cfg: LFTRConfig, out: str | Path, *, validate, prog
                "training_hash": thash, "config": cfg.to_dict(), "dims": prep.dims, **_adapter_state(adapter)}, last)
         with atomic_path(out / "history.jsonl") as tmp, open(tmp, "w", encoding="utf-8") as f:
             f.writelines(json.dumps(h) + "\n" for h in history)
+        report.log(rec, step=rec["epoch"])  # after the checkpoint: a tracker never shows an epoch a resume redoes
     return {"best_val": best, "epochs_done": end_epoch, "epochs": cfg.epochs, "parameters": n_params,
             "out": str(out), "history": history}
 

@@ -18,6 +18,7 @@ MINILM = "packaged:all-MiniLM-L6-v2"
 DATA_COMMANDS = {
     "eval score": ["eval", "score", "--run", "r.parquet", "--out", "o"],
     "eval report": ["eval", "report", "r.parquet", "--out", "o"],
+    "eval compare": ["eval", "compare", "--out", "o", "--phrases", "m3=p.jsonl", "--text-space", "s"],
     "retrieval encode": ["retrieval", "encode", "--space", "s"],
     "retrieval search": ["retrieval", "search", "--phrases", "p.jsonl", "--space", "s", "--out", "o.parquet"],
     "retrieval fuse": ["retrieval", "fuse", "--run", "a", "--run", "b", "--out", "o.parquet"],

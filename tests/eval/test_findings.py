@@ -77,3 +77,28 @@ def test_findings_cli_prints_card_calibration_and_findings(tmp_path):
     assert "| states | 2,528 | 51,362 |" in r.output and "| met |" in r.output
     assert "fusion `lftr-fusion[minilm+pixels]` beats the better single space `lftr[pixels]`" in r.output
 
+
+
+def _pair(run: str, ref: str, delta: float, p: float) -> dict:
+    return {"run": run, "reference": ref, "n": 500, "bootstrap": {"delta": delta, "p_value": p, "ci_low": delta - 0.01,
+                                                                  "ci_high": delta + 0.01},
+            "mcnemar": {"p_value": p}}
+
+
+def test_pair_tests_and_the_zero_shot_oracle_become_findings():
+    """A `--pair` test says whether a learned visual space beats pixels significantly; a second semantic-text oracle
+    (a text -> image space) is reported as zero-shot retrieval."""
+    rep = _report()
+    rep["runs"]["lftr[ssl]"] = _run(0.25)
+    rep["runs"]["semantic-text[lit]"] = _run(0.33)
+    rep["pairs"] = [_pair("lftr[ssl]", "lftr[pixels]", 0.10, 0.001), _pair("lftr[minilm]", "lftr[pixels]", -0.05, 0.2)]
+    lines = F.findings(rep)
+    win = next(x for x in lines if x.startswith("- `lftr[ssl]`"))
+    assert "beats `lftr[pixels]` significantly" in win and "R@5 25.0 vs 15.0" in win and "Δ +10.0 pp" in win
+    loss = next(x for x in lines if x.startswith("- `lftr[minilm]` does"))
+    assert "does not beat `lftr[pixels]` significantly" in loss
+    # significant at 0.05 only is not a win
+    rep["pairs"] = [_pair("lftr[ssl]", "lftr[pixels]", 0.10, 0.03)]
+    assert any("`lftr[ssl]` does not beat" in x for x in F.findings(rep))
+    zs = next(x for x in lines if "Zero-shot" in x)
+    assert "`semantic-text[lit]`" in zs and "R@5 33.0" in zs and "`semantic-text[minilm]` 60.0" in zs

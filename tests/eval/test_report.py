@@ -131,6 +131,34 @@ def test_report_command_writes_every_table_and_plot(synth_dir, synth_runs, tmp_p
     assert json.loads((out / "report_config.json").read_text())["reference"] == "persistence"
 
 
+def test_report_pair_tests_equal_the_reference_tests(synth_dir, synth_runs, tmp_path):
+    """`--pair A:B` runs the reference test between two other runs: with B as --reference the numbers are identical;
+    swapping the pair negates the delta; an unknown run name is a clear error."""
+    _, paths = synth_runs
+    args = [*map(str, paths), "--data", str(synth_dir), "--resamples", "500"]
+    runner = CliRunner()
+    res = runner.invoke(app, ["report", *args, "--out", str(tmp_path / "a"), "--reference", "random-seed1",
+                              "--pair", "oracle:persistence", "--pair", "persistence:oracle"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["report", *args, "--out", str(tmp_path / "b"), "--reference", "persistence"])
+    assert res.exit_code == 0, res.output
+    a, b = (json.loads((tmp_path / d / "report.json").read_text()) for d in "ab")
+    fwd, back = a["pairs"]
+    direct = next(s for s in b["significance"] if s.get("run") == "oracle")
+    assert (fwd["run"], fwd["reference"]) == ("oracle", "persistence")
+    assert fwd["bootstrap"] == direct["bootstrap"] and fwd["mcnemar"] == direct["mcnemar"]
+    assert back["bootstrap"]["delta"] == pytest.approx(-fwd["bootstrap"]["delta"])
+    assert (back["mcnemar"]["b"], back["mcnemar"]["c"]) == (fwd["mcnemar"]["c"], fwd["mcnemar"]["b"])
+    assert "oracle" in (tmp_path / "a" / "pairs.md").read_text()
+    assert all(s["reference"] == "random-seed1" for s in a["significance"] if "run" in s)
+    from cli_run import run_cli
+
+    res = run_cli("eval", "report", *paths, "--data", synth_dir, "--out", tmp_path / "c", "--pair", "oracle:nope")
+    assert res.code == 2 and "'nope'" in res.err and "Traceback" not in res.err
+    res = run_cli("eval", "report", *paths, "--data", synth_dir, "--out", tmp_path / "d", "--pair", "oracle")
+    assert res.code == 2 and "RUN:AGAINST" in res.err
+
+
 def test_score_command_and_clear_errors(synth_dir, synth_runs, tmp_path):
     _, paths = synth_runs
     runner = CliRunner()

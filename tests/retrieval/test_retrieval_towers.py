@@ -217,6 +217,9 @@ def test_demo_in_the_learned_spaces_with_fusion_and_complementarity(synth_towers
             "lftr-fusion-minilm+ssl+lit"} <= names
     assert all(p.exists() for p in paths)
     assert read_run(out / "lftr-fusion-minilm+ssl+lit.parquet").config["spaces"] == ["minilm", "ssl", "lit"]
+    # the compare space is its own pipeline (pixels prefixes -> pixels corpus); the extra space reads the visual one
+    trained = {n: yaml.safe_load((out / f"lftr-{n}" / "config.yaml").read_text()) for n in ("pixels", "lit", "ssl")}
+    assert {n: c["prefix_space"] for n, c in trained.items()} == {"pixels": "pixels", "lit": "ssl", "ssl": "ssl"}
     comp = json.loads((out / "complementarity.json").read_text())
     assert set(comp["recall"]) == {"lftr-minilm", "lftr-ssl", "lftr-lit"}
     assert set(comp["state_similarity"]["r"]) == {"minilm~ssl", "minilm~lit", "ssl~lit"}

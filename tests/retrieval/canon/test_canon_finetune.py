@@ -71,3 +71,36 @@ def test_finetune_pulls_members_onto_their_state(synth_dir, tiny_st_model, tmp_p
     assert hit1.mean() > hit0.mean() + 0.2  # members now retrieve their own canonical state
     assert margin1.mean() > margin0.mean()
     assert np.mean([x["loss"] for x in log["losses"][-3:]]) < np.mean([x["loss"] for x in log["losses"][:3]])
+
+
+@pytest.mark.slow
+def test_finetune_report_to_tensorboard_logs_the_training_loss(synth_dir, tiny_st_model, tmp_path):
+    """--report-to goes to sentence-transformers' training arguments; transformers' TensorBoard logs land in
+    OUT/runs/ and hold the losses of train_log.json."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "ft"
+    r = CliRunner().invoke(app, ["canon", "finetune", "--data", str(synth_dir), "--out", str(out), "--base-model",
+                                 str(tiny_st_model), "--epochs", "1", "--batch-size", "16", "--mini-batch-size", "8",
+                                 "--device", "cpu", "--report-to", "tensorboard"])
+    assert r.exit_code == 0, r.output
+    assert read_json(out / "finetune_config.json")["report_to"] == "tensorboard"
+    (run_dir,) = (out / "runs").iterdir()  # runs/<date>_<host>/, as transformers names it
+    acc = EventAccumulator(str(run_dir))
+    acc.Reload()
+    logged = acc.Scalars("train/loss")
+    losses = read_json(out / "train_log.json")["losses"]
+    assert len(losses) >= 2 and [e.step for e in logged] == [x["step"] for x in losses]
+    assert [e.value for e in logged] == pytest.approx([x["loss"] for x in losses], rel=1e-6)
+    assert not (out / "trainer").exists()
+
+
+def test_finetune_refuses_a_tracker_that_is_not_installed(tmp_path, monkeypatch):
+    import sys
+
+    from retrieval.canon.finetune import FinetuneConfig, finetune
+
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    with pytest.raises(ImportError, match="wandb is not installed .pip install wandb"):
+        finetune(FinetuneConfig(data=str(tmp_path / "none"), out=str(tmp_path / "ft"), report_to="wandb"))
+    assert not (tmp_path / "ft").exists()
