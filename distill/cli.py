@@ -33,7 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "answers": ("distill.answers:AnswersConfig", "answer accuracy of phrase files (exact and snapped reads), every "
                                                  "pair compared with a bootstrap by video"),
     "merge": ("distill.merge:MergeConfig", "merge a LoRA adapter into bf16 base weights (never into 4-bit)"),
-    "config-get": ("", "print one value of a preset: --config FILE --section train --key model"),
+    "recipe": ("distill.recipe:RecipeArgs", "the whole recipe, resumable: predicates -> narration -> SFT sets -> "
+                                            "students -> forecasts -> retrieval -> report, answers, faithfulness"),
 }
 SECTIONS = {"predicates": "predicates", "validate": "validate", "narrate": "narrate", "sft": "sft", "train": "train",
             "faithfulness": "faithfulness", "answers": "answers", "merge": "merge",
@@ -85,25 +86,6 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-def _config_get(argv: list[str]) -> int:
-    import argparse
-
-    from distill.config import load_section
-
-    ap = argparse.ArgumentParser(prog="python -m distill config-get", description=COMMANDS["config-get"][1])
-    ap.add_argument("--config", required=True)
-    ap.add_argument("--section", required=True)
-    ap.add_argument("--key", required=True)
-    a = ap.parse_args(argv)
-    section = load_section(a.config, a.section)
-    if a.key not in section:
-        print(f"error: {a.config}: section '{a.section}' has no key '{a.key}'", file=sys.stderr)
-        return 2
-    v = section[a.key]
-    print(v if isinstance(v, str) else json.dumps(v))
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m distill ARGV``: the exit code; errors print one line (`eval.cli_support.run_main`)."""
     from eval.cli_support import run_main
@@ -124,8 +106,9 @@ def _main(argv: list[str]) -> int:
         print(f"error: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return EXIT_USER_ERROR
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    if command == "config-get":
-        return _config_get(rest)
+    if command == "recipe":
+        from distill.recipe import main as recipe_main
+        return recipe_main(rest)
     if command == "train":
         from distill.train import main as train_main
         return train_main(rest)

@@ -42,7 +42,8 @@ VISION_MODULES_REGEX = r".*(?:visual|vision_tower|vision_model|multi_modal_proje
 #: vision tower and projector keep their precision, and so does the output head.
 QUANT_SKIP_MODULES = (r".*visual", r".*vision_tower", r".*multi_modal_projector", "lm_head")
 #: Stage sections of a distillation preset (``configs/distill/*.yaml``); ``train`` is this command's.
-PRESET_SECTIONS = frozenset({"predicates", "narrate", "validate", "sft", "train", "faithfulness", "answers", "merge"})
+PRESET_SECTIONS = frozenset({"predicates", "narrate", "validate", "sft", "train", "faithfulness", "answers", "merge",
+                             "recipe"})
 #: Names of earlier versions of this command and their TRL names (named in the unknown-key error).
 RENAMED = {"model": "model_name_or_path", "dataset": "dataset_name", "bnb_4bit_use_double_quant": "use_bnb_nested_quant",
            "precision": "bf16 / fp16 (and dtype)", "device": "use_cpu", "warmup_ratio": "warmup_steps (a float < 1)",

@@ -45,6 +45,7 @@ DISTILL_DATA_COMMANDS = {
     "faithfulness": ["--model", "m", "--predicates", "p", "--out", "o"],
     "rationale-stats": ["--rationales", "r", "--out", "o"],
     "answers": ["--phrases", "a.jsonl", "--out", "o"],
+    "recipe": ["--out", "o"],
 }
 
 

@@ -165,6 +165,8 @@ COMMANDS = {
                                               w["phrases"], "--out", o], "dir", "bench"),
     "distill answers": (lambda w, o: ["distill", "answers", "--data", w["bench"], "--phrases", w["phrases"],
                                       "--out", o], "dir", "bench"),
+    "distill recipe": (lambda w, o: ["distill", "recipe", "--data", w["bench"], "--model", "m", "--forecast_backend",
+                                     "hf", "--out", o], "dir", "bench"),
     "distill merge": (lambda w, o: ["distill", "merge", "--model", "m", "--adapter", _dir(w, "adapter"), "--out", o],
                       "dir", "adapter"),
 }
