@@ -18,7 +18,7 @@ CPU demo (tiny random Qwen3-VL, noisy template narrator, a few QLoRA steps, a ha
     python -m distill recipe --cpu-demo --out reports/distill-demo [--data data/psr-synth]
 
 Arguments: `RecipeArgs`, parsed by `transformers.HfArgumentParser` (flag = YAML key = field name; ``--num-processes``
-works as well as ``--num_processes``). ``--config`` (alias ``--preset``) is the distillation preset every stage
+works as well as ``--num_processes``). ``--config`` is the distillation preset every stage
 reads its own section of; its optional ``recipe:`` section gives this command's defaults, so precedence is
 ``RecipeArgs`` defaults < the preset's ``recipe:`` section < flags. ``--cpu-demo`` makes
 ``configs/distill/tiny-cpu.yaml`` the default preset (its ``recipe:`` section holds the demo's settings), runs offline
@@ -72,7 +72,7 @@ DEMO_SYNTH = ("--videos", "40", "--seed", "0", "--workers", "1")
 class RecipeArgs:
     """``python -m distill recipe``: the distillation recipe end to end (see `distill.recipe`)."""
 
-    config: str | None = field(default=None, metadata={"aliases": ["--preset"], "help": (
+    config: str | None = field(default=None, metadata={"help": (
         f"distillation preset (configs/distill/*.yaml): every stage reads its own section, this command its "
         f"'{SECTION}:' section [default: {DEFAULT_PRESET}; {DEMO_PRESET} with --cpu-demo]")})
     data: str | None = field(default=None, metadata={

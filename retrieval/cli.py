@@ -261,7 +261,7 @@ SET = typer.Option([], "--set", help="override a config key: --set epochs=10 (re
 @lftr_app.command("train")
 def lftr_train(
     data: Path = DATA,
-    space: str = typer.Option("", "--space", help="target space"),
+    target_space: str = typer.Option("", "--target-space", "--space", help="target space (config key target_space)"),
     out: Path = typer.Option(..., "--out", help="checkpoint folder"),
     config: list[Path] = CONFIG,
     seed: int = typer.Option(None, "--seed"),
@@ -279,7 +279,7 @@ def lftr_train(
     from retrieval.lftr.predict import validation_recall
     from retrieval.lftr.train import train
 
-    cfg = _lftr_config(config, space, seed, prefix_space, question_space, overrides, frames, report_to)
+    cfg = _lftr_config(config, target_space, seed, prefix_space, question_space, overrides, frames, report_to)
     with _claim(out, "retrieval lftr train", [data, *config], overwrite):
         res = train(Benchmark.load(data), cfg, out, validate=validation_recall, log=console.print,
                     stop_after=stop_after or None)
@@ -313,7 +313,7 @@ def lftr_predict(
 @lftr_app.command("seeds")
 def lftr_seeds(
     data: Path = DATA,
-    space: str = typer.Option(..., "--space", help="target space"),
+    target_space: str = typer.Option(..., "--target-space", "--space", help="target space (config key target_space)"),
     out: Path = typer.Option(..., "--out", help="folder: one seed<S>/ checkpoint + run per seed, summary.json"),
     seeds: str = typer.Option("0,1,2,3,4", "--seeds", help="comma-separated seeds"),
     config: list[Path] = CONFIG,
@@ -328,7 +328,7 @@ def lftr_seeds(
     from eval.benchmark import Benchmark
     from retrieval.lftr.jobs import multi_seed
 
-    cfg = _lftr_config(config, space, None, prefix_space, question_space, overrides, frames)
+    cfg = _lftr_config(config, target_space, None, prefix_space, question_space, overrides, frames)
     with _claim(out, "retrieval lftr seeds", [data, *config], overwrite):
         summary = multi_seed(Benchmark.load(data), cfg, [int(s) for s in seeds.split(",") if s.strip()], out,
                              split=split, log=console.print)
@@ -434,7 +434,7 @@ def _tower_done(out: Path, rec: dict) -> None:
 @lftr_app.command("lora")
 def lftr_lora(
     data: Path = DATA,
-    space: str = typer.Option(..., "--space", help="target space"),
+    target_space: str = typer.Option(..., "--target-space", "--space", help="target space (config key target_space)"),
     prefix_space: str = typer.Option(..., "--prefix-space", help="space whose image model encodes the prefix frames"),
     out: Path = typer.Option(..., "--out", help="folder: frozen/ and lora/ checkpoints + runs, comparison.{json,md}"),
     question_space: str = typer.Option("", "--question-space"),
@@ -455,7 +455,7 @@ def lftr_lora(
     cfg = LFTRConfig().with_overrides(LORA_LFTR)  # defaults < the baseline's batch/epochs < YAML < options < --set
     for p in config:
         cfg = cfg.with_overrides(read_yaml(p))
-    cfg = cfg.with_overrides({"target_space": space, "prefix_space": prefix_space, "seed": seed,
+    cfg = cfg.with_overrides({"target_space": target_space, "prefix_space": prefix_space, "seed": seed,
                               **({"question_space": question_space} if question_space else {})})
     cfg = cfg.with_overrides(list(overrides))
     runs = (only,) if only else ("frozen", "lora")

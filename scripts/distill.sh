@@ -3,7 +3,7 @@
 # Every flag is the recipe's (`python -m distill recipe --help`; --num-processes and --num_processes are the same).
 #
 # GPU (student 8B, teacher Qwen3-32B through in-process vLLM):
-#   bash scripts/distill.sh --data data/psr --out runs/distill-8b --preset configs/distill/qwen3-vl-8b.yaml \
+#   bash scripts/distill.sh --data data/psr --out runs/distill-8b --config configs/distill/qwen3-vl-8b.yaml \
 #        --accelerate configs/accelerate/single_gpu.yaml
 # CPU demo (tiny random Qwen3-VL, template narrator, a few QLoRA steps, a handful of test queries):
 #   bash scripts/distill.sh --cpu-demo --out reports/distill-demo [--data data/psr-synth]

@@ -3,7 +3,7 @@
 Walks every command and sub-command of every CLI: the typer apps of ``python -m eval``, ``retrieval`` (with
 ``retrieval canon``, ``lftr``, ``encoder``) and ``forecasters`` (introspected through ``typer.main.get_command``),
 the argparse commands of ``python -m distill`` (the stages' `transformers.HfArgumentParser`, ``distill train``'s
-`trl.TrlParser`, ``config-get``) and the ``psr`` console script. For each one:
+`trl.TrlParser`, ``recipe``) and the ``psr`` console script. For each one:
 
 - ``--help`` exits 0;
 - every long option is lowercase kebab-case (``--max-tokens``), or the snake_case alias that HfArgumentParser / TRL
@@ -124,6 +124,23 @@ def test_typer_options_are_kebab_case_and_name_config_fields(path):
     assert typer_problems(TYPER_COMMANDS[path], config) == []
 
 
+#: LFTR's commands: the config (`LFTRConfig`) comes from YAML files and ``--set key=value``; the options they have
+#: beside those are fields of it (spelled as the field), except the job's own inputs and steering options.
+LFTR_COMMANDS = {("retrieval", "lftr", "train"): {"--data", "--out", "--set", "--stop-after"},
+                 ("retrieval", "lftr", "seeds"): {"--data", "--out", "--set", "--seeds", "--split"}}
+
+
+@pytest.mark.parametrize("path", sorted(LFTR_COMMANDS), ids=" ".join)
+def test_lftr_options_name_config_fields(path):
+    from retrieval.lftr.config import LFTRConfig
+
+    cmd = TYPER_COMMANDS[path]
+    options = {o: p.name for p in cmd.params for o in _long_options(p) if o not in LFTR_COMMANDS[path]}
+    assert "--target-space" in options
+    assert field_problems({o: d for o, d in options.items() if o != "--space"},  # --space: the retrieval-wide alias
+                          {f.name for f in dataclasses.fields(LFTRConfig)}) == []
+
+
 @pytest.mark.parametrize("path", sorted(TYPER_COMMANDS), ids=" ".join)
 def test_typer_help_exits_0(path):
     res = run_cli(path[0], *path[1:], "--help")
@@ -136,12 +153,12 @@ def test_every_config_command_is_walked():
     assert ("retrieval", "canon", "apply") in TYPER_COMMANDS and ("forecasters", "probes", "synonyms") in TYPER_COMMANDS
 
 
-# --- distill: stage parsers (HfArgumentParser), train (TrlParser), config-get -------------------------------------
+# --- distill: stage parsers (HfArgumentParser), train (TrlParser), recipe -------------------------------------------
 
 def _stages() -> dict[str, str]:
     from distill.cli import COMMANDS
 
-    return {name: spec for name, (spec, _) in COMMANDS.items() if spec and name != "train"}
+    return {name: spec for name, (spec, _) in COMMANDS.items() if spec and name not in ("train", "recipe")}
 
 
 @pytest.mark.parametrize("stage", sorted(_stages()))
@@ -150,6 +167,13 @@ def test_distill_stage_flags_are_its_config_fields(stage):
 
     cls = _load(_stages()[stage])
     assert argparse_problems(stage_parser(cls, f"python -m distill {stage}", ""), cls) == []
+
+
+def test_distill_recipe_flags_are_its_fields():
+    """``distill recipe`` has its own parser (its ``--config`` is a field: the preset every stage reads)."""
+    from distill.recipe import RecipeArgs, make_parser
+
+    assert argparse_problems(make_parser(), RecipeArgs) == []
 
 
 def _help_options(text: str) -> list[list[str]]:
@@ -163,7 +187,7 @@ def _help_options(text: str) -> list[list[str]]:
 
 
 @pytest.mark.parametrize("command", ["predicates", "validate", "narrate", "sft", "faithfulness", "counterfactuals",
-                                     "rationale-stats", "answers", "merge", "config-get"])
+                                     "rationale-stats", "answers", "merge", "recipe"])
 def test_distill_help_exits_0_and_shows_kebab_options(command):
     from distill.cli import COMMANDS
 
@@ -177,7 +201,7 @@ def test_distill_help_exits_0_and_shows_kebab_options(command):
 def test_every_distill_command_is_covered():
     from distill.cli import COMMANDS
 
-    covered = set(_stages()) | {"train", "config-get"}
+    covered = set(_stages()) | {"train", "recipe"}
     assert covered == set(COMMANDS)
 
 

@@ -37,9 +37,9 @@ def _preset(tmp_path: Path, **sections) -> Path:
 def test_gpu_plan_launches_training_through_accelerate(synth_dir, tmp_path):
     out = tmp_path / "out"
     preset = REPO / "configs" / "distill" / "qwen3-vl-2b.yaml"
-    args, stages = _plan("--data", synth_dir, "--out", out, "--preset", preset, "--accelerate",
+    args, stages = _plan("--data", synth_dir, "--out", out, "--config", preset, "--accelerate",
                          "configs/accelerate/multi_gpu.yaml", "--num-processes", 4, "--teacher-url",
-                         "http://127.0.0.1:8000/v1", "--forecast_backend", "hf")
+                         "http://127.0.0.1:8000/v1", "--forecast-backend", "hf")
     assert args.config == str(preset) and args.num_processes == 4
     assert list(stages)[:3] == ["predicates", "narrate-train", "narrate-val"]  # no demo inputs to build
     train = stages["train-cot"].argv
@@ -53,9 +53,9 @@ def test_gpu_plan_launches_training_through_accelerate(synth_dir, tmp_path):
     assert stages["train-cot"].key[:2] == ["-m", "distill.train"]  # the launcher is not part of the key
     for split in ("train", "val"):
         n = stages[f"narrate-{split}"].argv
-        assert n[n.index("--backend"):n.index("--backend") + 4] == ["--backend", "openai", "--base_url",
+        assert n[n.index("--backend"):n.index("--backend") + 4] == ["--backend", "openai", "--base-url",
                                                                     "http://127.0.0.1:8000/v1"]
-    assert "--base_url" not in stages["narrate-test"].argv  # the test side of the leakage probe: template
+    assert "--base-url" not in stages["narrate-test"].argv  # the test side of the leakage probe: template
     sft = yaml.safe_load(preset.read_text())["sft"]
     for method, student in (("zero-shot", None), ("answer-only", "answer"), ("cot", "cot")):
         f = stages[f"forecast-{method}"].argv
@@ -65,8 +65,8 @@ def test_gpu_plan_launches_training_through_accelerate(synth_dir, tmp_path):
         if student:
             assert f[f.index("--adapter") + 1] == str(out / "students" / student / "adapter")
     # a dry run plans without writing anything
-    res = run_cli("distill", "recipe", "--data", synth_dir, "--out", out, "--preset", preset, "--forecast_backend",
-                  "hf", "--dry_run")
+    res = run_cli("distill", "recipe", "--data", synth_dir, "--out", out, "--config", preset, "--forecast-backend",
+                  "hf", "--dry-run")
     assert res.code == 0, res.text
     assert "[faithfulness]" in res.out and "-m accelerate.commands.launch" in res.out
     assert not out.exists()
@@ -96,16 +96,16 @@ def test_cpu_demo_settings_come_from_the_preset_recipe_section(tmp_path):
 ])
 def test_bad_arguments_are_named(synth_dir, tmp_path, section, flags, needle):
     res = run_cli("distill", "recipe", "--config", _preset(tmp_path, **section), "--data", synth_dir, "--out",
-                  tmp_path / "out", "--dry_run", *flags)
+                  tmp_path / "out", "--dry-run", *flags)
     assert res.code == 2, res.text
     assert needle in res.err
 
 
 def test_missing_data_and_vllm_venv_are_input_errors(tmp_path, monkeypatch):
-    res = run_cli("distill", "recipe", "--out", tmp_path / "out", "--forecast_backend", "hf")
+    res = run_cli("distill", "recipe", "--out", tmp_path / "out", "--forecast-backend", "hf")
     assert res.code == 2 and "--data is required" in res.err
     monkeypatch.setenv("VLLM_PY", str(tmp_path / "no-vllm" / "python"))
-    res = run_cli("distill", "recipe", "--cpu_demo", "--out", tmp_path / "out", "--forecast_backend", "vllm")
+    res = run_cli("distill", "recipe", "--cpu-demo", "--out", tmp_path / "out", "--forecast-backend", "vllm")
     assert res.code == 2 and "no-vllm" in res.err and not (tmp_path / "out").exists()
 
 
@@ -145,7 +145,7 @@ def test_rerun_skips_finished_stages_and_reruns_changed_ones(synth_dir, tiny_vlm
     assert state["narrate-train"]["key"][:4] == ["-m", "distill", "narrate", "--config"]
 
     res = run_cli("distill", "recipe", "--config", _preset(tmp_path, sft={"no_such_key": 1}), *flags[:-1],
-                  "template-noisy", "--dry_run")
+                  "template-noisy", "--dry-run")
     assert res.code == 0, res.text
     assert "[predicates] skipped" in res.out and "[narrate-test] skipped" in res.out
     assert "[narrate-train] (its command changed (was:" in res.out
