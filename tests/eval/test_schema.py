@@ -76,3 +76,18 @@ def test_validator_field_tables_are_unchanged():
     for name, (required, optional) in EXPECTED_FIELDS.items():
         assert list(got[name][0].items()) == list(required.items()), name
         assert list(got[name][1].items()) == list(optional.items()), name
+
+
+def test_query_value_rules_are_the_validator_checks():
+    assert schema.QUERY_RULES == {
+        "qtype": {"choices": ("Q1", "Q2", "Q3", "Q4", "Q5"), "label": "question type"},
+        "horizon": {"range": (1, 7)},
+        "split": {"choices": ("train", "val", "test"), "label": "split"},
+    }
+    assert list(schema.QUERY_RULES) == ["qtype", "horizon", "split"]  # the validator's order of checks
+    assert schema.field_rules(schema.Segment) == {} and schema.field_rules(schema.State) == {}
+
+
+def test_gt_pools_struct_follows_the_tiers():
+    assert tuple(schema.QUERY_FEATURES["gt_pools"]) == schema.GT_TIERS
+    assert tuple(f.name for f in schema.fields(schema.GTPools)) == schema.GT_TIERS
