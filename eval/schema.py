@@ -49,8 +49,8 @@ MAIN_POOL_TIERS = ("in_dataset", "cross_dataset")
 #: Ground-truth definitions used for stratified scoring (App. N of the paper): name -> the query fields whose corpus
 #: ids (concatenated, in this order) are its positives; ``gt_pools.<tier>`` is a tier of the type2 pools. The first
 #: is the main pool. A benchmark with another per-query GT list adds an entry (and the field to `Query`, whence
-#: `QUERY_FEATURES` and the validator): scoring (`eval.scoring.score_benchmark`), the fingerprint, the evaluator and the reports
-#: read this mapping; a definition that no query of a benchmark has is not scored.
+#: `QUERY_FEATURES` and the validator): scoring (`eval.scoring.score_benchmark`), the fingerprint, the evaluator and
+#: the reports read this mapping; a definition that no query of a benchmark has is not scored.
 GT_DEFINITION_FIELDS: dict[str, tuple[str, ...]] = {
     "type2-all": ("gt_pools.in_dataset", "gt_pools.cross_dataset"),
     "type2-consensus": ("gt_pools.consensus",),
