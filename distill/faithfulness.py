@@ -329,8 +329,8 @@ def to_markdown(summary: dict[str, Any]) -> str:
 
 def _narrated(path: str | None) -> dict[str, dict] | None:
     """query id -> accepted narration row (a narration dir or its rationales.jsonl), or None without a path."""
-    from distill.jsonl import read_records
     from eval.io import FormatError
+    from eval.resumable import read_records
 
     if path is None:
         return None

@@ -28,6 +28,7 @@ Job (``python -m distill narrate``), resumable: ``<out>/rationales.jsonl`` (acce
 (every rejected try: query id, try, text, reasons), ``<out>/failures.jsonl`` (queries that exhausted their tries),
 ``<out>/narrate.config.json`` (resolved config, prompt id/hash, engine) and ``<out>/narrate.summary.json``. A rerun
 skips queries already accepted or failed (``redo_failed`` retries the failures); lines of another config are refused.
+The files are appended and resumed through `eval.resumable` (whole lines, fsynced per chunk; a torn tail is cut).
 """
 
 from __future__ import annotations
@@ -410,8 +411,8 @@ class NarrateSummary:
 
 
 def read_predicates(path: str | Path, split_ids: set[str] | None = None) -> list[PredicateSet]:
-    from distill.jsonl import read_records
     from eval.io import FormatError
+    from eval.resumable import read_records
 
     if not Path(path).is_file():  # an input: a missing file is an error, not an empty job
         raise FormatError(path, "predicates file does not exist (run `python -m distill predicates` first)")
@@ -439,19 +440,21 @@ def _backend(cfg: NarrateConfig):
 
 
 def _existing(cfg: NarrateConfig, out: Path) -> tuple[set[str], set[str]]:
-    """(accepted ids, failed ids) already in the outputs; refuses lines of another config."""
-    from distill.jsonl import read_records, rewrite
+    """(accepted ids, failed ids) already in the outputs (their complete lines, `eval.resumable.scan`); refuses
+    lines of another config."""
+    from eval.io import write_jsonl
+    from eval.resumable import scan
 
     h = cfg.config_hash()
-    files = {name: read_records(out / name) for name in ("rationales.jsonl", "failures.jsonl")}
-    other = {d.get("config_hash") for rows in files.values() for d in rows} - {h}
+    files = {name: scan(out / name) for name in ("rationales.jsonl", "failures.jsonl")}
+    other = {c for lines in files.values() for c in lines.config_hashes()} - {h}
     if other:
         raise ValueError(f"{out}: holds narration of another config ({sorted(map(str, other))}; this one is {h}); "
                          "use a new --out or pass --overwrite true")
-    done = {d["query_id"] for d in files["rationales.jsonl"]}
-    failed = {d["query_id"] for d in files["failures.jsonl"]}
+    done = files["rationales.jsonl"].keys("query_id")
+    failed = files["failures.jsonl"].keys("query_id")
     if cfg.redo_failed and failed:
-        rewrite(out / "failures.jsonl", [])
+        write_jsonl(out / "failures.jsonl", [])
         failed = set()
     return done, failed
 
@@ -461,9 +464,9 @@ def run_narration(cfg: NarrateConfig, backend=None) -> NarrateSummary:
     from tqdm.auto import tqdm
 
     from distill.config import write_resolved
-    from distill.jsonl import Appender
     from eval.benchmark import Benchmark
     from eval.io import write_json
+    from eval.resumable import Appender
 
     t0 = time.perf_counter()
     out = Path(cfg.out)

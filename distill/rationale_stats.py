@@ -147,8 +147,8 @@ def honest_paraphrase_probe(rows: list[dict], sets: dict, validator, seed: int =
 
 
 def _rows(paths: list[str]) -> tuple[list[dict], list[tuple[str, Path]]]:
-    from distill.jsonl import read_records
     from eval.io import FormatError
+    from eval.resumable import read_records
 
     rows, dirs = [], []
     for p in map(Path, paths):
@@ -162,7 +162,7 @@ def _rows(paths: list[str]) -> tuple[list[dict], list[tuple[str, Path]]]:
 
 def reject_summary(narration_dir: Path, examples: int) -> dict[str, Any]:
     """Rejected tries of one narration output (``rejects.jsonl``): count, by code, and examples of distinct codes."""
-    from distill.jsonl import read_records
+    from eval.resumable import read_records
 
     rej = read_records(narration_dir / "rejects.jsonl")
     codes: Counter = Counter()

@@ -133,8 +133,8 @@ def _examples(data: str, rows: list[dict], variant: str, prompt: str, frames: in
 
 def _rationale_rows(path: str, bench, split: str, limit: int | None) -> list[dict]:
     """Accepted rationales of ``split``'s queries, sorted by query id (the first ``limit``)."""
-    from distill.jsonl import read_records
     from eval.io import FormatError
+    from eval.resumable import read_records
 
     path = Path(path)
     if path.is_dir():

@@ -1,4 +1,4 @@
-"""Typed records of a PSR benchmark directory, and their Arrow schemas.
+"""Typed records of a PSR benchmark directory; their Arrow schemas and validator field tables derive from them.
 
 A benchmark directory holds::
 
@@ -11,11 +11,18 @@ A benchmark directory holds::
     sim/                     optional simulator record (synthetic benchmark only)
 
 This module is the one place that converts file rows to records (`Query.from_dict`, ...) and back (`to_dict`).
-It depends on nothing of ours.
+The dataclasses are the one declaration of each record: the Arrow schemas the loader reads with (`QUERY_FEATURES`,
+..., `arrow_features`) and the validator's tables (required and optional fields with their JSON types,
+`field_types`; allowed values and ranges, `field_rules`) are derived from their fields, annotations and field
+metadata (``dtype``: the Arrow leaf type where the Python type does not fix it; ``choices``/``label``, ``range``).
+A field with a default is optional (may be missing or null). It depends on nothing of ours.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -41,9 +48,9 @@ GT_TIERS = ("in_video", "in_dataset", "cross_dataset", "bge_similar", "consensus
 MAIN_POOL_TIERS = ("in_dataset", "cross_dataset")
 #: Ground-truth definitions used for stratified scoring (App. N of the paper): name -> the query fields whose corpus
 #: ids (concatenated, in this order) are its positives; ``gt_pools.<tier>`` is a tier of the type2 pools. The first
-#: is the main pool. A benchmark with another per-query GT list adds an entry (and the field to `Query` and
-#: `QUERY_FEATURES`): scoring (`eval.scoring.score_benchmark`), the fingerprint, the evaluator and the reports
-#: read this mapping; a definition that no query of a benchmark has is not scored.
+#: is the main pool. A benchmark with another per-query GT list adds an entry (and the field to `Query`, whence
+#: `QUERY_FEATURES` and the validator): scoring (`eval.scoring.score_benchmark`), the fingerprint, the evaluator and
+#: the reports read this mapping; a definition that no query of a benchmark has is not scored.
 GT_DEFINITION_FIELDS: dict[str, tuple[str, ...]] = {
     "type2-all": ("gt_pools.in_dataset", "gt_pools.cross_dataset"),
     "type2-consensus": ("gt_pools.consensus",),
@@ -126,8 +133,8 @@ class Query:
     domain: str
     object_id: str
     subject: str
-    qtype: str
-    horizon: int
+    qtype: str = field(metadata={"choices": QUESTION_TYPES, "label": "question type"})
+    horizon: int = field(metadata={"dtype": "int32", "range": (MIN_HORIZON, MAX_HORIZON)})
     question: str
     target_state: str
     target_state_id: str
@@ -137,7 +144,7 @@ class Query:
     prefix_end: float
     prefix_frames: tuple[str, ...]
     transcript: tuple[TranscriptEntry, ...]
-    split: str
+    split: str = field(metadata={"choices": SPLITS, "label": "split"})
     gt_pools: GTPools
     gt_type1: tuple[str, ...] = ()
     fair: bool = True
@@ -146,7 +153,7 @@ class Query:
     anchor_state: str | None = None
     gt_sim_exact: tuple[str, ...] = ()
     #: the queried object's box ``[x0, y0, x1, y1]`` (pixels) in each prefix frame, when known (`eval.images`)
-    prefix_boxes: tuple[tuple[float, ...], ...] | None = None
+    prefix_boxes: tuple[tuple[float, ...], ...] | None = field(default=None, metadata={"dtype": "float32"})
 
     @property
     def report_horizon(self) -> int:
@@ -208,7 +215,7 @@ class Segment:
     #: the simulator's exact true state (`eval.synth.lexicon.TrueState.key`); synthetic benchmark only
     sim_state: str | None = None
     #: the object's box ``[x0, y0, x1, y1]`` (pixels) in ``frame``, when known (`eval.images`)
-    box: tuple[float, ...] | None = None
+    box: tuple[float, ...] | None = field(default=None, metadata={"dtype": "float32"})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Segment:
@@ -266,84 +273,87 @@ class Manifest:
         return asdict(self)
 
 
-# --- Arrow schemas (explicit, so optional fields and empty lists never confuse type inference) ---
+# --- derived schemas: the dataclasses above are the one declaration of each record ---
 
-_ids = datasets.Sequence(datasets.Value("string"))
 
-QUERY_FEATURES = datasets.Features(
-    {
-        "id": datasets.Value("string"),
-        "prefix_id": datasets.Value("string"),
-        "video_id": datasets.Value("string"),
-        "domain": datasets.Value("string"),
-        "object_id": datasets.Value("string"),
-        "subject": datasets.Value("string"),
-        "qtype": datasets.Value("string"),
-        "horizon": datasets.Value("int32"),
-        "question": datasets.Value("string"),
-        "target_state": datasets.Value("string"),
-        "target_state_id": datasets.Value("string"),
-        "target_state_type1": datasets.Value("string"),
-        "target_time": datasets.Value("float64"),
-        "prefix_start": datasets.Value("float64"),
-        "prefix_end": datasets.Value("float64"),
-        "prefix_frames": _ids,
-        "transcript": datasets.List({"t": datasets.Value("float64"), "state": datasets.Value("string")}),
-        "split": datasets.Value("string"),
-        "gt_pools": {t: _ids for t in GT_TIERS},
-        "gt_type1": _ids,
-        "fair": datasets.Value("bool"),
-        "group_id": datasets.Value("string"),
-        "k_seconds": datasets.Value("float64"),
-        "anchor_state": datasets.Value("string"),
-        "gt_sim_exact": _ids,
-        "prefix_boxes": datasets.Sequence(datasets.Sequence(datasets.Value("float32"))),
-    }
-)
+def _unwrap_optional(tp) -> tuple[Any, bool]:
+    """``X | None`` -> (X, True); any other annotation -> (itself, False)."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
 
-SEGMENT_FEATURES = datasets.Features(
-    {
-        "id": datasets.Value("string"),
-        "video_id": datasets.Value("string"),
-        "domain": datasets.Value("string"),
-        "object_id": datasets.Value("string"),
-        "subject": datasets.Value("string"),
-        "state": datasets.Value("string"),
-        "state_id": datasets.Value("string"),
-        "state_type1": datasets.Value("string"),
-        "start": datasets.Value("float64"),
-        "end": datasets.Value("float64"),
-        "frame": datasets.Value("string"),
-        "raw": datasets.Value("string"),
-        "sim_state": datasets.Value("string"),
-        "box": datasets.Sequence(datasets.Value("float32")),
-    }
-)
 
-STATE_FEATURES = datasets.Features(
-    {
-        "id": datasets.Value("string"),
-        "text": datasets.Value("string"),
-        "members": _ids,
-        "n_segments": datasets.Value("int64"),
-    }
-)
+def _is_tuple(tp) -> bool:
+    return typing.get_origin(tp) is tuple and len(typing.get_args(tp)) == 2 and typing.get_args(tp)[1] is Ellipsis
+
+
+def _feature(tp, dtype: str | None = None):
+    """The `datasets` feature of one annotation: ``str``/``int``/``float``/``bool`` -> a `Value` (``int`` int64,
+    ``float`` float64 unless ``dtype`` names the leaf type), ``tuple[X, ...]`` -> a `List` of X, a record dataclass
+    -> a struct of its fields (a dict), ``X | None`` -> X (every Arrow column is nullable)."""
+    tp, _ = _unwrap_optional(tp)
+    if _is_tuple(tp):
+        return datasets.List(_feature(typing.get_args(tp)[0], dtype))
+    if dataclasses.is_dataclass(tp):
+        return _struct(tp)
+    leaf = {str: "string", int: "int64", float: "float64", bool: "bool"}.get(tp)
+    if leaf is None:
+        raise TypeError(f"no Arrow feature for the annotation {tp!r}")
+    return datasets.Value(dtype or leaf)
+
+
+def _struct(cls) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: _feature(hints[f.name], f.metadata.get("dtype")) for f in fields(cls)}
+
+
+def arrow_features(cls) -> datasets.Features:
+    """The `datasets.Features` (Arrow schema) of a record dataclass, in field order, from its annotations and the
+    ``dtype`` field metadata (the Arrow leaf type where the Python type does not fix it: ``int32``, ``float32``).
+    Explicit, so optional fields and empty lists never confuse type inference."""
+    return datasets.Features(_struct(cls))
+
+
+def _json_type(tp) -> type | tuple[type, ...]:
+    """The Python type(s) a JSON value of one annotation parses to (a float field takes an int too)."""
+    tp, _ = _unwrap_optional(tp)
+    if _is_tuple(tp) or typing.get_origin(tp) is list:
+        return list
+    if dataclasses.is_dataclass(tp) or typing.get_origin(tp) is dict:
+        return dict
+    return (int, float) if tp is float else tp
+
+
+def field_types(cls) -> tuple[dict[str, type | tuple[type, ...]], dict[str, type | tuple[type, ...]]]:
+    """(required, optional) keys of a record dataclass's JSON lines and their Python types, in field order, for
+    the validator: a field without a default is required (present and not null); one with a default may be
+    missing or null."""
+    hints = typing.get_type_hints(cls)
+    required: dict[str, type | tuple[type, ...]] = {}
+    optional: dict[str, type | tuple[type, ...]] = {}
+    for f in fields(cls):
+        has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        (optional if has_default else required)[f.name] = _json_type(hints[f.name])
+    return required, optional
+
+
+def field_rules(cls) -> dict[str, dict[str, Any]]:
+    """The value constraints of a record dataclass's fields, in field order, from their metadata: ``choices``
+    (the allowed values, with ``label`` naming the value in messages) and ``range`` (inclusive ``(lo, hi)``)."""
+    keys = ("choices", "label", "range")
+    return {f.name: {k: f.metadata[k] for k in keys if k in f.metadata}
+            for f in fields(cls) if any(k in f.metadata for k in keys)}
+
+
+QUERY_FEATURES = arrow_features(Query)
+SEGMENT_FEATURES = arrow_features(Segment)
+STATE_FEATURES = arrow_features(State)
 
 #: Required keys and their Python types, per file (used by the validator; optional keys may be null).
-REQUIRED_QUERY_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "id": str, "prefix_id": str, "video_id": str, "domain": str, "object_id": str, "subject": str,
-    "qtype": str, "horizon": int, "question": str, "target_state": str, "target_state_id": str,
-    "target_state_type1": str, "target_time": (int, float), "prefix_start": (int, float), "prefix_end": (int, float),
-    "prefix_frames": list, "transcript": list, "split": str, "gt_pools": dict,
-}
-OPTIONAL_QUERY_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "gt_type1": list, "fair": bool, "group_id": str, "k_seconds": (int, float), "anchor_state": str,
-    "gt_sim_exact": list, "prefix_boxes": list,
-}
-REQUIRED_SEGMENT_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "id": str, "video_id": str, "domain": str, "object_id": str, "subject": str, "state": str, "state_id": str,
-    "state_type1": str, "start": (int, float), "end": (int, float), "frame": str,
-}
-OPTIONAL_SEGMENT_FIELDS: dict[str, type | tuple[type, ...]] = {"raw": str, "sim_state": str, "box": list}
-REQUIRED_STATE_FIELDS: dict[str, type | tuple[type, ...]] = {"id": str, "text": str}
-OPTIONAL_STATE_FIELDS: dict[str, type | tuple[type, ...]] = {"members": list, "n_segments": int}
+REQUIRED_QUERY_FIELDS, OPTIONAL_QUERY_FIELDS = field_types(Query)
+REQUIRED_SEGMENT_FIELDS, OPTIONAL_SEGMENT_FIELDS = field_types(Segment)
+REQUIRED_STATE_FIELDS, OPTIONAL_STATE_FIELDS = field_types(State)
+#: Value constraints per file (``qtype`` and ``split`` choices, the ``horizon`` range).
+QUERY_RULES = field_rules(Query)

@@ -5,7 +5,8 @@ directory invalid; warnings flag things a hand-built benchmark may do on purpose
 
 - files: the four required files exist and parse; every line is a JSON object;
 - records: required fields present with the right types; optional fields typed when present; ids unique;
-  ``qtype`` in Q1..Q5; ``horizon`` in 1..7; ``split`` in train/val/test; GT tiers known and lists of ids;
+  ``qtype`` in Q1..Q5; ``horizon`` in 1..7; ``split`` in train/val/test; GT tiers known and lists of ids (the
+  field tables and value rules are derived from the record dataclasses: `eval.schema.field_types`, `field_rules`);
 - references: GT ids in the corpus; tiers consistent with their definition (in-video = same video, in-dataset = other
   video same domain, cross-dataset = other domain; consensus within the main pool); segment ``state_id`` in states;
   ``fair`` consistent with a non-empty main pool; frame files exist;
@@ -31,12 +32,10 @@ from eval import features as feats
 from eval.io import FormatError, read_json
 from eval.schema import (
     GT_TIERS,
-    MAX_HORIZON,
-    MIN_HORIZON,
     OPTIONAL_QUERY_FIELDS,
     OPTIONAL_SEGMENT_FIELDS,
     OPTIONAL_STATE_FIELDS,
-    QUESTION_TYPES,
+    QUERY_RULES,
     REQUIRED_QUERY_FIELDS,
     REQUIRED_SEGMENT_FIELDS,
     REQUIRED_STATE_FIELDS,
@@ -141,6 +140,18 @@ class _Validator:
                 ok = False
         return ok
 
+    def check_values(self, name: str, line: int, obj: dict, rules: dict[str, dict]) -> None:
+        """The allowed values (``choices``) and inclusive ranges (``range``) of `eval.schema.field_rules`."""
+        for k, rule in rules.items():
+            v = obj.get(k)
+            if v is None:
+                continue
+            if "choices" in rule and v not in rule["choices"]:
+                self.add(name, line, k, f"unknown {rule['label']} {v!r}; expected one of {rule['choices']}", "bad_value")
+            if "range" in rule and not rule["range"][0] <= v <= rule["range"][1]:
+                lo, hi = rule["range"]
+                self.add(name, line, k, f"{k} {v} out of range {lo}..{hi}", f"{k}_range")
+
     def unique(self, name: str, rows: list[tuple[int, dict]]) -> dict[str, tuple[int, dict]]:
         seen: dict[str, tuple[int, dict]] = {}
         for line, obj in rows:
@@ -221,13 +232,8 @@ class _Validator:
             if not self.check_fields(name, ln, o, REQUIRED_QUERY_FIELDS, OPTIONAL_QUERY_FIELDS):
                 continue
             rows.append((ln, o))
-            if o["qtype"] not in QUESTION_TYPES:
-                self.add(name, ln, "qtype", f"unknown question type {o['qtype']!r}; expected one of {QUESTION_TYPES}", "bad_value")
-            if not MIN_HORIZON <= o["horizon"] <= MAX_HORIZON:
-                self.add(name, ln, "horizon", f"horizon {o['horizon']} out of range {MIN_HORIZON}..{MAX_HORIZON}", "horizon_range")
-            if o["split"] not in SPLITS:
-                self.add(name, ln, "split", f"unknown split {o['split']!r}; expected one of {SPLITS}", "bad_value")
-            else:
+            self.check_values(name, ln, o, QUERY_RULES)
+            if o["split"] in SPLITS:
                 video_splits[o["video_id"]].setdefault(o["split"], ln)
             self.check_times(name, ln, o)
             self.check_pools(name, ln, o, corpus)

@@ -1,11 +1,12 @@
-"""Writing phrase files crash-safely, resuming them, and merging shards (the format is `eval.phrases`).
+"""Resuming phrase files and merging shards (the format is `eval.phrases`).
 
-Crash safety. The runner appends whole lines only, as answers arrive: the records answered since the last write are
-encoded first, then written with one ``os.write`` on an ``O_APPEND`` descriptor and ``fsync``-ed. A crash (even
-``kill -9``) can therefore lose only the requests still in flight and tear at most the last line. On resume:
+Crash safety comes from the resumable-JSONL layer, `eval.resumable`: the runner appends whole lines only, as answers
+arrive (`eval.resumable.Appender`: the records answered since the last write are encoded first, then written with
+one ``os.write`` on an ``O_APPEND`` descriptor and ``fsync``-ed). A crash (even ``kill -9``) can therefore lose only
+the requests still in flight and tear at most the last line. On resume:
 
-1. an exclusive ``flock`` on ``<out>.lock`` keeps a second job off the same file;
-2. a torn tail (the file does not end in a newline) is cut back to the last newline;
+1. an exclusive ``flock`` on ``<out>.lock`` keeps a second job off the same file (`eval.resumable.locked`);
+2. a torn tail (the file does not end in a newline) is cut back to the last newline (`eval.resumable.cut_torn_tail`);
 3. lines of another config (a different ``config_hash``) stop the job, unless ``--drop-foreign`` (those lines move
    to ``<out>.foreign``, appended and fsynced before the file is rewritten, so nothing is lost; the job's own lines
    stay) or ``--overwrite`` (the file starts empty);
@@ -24,8 +25,6 @@ query wins; the output is written atomically; coverage against an expected id li
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
 from collections import Counter
@@ -33,7 +32,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from eval.io import FormatError, atomic_path, iter_jsonl
+from eval import resumable
+from eval.io import FormatError, iter_jsonl, write_jsonl
 from eval.phrases import PhraseRecord
 
 
@@ -68,23 +68,10 @@ class ExistingOutput:
 
 def scan(path: str | os.PathLike) -> ExistingOutput:
     """Read an existing phrase file (a missing file is empty). A torn tail (bytes after the last newline) is noted,
-    not read; any other malformed line raises `FormatError` naming the line."""
-    path = Path(path)
-    out = ExistingOutput(path)
-    if not path.exists():
-        return out
-    data = path.read_bytes()
-    keep = data.rfind(b"\n") + 1
-    out.torn_tail = keep < len(data)
-    for i, raw in enumerate(data[:keep].split(b"\n"), start=1):
-        if not raw.strip():
-            continue
-        try:
-            d = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise FormatError(path, f"not valid JSON ({e})", line=i) from None
-        if not isinstance(d, dict):
-            raise FormatError(path, f"expected a JSON object, got {type(d).__name__}", line=i)
+    not read; any other malformed line raises `FormatError` naming the line (`eval.resumable.scan`)."""
+    lines = resumable.scan(path)
+    out = ExistingOutput(lines.path, torn_tail=lines.torn_tail > 0)
+    for i, d in lines.rows:
         rec = PhraseRecord.from_dict(d, path=str(path), line=i)  # validates the required fields
         out.n_lines += 1
         out.config_hashes[rec.config_hash] += 1
@@ -104,12 +91,8 @@ def move_foreign_lines(path: str | os.PathLike, config_hash: str) -> tuple[int, 
         if raw.strip() and json.loads(raw).get("config_hash") != config_hash:
             moved.append(raw + b"\n")
     if moved:
-        fd = os.open(dest, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, b"".join(moved))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with resumable.Appender(dest) as foreign:
+            foreign.append_bytes(b"".join(moved))
     return len(moved), dest
 
 
@@ -173,75 +156,6 @@ def coverage(lines: dict[str, dict], query_ids: Iterable[str]) -> Coverage:
     return c
 
 
-def cut_torn_tail(path: str | os.PathLike) -> int:
-    """Truncate ``path`` after its last newline; returns the number of bytes removed."""
-    with open(path, "rb+") as f:
-        data = f.read()
-        keep = data.rfind(b"\n") + 1
-        removed = len(data) - keep
-        if removed:
-            f.truncate(keep)
-            f.flush()
-            os.fsync(f.fileno())
-    return removed
-
-
-def rewrite(path: str | os.PathLike, lines: Iterable[dict]) -> int:
-    """Atomically replace ``path`` with ``lines`` (JSONL); returns the number of lines."""
-    n = 0
-    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-        for d in lines:
-            f.write(json.dumps(d, ensure_ascii=False) + "\n")
-            n += 1
-    return n
-
-
-@contextlib.contextmanager
-def locked(path: str | os.PathLike):
-    """Hold an exclusive lock on ``<path>.lock`` (released on exit or process death)."""
-    lock_path = Path(str(path) + ".lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f"{path}: another job is writing this file (lock {lock_path} is held)") from None
-        yield
-    finally:
-        os.close(fd)
-
-
-class PhraseWriter:
-    """Append-only writer of whole lines: ``append(records)`` writes them in one ``os.write`` and fsyncs."""
-
-    def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-
-    def append(self, records: Sequence[dict]) -> None:
-        if not records:
-            return
-        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records).encode("utf-8")
-        view = memoryview(data)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
-        os.fsync(self._fd)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
 @dataclass
 class MergeReport:
     """``n_queries`` written (``n_ok`` with a phrase, ``n_failed`` with an error); ``missing``: expected ids without
@@ -288,7 +202,7 @@ def merge_phrase_files(inputs: Sequence[str | os.PathLike], out: str | os.PathLi
         order += unexpected
     else:
         order, missing, unexpected = sorted(best), [], []
-    rewrite(out, (best[q] for q in order))
+    write_jsonl(out, (best[q] for q in order))
     n_ok = sum(PhraseRecord.from_dict(best[q]).ok for q in order)
     return MergeReport(n_inputs=len(inputs), n_lines=n_lines, n_queries=len(order), n_ok=n_ok,
                        n_failed=sum(record_failed(best[q]) for q in order),

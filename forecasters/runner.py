@@ -14,7 +14,8 @@ Steps (`run`):
    lists the model), then write the resolved config to ``<out stem>.config.json``;
 4. generate through `Backend.stream` (chunks of ``batch_size`` for in-process engines; for ``openai`` a steady
    ``concurrency`` requests in flight), parse each output and append the lines answered since the last write
-   (whole lines, fsynced) as they arrive; update the progress bar (throughput, ETA, failures, tokens/s);
+   (whole lines, fsynced: `eval.resumable.Appender`) as they arrive; update the progress bar (throughput, ETA,
+   failures, tokens/s);
 5. stop early, with everything written so far kept (`StopRule`, error classes in `forecasters.backends.base`): at
    the first ``fatal`` error (HTTP 401/403/404: a wrong model, adapter, key or route), after `REJECTED_IN_A_ROW`
    ``rejected`` requests in a row (other 4xx, e.g. vLLM's 400 for too many images or a too large ``max_tokens``),
@@ -59,8 +60,9 @@ from pathlib import Path
 from typing import Any
 
 import prompts
+from eval import resumable
 from eval.errors import IncompleteJob, InputError
-from eval.io import write_json
+from eval.io import write_json, write_jsonl
 from eval.phrases import PhraseRecord
 from eval.schema import PREFIX_FRAMES
 from forecasters import phrasefile
@@ -505,7 +507,7 @@ def _prepare_output(p: Plan) -> None:
     path = cfg.out_path
     if cfg.overwrite:
         if path.exists():
-            phrasefile.rewrite(path, [])
+            write_jsonl(path, [])
         return
     mine = ex.lines_of(p.identity.config_hash)
     foreign = sum(ex.config_hashes.values()) - ex.config_hashes.get(p.identity.config_hash, 0)
@@ -515,10 +517,10 @@ def _prepare_output(p: Plan) -> None:
         log.warning("%s: moved %d line(s) of another config to %s", path, moved, dest)
     if foreign or ex.duplicates or any(q in redo for q in mine):
         kept = [d for q, d in mine.items() if q not in redo]
-        phrasefile.rewrite(path, kept)  # drops the torn tail as well
+        write_jsonl(path, kept)  # drops the torn tail as well
         log.info("%s: compacted to %d line(s)", path, len(kept))
     elif ex.torn_tail:
-        removed = phrasefile.cut_torn_tail(path)
+        removed = resumable.cut_torn_tail(path)
         log.warning("%s: removed a torn last line (%d bytes) left by a crash", path, removed)
 
 
@@ -630,7 +632,7 @@ def execute(p: Plan, backend=None) -> RunSummary:
     s = RunSummary(out=cfg.out, config_hash=p.identity.config_hash, skipped_done=len(p.selected) - len(p.todo))
     bcfg = backend_config(cfg, p.model)
     own_backend = backend is None and bool(p.todo)
-    with phrasefile.locked(cfg.out_path):
+    with resumable.locked(cfg.out_path):
         try:
             if own_backend:
                 backend = get_backend(cfg.backend, bcfg)
@@ -702,7 +704,7 @@ def _generate(p: Plan, backend, frames: FrameCache, s: RunSummary) -> None:
     bar = _progress(len(p.todo), cfg.progress)
     t0 = time.perf_counter()
     try:
-        with phrasefile.PhraseWriter(cfg.out_path) as writer:
+        with resumable.Appender(cfg.out_path) as writer:
             for comps in stream:
                 records = []
                 for c in comps:

@@ -156,8 +156,8 @@ def test_faithfulness_runs_on_a_tiny_student(qlora_student, tiny_vlm, synth_dir,
 
 def test_counterfactuals_cli_writes_sets_a_narrator_accepts(synth_dir, pred_file, tmp_path):
     from distill.cli import main
-    from distill.jsonl import read_records
     from distill.narrate import NarrateConfig, run_narration
+    from eval.resumable import read_records
 
     cf_file = tmp_path / "cf.jsonl"
     assert main(["counterfactuals", "--predicates", str(pred_file), "--out", str(cf_file)]) == 0

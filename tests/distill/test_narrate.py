@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from distill.jsonl import read_records
 from distill.narrate import (
     FAULTS,
     NOISY_NARRATOR,
@@ -23,6 +22,7 @@ from distill.narrate import (
     trajectory_target,
 )
 from distill.validator import split_answer
+from eval.resumable import read_records
 from forecasters.backends import Backend, BackendConfig, Completion
 
 

@@ -208,8 +208,8 @@ def test_sim_state_of_the_observed_segment_becomes_evidence():
 
 def test_predicates_cli_writes_jsonl_and_config(synth_dir, oracle, tmp_path):
     from distill.cli import main
-    from distill.jsonl import read_records
     from distill.predicates import PredicateSet
+    from eval.resumable import read_records
 
     out = tmp_path / "p.jsonl"
     assert main(["predicates", "--data", str(synth_dir), "--out", str(out), "--split", "test", "--limit", "5",

@@ -35,8 +35,8 @@ def test_classifier_probe():
 def test_rationale_stats_cli_separates_reasoning_from_restating(synth_dir, pred_file, pred_sets, template_rationales,
                                                               tmp_path):
     from distill.cli import main
-    from distill.jsonl import read_records
     from distill.narrate import NarrateConfig, run_narration
+    from eval.resumable import read_records
 
     noisy = tmp_path / "noisy"
     run_narration(NarrateConfig(data=str(synth_dir), predicates=str(pred_file), out=str(noisy),
