@@ -473,14 +473,18 @@ def complementarity(
     fused: Path = typer.Option(None, "--fused", help="their fused run (reported beside the union)"),
     out: Path = typer.Option(..., "--out", help="folder for complementarity.{json,md}"),
     k: int = typer.Option(5, "--k", min=1),
+    geometry_space: list[str] = typer.Option([], "--geometry-space", help="another space to report the geometry of "
+                                                                          "(effective dimension, anisotropy; repeat)"),
 ) -> None:
-    """Per-query wins of each space, their union, and the correlation of per-pair state similarity across spaces."""
+    """Per-query wins of each space, their union, the correlation of per-pair state similarity across spaces, and
+    each space's geometry."""
     from eval.benchmark import Benchmark
     from eval.io import write_json
     from retrieval.complementarity import complementarity as analyse
     from retrieval.complementarity import to_markdown
 
-    res = analyse(Benchmark.load(data), {p.name.split(".")[0]: p for p in run}, fused=fused, k=k)
+    res = analyse(Benchmark.load(data), {p.name.split(".")[0]: p for p in run}, fused=fused, k=k,
+                  geometry_spaces=geometry_space)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "complementarity.json", res)
     (out / "complementarity.md").write_text(to_markdown(res), encoding="utf-8")

@@ -15,6 +15,12 @@ queries with a main-pool GT:
   (`retrieval.spaces.Space.state_prototypes`: the state embedding in a semantic space, the mean segment feature in a
   visual one), over the states present in every space (all pairs up to ``max_pairs``, else a seeded random sample
   of pairs); Pearson r between spaces. The paper measures r = 0.40 between BGE and DINOv2.
+- **space geometry** (`space_geometry`, a collapse diagnostic, not in the paper): per space, over its retrieval items
+  (segment features of a visual space, state embeddings of a semantic one), the **effective dimension**
+  ``(sum_i l_i)^2 / sum_i l_i^2`` of the eigenvalues ``l_i`` of the centred items' covariance (the participation
+  ratio: ``d`` for isotropic items, 1 when they vary along one direction) and the **anisotropy**, the mean cosine of
+  the items to their mean direction (0 for items spread around the origin, 1 when all point one way). A space
+  whose items span a few directions cannot separate many states, whatever reads it.
 
 `complementarity` returns a JSON-able dict; `to_markdown` renders it (``python -m retrieval complementarity``
 writes both).
@@ -70,8 +76,32 @@ def state_similarity_correlation(bench: Benchmark, spaces: list[str], *, max_pai
             "mean_similarity": {s: float(v.mean()) for s, v in sims.items()}}
 
 
+def geometry(x: np.ndarray) -> dict:
+    """Effective dimension and anisotropy of the rows of ``x`` (module docstring)."""
+    x = np.asarray(x, np.float64)
+    if len(x) < 2:
+        raise ValueError("the geometry of a space needs at least two items")
+    mu = x.mean(0)
+    ev = np.linalg.svd(x - mu, compute_uv=False) ** 2
+    eff = float(ev.sum() ** 2 / (ev ** 2).sum()) if ev.sum() > 0 else 0.0
+    norms = np.linalg.norm(x, axis=1) * np.linalg.norm(mu)
+    aniso = float(np.mean((x @ mu) / np.maximum(norms, 1e-12)))
+    return {"items": int(len(x)), "dim": int(x.shape[1]), "effective_dim": eff, "anisotropy": aniso}
+
+
+def space_geometry(bench: Benchmark, space: str, *, max_items: int = 50_000, seed: int = 0) -> dict:
+    """`geometry` of a space's retrieval items: at most ``max_items`` (a seeded random sample beyond that)."""
+    from retrieval.spaces import Space
+
+    sp_ = Space.load(bench, space)
+    x = sp_.items
+    if len(x) > max_items:
+        x = x[np.sort(np.random.default_rng(seed).choice(len(x), max_items, replace=False))]
+    return {"kind": sp_.kind, **geometry(x)}
+
+
 def complementarity(bench: Benchmark, runs: dict[str, str | Path], *, fused: str | Path | None = None, k: int = 5,
-                    max_pairs: int = 200_000) -> dict:
+                    max_pairs: int = 200_000, geometry_spaces: list[str] = ()) -> dict:
     """The analysis of the runs ``{label: path}`` (module docstring)."""
     if len(runs) < 2:
         raise ValueError("complementarity needs runs in at least two spaces")
@@ -99,6 +129,7 @@ def complementarity(bench: Benchmark, runs: dict[str, str | Path], *, fused: str
     out["spaces"] = spaces
     out["state_similarity"] = state_similarity_correlation(bench, list(dict.fromkeys(spaces.values())),
                                                            max_pairs=max_pairs)
+    out["geometry"] = {s: space_geometry(bench, s) for s in dict.fromkeys([*spaces.values(), *geometry_spaces])}
     return out
 
 
@@ -120,4 +151,10 @@ def to_markdown(res: dict) -> str:
     lines += ["", f"State-similarity correlation (Pearson r of per-pair state-prototype cosines; {ss['states']} states, "
                   f"{ss['pairs']} pairs)", "", "| spaces | r |", "|---|---:|"]
     lines += [f"| {p} | {r:.2f} |" for p, r in ss["r"].items()]
+    if res.get("geometry"):
+        lines += ["", "Space geometry (effective dimension: participation ratio of the items' covariance spectrum; "
+                      "anisotropy: mean cosine of the items to their mean direction)", "",
+                  "| space | kind | items | dim | effective dimension | anisotropy |", "|---|---|---:|---:|---:|---:|"]
+        lines += [f"| {s} | {g['kind']} | {g['items']} | {g['dim']} | {g['effective_dim']:.1f} | {g['anisotropy']:.2f} |"
+                  for s, g in res["geometry"].items()]
     return "\n".join(lines) + "\n"

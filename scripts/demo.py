@@ -185,7 +185,8 @@ class Demo:
                  "forecaster plumbing check, scored by one evaluator; more tables and plots in `report/` |",
                  *(["| `encoders/` | the SSL and LiT towers (frozen encoders of the spaces `ssl` and `lit`) |",
                     "| [runs/complementarity.md](runs/complementarity.md) | per-query wins of each space, their union, "
-                    "the correlation of per-pair state similarity |"] if self.learned else []),
+                    "the correlation of per-pair state similarity, each space's geometry (effective dimension, "
+                    "anisotropy) |"] if self.learned else []),
                  f"| `runs/` | one run file per method (the row *{PLUMBING_METHOD}* is a plumbing check of the forecaster "
                  "path with a tiny model, not a baseline) |",
                  "| `canon/` | canonicalization probes: sweep, re-keyed benchmark, paraphrase oracle, description probe, "

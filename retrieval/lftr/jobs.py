@@ -203,7 +203,8 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, semantic_spa
             fuse_runs(bench, lftr_runs, p, method=f"lftr-fusion[{'+'.join(names)}]", progress=progress)
         from retrieval.complementarity import complementarity, to_markdown
 
-        res = complementarity(bench, {f"lftr-{n}": r for n, r in zip(names, lftr_runs, strict=True)}, fused=p)
+        res = complementarity(bench, {f"lftr-{n}": r for n, r in zip(names, lftr_runs, strict=True)}, fused=p,
+                            geometry_spaces=[compare_space] if compare_space else [])
         write_json(out / "complementarity.json", res)
         (out / "complementarity.md").write_text(to_markdown(res), encoding="utf-8")
     if timings:

@@ -268,6 +268,26 @@ def test_complementarity_of_runs(synth_demo_out, synth_sem_dir, tmp_path):
                                    "--run", str(paths["lftr-pixels"]), "--out", str(tmp_path / "c")])
     assert out.exit_code == 0, out.output
     assert "union (any space right)" in (tmp_path / "c" / "complementarity.md").read_text()
+    g = res["geometry"]
+    assert set(g) == {"minilm", "pixels"} and g["pixels"]["kind"] == "visual" and g["minilm"]["kind"] == "semantic"
+    assert all(1 <= v["effective_dim"] <= v["dim"] for v in g.values())
+
+
+def test_geometry_effective_dimension_and_anisotropy():
+    from retrieval.complementarity import geometry
+
+    rng = np.random.default_rng(0)
+    iso = geometry(rng.standard_normal((20_000, 8)))  # isotropic around the origin: d directions, no common one
+    assert iso["effective_dim"] == pytest.approx(8, rel=0.02) and abs(iso["anisotropy"]) < 0.1
+    line = np.outer(rng.standard_normal(500), np.ones(8))  # every item on one line: one direction
+    assert geometry(line)["effective_dim"] == pytest.approx(1.0)
+    offset = np.array([10.0, 0, 0, 0]) + 0.1 * rng.standard_normal((1000, 4))  # all point one way
+    g = geometry(offset)
+    assert g["effective_dim"] == pytest.approx(4, rel=0.05) and g["anisotropy"] > 0.99  # the spread spans 4 dims
+    two = np.diag([3.0, 1.0]) @ rng.standard_normal((2, 50_000))  # variances 9 and 1: (9 + 1)^2 / (81 + 1)
+    assert geometry(two.T)["effective_dim"] == pytest.approx(100 / 82, rel=0.02)
+    with pytest.raises(ValueError, match="two items"):
+        geometry(np.ones((1, 3)))
 
 
 def test_state_similarity_of_a_space_with_itself_is_one(synth_sem_dir, tmp_path):
