@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from cli_run import run_cli
 
 from eval.benchmark import Benchmark
 from eval.runs import read_run
 
 
+@pytest.mark.slow
 def test_compare_runs_retrieval_search_for_a_missing_row(world, tmp_path):
     out = tmp_path / "table3"
     argv = ["eval", "compare", "--data", world["bench"], "--phrases", f"M3={world['phrases']}", "--text-space",

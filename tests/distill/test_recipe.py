@@ -123,6 +123,7 @@ def test_failing_stage_is_named_with_its_log_and_the_resume_command(synth_dir, t
     assert not (out / "logs" / "narrate-train.log").exists()  # nothing after the failed stage ran
 
 
+@pytest.mark.slow
 def test_rerun_skips_finished_stages_and_reruns_changed_ones(synth_dir, tiny_vlm, tmp_path):
     """A recipe stopped by a failing stage resumes: finished stages are skipped (their outputs untouched, their logs
     not appended), the failed one and what follows run; a stage whose command changed, or whose inputs were

@@ -8,6 +8,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -19,6 +21,7 @@ def _script():
     return mod
 
 
+@pytest.mark.slow
 def test_psr_scale_measures_every_stage_and_resumes(synth_dir, lftr_test_config, tmp_path, capsys):
     data = shutil.copytree(synth_dir, tmp_path / "bench", ignore=shutil.ignore_patterns("frames", "sim", ".cache"))
     assert not (data / "features" / "minilm").exists()  # the pipeline encodes the semantic space itself

@@ -101,6 +101,7 @@ def test_last_frame_training_records_frames_and_refuses_other_frames(synth_sem_d
     assert r.code == 2 and "frames must be all, last, K" in r.text
 
 
+@pytest.mark.slow
 def test_demo_reports_eight_against_one_prefix_frame(synth_demo):
     full, last = synth_demo["lftr-pixels"], synth_demo["lftr-pixels-last"]
     assert (full.config["frames"], last.config["frames"]) == ("all", "last:1")
