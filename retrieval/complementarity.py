@@ -82,7 +82,8 @@ def geometry(x: np.ndarray) -> dict:
     if len(x) < 2:
         raise ValueError("the geometry of a space needs at least two items")
     mu = x.mean(0)
-    ev = np.linalg.svd(x - mu, compute_uv=False) ** 2
+    xc = x - mu
+    ev = np.clip(np.linalg.eigvalsh(xc.T @ xc), 0.0, None)  # the covariance spectrum (up to 1/n): one d x d product
     eff = float(ev.sum() ** 2 / (ev ** 2).sum()) if ev.sum() > 0 else 0.0
     norms = np.linalg.norm(x, axis=1) * np.linalg.norm(mu)
     aniso = float(np.mean((x @ mu) / np.maximum(norms, 1e-12)))
