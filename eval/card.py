@@ -13,7 +13,9 @@ Quantities (population: the main benchmark, question types Q1-Q4, unless said ot
 - chance R@5, exact: a uniformly random ranking of the corpus minus the query's own video (``N_q`` items, ``g_q``
   positives) hits at 5 with probability ``1 - C(N_q - g_q, 5) / C(N_q, 5)``; the mean over the fair test queries;
 - where segments carry ``sim_state`` (the synthetic benchmark): the canonicalization's errors against the truth
-  (`canonicalization_errors`) and, when the construction recorded them, the mined pools' measured precision.
+  (`canonicalization_errors`), how true the labels are (`label_quality`: ``label_truth``,
+  ``same_state_agreement``), the share of queries whose prefix ends in motion (`prefix_motion_share`), and, when the
+  construction recorded them, the mined pools' measured precision.
 """
 
 from __future__ import annotations
@@ -27,12 +29,11 @@ import numpy as np
 
 from eval.benchmark import Benchmark
 from eval.io import write_json
-from eval.schema import report_horizon
+from eval.schema import MAIN_QTYPES, report_horizon
 
 #: The paper's values (000 §3.2 and 001): what a PSR-shaped benchmark looks like.
 PAPER = {"segments": 218_276, "states": 51_362, "queries": 20_182, "segments_per_state_mean": 218_276 / 51_362,
          "h1_share": 0.56, "gap_median_s": 1.9, "chance_r5": 0.0}
-MAIN_QTYPES = ("Q1", "Q2", "Q3", "Q4")
 
 
 @dataclass
@@ -115,7 +116,7 @@ def make_card(data: str | os.PathLike) -> Card:
     r["segments_per_state_median"] = float(np.median(sizes))
     r["top_state_share"] = float(sizes.max() / sizes.sum())
     r["tail_exponent"] = tail_exponent(sizes)
-    r["fair test queries (Q1-Q4)"] = int(len(test))
+    r["fair_test_queries"] = int(len(test))
     r["main_pool_share_of_corpus"] = float(np.mean(n_pos / n_items)) if len(test) else float("nan")
     r["main_pool_mean_size"] = float(n_pos.mean()) if len(test) else float("nan")
     for h in range(1, 6):
@@ -132,11 +133,77 @@ def make_card(data: str | os.PathLike) -> Card:
         r["true states split across canonical states"] = err["split_true_states"]
         r["canonical states merging true states"] = err["merged_canonical_states"]
         card.extra["canonicalization_errors"] = err
+        r.update(label_quality(bench))
+        motion = prefix_motion_share(bench, main)
+        if motion is not None:
+            r["prefix_motion_share"] = motion
     prec = (canon.get("mining") or {}).get("precision") or {}
     if prec.get("main") is not None:
         r["GT precision (main pool, measured)"] = float(prec["main"])
         card.paper["GT precision (main pool, measured)"] = 0.894
     return card
+
+
+def label_quality(bench: Benchmark) -> dict[str, float]:
+    """How true the canonical labels are of their segments (a benchmark whose segments carry ``sim_state``):
+
+    - ``label_truth``: the share of segments whose true state *satisfies* their canonical state's text, i.e. agrees
+      with every attribute value the text says (`eval.synth.lexicon.satisfies`, with the text's denotation from
+      ``sim/phrases.jsonl``); texts without a recorded denotation are not counted;
+    - ``same_state_agreement``: over all pairs of segments in the same true state, the share whose canonical states
+      are the same, ``sum_t sum_c C(n_tc, 2) / sum_t C(n_t, 2)``.
+
+    Empty when the benchmark has no ``sim/phrases.jsonl``."""
+    from eval.synth.lexicon import TrueState, satisfies
+
+    path = bench.root / "sim" / "phrases.jsonl"
+    if not path.exists():
+        return {}
+    den = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            row = json.loads(line)
+            den[row["phrase"]] = row["denotes"]
+    cd = bench.corpus_ds
+    truth = np.asarray(cd["sim_state"][:], dtype=object).astype(str)
+    text = np.asarray(cd["state"][:], dtype=object).astype(str)
+    ok, counted = 0, 0
+    for (t, s), n in zip(*np.unique(np.stack([truth, text], 1), axis=0, return_counts=True), strict=True):
+        d = den.get(s)
+        if d is None:
+            continue
+        counted += int(n)
+        ok += int(n) * satisfies(TrueState.from_key(t), d)
+    _, t_codes = np.unique(truth, return_inverse=True)
+    _, c_codes = np.unique(np.asarray(cd["state_id"][:], dtype=object).astype(str), return_inverse=True)
+    _, n_tc = np.unique(np.stack([t_codes, c_codes], 1), axis=0, return_counts=True)
+    n_t = np.bincount(t_codes)
+    pairs = float((n_t * (n_t - 1) / 2).sum())
+    return {"label_truth": ok / counted if counted else float("nan"),
+            "same_state_agreement": float((n_tc * (n_tc - 1) / 2).sum()) / pairs if pairs else float("nan")}
+
+
+def prefix_motion_share(bench: Benchmark, rows: np.ndarray) -> float | None:
+    """The share of the queries ``rows`` (a bool mask) whose prefix ends while the scene is in motion around the
+    queried object: it moves, or a moving body touches it or is on a collision course with it, in the last two
+    prefix frames (`eval.synth.prefix.engaged`, on the simulator record ``sim/<video>.npz``). None without records."""
+    from eval.synth import prefix as P
+    from eval.synth.record import load_npz
+
+    qd = bench.queries_ds
+    video = np.asarray(qd["video_id"][:], dtype=object)[rows]
+    obj = np.asarray(qd["object_id"][:], dtype=object)[rows]
+    end = np.asarray(qd["prefix_end"][:], np.float64)[rows]
+    if not len(video) or not (bench.root / "sim" / f"{video[0]}.npz").exists():
+        return None
+    hits = np.zeros(len(video), bool)
+    for v in np.unique(video):
+        rec = load_npz(bench.root / "sim" / f"{v}.npz")
+        eng = P.engaged(rec)
+        ids = [str(x) for x in rec.object_ids]
+        for i in np.flatnonzero(video == v):
+            hits[i] = eng[min(int(round(end[i] * rec.fps)), rec.n_frames - 1), ids.index(str(obj[i]))]
+    return float(hits.mean())
 
 
 def canonicalization_errors(canonical, truth) -> dict[str, float]:

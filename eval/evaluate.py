@@ -39,13 +39,12 @@ from eval.metrics import (
     reciprocal_rank,
     report_horizons,
 )
-from eval.schema import GT_DEFINITION_FIELDS, QUESTION_TYPES, REPORT_MAX_HORIZON, SPLITS
+from eval.schema import GT_DEFINITION_FIELDS, MAIN_QTYPES, QUESTION_TYPES, REPORT_MAX_HORIZON, SPLITS
 
 MAIN_POOL = "type2-all"
 TIER_POOLS = ("in_video", "in_dataset", "cross_dataset", "bge_similar")
 DEFAULT_NDCG_K = 10
 #: Question types of the main benchmark; Q5 (multi-object) is its separate stress test (PSR App. C, Q).
-MAIN_QTYPES = ("Q1", "Q2", "Q3", "Q4")
 MULTI_OBJECT_QTYPE = "Q5"
 
 

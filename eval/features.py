@@ -2,12 +2,15 @@
 
 Layout of one space directory::
 
-    meta.json                 {"space": NAME, "kind": "visual" | "semantic", "model": ID_OR_PATH, "dim": D, "normalized": true}
+    meta.json                 {"space": NAME, "kind": "visual" | "semantic" | "prefix", "model": ID_OR_PATH, "dim": D,
+                               "normalized": true}
     <table>.npy               float32; (n, D) for `corpus` and `states`, (n, 8, D) for `prefixes` (one token per frame)
     <table>_ids.txt           one id per line, row i of the array belongs to line i
 
 Tables: ``corpus`` (segment ids; a visual space's middle-frame features), ``states`` (state ids; a semantic
 space's canonical state embeddings), ``prefixes`` (prefix ids; per-frame prefix tokens). A space holds any subset.
+A ``prefix`` space is an input only: it holds a ``prefixes`` table and no items to retrieve (the synthetic
+benchmark's ``sim`` space, `eval.synth.simspace`); its tokens need not be L2-normalised (``"normalized": false``).
 Arrays are opened memory-mapped, so a 218,276 x 1,024 corpus costs nothing until read.
 """
 
@@ -112,11 +115,17 @@ def write_table(root: str | os.PathLike, space: str, table: str, ids: list[str],
         f.writelines(x + "\n" for x in ids)
 
 
-def write_meta(root: str | os.PathLike, space: str, *, kind: str, dim: int, model: str, **extra: Any) -> None:
-    if kind not in ("visual", "semantic"):
-        raise ValueError(f"space kind must be 'visual' or 'semantic', got {kind!r}")
+#: Space kinds: retrieval spaces (``visual``: segment items, ``semantic``: state items) and input-only ``prefix``.
+KINDS = ("visual", "semantic", "prefix")
+
+
+def write_meta(root: str | os.PathLike, space: str, *, kind: str, dim: int, model: str, normalized: bool = True,
+               **extra: Any) -> None:
+    if kind not in KINDS:
+        raise ValueError(f"space kind must be one of {KINDS}, got {kind!r}")
     write_json(space_dir(root, space) / "meta.json",
-               {"space": space, "kind": kind, "model": model, "dim": int(dim), "normalized": True, **extra})
+               {"space": space, "kind": kind, "model": model, "dim": int(dim), "normalized": bool(normalized),
+                **extra})
 
 
 def l2_normalize(x: np.ndarray, axis: int = -1, eps: float = 1e-12) -> np.ndarray:

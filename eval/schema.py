@@ -32,6 +32,8 @@ FORMAT_VERSION = "1.0"
 
 SPLITS = ("train", "val", "test")
 QUESTION_TYPES = ("Q1", "Q2", "Q3", "Q4", "Q5")
+#: The main benchmark's question types (Q5, multi-object, is scored apart).
+MAIN_QTYPES = QUESTION_TYPES[:4]
 QUESTION_TYPE_NAMES = {
     "Q1": "next state",
     "Q2": "end state",

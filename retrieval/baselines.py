@@ -15,6 +15,12 @@ Each function takes the benchmark, the query rows to answer and the space(s), an
   training queries; count ties go to the lowest state row -- as a vector of the target space (its embedding in a
   semantic space). A floor every learned method must beat: it measures how much the targets are predictable from
   the benchmark's construction alone.
+- ``transition_table``: perfect perception of the present, a table for the future: the query's *current* state (the
+  canonical state active at the prefix's end, read from its transcript: the entry with the latest time ``<=
+  prefix_end``) is known exactly, and the prediction is the most frequent training target of the query's (current
+  state, question type, horizon) -- falling back to (current state, horizon), (current state), then the lookup
+  prior; count ties go to the lowest state row. With the ``sim`` LFTR (`eval.synth.simspace`) it bounds what
+  perfect perception buys: the present as a label, without its kinematics.
 - ``persistence``: the last prefix frame's token retrieves in the same visual space ("future = present").
 - ``zero_shot``: ``normalise(mean of the 8 prefix tokens)`` retrieves in the encoder's own corpus space.
 """
@@ -107,8 +113,26 @@ def lookup_states(bench: Benchmark, rows: np.ndarray, train_split: str = "train"
     train = train[state[train] >= 0]
     levels = [lambda r: (domain[r], qtype[r], horizon[r]), lambda r: (qtype[r], horizon[r]),
               lambda r: (horizon[r],), lambda r: ()]
-    out = np.full(len(rows), -1, np.int64)
-    for key in reversed(levels):  # coarse to fine: a finer level overwrites where it has training targets
+    return _most_frequent(list(reversed(levels)), train, state, rows, np.full(len(rows), -1, np.int64))
+
+
+def current_states(bench: Benchmark) -> np.ndarray:
+    """``(n_queries,)`` state row of each query's current state: its transcript entry with the latest time at or
+    before ``prefix_end`` (-1 when none, or when the entry's text is no state of the benchmark)."""
+    qd = bench.queries_ds
+    text_row = {t: i for i, t in enumerate(bench.states_ds["text"][:])}
+    out = np.full(len(qd), -1, np.int64)
+    for i, (tr, end) in enumerate(zip(qd["transcript"][:], qd["prefix_end"][:], strict=True)):
+        seen = [e for e in tr if e["t"] <= end + 1e-6]
+        if seen:
+            out[i] = text_row.get(max(seen, key=lambda e: e["t"])["state"], -1)
+    return out
+
+
+def _most_frequent(levels, train: np.ndarray, state: np.ndarray, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """For each level (coarse to fine), overwrite ``out[i]`` with the most frequent training state of
+    ``rows[i]``'s key at that level (count ties -> the lowest state row); a finer level wins where it has data."""
+    for key in levels:
         counts: dict[tuple, dict[int, int]] = {}
         for t in train:
             c = counts.setdefault(tuple(key(t)), {})
@@ -117,6 +141,28 @@ def lookup_states(bench: Benchmark, rows: np.ndarray, train_split: str = "train"
         for i, r in enumerate(rows):
             out[i] = best.get(tuple(key(r)), out[i])
     return out
+
+
+def transition_states(bench: Benchmark, rows: np.ndarray, train_split: str = "train") -> np.ndarray:
+    """``(n,)`` state row of the transition table's answer for each query (module docstring), -1 when none."""
+    qd = bench.queries_ds
+    sidx = bench.state_index
+    state = np.fromiter((sidx.get(s, -1) for s in qd["target_state_id"][:]), np.int64, count=len(qd))
+    current = current_states(bench)
+    qtype, horizon = (np.asarray(qd[c][:]) for c in ("qtype", "horizon"))
+    train = bench.query_rows(train_split)
+    train = train[(state[train] >= 0) & (current[train] >= 0)]
+    out = lookup_states(bench, rows, train_split)
+    levels = [lambda r: (current[r],), lambda r: (current[r], horizon[r]), lambda r: (current[r], qtype[r], horizon[r])]
+    return _most_frequent(levels, train, state, rows, out)
+
+
+def transition_table(bench: Benchmark, rows: np.ndarray, target: Space, train_split: str = "train") -> QueryVectors:
+    """The transition table's state as a vector of ``target`` -> ``(n, 1, d)``."""
+    st = transition_states(bench, rows, train_split)
+    vec = np.zeros((len(rows), target.dim), np.float32)
+    vec[st >= 0] = target.state_prototypes()[st[st >= 0]]
+    return QueryVectors(_ids(bench, rows), vec[:, None], target.name)
 
 
 def lookup(bench: Benchmark, rows: np.ndarray, target: Space, train_split: str = "train") -> QueryVectors:

@@ -345,6 +345,9 @@ def synth(
                               help="embedder of the canonicalization (HF id or path; BAAI/bge-small-en-v1.5 where cached)"),
     threshold: float = typer.Option(0.85, "--threshold", min=0.0, max=1.0),
     mine_budget: int = typer.Option(3, "--mine-budget", min=1, help="GT candidates mined per tier and query"),
+    tune_encoder: bool = typer.Option(True, "--tune-encoder/--no-tune-encoder",
+                                      help="fine-tune the embedder on describer triples of a disjoint world first "
+                                           "(OUT-encoder/); off: cluster with the embedder as it is"),
     workers: int = typer.Option(0, "--workers", min=0, help="processes of the simulation (0 = all cores)"),
 ) -> None:
     """Build the synthetic benchmark the way the paper builds PSR: simulate (eval synth), then canonicalize, mine and
@@ -352,7 +355,7 @@ def synth(
     from retrieval.synth import build_synth
 
     path = build_synth(out, preset=preset, seed=seed, videos=videos or None, model=model, threshold=threshold,
-                       mine_budget=mine_budget, workers=workers or None, log=console.print)
+                       mine_budget=mine_budget, tune_encoder=tune_encoder, workers=workers or None, log=console.print)
     console.print(f"[green]wrote[/] {escape(str(path))}; its card: `python -m eval card {escape(str(path))}`")
 
 

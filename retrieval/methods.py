@@ -15,10 +15,10 @@ from retrieval.lftr.data import pick_prefix_space
 from retrieval.queries import QueryVectors
 from retrieval.spaces import Space
 
-BASELINES = ("random", "question-only", "lookup", "knn-future", "persistence", "zero-shot")
+BASELINES = ("random", "question-only", "lookup", "transition-table", "knn-future", "persistence", "zero-shot")
 ORACLES = ("semantic-text", "paraphrase", "state-prototype", "independent-appearance")
 #: The space kind each method needs ("any": semantic or visual).
-NEEDS = {"random": "any", "question-only": "text", "lookup": "any", "knn-future": "any", "persistence": "visual",
+NEEDS = {"random": "any", "question-only": "text", "lookup": "any", "transition-table": "any", "knn-future": "any", "persistence": "visual",
          "zero-shot": "visual", "semantic-text": "text", "paraphrase": "text", "state-prototype": "any", "independent-appearance": "any"}
 
 
@@ -43,6 +43,8 @@ def method_query_vectors(bench: Benchmark, name: str, space: Space | None, rows:
         return fn(bench, rows, space, enc)
     if name == "lookup":
         return baselines.lookup(bench, rows, space, train_split=train_split)
+    if name == "transition-table":
+        return baselines.transition_table(bench, rows, space, train_split=train_split)
     if name == "knn-future":
         pspace = Space.load(bench, pick_prefix_space(bench, prefix_space))
         return baselines.knn_future(bench, rows, pspace, space, train_split=train_split)

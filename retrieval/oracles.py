@@ -8,7 +8,7 @@
 - ``state_prototype``: the mean visual feature of all segments of the target state (normalised), retrieved in
   the same visual space. Mildly optimistic: the prototype averages the GT segments themselves.
 - ``independent_appearance``: the queried object's own observed future frame -- the middle frame of its target
-  segment (same video and object, starting at the query's ``target_time``) -- retrieves cross-instance in a visual
+  segment (same video and object, active at the query's ``target_time``) -- retrieves cross-instance in a visual
   space (the paper's independent observed-future-frame oracle). ``reduce="first"`` uses that segment (the paper's
   single frame); ``"mean"`` averages the object's segments in the target state (its multi-frame variant). Queries
   whose target segment is not in the corpus are misses (zero vectors; see `retrieval.queries`).
@@ -20,6 +20,7 @@ import numpy as np
 
 from eval.benchmark import Benchmark
 from eval.features import l2_normalize
+from eval.segments import SegmentTimeline
 from retrieval.queries import QueryVectors
 from retrieval.spaces import Space
 
@@ -61,16 +62,12 @@ def state_prototype(bench: Benchmark, rows: np.ndarray, space: Space) -> QueryVe
 
 
 def target_segment_rows(bench: Benchmark, rows: np.ndarray) -> np.ndarray:
-    """(len(rows),) corpus row of each query's target segment (its video and object, starting at ``target_time``;
-    -1 when the corpus has no such segment)."""
-    cds = bench.corpus_ds
-    key = {(v, o, round(float(t), 6)): r for r, (v, o, t) in
-           enumerate(zip(cds["video_id"][:], cds["object_id"][:], cds["start"][:], strict=True))}
-    q = bench.queries_ds.select(rows) if len(rows) else None
-    if q is None:
+    """(len(rows),) corpus row of each query's target segment (its video and object, active at ``target_time``,
+    `eval.segments`; -1 when the corpus has no such segment)."""
+    if not len(rows):
         return np.zeros(0, np.int64)
-    return np.array([key.get((v, o, round(float(t), 6)), -1) for v, o, t in
-                     zip(q["video_id"][:], q["object_id"][:], q["target_time"][:], strict=True)], np.int64)
+    q = bench.queries_ds.select(rows)
+    return SegmentTimeline.of(bench).active_rows(q["video_id"][:], q["object_id"][:], q["target_time"][:])
 
 
 def independent_appearance(bench: Benchmark, rows: np.ndarray, space: Space, reduce: str = "first") -> QueryVectors:

@@ -6,9 +6,12 @@ A space is one ``features/<space>/`` directory (see `eval.features`):
   represented by its state, so ``item_rows[c]`` is the states-table row of corpus segment ``c`` and every segment
   of a state shares its score (the paper's "expand each retrieved state to its member segments");
 - a **visual** space holds one middle-frame feature per segment (table ``corpus``, ``(n_corpus, d)``), and
-  optionally per-frame prefix tokens (table ``prefixes``, ``(n_prefixes, 8, d)``).
+  optionally per-frame prefix tokens (table ``prefixes``, ``(n_prefixes, 8, d)``);
+- a **prefix** space holds only prefix tokens (an LFTR input, e.g. the synthetic benchmark's ``sim`` space: the
+  simulator's state, perfect perception); it has no items and is never a target.
 
-All vectors are float32 and L2-normalised, so a dot product is the cosine similarity.
+Item vectors are float32 and L2-normalised, so a dot product is the cosine similarity (prefix tokens of a prefix
+space are standardized features instead).
 """
 
 from __future__ import annotations
@@ -82,7 +85,11 @@ class Space:
             item_state[rows] = bench.segment_state_rows
             return cls(name, meta, np.asarray(table.array, np.float32), table.ids, None if identity else rows,
                        item_state, bench)
-        raise FormatError(d / "meta.json", f"unknown space kind {kind!r} (expected 'semantic' or 'visual')", field="kind")
+        if kind == "prefix":  # an input space: prefix tokens only, nothing to retrieve
+            table = _require(bench, name, "prefixes")
+            return cls(name, meta, np.zeros((0, table.dim), np.float32), [], None, np.zeros(0, np.int64), bench)
+        raise FormatError(d / "meta.json", f"unknown space kind {kind!r} (expected 'semantic', 'visual' or 'prefix')",
+                          field="kind")
 
     # --- corpus-level views ---
     def corpus_rows_to_items(self, corpus_rows: np.ndarray) -> np.ndarray:

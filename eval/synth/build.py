@@ -53,7 +53,8 @@ from tqdm.auto import tqdm
 from eval.features import l2_normalize, write_meta, write_table
 from eval.io import atomic_dir, read_json, write_json, write_jsonl
 from eval.schema import MAX_HORIZON, SPLITS, GTPools, Manifest, Query, Segment, State, TranscriptEntry
-from eval.synth import lexicon, render, scenes, states
+from eval.synth import lexicon, render, scenes, simspace, states
+from eval.synth import prefix as P
 from eval.synth import video as V
 from eval.synth.lexicon import CORPUS, TrueState, describe, reference_text
 from eval.synth.questions import join_subjects, question_text, seconds_text
@@ -63,12 +64,20 @@ VERSION = "2.0.0"
 SPACE = "pixels"
 SPACE_MODEL = "pixels-16x12"
 SPLIT_FRACTIONS = (0.70, 0.15, 0.15)
-K_SECONDS = tuple(0.5 * i for i in range(1, 17))
-Q3_MARGIN_S = 0.1
-Q2_RATE = 0.55
+K_SECONDS = tuple(0.25 * i for i in range(1, 33))
+Q3_MARGIN_S = 0.05
+Q1_RATE = 0.8
+"""Share of prefixes asked the next-state question."""
+PER_PREFIX = {"Q3": 2, "Q4": 2}
+"""At most this many questions of a type per prefix, at distinct horizons (PSR asks one shared prefix at several
+horizons and types)."""
+Q2_RATE = 0.8
 """Share of prefixes asked the end-state question (PSR's Q2 is a minority type)."""
-HORIZON_DECAY = 0.35
+HORIZON_DECAY = 1.0
 """Q3 / Q4 draw the target horizon with weight HORIZON_DECAY ** (h - 1): near horizons dominate, as in PSR."""
+PERSIST_WEIGHT = 0.5
+"""Q3's weight (against HORIZON_DECAY ** (h - 1) for h >= 1) for a time k inside the current segment: the state
+seen at the prefix's end persists (as in PSR, a later state may equal the current one)."""
 Q5_GROUP_SIZES = (2, 3)
 SERIAL_BELOW = 40
 _QTYPE_SALT = {"Q1": 1, "Q2": 2, "Q3": 3, "Q4": 4, "Q5": 5}
@@ -185,6 +194,11 @@ def _t(frame: int, fps: float) -> float:
     return round(frame / fps, 3)
 
 
+def segment_id(video: str, object_id: str, j: int) -> str:
+    """The opaque id of segment ``j`` (time order) of an object: ``s`` + 12 hex digits of a SHA-1."""
+    return "s" + hashlib.sha1(f"{video}:{object_id}:{j}".encode()).hexdigest()[:12]
+
+
 def state_id(key: str) -> str:
     """The id of a true state: ``t`` + 12 hex digits of the SHA-1 of its key (stable across builds)."""
     return "t" + hashlib.sha1(key.encode()).hexdigest()[:12]
@@ -207,7 +221,7 @@ def _build_corpus(results: list[V.VideoResult]) -> _Corpus:
             text = texts[s.state.key]
             rows.setdefault((res.index, s.object_index), []).append(len(segs))
             segs.append(Segment(
-                id=f"{res.video_id}.{oid}.s{j}", video_id=res.video_id, domain=res.domain, object_id=oid,
+                id=segment_id(res.video_id, oid, j), video_id=res.video_id, domain=res.domain, object_id=oid,
                 subject=subject, state=text, state_id=state_id(s.state.key), state_type1=f"{subject} {text}",
                 start=_t(s.start, res.fps), end=_t(min(s.stop, last), res.fps),
                 frame=V.frame_path(res.video_id, s.middle), raw=s.raw, sim_state=s.state.key, box=s.box))
@@ -240,65 +254,87 @@ def assign_splits(results: list[V.VideoResult], seed: int, queried: set[int]) ->
 
 @dataclass(frozen=True)
 class _Target:
+    """One question about one prefix: its target is segment ``index`` of the object (time order), ``horizon`` steps
+    after the current one (1 when it is the current state persisting), asked about time ``time``."""
+
     qtype: str
+    index: int
     horizon: int
+    time: float
     question: str
     k_seconds: float | None = None
     anchor_state: str | None = None
     group_id: str | None = None
 
 
-def _decay_choice(rng: np.random.Generator, horizons: list[int]) -> int:
-    w = np.array([HORIZON_DECAY ** (h - 1) for h in horizons])
-    return horizons[int(rng.choice(len(horizons), p=w / w.sum()))]
+def _decay_choices(rng: np.random.Generator, horizons: list[int], n: int) -> list[int]:
+    """Up to ``n`` distinct horizons from ``horizons``, drawn without replacement with weight `HORIZON_DECAY` **
+    (h - 1); ``0`` (the current state persisting) with weight `PERSIST_WEIGHT`; in ascending order."""
+    if not horizons:
+        return []
+    w = np.array([PERSIST_WEIGHT if h == 0 else HORIZON_DECAY ** (h - 1) for h in horizons])
+    idx = rng.choice(len(horizons), size=min(n, len(horizons)), replace=False, p=w / w.sum())
+    return sorted(horizons[int(i)] for i in idx)
 
 
 def _object_targets(res: V.VideoResult, k: int, segs: list[V.SegmentInfo], seed: int, prefix_end: float,
                     anchors_out: dict[str, dict]) -> list[_Target]:
-    """Q1-Q4 targets of one (video, object) prefix; ``segs`` are the object's segments in time order."""
+    """Q1-Q4 targets of one (video, object) prefix; ``segs`` are the object's segments in time order and
+    ``res.current[k]`` the one its prefix ends in."""
     subject = res.subjects[k]
-    n_future = len(segs) - 1
+    c = res.current[k]
+    n_future = len(segs) - 1 - c
     fps = res.fps
 
     def rng(q: str) -> np.random.Generator:
         return np.random.default_rng([seed, res.index, k, _QTYPE_SALT[q], 0xA5])
 
-    out = [_Target("Q1", 1, question_text("Q1", rng("Q1"), subject=subject))]
+    def start(h: int) -> float:
+        return _t(segs[c + h].start, fps)
+
+    out = []
+    r1 = rng("Q1")
+    if n_future >= 1 and r1.random() < Q1_RATE:
+        out.append(_Target("Q1", c + 1, 1, start(1), question_text("Q1", r1, subject=subject)))
     r2 = rng("Q2")
     if 2 <= n_future <= MAX_HORIZON and r2.random() < Q2_RATE:
-        out.append(_Target("Q2", n_future, question_text("Q2", r2, subject=subject)))
+        out.append(_Target("Q2", c + n_future, n_future, start(n_future), question_text("Q2", r2, subject=subject)))
     r3 = rng("Q3")
     options: dict[int, list[float]] = {}
-    for h in range(1, min(n_future, MAX_HORIZON) + 1):
-        s = segs[h]
+    for h in range(0, min(n_future, MAX_HORIZON) + 1):
+        s = segs[c + h]
         for kk in K_SECONDS:
             t = prefix_end + kk
-            if s.start / fps + Q3_MARGIN_S <= t <= s.stop / fps - Q3_MARGIN_S:
+            if (h == 0 or s.start / fps + Q3_MARGIN_S <= t) and t <= s.stop / fps - Q3_MARGIN_S:
                 options.setdefault(h, []).append(kk)
-    if options:
-        h = _decay_choice(r3, sorted(options))
+    for h in _decay_choices(r3, sorted(options), PER_PREFIX["Q3"]):
         kk = options[h][int(r3.integers(len(options[h])))]
-        out.append(_Target("Q3", h, question_text("Q3", r3, subject=subject, k=seconds_text(kk)), k_seconds=kk))
+        out.append(_Target("Q3", c + h, max(h, 1), round(prefix_end + kk, 3) if h == 0 else start(h),
+                           question_text("Q3", r3, subject=subject, k=seconds_text(kk)), k_seconds=kk))
     r4 = rng("Q4")
-    seen: set[str] = set()
+    seen: set[str] = {segs[c].state.key}
     anchors = []
     for h in range(1, min(n_future, MAX_HORIZON + 1) + 1):
-        st = segs[h].state
-        if st.key not in seen and h >= 2 and st.motion != segs[h - 1].state.motion:
+        st = segs[c + h].state
+        if st.key not in seen and h >= 2 and st.motion != segs[c + h - 1].state.motion:
             anchors.append(h)
         seen.add(st.key)
-    if anchors:
-        h_anchor = _decay_choice(r4, anchors)
-        phrase, den = describe(segs[h_anchor].state, r4, CORPUS)
+    picked = sorted(int(h) for h in r4.choice(anchors, size=min(len(anchors), PER_PREFIX["Q4"]), replace=False)) \
+        if anchors else []
+    for h_anchor in picked:
+        phrase, den = describe(segs[c + h_anchor].state, r4, CORPUS)
         anchors_out[phrase] = den
-        out.append(_Target("Q4", h_anchor - 1, question_text("Q4", r4, subject=subject, anchor=phrase),
-                           anchor_state=phrase))
+        out.append(_Target("Q4", c + h_anchor - 1, h_anchor - 1, start(h_anchor - 1),
+                           question_text("Q4", r4, subject=subject, anchor=phrase), anchor_state=phrase))
     return out
 
 
 def _group_targets(res: V.VideoResult, corpus: _Corpus, seed: int) -> dict[int, _Target]:
-    """Q5: one group of 2-3 objects (with prefixes and an end state within `MAX_HORIZON`) per video."""
-    eligible = [k for k in sorted(res.prefixes) if len(corpus.rows[(res.index, k)]) - 1 <= MAX_HORIZON]
+    """Q5: one group of 2-3 objects (with prefixes and an end state 1 to `MAX_HORIZON` states ahead) per video."""
+    def future(k: int) -> int:
+        return len(corpus.rows[(res.index, k)]) - 1 - res.current[k]
+
+    eligible = [k for k in sorted(res.prefixes) if 1 <= future(k) <= MAX_HORIZON]
     if len(eligible) < 2:
         return {}
     rng = np.random.default_rng([seed, res.index, _QTYPE_SALT["Q5"], 0x6E])
@@ -306,9 +342,13 @@ def _group_targets(res: V.VideoResult, corpus: _Corpus, seed: int) -> dict[int, 
     members = sorted(int(k) for k in rng.choice(eligible, size=size, replace=False))
     names = join_subjects([res.subjects[k] for k in members])
     gid = f"{res.video_id}.g0"
-    return {k: _Target("Q5", len(corpus.rows[(res.index, k)]) - 1,
-                       question_text("Q5", rng, subject=res.subjects[k], objects=names), group_id=gid)
-            for k in members}
+    out = {}
+    for k in members:
+        last = len(corpus.rows[(res.index, k)]) - 1
+        row = corpus.rows[(res.index, k)][last]
+        out[k] = _Target("Q5", last, future(k), corpus.segments[row].start,
+                         question_text("Q5", rng, subject=res.subjects[k], objects=names), group_id=gid)
+    return out
 
 
 class _Pools:
@@ -363,17 +403,19 @@ def _build_queries(results: list[V.VideoResult], corpus: _Corpus, splits: dict[i
             targets = _object_targets(res, k, seg_by_object[k], seed, prefix_end, anchors)
             if k in group:
                 targets.append(group[k])
+            nth: Counter = Counter()
             for tg in targets:
-                row = seg_rows[tg.horizon]
+                nth[tg.qtype] += 1
+                row = seg_rows[tg.index]
                 seg = corpus.segments[row]
                 gt, gt1 = pools.mine(row, res.index, d)
                 transcript = tuple(TranscriptEntry(corpus.segments[r].start, corpus.segments[r].state)
-                                   for r in seg_rows if corpus.segments[r].start < seg.start)
+                                   for r in seg_rows if corpus.segments[r].start < tg.time)
                 queries.append(Query(
-                    id=f"{prefix_id}.{tg.qtype}", prefix_id=prefix_id, video_id=res.video_id, domain=res.domain,
+                    id=f"{prefix_id}.{tg.qtype}" + (f".{nth[tg.qtype]}" if nth[tg.qtype] > 1 else ""), prefix_id=prefix_id, video_id=res.video_id, domain=res.domain,
                     object_id=res.object_ids[k], subject=res.subjects[k], qtype=tg.qtype, horizon=tg.horizon,
                     question=tg.question, target_state=seg.state, target_state_id=seg.state_id,
-                    target_state_type1=seg.state_type1, target_time=seg.start, prefix_start=prefix_start,
+                    target_state_type1=seg.state_type1, target_time=tg.time, prefix_start=prefix_start,
                     prefix_end=prefix_end, prefix_frames=tuple(V.frame_path(res.video_id, f) for f in frames),
                     transcript=transcript, split=splits[res.index], gt_pools=gt, gt_type1=gt1,
                     fair=len(gt.main) > 0, group_id=tg.group_id, k_seconds=tg.k_seconds,
@@ -430,7 +472,8 @@ def _assemble(stage: Path, results: list[V.VideoResult], seed: int, image_size: 
         counts={"queries": len(queries), "corpus": len(corpus.segments), "states": len(state_rows),
                 "videos": len(results), "prefixes": len(prefix_ids),
                 "fair_queries": sum(q.fair for q in queries)},
-        spaces={SPACE: {"kind": "visual", "dim": dim, "model": SPACE_MODEL}},
+        spaces={SPACE: {"kind": "visual", "dim": dim, "model": SPACE_MODEL},
+                simspace.NAME: {"kind": "prefix", "dim": simspace.DIM, "model": simspace.MODEL}},
         domains=list(scenes.DOMAINS),
         description="Simulator-truth synthetic PSR benchmark (pymunk scenes, Pillow frames): exact compositional "
                     "true states, raw free-form descriptions; canonicalize it with `python -m retrieval canon apply` "
@@ -451,7 +494,9 @@ def _extra(results, queries, splits, seed, image_size, preset, queried) -> dict:
                       "duration_s": scenes.DURATION_S, "families": list(scenes.FAMILIES),
                       "domain_mixtures": scenes.DOMAIN_MIXTURES,
                       "lexicon": {"corpus_omit": CORPUS.omit, "held_out": lexicon.HELD_OUT.name}},
-        "thresholds": {**states.THRESHOLDS, "PREFIX_GAP_S": list(V.PREFIX_GAP_S), "PREFIX_SPAN_S": V.PREFIX_SPAN_S,
+        "thresholds": {**states.THRESHOLDS, "PREFIX_GAP_S": list(P.GAP_S), "PREFIX_SPAN_S": P.SPAN_S,
+                       "PREFIX_APPROACH_MIN": P.APPROACH_MIN, "PREFIX_COURSE_HORIZON_S": P.COURSE_HORIZON_S,
+                       "PERSIST_WEIGHT": PERSIST_WEIGHT,
                        "CONSENSUS_MIN_DURATION_S": V.CONSENSUS_MIN_DURATION_S, "Q3_MARGIN_S": Q3_MARGIN_S,
                        "Q2_RATE": Q2_RATE, "HORIZON_DECAY": HORIZON_DECAY},
         "families": dict(Counter(r.family for r in results)),

@@ -127,25 +127,15 @@ PLACE_PARENT = {"floor_table": "floor", "floor_ramp": "floor", "floor_container"
 
 
 def satisfies(state: TrueState, denotation: Denotation) -> bool:
-    """True when ``state`` agrees with every value the phrase mentions (``other``: the words the phrase names it
-    by -- colour and shape, and the size word when it was said; ``place``: the place or a part of it,
+    """True when ``state`` agrees with every value the phrase mentions (``place``: the place or a part of it,
     `PLACE_PARENT`)."""
     for k, v in denotation.items():
-        if k == "other":
-            if not _names_match(v, state.other):
-                return False
-        elif k == "place":
+        if k == "place":
             if state.place != v and PLACE_PARENT.get(state.place) != v:
                 return False
         elif getattr(state, k) != v:
             return False
     return True
-
-
-def _names_match(mentioned: str, subject: str) -> bool:
-    """``"red ball"`` matches ``"small red ball"`` and ``"red ball"``; ``"small red ball"`` only the former."""
-    m, s = mentioned.split(), subject.split()
-    return bool(s) and m[-2:] == s[-2:] and (len(m) == 2 or (len(s) == 3 and m[0] == s[0]))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -227,7 +217,7 @@ CORPUS = Lexicon(
                  "domino": ("domino",), "plank": ("plank",), "wedge": ("wedge",), "can": ("can",)},
     orders=(("M", "P", "R", "O"), ("M", "O", "P", "R"), ("O", "M", "P", "R"), ("M", "R", "P", "O")),
     determiners=("the", "the", "a"),
-    omit={"manner": 0.2, "pose": 0.2, "relation": 0.15, "place": 0.05},
+    omit={"manner": 0.12, "pose": 0.12, "relation": 0.08, "place": 0.03},
     form_zipf=1.0,
 )
 
@@ -298,15 +288,9 @@ def _pick(rng: np.random.Generator, options: tuple, zipf: float = 0.0):
 
 
 def _noun_phrase(other: str, lex: Lexicon, rng: np.random.Generator) -> tuple[str, str]:
-    """The other object as this lexicon names it (``the red ball``, ``a large red ball``: the size word is said with
-    probability 0.6) and the name it denotes (``red ball``, ``large red ball``)."""
-    words = other.split()
-    shape, color = words[-1], words[-2]
-    size = words[0] if len(words) == 3 else ""
-    noun = _pick(rng, lex.shape_nouns[shape], lex.form_zipf)
-    size = size if size and rng.random() < 0.6 else ""
-    return (" ".join(w for w in (_pick(rng, lex.determiners, lex.form_zipf), size, color, noun) if w),
-            " ".join(w for w in (size, color, shape) if w))
+    """The other object as this lexicon names it, by its kind (``the cube``, ``a ball``), and the kind it denotes."""
+    noun = _pick(rng, lex.shape_nouns[other], lex.form_zipf)
+    return f"{_pick(rng, lex.determiners, lex.form_zipf)} {noun}", other
 
 
 def describe(state: TrueState, rng: np.random.Generator, lex: Lexicon = CORPUS) -> tuple[str, Denotation]:
@@ -345,7 +329,7 @@ def describe(state: TrueState, rng: np.random.Generator, lex: Lexicon = CORPUS) 
 def reference_text(state: TrueState) -> str:
     """The complete rendering of ``state`` with the first corpus word of every slot (deterministic): the state
     text of the simulator-truth benchmark."""
-    other = f"the {state.other}" if state.other else ""
+    other = f"a {state.other}" if state.other else ""
     parts = [CORPUS.motion[state.motion][0].format(o=other)]
     if state.manner:
         parts.append(CORPUS.manner[state.manner][0])

@@ -45,24 +45,29 @@ DOMAIN_MIXTURES: dict[str, dict[str, float]] = {
 
 FPS = 20
 """Frames per second of the record and of frame indices (``frames/<video>/f0042.png`` is t = 42 / FPS)."""
-SUBSTEPS = 6
+SLOW_MOTION = 2.0
+"""The world runs this many times slower than real gravity would make it (a video second is half a second of
+the original scene tuning): gravity is divided by its square, every launch speed (kicks, releases, the pusher, the
+shelf's tilt) by it, so trajectories keep their shapes and states last long enough to be watched and foreseen."""
+SUBSTEPS = 3
 PHYSICS_HZ = FPS * SUBSTEPS
 PREROLL_FRAMES = 10
 """Unrecorded settling time before t = 0 (frames)."""
-GRAVITY = -900.0
+GRAVITY = -900.0 / SLOW_MOTION**2
 """Gravity (units/s^2, y up)."""
-DAMPING = 0.85
+DAMPING = 0.85 ** (1 / SLOW_MOTION)
 """Fraction of velocity kept after one second (a little air drag)."""
-ROLL_DECEL = 50.0
+ROLL_DECEL = 50.0 / SLOW_MOTION**2
 """Rolling resistance of a supported round object (units/s^2)."""
 SUPPORT_NORMAL_Y = 0.5
 """A contact supports an object when its normal (object -> other) has y < -0.5 (the other surface lies within 60
 degrees of straight below)."""
 FLOOR_Y = 20.0
 """Height of the floor surface."""
-QUIET_S = (2.2, 4.2)
-"""Range of the time of a scene's first event (gate, pusher, strike, tilt, first release), seconds."""
-DURATION_S = 10.0
+QUIET_S = (0.3, 1.0)
+"""Range of the time of a scene's first event (gate, pusher, strike, tilt, first release), seconds: early, so
+the scene is in motion when prefixes end (`eval.synth.prefix`)."""
+DURATION_S = 12.0
 """Video length (seconds)."""
 WORLD_X = (0.0, 400.0)
 """Horizontal extent of every scene (walls just outside)."""
@@ -214,6 +219,7 @@ class World:
             shape = pymunk.Poly(body, verts)
         shape.friction, shape.elasticity = friction, elasticity
         body.position, body.angle = pos, angle
+        vel = (vel[0] / SLOW_MOTION, vel[1] / SLOW_MOTION)
         k = len(self.objects)
         self.shape_info[shape] = (R.SUPPORT_OBJECT, k)
         self.objects.append(spec)
@@ -230,6 +236,7 @@ class World:
             self.schedule(release, drop)
         if kick is not None:
             t_kick, v_kick = kick
+            v_kick = (v_kick[0] / SLOW_MOTION, v_kick[1] / SLOW_MOTION)
             spin = -v_kick[0] / (w / 2) if spec.shape in ROUND_SHAPES else 0.0  # a struck ball rolls, not skids
 
             def strike(body=body, v=v_kick, spin=spin):
@@ -241,7 +248,7 @@ class World:
                    stop_x: float) -> None:
         body = self._kinematic("pusher", pos, size, R.SUPPORT_PUSHER, _SURFACE["pusher"])
         self.pusher, self.pusher_stop_x = body, stop_x
-        self.schedule(start, lambda: setattr(body, "velocity", (speed, 0.0)))
+        self.schedule(start, lambda: setattr(body, "velocity", (speed / SLOW_MOTION, 0.0)))
 
     def add_tilting_shelf(self, pivot: tuple[float, float], length: float, start: float, omega: float,
                           max_angle: float) -> None:
@@ -250,6 +257,8 @@ class World:
         size = (length, 6.0)
         body = self._kinematic("shelf", pivot, size, R.SUPPORT_SHELF, _SURFACE["shelf"],
                                offset=(length / 2 * (1 if omega < 0 else -1), -3.0))
+
+        omega = omega / SLOW_MOTION
 
         def go():
             body.angular_velocity = omega
@@ -470,21 +479,26 @@ def _rest_height(spec: ObjectSpec, angle: float) -> float:
 
 
 def _bystanders(world: World, rng: np.random.Generator, specs: list[ObjectSpec], slots: list[tuple[float, float]],
-                surface_y: float = FLOOR_Y) -> None:
-    """Place resting objects at free floor intervals ``slots`` ([x0, x1] ranges nothing reaches)."""
+                 surface_y: float = FLOOR_Y) -> None:
+    """Place resting objects side by side (gaps of `BYSTANDER_GAP` units) in one of the free floor intervals
+    ``slots`` ([x0, x1] ranges nothing reaches), as a group that names each other in relations ("next to the
+    cube"); objects that do not fit are left out."""
+    slots = [sl for sl in slots if sl[1] - sl[0] > 12]
+    if not slots or not specs:
+        return
+    x0, x1 = slots[int(rng.integers(len(slots)))]
+    width = sum(sp.size[0] for sp in specs) + BYSTANDER_GAP[1] * (len(specs) - 1)
+    x = float(rng.uniform(x0 + 1, max(x0 + 1, x1 - width - 1)))
     for spec in specs:
-        if not slots:
+        if x + spec.size[0] + 1 > x1:
             return
-        i = int(rng.integers(len(slots)))
-        x0, x1 = slots[i]
-        if x1 - x0 < spec.size[0] + 4:
-            slots.pop(i)
-            continue
-        x = float(rng.uniform(x0 + spec.size[0] / 2 + 1, x1 - spec.size[0] / 2 - 1))
         a = _start_angle(rng, spec)
-        world.add_object(spec, (x, surface_y + _rest_height(spec, a) + 0.5), angle=a)
-        left, right = (x0, x - spec.size[0] / 2 - rng.uniform(3, 14)), (x + spec.size[0] / 2 + rng.uniform(3, 14), x1)
-        slots[i:i + 1] = [s for s in (left, right) if s[1] - s[0] > 12]
+        world.add_object(spec, (x + spec.size[0] / 2, surface_y + _rest_height(spec, a) + 0.5), angle=a)
+        x += spec.size[0] + float(rng.uniform(*BYSTANDER_GAP))
+
+
+BYSTANDER_GAP = (2.0, 14.0)
+"""Gap (units) between neighbouring bystanders of a group."""
 
 
 def _t0(rng: np.random.Generator) -> float:

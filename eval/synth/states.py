@@ -59,33 +59,33 @@ import numpy as np
 from eval.synth import record as R
 from eval.synth.lexicon import ELONGATED_SHAPES, ROUND_SHAPES, TrueState
 
-MOVING_SPEED = 12.0
+MOVING_SPEED = 6.0
 """An object moves when its speed is at least this (units/s)."""
-SLOW_SPEED = 45.0
+SLOW_SPEED = 22.0
 """A moving object below this speed (units/s) moves slowly."""
-FAST_SPEED = 170.0
+FAST_SPEED = 85.0
 """A moving object above this speed (units/s) moves quickly."""
-WOBBLE_OMEGA = 1.0
+WOBBLE_OMEGA = 0.5
 """A resting non-round object rotating faster than this (rad/s) wobbles."""
-TIP_OMEGA = 1.5
+TIP_OMEGA = 0.75
 """An elongated object in contact rotating faster than this (rad/s), below `TUMBLE_SPEED`, is toppling."""
-TUMBLE_SPEED = 60.0
+TUMBLE_SPEED = 30.0
 """Below this speed (units/s) a rotating elongated object topples; above it, it tumbles."""
-TUMBLE_OMEGA = 3.0
+TUMBLE_OMEGA = 1.5
 """A moving non-round object in contact rotating faster than this (rad/s) tumbles rather than slides."""
-COLLISION_SPEED = 70.0
+COLLISION_SPEED = 35.0
 """Relative speed (units/s) at the start of an object-object contact that counts as a collision."""
-COLLISION_HOLD_S = 0.3
+COLLISION_HOLD_S = 0.5
 """A collision is labelled for this long from its first contact (an instant event made watchable)."""
-SPIN_OMEGA = 4.0
+SPIN_OMEGA = 2.0
 """An airborne non-round object rotating faster than this (rad/s) is spinning."""
-LANDING_SPEED = 120.0
+LANDING_SPEED = 60.0
 """Normal speed (units/s) at the start of a surface contact that makes the following airborne phase a bounce."""
-BOUNCE_UP_SPEED = 30.0
+BOUNCE_UP_SPEED = 15.0
 """An airborne object rising faster than this (units/s) is bouncing."""
-BOUNCE_WINDOW_S = 0.6
+BOUNCE_WINDOW_S = 1.0
 """An airborne object within this long after a hard landing is bouncing."""
-FLY_SPEED = 90.0
+FLY_SPEED = 45.0
 """An airborne object with at least this horizontal speed (units/s), and at least half its vertical speed, flies."""
 DROP_ZONE_HEIGHT = 90.0
 """Height above the container's rim (units) within which an airborne object over the opening is over the container."""
@@ -96,13 +96,13 @@ LEAN_MIN_DEG, LEAN_MAX_DEG = 12.0, 75.0
 FLOOR_NEAR = 30.0
 """An object on the floor within this horizontal distance (units) of a table, ramp, container or shelf is on the
 floor by it (``floor_table`` ...); elsewhere it is on the open floor."""
-NEAR_GAP = 18.0
+NEAR_GAP = 28.0
 """Largest surface gap (units; centre distance minus both bounding radii) at which another object is next to it."""
 POSE_TOL_DEG = 20.0
 """Angular tolerance (degrees) of the upright / on its side / upside down poses."""
-MIN_ATTRIBUTE_S = 0.2
+MIN_ATTRIBUTE_S = 0.3
 """Minimum duration of a run of one attribute's value after smoothing (seconds)."""
-MIN_SEGMENT_S = 0.3
+MIN_SEGMENT_S = 0.5
 """Minimum duration of a state segment after smoothing (seconds)."""
 
 THRESHOLDS = {name: globals()[name] for name in (
@@ -402,14 +402,14 @@ def _smoothed(values: np.ndarray, min_frames: int) -> np.ndarray:
 def trajectories(rec: R.SimRecord) -> list[list[StateSegment]]:
     """Each object's smoothed trajectory of true states (segments cover all frames, in time order)."""
     attrs = frame_attributes(rec)
-    subjects = [str(s) for s in rec.subjects]
+    kinds = [str(s) for s in rec.shapes]
     min_attr = max(1, round(MIN_ATTRIBUTE_S * rec.fps))
     min_seg = max(1, round(MIN_SEGMENT_S * rec.fps))
     out = []
     for k in range(rec.n_objects):
         cols = {a: _smoothed(attrs[a][:, k], min_attr) for a in ("motion", "place", "relation", "pose", "manner")}
         other = attrs["other"][:, k]
-        names = np.array(["" if j < 0 else subjects[j] for j in other], dtype=object)
+        names = np.array(["" if j < 0 else kinds[j] for j in other], dtype=object)
         cols["other"] = _smoothed(names.astype(str), min_attr)
         cols["other"] = np.where((cols["relation"] == "") & ~np.isin(cols["motion"], ("crashing", "hit"))
                                  & (cols["place"] != "on_object"), "", cols["other"])

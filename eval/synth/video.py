@@ -1,32 +1,34 @@
 """One synthetic video end to end: simulate, label, describe, choose prefixes, render the needed frames, featurize.
 
 `make_video` is the unit of work of the build's process pool. It writes the video's frames
-(``frames/<video_id>/fNNNN.jpg``, each frame once, shared by prefixes and segments) and its simulator record
+(``frames/<video_id>/<frame hash>.jpg``, each frame once, shared by prefixes and segments) and its simulator record
 (``sim/<video_id>.npz``) under the build directory, and returns a picklable `VideoResult` with everything the
 benchmark files need. Its output depends only on its arguments.
 
-**Early prefix.** Each (video, object) with at least two segments gets one prefix: 8 evenly spaced frames spanning
-at most `PREFIX_SPAN_S`, ending a *gap* before the object's first state change. The gap is drawn uniformly from
-`PREFIX_GAP_S` and shortened (never below one frame) when the first segment is too short, so the prefix shows the
-scene before the event, not the event's onset.
+**Prefixes** (`eval.synth.prefix`): each (video, object) gets at most one prefix, 8 frames ending while the scene is
+in motion around the object (it moves, or a moving body touches it or is on a collision course with it), a gap of
+`eval.synth.prefix.GAP_S` before its next state change; the segment the prefix ends in is the object's *current*
+state. An object that stays put gets a prefix only when something moves near it.
+
+**Opaque names.** Video ids, frame file names and segment ids are hashes (`video_id`, `frame_path`,
+`eval.synth.build.segment_id`), and object ids are a seeded permutation of ``o0 ... o{n-1}``, so no id, name or path
+carries a video's index, an object's role in its scene or a segment's position in a trajectory.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from eval.schema import PREFIX_FRAMES
+from eval.synth import prefix as P
 from eval.synth import record as R
-from eval.synth import render, scenes, states
+from eval.synth import render, scenes, simspace, states
 from eval.synth.lexicon import CORPUS, Denotation, TrueState, describe
 
-PREFIX_GAP_S = (0.9, 2.6)
-"""Range of the gap (seconds) between the prefix's last frame and the object's first state change."""
-PREFIX_SPAN_S = 1.5
-"""At most this long (seconds) between the first and the last prefix frame."""
 CONSENSUS_MIN_DURATION_S = 0.4
 """A segment is "clear" when it lasts at least this long and the object is fully inside the image at its middle
 frame (eligible for the consensus pool)."""
@@ -64,34 +66,34 @@ class VideoResult:
     segments: list[SegmentInfo]
     #: object index -> the 8 prefix frame indices (only objects with a valid prefix, in videos with queries)
     prefixes: dict[int, list[int]]
+    #: object index -> index (in the object's segments) of the segment its prefix ends in (its current state)
+    current: dict[int, int]
+    #: object index -> engaged at the prefix's end (it, or a body touching / heading for it, moves; `prefix.engaged`)
+    engaged: dict[int, bool]
     #: (n_segments, D) float32 features of the segments' middle frames (unnormalised)
     segment_features: np.ndarray
     #: (n_prefixes, 8, D) float32, rows in ``sorted(prefixes)`` order
     prefix_features: np.ndarray
     #: object index -> the object's box in each of its 8 prefix frames
     prefix_boxes: dict[int, list[tuple[float, float, float, float]]]
+    #: (n_prefixes, 8, simspace.DIM) float32 raw simulator-state tokens, rows in ``sorted(prefixes)`` order
+    prefix_sim: np.ndarray
 
 
-def video_id(index: int) -> str:
-    return f"v{index:05d}"
+def video_id(seed: int, index: int) -> str:
+    """The opaque id of video ``index`` of a build with ``seed``: ``v`` + 10 hex digits of a SHA-1."""
+    return "v" + hashlib.sha1(f"psr-synth:{seed}:{index}".encode()).hexdigest()[:10]
 
 
 def frame_path(vid: str, frame: int) -> str:
-    """Relative path of one frame inside the benchmark directory."""
-    return f"frames/{vid}/f{frame:04d}.{FRAME_FORMAT}"
+    """Relative path of one frame inside the benchmark directory (an opaque name: a hash of the video and frame)."""
+    return f"frames/{vid}/{hashlib.sha1(f'{vid}:{frame}'.encode()).hexdigest()[:12]}.{FRAME_FORMAT}"
 
 
-def choose_prefix(first_stop: int, fps: float, rng: np.random.Generator) -> list[int] | None:
-    """The 8 prefix frames of an object whose first segment is frames [0, ``first_stop``), or None when the segment
-    holds fewer than 8 frames before its last one."""
-    gap = int(round(rng.uniform(*PREFIX_GAP_S) * fps))
-    end = first_stop - 1 - gap
-    if end < PREFIX_FRAMES - 1:
-        end = min(first_stop - 2, PREFIX_FRAMES - 1)
-    if end < PREFIX_FRAMES - 1:
-        return None
-    start = max(0, end - int(round(PREFIX_SPAN_S * fps)))
-    return [int(f) for f in np.round(np.linspace(start, end, PREFIX_FRAMES)).astype(int)]
+def permute_objects(rec: R.SimRecord, rng: np.random.Generator) -> R.SimRecord:
+    """The record with its object ids relabelled by a seeded permutation (an id says nothing of the object's role)."""
+    perm = rng.permutation(rec.n_objects)
+    return replace(rec, object_ids=np.array([f"o{int(p)}" for p in perm]))
 
 
 def make_video(seed: int, index: int, domain: str, root: str, image_size: tuple[int, int],
@@ -105,18 +107,23 @@ def make_video(seed: int, index: int, domain: str, root: str, image_size: tuple[
     look_rng = np.random.default_rng(look_ss)
     rec = replace(rec, domain=domain, family=family,
                   camera=np.array(render.camera_for(rec, look_rng), np.float32))
+    text_rng, prefix_rng = np.random.default_rng(text_ss), np.random.default_rng(prefix_ss)
+    rec = permute_objects(rec, prefix_rng)
     trajectories = states.trajectories(rec)
-    vid = video_id(index)
+    vid = video_id(seed, index)
     renderer = render.Renderer(rec, render.look_for(look_rng), int(look_rng.integers(2**31)), image_size)
 
-    text_rng, prefix_rng = np.random.default_rng(text_ss), np.random.default_rng(prefix_ss)
     segments: list[SegmentInfo] = []
     prefixes: dict[int, list[int]] = {}
+    current: dict[int, int] = {}
+    engaged: dict[int, bool] = {}
+    eng = P.engaged(rec) if with_queries else None
+    near = P.near_motion(rec) if with_queries else None
     for k, traj in enumerate(trajectories):
-        if with_queries and len(traj) >= 2:
-            frames = choose_prefix(traj[0].stop, rec.fps, prefix_rng)
-            if frames is not None:
-                prefixes[k] = frames
+        if with_queries:
+            choice = P.choose_prefix([(s.start, s.stop) for s in traj], eng[:, k], near[:, k], rec.fps, prefix_rng)
+            if choice is not None:
+                prefixes[k], current[k], engaged[k] = list(choice.frames), choice.current, choice.engaged
         for seg in traj:
             raw, den = describe(seg.state, text_rng, CORPUS)
             clear = (seg.stop - seg.start) / rec.fps >= CONSENSUS_MIN_DURATION_S and renderer.in_view(seg.middle, k)
@@ -141,10 +148,12 @@ def make_video(seed: int, index: int, domain: str, root: str, image_size: tuple[
                  else np.zeros((0, dim), np.float32))
     pre_feats = (np.stack([np.stack([feature(f, k) for f in prefixes[k]]) for k in sorted(prefixes)]) if prefixes
                  else np.zeros((0, PREFIX_FRAMES, dim), np.float32))
+    pre_sim = (np.stack([simspace.prefix_tokens(rec, prefixes[k], k) for k in sorted(prefixes)]) if prefixes
+               else np.zeros((0, PREFIX_FRAMES, simspace.DIM), np.float32))
     boxes = {k: [renderer.object_box(f, k) for f in fr] for k, fr in prefixes.items()}
     return VideoResult(index, vid, domain, family, rec.n_frames, rec.fps, [str(x) for x in rec.object_ids],
-                       [str(x) for x in rec.subjects], segments, prefixes, seg_feats.astype(np.float32),
-                       pre_feats.astype(np.float32), boxes)
+                       [str(x) for x in rec.subjects], segments, prefixes, current, engaged,
+                       seg_feats.astype(np.float32), pre_feats.astype(np.float32), boxes, pre_sim)
 
 
 def make_video_star(args: tuple) -> VideoResult:

@@ -8,7 +8,8 @@ retrieval and ground truth are defined at this canonical level").
 2. Re-key every segment to the state of its raw phrase (``state``, ``state_id``; ``state_type1`` =
    ``"<subject> <state>"``).
 3. Re-key every query target to the state of its target segment: the segment of the same video and object that
-   starts at ``target_time`` (the single-prefix protocol). A query without such a segment is re-keyed through its
+   is active at ``target_time`` (the single-prefix protocol; a target state that persists from the prefix is asked
+   about at a time inside its segment). A query without such a segment is re-keyed through its
    ``target_state`` text, canonicalized with the same rule against the seeds (`retrieval.canon.cluster.assign`); a
    text that joins no seed becomes a state of its own with no segments (the query is then not ``fair``).
    Transcript entries are re-keyed the same way (the object's segment starting at ``t``, else their text).
@@ -50,6 +51,7 @@ from eval.benchmark import Benchmark
 from eval.features import list_spaces, read_meta
 from eval.io import write_json, write_jsonl
 from eval.schema import GT_TIERS
+from eval.segments import SegmentTimeline
 from retrieval.canon._files import check_out_dir, staged_dir
 from retrieval.canon.cluster import Clustering, assign, greedy_cluster, similar_pairs, unit_rows, visit_order
 from retrieval.canon.metrics import partition_scores, vocabulary_stats
@@ -159,15 +161,10 @@ class _TextCanonicalizer:
 
 
 def _lookup_segments(corpus: pd.DataFrame, video, obj, t) -> np.ndarray:
-    """Corpus row of the segment with this (video, object, start), -1 when none (vectorised merge)."""
-    key = pd.DataFrame({"video_id": video, "object_id": obj, "start": np.asarray(t, np.float64),
-                        "_i": np.arange(len(video))})
-    m = key.merge(corpus[["video_id", "object_id", "start", "_row"]].drop_duplicates(["video_id", "object_id", "start"]),
-                  on=["video_id", "object_id", "start"], how="left")
-    out = np.full(len(video), -1, np.int64)
-    hit = m["_row"].notna().to_numpy()
-    out[m["_i"].to_numpy()[hit]] = m["_row"].to_numpy()[hit].astype(np.int64)
-    return out
+    """Corpus row of the segment of this (video, object) that is active at time ``t`` (`eval.segments`), -1 when
+    none."""
+    timeline = SegmentTimeline(corpus["video_id"], corpus["object_id"], corpus["start"], corpus["end"])
+    return timeline.active_rows(list(video), list(obj), list(t))
 
 
 @dataclass

@@ -16,11 +16,18 @@ truncated embeddings. For anchor ``a_i`` (member) and positives ``p_j`` (canonic
 ``L = (1/B) sum_i -log softmax_j(scale * cos(a_i, p_j))_i`` at each width, summed with equal weights. Batches hold no
 duplicate text (`BatchSamplers.NO_DUPLICATES`), so two members of one state never meet as each other's negatives.
 
+**Describer triples** (``triples``: a JSONL of ``{"anchor", "positive", "negative"}`` rows, e.g. written by
+`eval.synth.pairs`): instead of a benchmark's clusters, the training data are phrase triples of a disjoint world --
+two descriptions that mean the same state, and a description of a state one value apart. The loss is then
+`MultipleNegativesRankingLoss` over (anchor, positive, negative) with in-batch negatives (the hard negative sharpens
+the minimal pairs), and no state is held out. This is how the synthetic benchmark's canonicalization encoder is made
+(`retrieval.synth`): it moves the describer's synonyms above the clustering threshold and its minimal pairs below it.
+
 Output directory::
 
     model/                   the fine-tuned sentence-transformers model (load it like any: --model OUT/model)
-    holdout.json             train_states, heldout_states (ids), the rule and its parameters
-    pairs.jsonl              the training pairs
+    holdout.json             train_states, heldout_states (ids), the rule and its parameters (benchmark data only)
+    pairs.jsonl              the training pairs (or triples)
     finetune_config.json     the resolved config
     train_log.json           loss per logging step, wall time
     runs/                    with --report-to tensorboard: transformers' TensorBoard logs (runs/<date>_<host>/)
@@ -48,6 +55,10 @@ class FinetuneConfig:
     data: str
     out: str
     base_model: str = "BAAI/bge-small-en-v1.5"
+    #: a JSONL of {"anchor", "positive", "negative"} triples to train on instead of ``data``'s clusters
+    triples: str = ""
+    #: where the triples came from (recorded in finetune_config.json; e.g. the disjoint world of `retrieval.synth`)
+    source: dict = field(default_factory=dict)
     split: str = "train"
     holdout_fraction: float = 0.3
     seed: int = 0
@@ -97,6 +108,22 @@ def training_pairs(bench, seen_states: list[str], split: str = "train") -> list[
     return sorted(zip(df["raw"], df["state"], strict=True))
 
 
+def read_triples(path: str | Path) -> list[dict[str, str]]:
+    """The rows of a triples file (JSONL ``{"anchor", "positive", "negative"}``); a row missing a field or with a
+    non-string value is a `FormatError` naming its line."""
+    from eval.io import FormatError, iter_jsonl
+
+    rows = []
+    for ln, row in iter_jsonl(path):
+        for k in ("anchor", "positive", "negative"):
+            if not isinstance(row.get(k), str) or not row[k]:
+                raise FormatError(path, f"expected a non-empty string {k!r}", line=ln, field=k)
+        rows.append(row)
+    if len(rows) < 2:
+        raise FormatError(path, f"{len(rows)} triple(s): nothing to fine-tune on")
+    return rows
+
+
 def matryoshka_dims(dim: int, dims: list[int] | None = None) -> list[int]:
     """``dims`` if given (each <= dim), else ``[dim] + [2^j for 64 <= 2^j < dim]`` descending."""
     if dims:
@@ -117,7 +144,11 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, log=print) -> Path:
     """Fine-tune ``cfg.base_model`` on the training pairs and write the output directory (module docstring)."""
     import datasets
     from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
-    from sentence_transformers.sentence_transformer.losses import CachedMultipleNegativesRankingLoss, MatryoshkaLoss
+    from sentence_transformers.sentence_transformer.losses import (
+        CachedMultipleNegativesRankingLoss,
+        MatryoshkaLoss,
+        MultipleNegativesRankingLoss,
+    )
     from sentence_transformers.sentence_transformer.training_args import (
         BatchSamplers,
         SentenceTransformerTrainingArguments,
@@ -128,21 +159,32 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, log=print) -> Path:
     from retrieval.encoders import pick_device, resolve_model
 
     report_to = list(parse_report_to(cfg.report_to)) or "none"  # a tracker not installed: stop before any work
-    check_out_dir(cfg.out, "finetune", inputs=[cfg.data], overwrite=cfg.overwrite)
-    bench = Benchmark.load(cfg.data)
-    seen, held = split_states(bench, cfg.split, cfg.holdout_fraction, cfg.seed)
-    pairs = training_pairs(bench, seen, cfg.split)
-    if len(pairs) < 2:
-        raise ValueError(f"{cfg.data}: only {len(pairs)} training pair(s) (member phrase != canonical text) in the "
-                         f"{cfg.split} split's seen states: nothing to fine-tune on")
-    log(f"{len(pairs):,} (member -> canonical) pairs from {len(seen)} seen states; {len(held)} states held out")
+    inputs = [p for p in (cfg.data, cfg.triples) if p]
+    check_out_dir(cfg.out, "finetune", inputs=inputs, overwrite=cfg.overwrite)
     device = pick_device(cfg.device)
     model = SentenceTransformer(resolve_model(cfg.base_model), device=device)
     dim = int(model.get_sentence_embedding_dimension())
     dims = matryoshka_dims(dim, cfg.matryoshka_dims)
-    inner = CachedMultipleNegativesRankingLoss(model, scale=cfg.scale, mini_batch_size=cfg.mini_batch_size)
+    seen: list[str] = []
+    held: list[str] = []
+    if cfg.triples:
+        rows = read_triples(cfg.triples)
+        pairs = [(r["anchor"], r["positive"], r["negative"]) for r in rows]
+        log(f"{len(pairs):,} (anchor, positive, negative) triples from {cfg.triples}")
+        train = datasets.Dataset.from_dict({"anchor": [a for a, _, _ in pairs], "positive": [p for _, p, _ in pairs],
+                                            "negative": [n for _, _, n in pairs]})
+        inner = MultipleNegativesRankingLoss(model, scale=cfg.scale)
+    else:
+        bench = Benchmark.load(cfg.data)
+        seen, held = split_states(bench, cfg.split, cfg.holdout_fraction, cfg.seed)
+        pairs = training_pairs(bench, seen, cfg.split)
+        if len(pairs) < 2:
+            raise ValueError(f"{cfg.data}: only {len(pairs)} training pair(s) (member phrase != canonical text) in "
+                             f"the {cfg.split} split's seen states: nothing to fine-tune on")
+        log(f"{len(pairs):,} (member -> canonical) pairs from {len(seen)} seen states; {len(held)} states held out")
+        train = datasets.Dataset.from_dict({"anchor": [a for a, _ in pairs], "positive": [p for _, p in pairs]})
+        inner = CachedMultipleNegativesRankingLoss(model, scale=cfg.scale, mini_batch_size=cfg.mini_batch_size)
     loss = MatryoshkaLoss(model, inner, dims)
-    train = datasets.Dataset.from_dict({"anchor": [a for a, _ in pairs], "positive": [p for _, p in pairs]})
     losses: list[dict] = []
 
     class _Log(TrainerCallback):
@@ -150,7 +192,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, log=print) -> Path:
             if logs and "loss" in logs:
                 losses.append({"step": state.global_step, "loss": float(logs["loss"])})
 
-    with staged_dir(cfg.out, "finetune", inputs=[cfg.data], overwrite=cfg.overwrite) as d:
+    with staged_dir(cfg.out, "finetune", inputs=inputs, overwrite=cfg.overwrite) as d:
         args = SentenceTransformerTrainingArguments(
             output_dir=str(d / "trainer"), num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
             learning_rate=cfg.learning_rate, warmup_ratio=cfg.warmup_ratio, seed=cfg.seed, data_seed=cfg.seed,
@@ -168,10 +210,12 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, log=print) -> Path:
         if (d / "trainer" / TENSORBOARD_DIR).is_dir():  # transformers' TensorBoard logs outlive the trainer folder
             shutil.move(d / "trainer" / TENSORBOARD_DIR, d / TENSORBOARD_DIR)
         shutil.rmtree(d / "trainer", ignore_errors=True)
-        write_jsonl(d / "pairs.jsonl", ({"anchor": a, "positive": p} for a, p in pairs))
-        write_json(d / "holdout.json", {"train_states": seen, "heldout_states": held, "split": cfg.split,
-                                        "holdout_fraction": cfg.holdout_fraction, "seed": cfg.seed,
-                                        "rule": "held out: not in the split, or sha1('<seed>:<id>') draw < fraction"})
+        write_jsonl(d / "pairs.jsonl", (dict(zip(("anchor", "positive", "negative"), p, strict=False)) for p in pairs))
+        if not cfg.triples:
+            write_json(d / "holdout.json", {"train_states": seen, "heldout_states": held, "split": cfg.split,
+                                            "holdout_fraction": cfg.holdout_fraction, "seed": cfg.seed,
+                                            "rule": "held out: not in the split, or sha1('<seed>:<id>') draw < "
+                                                    "fraction"})
         write_json(d / "train_log.json", {"losses": losses, "wall_s": wall, "pairs": len(pairs),
                                           "matryoshka_dims": dims, "device": device})
         write_json(d / "finetune_config.json", {**asdict(cfg), "matryoshka_dims": dims})

@@ -51,7 +51,9 @@ VAL_SCORERS = ("torch", "stream")
 class LFTRConfig:
     # --- spaces ---
     target_space: str = ""  # retrieval space the head reads into (semantic: states; visual: segments)
-    prefix_space: str = ""  # space whose `prefixes` table holds the 8 prefix tokens ("" = first space that has one)
+    # space whose `prefixes` table holds the 8 prefix tokens ("" = first space that has one); "a+b": the spaces'
+    # tokens concatenated per frame (the paper's Table 10 prefix fusion)
+    prefix_space: str = ""
     question_space: str = ""  # semantic space whose text encoder embeds the question text ("" = none)
     frames: str = "all"  # prefix frames read: all | last | K (the K last) | spaced:K (K evenly spaced, last kept)
     # --- model ---

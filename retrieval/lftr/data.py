@@ -4,8 +4,9 @@ Per query (row of the benchmark's queries): the prefix row, question type, horiz
 target state, positives, grounding targets and the items that may never be its negatives. Positives are the items
 of the query's main GT pool (in-dataset + cross-dataset segments, mapped to target-space items: state rows in a
 semantic space, segment rows in a visual one). **Excluded from negatives**: every item of the query's target state
-and every item of any of its GT pools (in_video, in_dataset, cross_dataset, bge_similar, consensus, type1), as the
-paper's appendix says ("excluded from every GT pool").
+and every item of any of its GT pools (in_video, in_dataset, cross_dataset, bge_similar, consensus, type1, and the
+exact simulator-truth GT ``gt_sim_exact`` where the benchmark has one), as the paper's appendix says ("excluded from
+every GT pool").
 
 Hard negatives (paper §4.2, App. H): mined per **positive item** ``p`` as its nearest items in the target space
 (cosine, exact), excluding items of ``p``'s own state; ``n_candidates`` of them are kept per positive
@@ -34,9 +35,10 @@ import torch
 from tqdm.auto import tqdm
 
 from eval.benchmark import Benchmark
-from eval.features import l2_normalize
+from eval.features import FeatureTable, l2_normalize
+from eval.io import FormatError
 from eval.io import atomic_path
-from eval.schema import QUESTION_TYPES
+from eval.schema import MAIN_QTYPES, QUESTION_TYPES
 from retrieval.spaces import Space
 
 
@@ -75,11 +77,43 @@ class LFTRData:
     def n_pos(self) -> np.ndarray:
         return np.diff(self.pos_ptr)
 
-    def rows(self, split: str, *, with_positives: bool = True) -> np.ndarray:
+    def rows(self, split: str, *, with_positives: bool = True, main_only: bool = False) -> np.ndarray:
+        """Query rows of ``split`` (with a non-empty main pool; ``main_only``: question types Q1-Q4)."""
         mask = self.split == split
+        if main_only:
+            mask &= self.qtype < len(MAIN_QTYPES)
         if with_positives:
             mask &= self.n_pos > 0
         return np.flatnonzero(mask)
+
+
+@dataclass
+class ConcatPrefixes:
+    """The prefix tokens of several spaces concatenated per frame (Table 10's prefix fusion: ``prefix_space:
+    a+b``): ``prefixes.array[i, f] = [x_a[i, f]; x_b[i, f]; ...]``, rows in the first space's order."""
+
+    name: str
+    prefixes: FeatureTable
+
+    def prefix_rows(self, prefix_ids: list[str]) -> np.ndarray:
+        idx = self.prefixes.index()
+        missing = [p for p in prefix_ids if p not in idx]
+        if missing:
+            raise FormatError(self.name, f"{len(missing)} prefix id(s) of the queries are missing from a concatenated "
+                                         f"prefix space, e.g. {missing[0]!r}")
+        return np.fromiter((idx[p] for p in prefix_ids), np.int64, count=len(prefix_ids))
+
+
+def load_prefix_space(bench: Benchmark, name: str) -> Space | ConcatPrefixes:
+    """The space whose prefix tokens LFTR reads: one space, or ``a+b+...``: the spaces' tokens concatenated per
+    frame (`ConcatPrefixes`; each space must hold a row for every prefix of the first)."""
+    parts = [p for p in name.split("+") if p]
+    if len(parts) <= 1:
+        return Space.load(bench, name)
+    spaces = [Space.load(bench, p) for p in parts]
+    ids = list(spaces[0].prefixes.ids)
+    arrays = [np.asarray(sp.prefixes.array, np.float32)[sp.prefix_rows(ids)] for sp in spaces]
+    return ConcatPrefixes(name, FeatureTable(ids, np.concatenate(arrays, axis=-1)))
 
 
 def pick_prefix_space(bench: Benchmark, requested: str = "") -> str:
@@ -123,7 +157,8 @@ def question_embeddings(bench: Benchmark, space_name: str, cache: Path, device: 
     return arr
 
 
-def build_data(bench: Benchmark, target: Space, prefix_space: Space, question: np.ndarray | None = None) -> LFTRData:
+def build_data(bench: Benchmark, target: Space, prefix_space: Space | ConcatPrefixes,
+               question: np.ndarray | None = None) -> LFTRData:
     """Assemble `LFTRData` for every query of ``bench`` (vectorised over queries; GT lists are per query)."""
     qd = bench.queries_ds
     prefix_ids = qd["prefix_id"][:]
@@ -143,9 +178,10 @@ def build_data(bench: Benchmark, target: Space, prefix_space: Space, question: n
         pos.append(items)
         ptr.append(ptr[-1] + items.size)
     pos_items = np.concatenate(pos) if pos else np.zeros(0, np.int64)
+    gt_exact = qd["gt_sim_exact"][:] if "gt_sim_exact" in qd.column_names else None
     pos_ptr = np.asarray(ptr, np.int64)
     excl_ptr, excl_items = _csr([np.unique(target.corpus_rows_to_items(rows)) if rows.size else rows
-                                 for rows in _pool_rows(pools, qd["gt_type1"][:], cidx)])
+                                 for rows in _pool_rows(pools, qd["gt_type1"][:], gt_exact, cidx)])
     inter_ptr, inter_state = _csr(_intermediate_states(bench))
     items = np.array(target.items, np.float32)  # a writable copy (the table may be memory-mapped read-only)
     # centroid of each query's positives: segment-sum via np.add.reduceat on the CSR layout
@@ -171,14 +207,17 @@ def _csr(lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return ptr, flat
 
 
-#: GT pools whose items are never negatives of their query (`eval.schema` tiers) plus the type1 GT.
+#: GT pools whose items are never negatives of their query (`eval.schema` tiers), plus the type1 GT and the exact
+#: simulator-truth GT (``gt_sim_exact``) where the benchmark has it.
 EXCLUDED_POOLS = ("in_video", "in_dataset", "cross_dataset", "bge_similar", "consensus")
 
 
-def _pool_rows(pools: list[dict], gt_type1: list[list[str]], cidx: dict[str, int]):
-    """Per query: corpus rows of every GT pool (`EXCLUDED_POOLS`) and of its type1 GT."""
-    for p, t1 in zip(pools, gt_type1, strict=True):
-        ids = [x for t in EXCLUDED_POOLS for x in (p.get(t) or ())] + list(t1 or ())
+def _pool_rows(pools: list[dict], gt_type1: list[list[str]], gt_exact: list[list[str]] | None,
+               cidx: dict[str, int]):
+    """Per query: corpus rows of every GT pool (`EXCLUDED_POOLS`), of its type1 GT and of its exact GT."""
+    exact = gt_exact if gt_exact is not None else [()] * len(pools)
+    for p, t1, ex in zip(pools, gt_type1, exact, strict=True):
+        ids = [x for t in EXCLUDED_POOLS for x in (p.get(t) or ())] + list(t1 or ()) + list(ex or ())
         yield np.fromiter((cidx[x] for x in ids if x in cidx), np.int64)
 
 

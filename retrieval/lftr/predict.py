@@ -96,15 +96,16 @@ def recall_at_k(stats: dict, k: int) -> float:
 
 
 def validation_rows(prep: Prepared, cfg) -> np.ndarray:
-    """The validation queries scored for checkpoint selection (all, or a seeded subset of ``val_max_queries``)."""
-    rows = prep.data.rows(cfg.val_split)
+    """The validation queries scored for checkpoint selection: the main benchmark's (Q1-Q4, a non-empty main
+    pool; Q5 is scored apart, as in the reports), all or a seeded subset of ``val_max_queries``."""
+    rows = prep.data.rows(cfg.val_split, main_only=True)
     if cfg.val_max_queries and len(rows) > cfg.val_max_queries:
         rows = np.sort(np.random.default_rng(cfg.seed).choice(rows, cfg.val_max_queries, replace=False))
     return rows
 
 
 def validation_recall(model: LFTR, prep: Prepared) -> float:
-    """R@val_k of the matched read on the validation split (queries with a non-empty main pool)."""
+    """R@val_k of the matched read on the validation split's main queries (`validation_rows`)."""
     cfg = model.cfg
     rows = validation_rows(prep, cfg)
     if len(rows) == 0:
@@ -222,7 +223,7 @@ def step_calibration(model: LFTR, prep: Prepared, ckpt_dir: Path | None = None) 
         d = json.loads(f.read_text(encoding="utf-8"))
         if d.get("weights_sha1") == digest:
             return {int(h): int(t) for h, t in d["steps"].items()}
-    rows = prep.data.rows(cfg.val_split)
+    rows = prep.data.rows(cfg.val_split, main_only=True)
     steps: dict[int, int] = {}
     r_at: dict[int, list[float]] = {}
     if len(rows):

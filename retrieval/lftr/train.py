@@ -6,8 +6,8 @@ hard negatives ``n_{b,1..M}`` (the nearest items to ``p_b`` that are in none of 
 `retrieval.lftr.data`)::
 
     L_nce(b)    = -log softmax_j( s(b, c_j) / tau )[p_b]        c = [p_b, random_1..R, hard_{b,1..M}]
-    L_ground(b) = || normalise(P(mu_h)) - g_b ||^2             g_b = GT centroid (default) or target-state prototype
-    L_inter(b)  = mean_{t < h} || normalise(P(mu_t)) - proto(s_{b,t}) ||^2   (states passed through; Table 16)
+    L_ground(b) = mean_d (normalise(P(mu_h)) - g_b)_d^2       g_b = GT centroid (default) or target-state prototype
+    L_inter(b)  = mean_{t < h} mean_d (normalise(P(mu_t)) - proto(s_{b,t}))_d^2   (states passed through; Table 16)
     L           = mean_b L_nce(b) + grounding_weight * mean_b L_ground(b) + intermediate_weight * mean L_inter
 
 Candidates that are items of the query's target state or of any of its GT pools (other than ``p_b``) are masked out
@@ -50,11 +50,13 @@ from eval.tracking import EpochReporter, parse_report_to
 from retrieval.encoders import pick_device
 from retrieval.lftr.config import LFTRConfig
 from retrieval.lftr.data import (
+    ConcatPrefixes,
     HardNegatives,
     LFTRData,
     build_data,
     cache_dir,
     mine_hard_negatives,
+    load_prefix_space,
     pick_prefix_space,
     question_embeddings,
 )
@@ -219,7 +221,7 @@ class Trainer:
             logits = torch.cat(parts, 1).masked_fill(torch.cat(masks, 1), -torch.inf)
             labels = torch.zeros(B, dtype=torch.int64, device=self.device)
         nce = F.cross_entropy(logits / cfg.tau, labels)
-        ground = ((model.project_mean(mu_r) - b.ground) ** 2).sum(-1).mean()
+        ground = F.mse_loss(model.project_mean(mu_r), b.ground)  # the paper's grounding MSE: mean over dims
         loss = nce + cfg.grounding_weight * ground if cfg.grounding_weight else nce
         parts = {"nce": float(nce.detach()), "ground": float(ground.detach())}
         if cfg.intermediate_weight:
@@ -242,7 +244,7 @@ class Trainer:
         if not bool(keep.any()):
             return mu.sum() * 0.0
         b, step, state = b[keep], step[keep], state[keep]
-        return ((model.project_mean(mu[b, step]) - self.proto[state]) ** 2).sum(-1).mean()
+        return F.mse_loss(model.project_mean(mu[b, step]), self.proto[state])
 
 
 def _cosine(total_steps: int) -> Callable[[int], float]:
@@ -275,7 +277,7 @@ class Prepared:
 
     bench: Benchmark
     target: Space
-    prefix_space: Space
+    prefix_space: Space | ConcatPrefixes
     data: LFTRData
     cache: Path
 
@@ -289,7 +291,7 @@ def prepare(bench: Benchmark, cfg: LFTRConfig, out: Path, device: str) -> Prepar
     if not cfg.target_space:
         raise ValueError("LFTR config needs target_space (--space NAME)")
     target = Space.load(bench, cfg.target_space)
-    prefix_space = Space.load(bench, pick_prefix_space(bench, cfg.prefix_space))
+    prefix_space = load_prefix_space(bench, pick_prefix_space(bench, cfg.prefix_space))
     cache = cache_dir(bench, out / "cache")
     question = None
     if cfg.question_space and cfg.condition_question:
@@ -369,7 +371,7 @@ def _train(bench: Benchmark, cfg: LFTRConfig, out: str | Path, *, validate, prog
     write_json(out / "train_info.json", {
         "parameters": n_params, "d_in": prep.dims[0], "d_out": prep.dims[1], "d_text": prep.dims[2],
         "prefix_space": prep.prefix_space.name, "target_space": cfg.target_space, "n_items": int(prep.data.items.shape[0]),
-        "train_queries": int(len(train_rows)), "val_queries": int(len(prep.data.rows(cfg.val_split))),
+        "train_queries": int(len(train_rows)), "val_queries": int(len(prep.data.rows(cfg.val_split, main_only=True))),
         "device": device, "full_softmax": trainer.full_softmax, "torch": torch.__version__,
         "adapter_parameters": count_parameters(adapter.module) if adapter is not None else 0})
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -424,7 +426,7 @@ def _train(bench: Benchmark, cfg: LFTRConfig, out: str | Path, *, validate, prog
             with torch.no_grad():
                 if adapter is not None:
                     adapter.module.eval()
-                    adapter.refresh(prep, prep.data.rows(cfg.val_split))
+                    adapter.refresh(prep, prep.data.rows(cfg.val_split, main_only=True))
                 rec[f"val_R@{cfg.val_k}"] = val = float(validate(model, prep))
             rec["val_seconds"] = time.time() - t1
             if val > best:
