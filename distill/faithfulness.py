@@ -51,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from distill.facts import SECTIONS, Fact, PredicateSet
+from eval.synth.lexicon import TrueState
 
 CONDITIONS = ("gold", "perturbed", "none")
 KEPT_KINDS = ("layout", "current_state", "observed_detail", "scene_objects", "heading_toward", "other_end_state")
@@ -157,7 +158,7 @@ class DonorPool:
                 self.by_key[key].append(ps)
             if ps.next_state:
                 self.by_next[ps.next_state].append(ps)
-            if ps.next_true_state.count("|") == 5:
+            if TrueState.is_key(ps.next_true_state):
                 self.by_next_motion[ps.next_true_state.split("|", 1)[0]].append(ps)
         names = {name_key(n) for ps in self.sets for n in (ps.subject, *ps.objects) if n}
         self._names = re.compile(r"\b(?:" + "|".join(sorted(map(re.escape, names), key=len, reverse=True)) + r")\b",
@@ -185,7 +186,7 @@ class DonorPool:
             out = {d.query_id: d for d in self.by_next.get(anchor, [])}
             den = self.denotations.get(anchor)
             if den and den.get("motion"):
-                from eval.synth.lexicon import TrueState, satisfies
+                from eval.synth.lexicon import satisfies
 
                 for d in self.by_next_motion.get(den["motion"], []):
                     if satisfies(TrueState.from_key(d.next_true_state), den):

@@ -26,7 +26,7 @@ kind                   statement
 =====================  =======================================================================================
 ``current_state``      the state the prefix shows (scene)
 ``observed_detail``    the ``sim_state`` of the segment the prefix shows, when the corpus has one (scene): a
-                       simulator key (``motion|place|relation|other|pose|manner``) is rendered completely
+                       simulator key (``motion|place|relation|other|pose``) is rendered completely
                        (`eval.synth.lexicon.reference_text`); omitted when it contains a phrasing of the answer
 ``time_to_change``     time from ``prefix_end`` to the next state change, bucketed *relative to the benchmark*
                        (`TimingBuckets`: tertiles of the train split); omitted when one bucket would hold more
@@ -59,6 +59,7 @@ import numpy as np
 
 from distill import motion
 from distill.facts import SECTIONS, Fact, PredicateSet
+from eval.synth.lexicon import TrueState
 
 __all__ = ["SECTIONS", "Fact", "PredicateSet", "OracleIndex", "TimingBuckets", "build_predicates",
            "query_predicates", "trajectory_states"]
@@ -251,10 +252,10 @@ def _listing(items: Sequence[str]) -> str:
 
 
 def observed_detail_text(subject: str, sim_state: Any) -> str | None:
-    """One sentence from a segment's ``sim_state`` (a simulator key ``motion|place|relation|other|pose|manner``, a
+    """One sentence from a segment's ``sim_state`` (a simulator key ``motion|place|relation|other|pose``, a
     mapping of fields, or a plain string); None when it has nothing without digits to say."""
-    if isinstance(sim_state, str) and sim_state.count("|") == 5:
-        from eval.synth.lexicon import TrueState, reference_text
+    if TrueState.is_key(sim_state):
+        from eval.synth.lexicon import reference_text
 
         try:
             text = reference_text(TrueState.from_key(sim_state))

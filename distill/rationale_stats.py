@@ -133,9 +133,9 @@ def honest_paraphrase_probe(rows: list[dict], sets: dict, validator, seed: int =
         if bad and len(shown) < examples:
             shown.append({"query_id": ps.query_id, "added": extra, "reasons": "; ".join(
                 f"{x.code}: {x.detail}" for x in bad)})
-        if ps.next_true_state.count("|") == 5:
+        if TrueState.is_key(ps.next_true_state):
             phrase, den = describe(TrueState.from_key(ps.next_true_state), rng)
-            truths = [TrueState.from_key(t) for t in ps.true_states if t.count("|") == 5]
+            truths = [TrueState.from_key(t) for t in ps.true_states if TrueState.is_key(t)]
             if not any(satisfies(t, den) for t in truths):
                 leak = validator.check(f"{body} Later the {ps.subject} will be {phrase}.\nAnswer: {ps.answer}", ps)
                 control[0] += 1

@@ -292,7 +292,7 @@ class RationaleValidator:
             return False
         from eval.synth.lexicon import TrueState, satisfies
 
-        truths = [TrueState.from_key(t) for t in ps.true_states if t and t.count("|") == 5]
+        truths = [TrueState.from_key(t) for t in ps.true_states if TrueState.is_key(t)]
         return any(satisfies(t, d) for t in truths for d in dens)
 
     def contradictions(self, body: str, ps: PredicateSet, matches: list[tuple[Match, str]] | None = None

@@ -154,8 +154,6 @@ def label_quality(bench: Benchmark) -> dict[str, float]:
       are the same, ``sum_t sum_c C(n_tc, 2) / sum_t C(n_t, 2)``.
 
     Empty when the benchmark has no ``sim/phrases.jsonl``."""
-    from eval.synth.lexicon import TrueState, satisfies
-
     path = bench.root / "sim" / "phrases.jsonl"
     if not path.exists():
         return {}
@@ -165,17 +163,25 @@ def label_quality(bench: Benchmark) -> dict[str, float]:
             row = json.loads(line)
             den[row["phrase"]] = row["denotes"]
     cd = bench.corpus_ds
-    truth = np.asarray(cd["sim_state"][:], dtype=object).astype(str)
-    text = np.asarray(cd["state"][:], dtype=object).astype(str)
+    return label_scores(cd["sim_state"][:], cd["state"][:], cd["state_id"][:], den)
+
+
+def label_scores(truth, texts, state_ids, denotations: dict[str, dict]) -> dict[str, float]:
+    """`label_quality` from per-segment arrays: true-state keys, canonical texts, canonical state ids, and the
+    denotation of each text (texts without one are not counted in ``label_truth``)."""
+    from eval.synth.lexicon import TrueState, satisfies
+
+    truth = np.asarray(truth, dtype=object).astype(str)
+    text = np.asarray(texts, dtype=object).astype(str)
     ok, counted = 0, 0
     for (t, s), n in zip(*np.unique(np.stack([truth, text], 1), axis=0, return_counts=True), strict=True):
-        d = den.get(s)
+        d = denotations.get(s)
         if d is None:
             continue
         counted += int(n)
         ok += int(n) * satisfies(TrueState.from_key(t), d)
     _, t_codes = np.unique(truth, return_inverse=True)
-    _, c_codes = np.unique(np.asarray(cd["state_id"][:], dtype=object).astype(str), return_inverse=True)
+    _, c_codes = np.unique(np.asarray(state_ids, dtype=object).astype(str), return_inverse=True)
     _, n_tc = np.unique(np.stack([t_codes, c_codes], 1), axis=0, return_counts=True)
     n_t = np.bincount(t_codes)
     pairs = float((n_t * (n_t - 1) / 2).sum())

@@ -126,10 +126,14 @@ def findings(
     from eval import findings as F
 
     rep = F.load(report / "report.json")
-    if card is not None:
-        typer.echo("## Benchmark card beside the paper\n\n" + F.card_beside_paper(F.load(card)))
+    card_json = F.load(card) if card is not None else None
+    if card_json is not None:
+        typer.echo("## Benchmark card beside the paper\n\n" + F.card_beside_paper(card_json))
     if calibration:
-        typer.echo("## Calibration\n\n" + F.calibration_markdown(F.calibration(rep)))
+        typer.echo("## Calibration\n\n" + F.calibration_markdown(F.calibration(rep, card_json)))
+        ceiling = F.ceiling_markdown(rep)
+        if ceiling:
+            typer.echo("## Ceiling decomposition\n\n" + ceiling)
     typer.echo("## Findings\n\n" + "\n".join(F.findings(rep)) + "\n")
 
 

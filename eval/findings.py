@@ -1,8 +1,10 @@
 """Findings computed from a report (and a benchmark card): what the numbers say, never typed in by hand.
 
 `calibration` checks a synthetic benchmark's difficulty against the targets that make it PSR-shaped (each a line:
-quantity, target, measured, met or not); `findings` states the headline comparisons of a demo report (fusion against
-the best single space, each learned method's decline over horizons, the oracle ceiling). Both read only
+quantity, target, measured, met or not; with the card, its label-truth, motion, size and shape targets too);
+`ceiling` is the ceiling decomposition (semantic oracle -> perfect-perception LFTR -> LFTR from frames); `findings`
+states the headline comparisons of a demo report (fusion against the best single space, each learned method's
+decline over horizons, the oracle ceiling). Both read only
 ``report.json`` (`eval.report`) and ``card.json`` (`eval.card`); ``python -m eval findings REPORT_DIR [--card ...]``
 prints them. Runs are recognised by their names' prefixes (`ROLES`), as `retrieval demo` names them.
 """
@@ -14,14 +16,31 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Run-name prefixes of the roles the checks need (first match wins).
+#: Run-name prefixes of the roles the checks need (first match wins). A run named with a seed suffix
+#: (``lftr[minilm]-seed1``, `eval.report.seed_group`) belongs to its group; a group's value is its seeds' mean.
 ROLES = {
     "random": ("random",), "lookup": ("lookup",), "persistence": ("persistence",),
+    "transition": ("transition-table",),
     "independent": ("independent-appearance", "oracle-independent-appearance"),
     "semantic": ("semantic-text", "oracle-semantic-text"), "paraphrase": ("paraphrase", "oracle-paraphrase"),
-    "fusion": ("lftr-fusion",), "lftr": ("lftr[",),
+    "fusion": ("lftr-fusion",), "lftr": ("lftr[",), "perfect": ("lftr-sim[",),
 }
 SIG_LEVEL = 0.01
+#: The synthetic benchmark's targets on its card (key, label, low, high; None = unbounded).
+CARD_TARGETS = (
+    ("label_truth", "label truth (segments whose true state satisfies their canonical state)", 0.90, None),
+    ("same_state_agreement", "same-true-state pairs sharing a canonical state", 0.60, None),
+    ("prefix_motion_share", "queries whose prefix ends in motion around the object", 0.80, None),
+    ("fair_test_queries", "fair test queries (Q1-Q4)", 2000, None),
+    ("chance_r5", "chance R@5 (x100)", None, 1.0),
+    ("top_state_share", "top state's share of the corpus", None, 0.03),
+    ("h1_share", "h1 share", 0.50, 0.60),
+    ("gap_median_s", "median prefix-to-target gap (s)", 1.0, 2.5),
+)
+#: The ceiling decomposition: perfect-perception LFTR as a share of the semantic oracle, LFTR from frames as a
+#: share of perfect-perception LFTR.
+PERFECT_SHARE = (0.30, 0.70)
+FRAMES_SHARE = 0.40
 
 
 @dataclass(frozen=True)
@@ -36,86 +55,150 @@ class Check:
         return f"| {self.quantity} | {self.target} | {self.measured} | {mark} |"
 
 
-def _find(runs: dict, role: str) -> list[str]:
-    prefixes = ROLES[role]
-    return [n for n in runs if n.startswith(prefixes)]
+def groups(report: dict) -> dict[str, list[str]]:
+    """Group name -> its run names, in report order: a multi-seed entry is one group (its name without the seed
+    suffix), every other run its own."""
+    from eval.report import seed_group
+
+    out: dict[str, list[str]] = {}
+    entries = report.get("entries") or [{"names": [n]} for n in report["runs"]]
+    for e in entries:
+        names = [n for n in e["names"] if n in report["runs"]]
+        if names:
+            out[seed_group(names[0])[0] if len(names) > 1 else names[0]] = names
+    return out
 
 
-def _r5(runs: dict, name: str) -> float:
-    return 100 * runs[name]["main"]["R@5"]
+def _find(report: dict, role: str) -> list[str]:
+    return [g for g in groups(report) if g.startswith(ROLES[role])]
 
 
-def _by_h(runs: dict, name: str) -> dict[int, float]:
-    return {int(h): 100 * v["R@5"] for h, v in runs[name].get("by_horizon", {}).items()
-            if h.isdigit() and v.get("R@5") is not None}
+def _values(report: dict, group: str, key=lambda r: r["main"]["R@5"]) -> list[float]:
+    return [100 * key(report["runs"][n]) for n in groups(report)[group]]
 
 
-def _sig(report: dict, run: str) -> dict | None:
-    return next((s for s in report.get("significance", []) if s["run"] == run), None)
+def _r5(report: dict, group: str) -> float:
+    v = _values(report, group)
+    return sum(v) / len(v)
 
 
-def _range_check(runs: dict, role: str, label: str, lo: float | None, hi: float | None) -> Check:
-    names = _find(runs, role)
+def _fmt_r5(report: dict, group: str) -> str:
+    import statistics
+
+    v = _values(report, group)
+    return f"{sum(v) / len(v):.2f}" + (f" ± {statistics.stdev(v):.2f} ({len(v)} seeds)" if len(v) > 1 else "")
+
+
+def _by_h(report: dict, group: str) -> dict[int, float]:
+    """R@5 x100 by horizon, the mean over the group's runs."""
+    acc: dict[int, list[float]] = {}
+    for n in groups(report)[group]:
+        for h, v in report["runs"][n].get("by_horizon", {}).items():
+            if h.isdigit() and v.get("R@5") is not None:
+                acc.setdefault(int(h), []).append(100 * v["R@5"])
+    return {h: sum(v) / len(v) for h, v in acc.items()}
+
+
+def _sig(report: dict, group: str) -> dict | None:
+    names = set(groups(report).get(group, [group]))
+    return next((s for s in report.get("significance", []) if s["run"] in names), None)
+
+
+def _range_check(report: dict, role: str, label: str, lo: float | None, hi: float | None) -> Check:
+    names = _find(report, role)
     target = (f"<= {hi:g}" if lo is None else f"{lo:g}-{hi:g}" if hi is not None else f">= {lo:g}")
     if not names:
         return Check(label, target, "no run", None)
-    v = _r5(runs, names[0])
+    v = _r5(report, names[0])
     ok = (lo is None or v >= lo) and (hi is None or v <= hi)
-    return Check(label, target, f"{v:.2f} (`{names[0]}`)", ok)
+    return Check(label, target, f"{_fmt_r5(report, names[0])} (`{names[0]}`)", ok)
 
 
-def calibration(report: dict) -> list[Check]:
-    """The calibration table of the synthetic benchmark (issue targets; see the README's synthetic section)."""
-    runs = report["runs"]
-    out = [_range_check(runs, "random", "random R@5", None, 1),
-           _range_check(runs, "lookup", "lookup prior R@5", None, 15),
-           _range_check(runs, "persistence", "persistence R@5", 3, 15),
-           _range_check(runs, "independent", "independent-appearance oracle R@5", None, 15)]
-    sem = _find(runs, "semantic")
+def card_checks(card: dict) -> list[Check]:
+    """The card's targets (`CARD_TARGETS`) and the reported GT precision."""
+    values, out = card.get("values", {}), []
+    for key, label, lo, hi in CARD_TARGETS:
+        target = f"<= {hi:g}" if lo is None else f"{lo:g}-{hi:g}" if hi is not None else f">= {lo:g}"
+        v = values.get(key)
+        if v is None:
+            out.append(Check(f"{label} (`{key}`)", target, "not on the card", None))
+            continue
+        ok = (lo is None or v >= lo) and (hi is None or v <= hi)
+        out.append(Check(f"{label} (`{key}`)", target, _num(v), ok))
+    prec = values.get("GT precision (main pool, measured)")
+    out.append(Check("GT precision of the main pool (measured)", "reported (PSR: 0.894)",
+                     "not reported" if prec is None else _num(prec), prec is not None))
+    return out
+
+
+def calibration(report: dict, card: dict | None = None) -> list[Check]:
+    """The calibration table of the synthetic benchmark (issue targets; see the README's synthetic section):
+    the card's targets when ``card`` is given, then the report's."""
+    out = card_checks(card) if card is not None else []
+    out += [_range_check(report, "random", "random R@5", None, 1),
+            _range_check(report, "lookup", "lookup prior R@5", None, 15),
+            _range_check(report, "persistence", "persistence from frames R@5", 3, 15),
+            _range_check(report, "independent", "independent-appearance oracle R@5", None, 15)]
+    sem = _find(report, "semantic")
     if sem:
-        v, hs = _r5(runs, sem[0]), _by_h(runs, sem[0])
+        v, hs = _r5(report, sem[0]), _by_h(report, sem[0])
         spread = max(abs(x - v) for x in hs.values()) if hs else float("nan")
         out.append(Check("semantic-text oracle R@5", "40-85, every horizon within +-10 pp",
                          f"{v:.1f}; h1-h5 " + " / ".join(f"{hs[h]:.0f}" for h in sorted(hs)) + f" (max dev {spread:.1f})",
                          40 <= v <= 85 and spread <= 10))
-        para = _find(runs, "paraphrase")
+        para = _find(report, "paraphrase")
         if para:
-            p = _r5(runs, para[0])
+            p = _r5(report, para[0])
             out.append(Check("paraphrase oracle (held-out phrasing) R@5", ">= 15 pp below the semantic-text oracle",
                              f"{p:.1f} ({v - p:.1f} pp below)", v - p >= 15))
         else:
             out.append(Check("paraphrase oracle (held-out phrasing) R@5", ">= 15 pp below the semantic-text oracle",
                              "no run", None))
+    out += _ceiling_checks(report)
     out.append(_fusion_check(report))
-    out.append(_decline_check(runs))
+    out.append(_decline_check(report))
+    return out
+
+
+def _ceiling_checks(report: dict) -> list[Check]:
+    """Perfect-perception LFTR against the oracle, and the best LFTR from frames against perfect perception."""
+    sem, perfect, frames = _find(report, "semantic"), _find(report, "perfect"), _find(report, "lftr")
+    lo, hi = PERFECT_SHARE
+    t1 = f"{100 * lo:.0f}%-{100 * hi:.0f}% of the semantic-text oracle"
+    t2 = f">= {100 * FRAMES_SHARE:.0f}% of perfect-perception LFTR"
+    if not (sem and perfect):
+        return [Check("perfect-perception LFTR R@5", t1, "no run", None),
+                Check("best single LFTR from frames R@5", t2, "no run", None)]
+    o, p = _r5(report, sem[0]), _r5(report, perfect[0])
+    out = [Check("perfect-perception LFTR R@5", t1, f"{_fmt_r5(report, perfect[0])} = {100 * p / o:.0f}% of "
+                 f"{o:.1f} (`{perfect[0]}`)", lo <= p / o <= hi)]
+    if frames:
+        best = max(frames, key=lambda g: _r5(report, g))
+        f = _r5(report, best)
+        out.append(Check("best single LFTR from frames R@5", t2, f"{_fmt_r5(report, best)} (`{best}`) = "
+                         f"{100 * f / p:.0f}% of {p:.1f}", p > 0 and f / p >= FRAMES_SHARE))
+    else:
+        out.append(Check("best single LFTR from frames R@5", t2, "no run", None))
     return out
 
 
 def _fusion_check(report: dict) -> Check:
-    runs = report["runs"]
-    target = "above lookup and persistence (bootstrap and McNemar p < 0.01) and above the best single space"
-    fused, singles = _find(runs, "fusion"), _find(runs, "lftr")
-    if not fused:
+    target = "above the best single space (bootstrap and McNemar p < 0.01)"
+    fused, singles = _find(report, "fusion"), _find(report, "lftr")
+    if not fused or not singles:
         return Check("LFTR fusion R@5", target, "no run", None)
     f = fused[0]
-    parts, ok = [f"{_r5(runs, f):.2f}"], True
-    for role in ("lookup", "persistence"):
-        for n in _find(runs, role)[:1]:
-            s = _sig(report, n)
-            if s is None or s.get("reference") != f:
-                parts.append(f"vs {n}: no test against the fusion")
-                ok = False
-                continue
-            pb, pm = s["bootstrap"]["p_value"], s["mcnemar"]["p_value"]
-            delta = -100 * s["bootstrap"]["delta"]
-            good = delta > 0 and pb is not None and pm is not None and pb < SIG_LEVEL and pm < SIG_LEVEL
-            ok &= good
-            parts.append(f"vs {n} {delta:+.2f} pp (bootstrap p {_p(pb)}, McNemar p {_p(pm)})")
-    if singles:
-        best = max(singles, key=lambda n: _r5(runs, n))
-        d = _r5(runs, f) - _r5(runs, best)
-        ok &= d > 0
-        parts.append(f"vs best single `{best}` {d:+.2f} pp")
+    best = max(singles, key=lambda g: _r5(report, g))
+    d = _r5(report, f) - _r5(report, best)
+    parts, ok = [f"{_fmt_r5(report, f)} (`{f}`); vs best single `{best}` {d:+.2f} pp"], d > 0
+    s = _sig(report, best)
+    if s is None or s.get("reference") not in groups(report).get(f, [f]):
+        parts.append("no test against the fusion")
+        ok = False
+    else:
+        pb, pm = s["bootstrap"]["p_value"], s["mcnemar"]["p_value"]
+        ok &= pb is not None and pm is not None and pb < SIG_LEVEL and pm < SIG_LEVEL
+        parts.append(f"bootstrap p {_p(pb)}, McNemar p {_p(pm)}")
     return Check("LFTR fusion R@5", target, "; ".join(parts), ok)
 
 
@@ -123,24 +206,30 @@ def _p(p) -> str:
     return "n/a" if p is None else f"{p:.2g}"
 
 
-def _pooled_far(runs: dict, name: str) -> tuple[float, int] | None:
-    """R@5 x100 of the h >= 3 queries pooled (each horizon's R@5 weighted by its n) and their number."""
-    far = [(v["R@5"], v["n"]) for h, v in runs[name].get("by_horizon", {}).items()
-           if h.isdigit() and int(h) >= 3 and v.get("R@5") is not None and v.get("n")]
-    n = sum(k for _, k in far)
-    return (100 * sum(r * k for r, k in far) / n, n) if n else None
+def _pooled_far(report: dict, group: str) -> tuple[float, int] | None:
+    """R@5 x100 of the h >= 3 queries pooled (each horizon's R@5 weighted by its n; the group's mean) and their
+    number."""
+    vals, n_out = [], 0
+    for name in groups(report)[group]:
+        far = [(v["R@5"], v["n"]) for h, v in report["runs"][name].get("by_horizon", {}).items()
+               if h.isdigit() and int(h) >= 3 and v.get("R@5") is not None and v.get("n")]
+        n = sum(k for _, k in far)
+        if n:
+            vals.append(100 * sum(r * k for r, k in far) / n)
+            n_out = n
+    return (sum(vals) / len(vals), n_out) if vals else None
 
 
-def _decline_check(runs: dict) -> Check:
+def _decline_check(report: dict) -> Check:
     """h1 against the h >= 3 queries as one bucket (single far horizons hold a few dozen queries each: their
     R@5 is shown, not judged)."""
     target = "decline from h1 to h3+ (h >= 3 pooled)"
-    names = _find(runs, "lftr") + _find(runs, "fusion")
+    names = _find(report, "lftr") + _find(report, "perfect") + _find(report, "fusion")
     if not names:
         return Check("learned heads over horizons", target, "no run", None)
     parts, ok = [], True
     for n in names:
-        hs, far = _by_h(runs, n), _pooled_far(runs, n)
+        hs, far = _by_h(report, n), _pooled_far(report, n)
         if 1 not in hs or far is None:
             continue
         ok &= hs[1] - far[0] > 0
@@ -148,6 +237,33 @@ def _decline_check(runs: dict) -> Check:
         parts.append(f"`{n}` h1 {hs[1]:.1f} -> h3+ {far[0]:.1f} (n {far[1]}; h3.. {each})")
     return Check("learned heads over horizons", target, "; ".join(parts) or "no horizon data",
                  ok if parts else None)
+
+
+def ceiling(report: dict) -> list[tuple[str, str, float]]:
+    """The ceiling decomposition (R@5 x100, seeds' means): the semantic-text oracle (what the labels allow), the
+    perfect-perception LFTR (what forecasting allows), the transition table (the present as a label), the best LFTR
+    from frames and the fusion (perception + forecasting) -- as (stage, run, value) rows, in that order."""
+    rows = []
+    for stage, role in (("labels: semantic-text oracle", "semantic"), ("forecasting: perfect-perception LFTR",
+                                                                        "perfect"),
+                        ("the present as a label: transition table", "transition"),
+                        ("perception + forecasting: best LFTR from frames", "lftr"),
+                        ("perception + forecasting: LFTR fusion", "fusion")):
+        names = _find(report, role)
+        if names:
+            best = max(names, key=lambda g: _r5(report, g)) if role == "lftr" else names[0]
+            rows.append((stage, best, _r5(report, best)))
+    return rows
+
+
+def ceiling_markdown(report: dict) -> str:
+    rows = ceiling(report)
+    if not rows:
+        return ""
+    top = rows[0][2] or float("nan")
+    lines = ["| stage | run | R@5 | share of the oracle |", "|---|---|---:|---:|"]
+    lines += [f"| {st} | `{run}` | {v:.2f} | {100 * v / top:.0f}% |" for st, run, v in rows]
+    return "\n".join(lines) + "\n"
 
 
 def calibration_markdown(checks: list[Check]) -> str:
@@ -174,6 +290,10 @@ def load(path: str | os.PathLike) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def _pair_r5(runs: dict, name: str) -> float:
+    return 100 * runs[name]["main"]["R@5"]
+
+
 def _pair_line(runs: dict, t: dict) -> str:
     """One ``--pair`` test of the report as a finding: does ``run`` beat ``reference`` significantly?"""
     a, b = t["run"], t["reference"]
@@ -181,7 +301,7 @@ def _pair_line(runs: dict, t: dict) -> str:
     pb, pm = boot["p_value"], mc["p_value"]
     sig = boot["delta"] > 0 and pb is not None and pm is not None and pb < SIG_LEVEL and pm < SIG_LEVEL
     verdict = f"beats `{b}` significantly" if sig else f"does not beat `{b}` significantly"
-    return (f"- `{a}` {verdict} (p < {SIG_LEVEL:g}): R@5 {_r5(runs, a):.1f} vs {_r5(runs, b):.1f} (paired bootstrap "
+    return (f"- `{a}` {verdict} (p < {SIG_LEVEL:g}): R@5 {_pair_r5(runs, a):.1f} vs {_pair_r5(runs, b):.1f} (paired bootstrap "
             f"Δ {100 * boot['delta']:+.1f} pp, 95% CI [{100 * boot['ci_low']:+.1f}, {100 * boot['ci_high']:+.1f}], "
             f"p = {_p(pb)}; McNemar p = {_p(pm)}; n = {t['n']}).")
 
@@ -192,35 +312,38 @@ def findings(report: dict) -> list[str]:
     pixels), a text -> image space's zero-shot oracle, the oracle ceiling against the best predictor."""
     runs = report["runs"]
     lines = []
-    fused, singles = _find(runs, "fusion"), _find(runs, "lftr")
+    fused, singles = _find(report, "fusion"), _find(report, "lftr")
     if fused and singles:
-        f, best = fused[0], max(singles, key=lambda n: _r5(runs, n))
-        verdict = "beats" if _r5(runs, f) > _r5(runs, best) else "does not beat"
-        line = f"- z-score fusion `{f}` {verdict} the better single space `{best}`: R@5 {_r5(runs, f):.1f} vs {_r5(runs, best):.1f}"
+        f, best = fused[0], max(singles, key=lambda g: _r5(report, g))
+        verdict = "beats" if _r5(report, f) > _r5(report, best) else "does not beat"
+        line = (f"- z-score fusion `{f}` {verdict} the better single space `{best}`: R@5 {_fmt_r5(report, f)} vs "
+                f"{_fmt_r5(report, best)}")
         s = _sig(report, best)
-        if s and s.get("reference") == f:
+        if s and s.get("reference") in groups(report).get(f, [f]):
             b = s["bootstrap"]
             line += (f" (paired bootstrap Δ {-100 * b['delta']:+.1f} pp, 95% CI [{-100 * b['ci_high']:+.1f}, "
                      f"{-100 * b['ci_low']:+.1f}], p = {_p(b['p_value'])}; McNemar p = {_p(s['mcnemar']['p_value'])})")
         lines.append(line + ".")
-    for n in fused + singles:
-        hs = _by_h(runs, n)
+    for n in fused + _find(report, "perfect") + singles:
+        hs = _by_h(report, n)
         if hs:
             curve = " → ".join(f"h{h} {v:.1f}" for h, v in sorted(hs.items()))
             lines.append(f"- `{n}` R@5 by horizon: {curve}.")
     lines += [_pair_line(runs, t) for t in report.get("pairs", []) if t["run"] in runs and t["reference"] in runs]
-    sem = _find(runs, "semantic")
+    sem = _find(report, "semantic")
     for n in sem[1:]:  # a text -> image space's semantic-text oracle: its zero-shot text -> image retrieval
         lines.append(f"- Zero-shot text → image retrieval `{n}` (the true state text embedded by the space's text "
-                     f"tower ranks frames directly): R@5 {_r5(runs, n):.1f}, against `{sem[0]}` {_r5(runs, sem[0]):.1f}.")
+                     f"tower ranks frames directly): R@5 {_r5(report, n):.1f}, against `{sem[0]}` "
+                     f"{_r5(report, sem[0]):.1f}.")
     if sem:
-        hs = _by_h(runs, sem[0])
+        hs = _by_h(report, sem[0])
         oracles = ROLES["semantic"] + ROLES["paraphrase"] + ROLES["independent"] + ("state-prototype",
                                                                                      "oracle-state-prototype")
-        predictors = [n for n in runs if not n.startswith(oracles)]
+        perfect = ROLES["perfect"] + ROLES["transition"]
+        predictors = [n for n in groups(report) if not n.startswith(oracles + perfect)]
         if predictors and hs:
-            best = max(predictors, key=lambda n: _r5(runs, n))
-            lines.append(f"- The semantic-text oracle reaches {_r5(runs, sem[0]):.1f} R@5 ({min(hs.values()):.0f}–"
-                         f"{max(hs.values()):.0f} over horizons); the best predictor (`{best}`) reaches "
-                         f"{_r5(runs, best):.1f}.")
+            best = max(predictors, key=lambda g: _r5(report, g))
+            lines.append(f"- The semantic-text oracle reaches {_r5(report, sem[0]):.1f} R@5 ({min(hs.values()):.0f}–"
+                         f"{max(hs.values()):.0f} over horizons); the best predictor from frames (`{best}`) reaches "
+                         f"{_fmt_r5(report, best)}.")
     return lines

@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from eval.cli_support import data_option, install, overwrite_option
 from eval.tracking import REPORT_TO_HELP
+from retrieval.method_names import BASELINES, ORACLES
 
 app = typer.Typer(help="PSR retrieval: encode spaces, baselines, oracles, phrase search, fusion, LFTR.",
                   no_args_is_help=True, add_completion=False)
@@ -194,12 +195,12 @@ def _method_command(kind: str, names: tuple[str, ...]):
     return command
 
 
-app.command("baseline", help="Run a naive baseline: random, question-only, lookup, knn-future, persistence, "
-                             "zero-shot.")(
-    _method_command("baseline", ("random", "question-only", "lookup", "knn-future", "persistence", "zero-shot")))
+app.command("baseline", help="Run a naive baseline: random, question-only, lookup, transition-table (the true "
+                             "current state + a table fitted on train), knn-future, persistence, zero-shot.")(
+    _method_command("baseline", BASELINES))
 app.command("oracle", help="Run an oracle: semantic-text, paraphrase (held-out phrasing, synthetic benchmark), "
                            "state-prototype, independent-appearance.")(
-    _method_command("oracle", ("semantic-text", "paraphrase", "state-prototype", "independent-appearance")))
+    _method_command("oracle", ORACLES))
 
 
 @app.command()
@@ -368,22 +369,27 @@ def demo(
     semantic_space: str = typer.Option("minilm", "--semantic-space", help="name of the semantic space"),
     visual_space: str = typer.Option("pixels", "--visual-space", help="visual space (holds prefixes and corpus)"),
     config: list[Path] = typer.Option([], "--config", help="LFTR YAML config(s) (default: configs/lftr/synth.yaml)"),
-    seed: int = typer.Option(0, "--seed"),
+    seeds: list[int] = typer.Option([0], "--seeds", help="LFTR seeds (repeat: --seeds 0 --seeds 1 --seeds 2); with "
+                                    "several, run names end in -seed<S> and reports show mean ± std"),
     split: str = SPLIT,
     overwrite: bool = OVERWRITE,
     extra_space: list[str] = typer.Option([], "--extra-space", help="more target spaces (e.g. a LiT space): LFTR, "
                                           "oracles, the fusion of all spaces and the complementarity analysis"),
     compare_space: str = typer.Option("", "--compare-space", help="a second visual space (e.g. pixels) for LFTR, "
                                       "persistence and the prototype oracle beside the visual space"),
+    perfect_space: str = typer.Option("sim", "--perfect-space", help="prefix space of the simulator's state: LFTR "
+                                      "from it into the semantic space is perfect-perception LFTR ('' = none)"),
 ) -> None:
-    """Encode the semantic space, run every baseline, oracle, LFTR in both spaces and their fusion (resumable)."""
+    """Encode the semantic space, run every baseline and oracle, LFTR in every space per seed (from frames, and from
+    the simulator's state), the fusions and the complementarity analysis (resumable)."""
     from eval.benchmark import Benchmark
-    from retrieval.lftr.jobs import run_demo
+    from retrieval.lftr.jobs import DemoPlan, run_demo
 
+    plan = DemoPlan(semantic=semantic_space, visual=visual_space, extra=list(extra_space), compare=compare_space,
+                    perfect=perfect_space)
     with _claim(out, "retrieval demo", [data, *config], overwrite):
-        paths = run_demo(Benchmark.load(data), out, text_model=text_model, semantic_space=semantic_space,
-                         visual_space=visual_space, configs=list(config), seed=seed, split=split, log=console.print,
-                         extra_spaces=list(extra_space), compare_space=compare_space)
+        paths = run_demo(Benchmark.load(data), out, text_model=text_model, plan=plan, configs=list(config),
+                         seeds=list(seeds), split=split, log=console.print)
     console.print(f"[green]{len(paths)} runs in[/] {out}")
 
 

@@ -12,14 +12,9 @@ from eval.benchmark import Benchmark
 from retrieval import baselines, oracles
 from retrieval.encoders import query_text_encoder
 from retrieval.lftr.data import pick_prefix_space
+from retrieval.method_names import BASELINES, NEEDS, ORACLES
 from retrieval.queries import QueryVectors
 from retrieval.spaces import Space
-
-BASELINES = ("random", "question-only", "lookup", "transition-table", "knn-future", "persistence", "zero-shot")
-ORACLES = ("semantic-text", "paraphrase", "state-prototype", "independent-appearance")
-#: The space kind each method needs ("any": semantic or visual).
-NEEDS = {"random": "any", "question-only": "text", "lookup": "any", "transition-table": "any", "knn-future": "any", "persistence": "visual",
-         "zero-shot": "visual", "semantic-text": "text", "paraphrase": "text", "state-prototype": "any", "independent-appearance": "any"}
 
 
 def method_query_vectors(bench: Benchmark, name: str, space: Space | None, rows: np.ndarray, *,

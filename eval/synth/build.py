@@ -26,7 +26,7 @@ Protocol (the paper's, on simulator ground truth):
 - Transcript: the object's segments that start before the target: (start time, reference text of the true state).
 - GT (exact simulator truth): ``in_video`` = segments of the query's video in the target's true state;
   ``in_dataset`` / ``cross_dataset`` = other videos of the same / another domain in that state; ``bge_similar`` =
-  other videos' near-duplicate states (same motion and place, another relation, pose or manner); ``consensus`` =
+  other videos' near-duplicate states (same motion and place, another relation or pose); ``consensus`` =
   the main pool's clear segments; ``gt_type1`` = same subject and state; ``gt_sim_exact`` = the main pool.
 - Splits: video-disjoint train / val / test (`SPLIT_FRACTIONS`) over the query videos, drawn per domain.
 - Files beyond the format: ``sim/<video>.npz`` (the record) and ``sim/phrases.jsonl`` (every raw description and
@@ -94,8 +94,9 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    "demo": Preset(720, None, render.DEFAULT_SIZE, "the embedded default: ~10k segments, every video queried"),
-    "psr": Preset(15600, 1450, (80, 60), "PSR-scale: ~218k segments, ~20k queries over ~1.4k query videos"),
+    "demo": Preset(1000, None, render.DEFAULT_SIZE, "the embedded default: ~16k segments, every video queried, "
+                                                    "~2k fair test queries"),
+    "psr": Preset(13700, 1250, (80, 60), "PSR-scale: ~218k segments, ~20k queries over ~1.25k query videos"),
 }
 
 
@@ -466,6 +467,7 @@ def _assemble(stage: Path, results: list[V.VideoResult], seed: int, image_size: 
     write_meta(stage, SPACE, kind="visual", dim=dim, model=SPACE_MODEL,
                description="crop of the frame centred on the segment's (prefix's) object (64x48 pixels at 160x120), "
                            "box-downsampled to 16x12 RGB in [0,1], mean-centred, L2-normalised")
+    write_sim_space(stage, prefix_ids, np.concatenate([r.prefix_sim for r in results]))
 
     manifest = Manifest(
         name=NAME, version=VERSION,
@@ -507,6 +509,17 @@ def _extra(results, queries, splits, seed, image_size, preset, queried) -> dict:
         "queries_by_domain": count(lambda q: q.domain),
         "sim": "sim/<video_id>.npz per video (eval.synth.record); sim/phrases.jsonl: phrase -> denotation",
     }
+
+
+def write_sim_space(root: Path, prefix_ids: list[str], tokens: np.ndarray) -> None:
+    """The ``sim`` prefix space (`eval.synth.simspace`): the raw tokens ``(n_prefixes, 8, D)`` z-scored over the
+    build, with the mean and std in its ``meta.json``."""
+    tokens, mean, std = simspace.standardize(tokens.reshape(-1, V.PREFIX_FRAMES, simspace.DIM))
+    write_table(root, simspace.NAME, "prefixes", prefix_ids, tokens)
+    write_meta(root, simspace.NAME, kind="prefix", dim=simspace.DIM, model=simspace.MODEL, normalized=False,
+               mean=[round(float(x), 6) for x in mean], std=[round(float(x), 6) for x in std],
+               description="the simulator's exact state of the scene at each prefix frame (eval.synth.simspace), "
+                           "z-scored over the build's prefixes: perfect perception, nothing after the prefix")
 
 
 def read_denotations(data_dir: str | os.PathLike) -> dict[str, dict[str, str]]:

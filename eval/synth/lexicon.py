@@ -15,19 +15,20 @@ attribute      values
                ``other``)
 ``place``      `PLACES`: floor, table (middle), table edge, ramp upper / lower half, inside the container, on
                the container's rim, shelf, on top of ``other``, against the wall, over the container, in the air
-``relation``   `RELATIONS`: touching, leaning against, next to, under -- with ``other``; or none
-``other``      the subject of the other object of ``relation`` (or of ``crashing`` / ``being hit`` / ``on top of``)
+``relation``   `RELATIONS`: touching, leaning against, next to, under -- with ``other``; or none (objects at rest,
+               wobbling or toppling only: what a moving object passes is not part of its state)
+``other``      the *kind* (shape) of the other object of ``relation`` (or of ``crashing`` / ``being hit`` /
+               ``on top of``) -- never its size or colour, so a state is shared across videos
 ``pose``       `POSES`: upright, on its side, upside down, tilted (shapes with a marked top only; else none)
-``manner``     `MANNERS`: slowly, quickly (moving motions only; else none)
 =============  ==========================================================================================
 
-A state's stable id is `TrueState.key` (``"rolling|floor|next_to|small red ball||quickly"``), stored per segment as
+A state's stable id is `TrueState.key` (``"at_rest|floor|next_to|ball|upright"``), stored per segment as
 ``sim_state``; `reference_text` renders it completely with the first word of every slot (the sim-truth benchmark's
 state text).
 
 **Describers.** `describe` turns a true state into a free-form phrase, the way an annotator would: it picks words
-from a lexicon (several surface forms per value), one of several word orders, optional determiners and size
-words, and it may leave out qualifiers (`OMIT`: manner, pose, relation, place are each dropped with a probability).
+from a lexicon (several surface forms per value), one of several word orders, optional determiners, and it may
+leave out qualifiers (`OMIT`: pose, relation, place are each dropped with a probability).
 It returns the phrase and its *denotation*: the attribute values the phrase actually mentions (`Denotation`); a
 segment *satisfies* a phrase when its true state agrees with every mentioned value (`satisfies`), which is how the
 verification emulation of `retrieval.canon.apply` judges a GT candidate.
@@ -39,7 +40,7 @@ paraphrase distribution of the canonicalization probes (`eval.synth.paraphrase`)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -85,7 +86,6 @@ PLACES = ("floor", "floor_table", "floor_ramp", "floor_container", "floor_shelf"
           "wall", "over_container", "air")
 RELATIONS = ("touching", "leaning", "next_to", "under")
 POSES = ("upright", "side", "upside_down", "tilted")
-MANNERS = ("slowly", "quickly")
 #: Motions whose ``other`` is part of the motion itself (crashing into X, being hit by X).
 EVENT_MOTIONS = ("crashing", "hit")
 MOVING_MOTIONS = ("rolling", "sliding", "tumbling", "falling", "flying", "bouncing", "pushed")
@@ -101,24 +101,28 @@ class TrueState:
     relation: str = ""
     other: str = ""
     pose: str = ""
-    manner: str = ""
 
     @property
     def key(self) -> str:
-        """Stable id: the six slots joined by ``|`` (empty slots stay empty)."""
-        return "|".join((self.motion, self.place, self.relation, self.other, self.pose, self.manner))
+        """Stable id: the five slots joined by ``|`` (empty slots stay empty)."""
+        return "|".join((self.motion, self.place, self.relation, self.other, self.pose))
+
+    @staticmethod
+    def is_key(text: object) -> bool:
+        """``text`` has the shape of a `key` (five ``|``-separated slots)."""
+        return isinstance(text, str) and text.count("|") == len(fields(TrueState)) - 1
 
     @classmethod
     def from_key(cls, key: str) -> TrueState:
         parts = key.split("|")
-        if len(parts) != 6:
+        if len(parts) != len(fields(cls)):
             raise ValueError(f"not a true-state key: {key!r}")
         return cls(*parts)
 
 
 Denotation = dict[str, str]
-"""The attribute values a phrase mentions: a subset of ``{"motion", "place", "relation", "other", "pose",
-"manner"}`` -> value."""
+"""The attribute values a phrase mentions: a subset of ``{"motion", "place", "relation", "other", "pose"}`` ->
+value."""
 
 
 PLACE_PARENT = {"floor_table": "floor", "floor_ramp": "floor", "floor_container": "floor", "floor_shelf": "floor",
@@ -151,12 +155,9 @@ class Lexicon:
     place: dict[str, tuple[str, ...]]
     relation: dict[str, tuple[str, ...]]
     pose: dict[str, tuple[str, ...]]
-    manner: dict[str, tuple[str, ...]]
     shape_nouns: dict[str, tuple[str, ...]]
-    #: word orders over the slot names M (motion + manner), P (place), R (relation), O (pose)
+    #: word orders over the slot names M (motion), P (place), R (relation), O (pose)
     orders: tuple[tuple[str, ...], ...]
-    #: manner before the verb ("slowly rolling") with this probability, else after it
-    manner_first: float = 0.3
     determiners: tuple[str, ...] = ("the",)
     omit: dict[str, float] = field(default_factory=dict)
     #: surface forms and word orders are drawn with probability proportional to rank ** -form_zipf (0: uniform):
@@ -212,12 +213,11 @@ CORPUS = Lexicon(
         "upside_down": ("upside down", "flipped over"),
         "tilted": ("at an angle", "tilted"),
     },
-    manner={"slowly": ("slowly", "gently"), "quickly": ("quickly", "fast", "rapidly")},
     shape_nouns={"ball": ("ball",), "wheel": ("wheel",), "cube": ("cube",), "brick": ("brick",),
                  "domino": ("domino",), "plank": ("plank",), "wedge": ("wedge",), "can": ("can",)},
     orders=(("M", "P", "R", "O"), ("M", "O", "P", "R"), ("O", "M", "P", "R"), ("M", "R", "P", "O")),
     determiners=("the", "the", "a"),
-    omit={"manner": 0.12, "pose": 0.12, "relation": 0.08, "place": 0.03},
+    omit={"pose": 0.06, "relation": 0.05, "place": 0.02},
     form_zipf=1.0,
 )
 
@@ -269,14 +269,12 @@ HELD_OUT = Lexicon(
         "upside_down": ("inverted", "capsized"),
         "tilted": ("slanted", "askew"),
     },
-    manner={"slowly": ("at a crawl", "leisurely"), "quickly": ("at speed", "swiftly")},
     shape_nouns={"ball": ("sphere", "globe"), "wheel": ("disc", "hoop"), "cube": ("square block", "box"),
                  "brick": ("slab", "bar"), "domino": ("tile", "tall tile"), "plank": ("board", "beam"),
                  "wedge": ("ramp piece", "triangle"), "can": ("tin", "cylinder")},
     orders=(("O", "M", "R", "P"), ("P", "M", "R", "O"), ("M", "P", "O", "R")),
-    manner_first=0.5,
     determiners=("the", "that", "a"),
-    omit={"manner": 0.35, "pose": 0.35, "relation": 0.3, "place": 0.12},
+    omit={"pose": 0.35, "relation": 0.3, "place": 0.12},
 )
 
 
@@ -296,7 +294,7 @@ def _noun_phrase(other: str, lex: Lexicon, rng: np.random.Generator) -> tuple[st
 def describe(state: TrueState, rng: np.random.Generator, lex: Lexicon = CORPUS) -> tuple[str, Denotation]:
     """A free-form phrase for ``state`` in lexicon ``lex`` and its denotation (the values it mentions).
 
-    The motion is always said; manner, pose, relation and place are each left out with probability ``lex.omit``;
+    The motion is always said; pose, relation and place are each left out with probability ``lex.omit``;
     a slot whose phrase names ``other`` renders it with `_noun_phrase`.
     """
     den: Denotation = {"motion": state.motion}
@@ -305,10 +303,6 @@ def describe(state: TrueState, rng: np.random.Generator, lex: Lexicon = CORPUS) 
     verb = _pick(rng, lex.motion[state.motion], z).format(o=other)
     if state.motion in EVENT_MOTIONS:
         den["other"] = other_name
-    if state.manner and rng.random() >= lex.omit.get("manner", 0.0):
-        adverb = _pick(rng, lex.manner[state.manner], z)
-        verb = f"{adverb} {verb}" if rng.random() < lex.manner_first else f"{verb} {adverb}"
-        den["manner"] = state.manner
     slots = {"M": verb, "P": "", "R": "", "O": ""}
     if state.place and rng.random() >= lex.omit.get("place", 0.0):
         slots["P"] = _pick(rng, lex.place[state.place], z).format(o=other)
@@ -331,8 +325,6 @@ def reference_text(state: TrueState) -> str:
     text of the simulator-truth benchmark."""
     other = f"a {state.other}" if state.other else ""
     parts = [CORPUS.motion[state.motion][0].format(o=other)]
-    if state.manner:
-        parts.append(CORPUS.manner[state.manner][0])
     if state.place:
         parts.append(CORPUS.place[state.place][0].format(o=other))
     if state.relation:
@@ -345,7 +337,7 @@ def reference_text(state: TrueState) -> str:
 def corpus_words() -> set[str]:
     """Every content word the corpus lexicon can write (the held-out lexicon is checked against it)."""
     words: set[str] = set()
-    for table in (CORPUS.motion, CORPUS.place, CORPUS.relation, CORPUS.pose, CORPUS.manner, CORPUS.shape_nouns):
+    for table in (CORPUS.motion, CORPUS.place, CORPUS.relation, CORPUS.pose, CORPUS.shape_nouns):
         for forms in table.values():
             for f in forms:
                 words |= set(f.replace("{o}", "").replace("'s", "").split())

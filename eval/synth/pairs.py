@@ -23,7 +23,6 @@ import numpy as np
 from eval.synth.lexicon import (
     CORPUS,
     EVENT_MOTIONS,
-    MANNERS,
     MOTIONS,
     PLACES,
     POSES,
@@ -37,8 +36,7 @@ from eval.synth.lexicon import (
 )
 
 #: Values an attribute may be swapped to in a minimal pair.
-_VALUES = {"motion": MOTIONS, "place": PLACES, "relation": RELATIONS, "other": tuple(SHAPES), "pose": POSES,
-           "manner": MANNERS}
+_VALUES = {"motion": MOTIONS, "place": PLACES, "relation": RELATIONS, "other": tuple(SHAPES), "pose": POSES}
 MAX_TRIES = 40
 """Draws of a description before a state is skipped (its denotations never matched)."""
 
@@ -58,7 +56,7 @@ def true_states(seed: int, videos: int, workers: int | None = None) -> list[True
 
 def _describe_as(state: TrueState, denotation: Denotation, rng: np.random.Generator, lex: Lexicon) -> str | None:
     """A description of ``state`` whose denotation is exactly ``denotation`` (None after `MAX_TRIES` draws)."""
-    full = replace(lex, omit={k: (0.0 if k in denotation else 1.0) for k in ("manner", "pose", "relation", "place")})
+    full = replace(lex, omit={k: (0.0 if k in denotation else 1.0) for k in ("pose", "relation", "place")})
     for _ in range(MAX_TRIES):
         phrase, den = describe(state, rng, full)
         if den == denotation:

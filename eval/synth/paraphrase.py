@@ -24,7 +24,7 @@ def paraphrase(denotation: Denotation, rng: np.random.Generator) -> str:
     """A held-out-lexicon phrase saying exactly the values of ``denotation``."""
     state = TrueState(motion=denotation["motion"], place=denotation.get("place", ""),
                       relation=denotation.get("relation", ""), other=denotation.get("other", ""),
-                      pose=denotation.get("pose", ""), manner=denotation.get("manner", ""))
+                      pose=denotation.get("pose", ""))
     phrase, _ = describe(state, rng, _FULL)
     return phrase
 

@@ -499,6 +499,15 @@ def _bystanders(world: World, rng: np.random.Generator, specs: list[ObjectSpec],
 
 BYSTANDER_GAP = (2.0, 14.0)
 """Gap (units) between neighbouring bystanders of a group."""
+BYSTANDERS = {0: 0.2, 2: 0.6, 3: 0.2}
+"""Size of a scene's group of bystanders and its probability (never one alone: a group names its members)."""
+BILLIARDS_BYSTANDERS = {0: 0.6, 2: 0.4}
+"""The same for billiards, whose floor is already crowded."""
+
+
+def _n_bystanders(rng: np.random.Generator, sizes: dict[int, float] = BYSTANDERS) -> int:
+    k = list(sizes)
+    return int(k[int(rng.choice(len(k), p=np.array([sizes[x] for x in k]) / sum(sizes.values())))])
 
 
 def _t0(rng: np.random.Generator) -> float:
@@ -517,7 +526,7 @@ def build_ramp(rng: np.random.Generator) -> World:
     world.add_ramp(15.0, top_y, ramp_x1, table_y)
     world.add_table(ramp_x1, edge_x, table_y, edges=(1,))
     n_ramp, n_table = int(rng.choice([1, 2, 3], p=[0.3, 0.45, 0.25])), int(rng.choice([0, 1, 2], p=[0.3, 0.5, 0.2]))
-    n_by = int(rng.integers(1, 3))
+    n_by = _n_bystanders(rng)
     shapes = (_shapes(rng, n_ramp, {"ball": 1.0, "wheel": 0.6, "cube": 0.7, "brick": 0.4, "can": 0.4, "wedge": 0.3})
               + _shapes(rng, n_table + n_by, _ANY))
     specs = pick_objects(rng, shapes)
@@ -545,7 +554,7 @@ def build_table_push(rng: np.random.Generator) -> World:
     world = World("table_push")
     y_top, x0, x1 = rng.uniform(85, 115), rng.uniform(25, 50), rng.uniform(230, 290)
     world.add_table(x0, x1, y_top)
-    n, n_by = int(rng.choice([2, 3, 4], p=[0.3, 0.45, 0.25])), int(rng.integers(1, 3))
+    n, n_by = int(rng.choice([2, 3, 4], p=[0.3, 0.45, 0.25])), _n_bystanders(rng)
     specs = pick_objects(rng, _shapes(rng, n + n_by, _ANY))
     pw, ph = 10.0, 30.0
     px = x0 + 8.0
@@ -564,7 +573,7 @@ def build_dominoes(rng: np.random.Generator) -> World:
     world = World("dominoes")
     on_table = rng.random() < 0.5
     y_s = float(rng.uniform(60, 80)) if on_table else FLOOR_Y
-    n_dom, n_by = int(rng.choice([2, 3, 4, 5], p=[0.2, 0.3, 0.3, 0.2])), int(rng.integers(1, 3))
+    n_dom, n_by = int(rng.choice([2, 3, 4, 5], p=[0.2, 0.3, 0.3, 0.2])), _n_bystanders(rng)
     hitter = "ball" if rng.random() < 0.6 else str(rng.choice(["cube", "wheel", "can"]))
     standing = str(rng.choice(["domino", "domino", "plank", "brick"]))
     shapes = [hitter] + [standing] * n_dom + _shapes(rng, n_by, _ANY)
@@ -602,7 +611,7 @@ def build_container(rng: np.random.Generator) -> World:
     cx, w, wall_h = rng.uniform(170, 240), rng.uniform(70, 100), rng.uniform(38, 58)
     world.add_container(cx, w, wall_h)
     ix0, ix1, _, _ = world.container
-    n, n_by = int(rng.choice([2, 3, 4], p=[0.3, 0.4, 0.3])), int(rng.integers(1, 3))
+    n, n_by = int(rng.choice([2, 3, 4], p=[0.3, 0.4, 0.3])), _n_bystanders(rng)
     specs = pick_objects(rng, _shapes(rng, n + n_by, _ANY))
     t = _t0(rng)
     for k, spec in enumerate(specs[:n]):
@@ -630,7 +639,7 @@ def build_stack(rng: np.random.Generator) -> World:
     if on_table:
         base = float(rng.uniform(60, 85))
         world.add_table(x_stack - rng.uniform(60, 90), x_stack + rng.uniform(40, 80), base)
-    n_st, n_by = int(rng.choice([2, 3, 4], p=[0.35, 0.4, 0.25])), int(rng.integers(1, 3))
+    n_st, n_by = int(rng.choice([2, 3, 4], p=[0.35, 0.4, 0.25])), _n_bystanders(rng)
     striker = "ball" if rng.random() < 0.6 else str(rng.choice(["cube", "wheel"]))
     tower = _shapes(rng, n_st, {"cube": 1.0, "brick": 1.0, "plank": 0.5, "can": 0.6, "wedge": 0.3, "ball": 0.15})
     # only the top of a tower may be round or a wedge
@@ -663,7 +672,7 @@ def build_shelf(rng: np.random.Generator) -> World:
         world.add_table(pivot_x + length * 0.5, pivot_x + length + rng.uniform(60, 110), float(rng.uniform(60, 85)),
                         edges=(1,))
     world.add_static("wall", R.SUPPORT_WALL, _box(pivot_x - 14.0, FLOOR_Y, pivot_x - 6.0, pivot_y - 6.0))
-    n_on, n_by = int(rng.choice([2, 3, 4], p=[0.35, 0.4, 0.25])), int(rng.integers(1, 3))
+    n_on, n_by = int(rng.choice([2, 3, 4], p=[0.35, 0.4, 0.25])), _n_bystanders(rng)
     specs = pick_objects(rng, _shapes(rng, n_on + n_by, _ANY))
     row = specs[:n_on]
     for spec, x in zip(row, _row(rng, row, pivot_x + 6.0, pivot_x + length - 4.0, (4.0, 24.0)), strict=False):

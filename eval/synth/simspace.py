@@ -20,9 +20,12 @@ others     5 x 20 the `N_OTHERS` nearest other objects (centre distance at ``f``
 furniture  16     nearest table edge (present, dx, dy, direction), container (present, dx to its centre,
                   dy to its rim, half width), nearest ramp (present, dx, dy to its slope's middle), pusher (present,
                   dx, dy, vx), shelf angle
+labels     46     the labeller's per-frame attributes of the object at ``f`` (`eval.synth.states.frame_attributes`,
+                  before smoothing, so decided from frames ``<= f`` only): one-hots of motion (14), place (16),
+                  relation (4), the other object's kind (8), pose (4) -- the present, perceived exactly
 =========  =====  =========================================================================================
 
-``D = 155``. Values are raw (unnormalised) features; `standardize` z-scores them over every prefix of a build, so the
+``D = 201``. Values are raw (unnormalised) features; `standardize` z-scores them over every prefix of a build, so the
 table is standardized, not L2-normalised (``meta.json``: ``kind: prefix``, ``normalized: false``).
 """
 
@@ -33,7 +36,7 @@ import math
 import numpy as np
 
 from eval.synth import record as R
-from eval.synth.lexicon import SHAPES
+from eval.synth.lexicon import MOTIONS, PLACES, POSES, RELATIONS, SHAPES
 
 POS_SCALE = 100.0
 VEL_SCALE = 200.0
@@ -42,7 +45,9 @@ N_OTHERS = 5
 SHAPE_NAMES = tuple(SHAPES)
 N_SUPPORT = 10
 SUBJECT_DIM, OTHER_DIM, FURNITURE_DIM = 39, 20, 16
-DIM = SUBJECT_DIM + N_OTHERS * OTHER_DIM + FURNITURE_DIM
+LABEL_VALUES = {"motion": MOTIONS, "place": PLACES, "relation": RELATIONS, "other": tuple(SHAPES), "pose": POSES}
+LABEL_DIM = sum(len(v) for v in LABEL_VALUES.values())
+DIM = SUBJECT_DIM + N_OTHERS * OTHER_DIM + FURNITURE_DIM + LABEL_DIM
 NAME = "sim"
 MODEL = "simulator-state-v1"
 
@@ -58,8 +63,9 @@ def _bits(x: int, n: int = 8) -> np.ndarray:
     return np.array([(x >> b) & 1 for b in range(n)], np.float32)
 
 
-def frame_token(rec: R.SimRecord, f: int, k: int) -> np.ndarray:
-    """``(DIM,)`` float32 token of object ``k`` at frame ``f`` (module docstring)."""
+def frame_token(rec: R.SimRecord, f: int, k: int, attrs: dict[str, np.ndarray]) -> np.ndarray:
+    """``(DIM,)`` float32 token of object ``k`` at frame ``f`` (module docstring); ``attrs``: the record's
+    `eval.synth.states.frame_attributes`."""
     shapes = [str(s) for s in rec.shapes]
     pos, vel = rec.pos[f].astype(np.float64), rec.vel[f].astype(np.float64)
     x, y = pos[k]
@@ -83,7 +89,18 @@ def frame_token(rec: R.SimRecord, f: int, k: int) -> np.ndarray:
              (vel[j, 1] - vel[k, 1]) / VEL_SCALE, d / POS_SCALE, math.sin(rec.angle[f, j]), math.cos(rec.angle[f, j]),
              rec.angvel[f, j] / OMEGA_SCALE, float(rec.touch[f, k, j]), float(rec.held[f, j])],
             _one_hot(SHAPE_NAMES.index(shapes[j]), len(SHAPE_NAMES)), [rate]])
-    return np.concatenate([subj, others.reshape(-1), _furniture(rec, f, x, y)]).astype(np.float32)
+    return np.concatenate([subj, others.reshape(-1), _furniture(rec, f, x, y), _labels(attrs, f, k, shapes)]
+                          ).astype(np.float32)
+
+
+def _labels(attrs: dict[str, np.ndarray], f: int, k: int, shapes: list[str]) -> np.ndarray:
+    parts = []
+    for name, values in LABEL_VALUES.items():
+        v = attrs[name][f, k]
+        if name == "other":
+            v = shapes[int(v)] if int(v) >= 0 else ""
+        parts.append(_one_hot(values.index(str(v)) if str(v) in values else -1, len(values)))
+    return np.concatenate(parts)
 
 
 def _furniture(rec: R.SimRecord, f: int, x: float, y: float) -> np.ndarray:
@@ -109,9 +126,15 @@ def _furniture(rec: R.SimRecord, f: int, x: float, y: float) -> np.ndarray:
     return out
 
 
-def prefix_tokens(rec: R.SimRecord, frames: list[int] | tuple[int, ...], k: int) -> np.ndarray:
-    """``(len(frames), DIM)`` float32 tokens of object ``k`` at its prefix frames."""
-    return np.stack([frame_token(rec, f, k) for f in frames])
+def prefix_tokens(rec: R.SimRecord, frames: list[int] | tuple[int, ...], k: int,
+                  attrs: dict[str, np.ndarray] | None = None) -> np.ndarray:
+    """``(len(frames), DIM)`` float32 tokens of object ``k`` at its prefix frames (``attrs``: the record's frame
+    attributes, computed when not given)."""
+    if attrs is None:
+        from eval.synth.states import frame_attributes
+
+        attrs = frame_attributes(rec)
+    return np.stack([frame_token(rec, f, k, attrs) for f in frames])
 
 
 def standardize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

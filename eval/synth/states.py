@@ -31,8 +31,8 @@ Three stages:
    ``ramp_upper`` / ``ramp_lower`` (which half of the slope), ``container`` (on its floor, or on an object inside
    it), ``rim`` (on a container wall's top), ``shelf``, ``on_object`` (supported by another object: ``other``).
 
-   *relation* (not for crashing / hit / on_object, whose ``other`` is already named), to another object that is
-   not held: ``under`` (it supports the other), ``leaning`` (elongated, tilted by `LEAN_MIN_DEG` to
+   *relation* (only for objects at rest, wobbling or toppling, `RELATED_MOTIONS`; not for on_object, whose
+   ``other`` is already named), to another object that is not held: ``under`` (it supports the other), ``leaning`` (elongated, tilted by `LEAN_MIN_DEG` to
    `LEAN_MAX_DEG`, touching it), ``touching``, ``next_to`` (the nearest object whose surface gap is below
    `NEAR_GAP`); else none.
 
@@ -40,11 +40,8 @@ Three stages:
    hanging): ``upright`` / ``side`` / ``upside_down`` within `POSE_TOL_DEG` of 0 / +-90 / 180 degrees, else
    ``tilted``.
 
-   *manner* (rolling, sliding, tumbling, being pushed, flying): ``slowly`` below `SLOW_SPEED`, ``quickly`` above
-   `FAST_SPEED`, else none.
-
 2. Each attribute's per-frame values are smoothed on their own: runs shorter than `MIN_ATTRIBUTE_S` are merged into
-   their neighbours (`smooth`), so a relation or a manner does not flicker at a threshold.
+   their neighbours (`smooth`), so a relation or a pose does not flicker at a threshold.
 3. The combined per-frame states are smoothed again (`MIN_SEGMENT_S`), giving each object's segments in time order,
    each with one `TrueState`.
 """
@@ -61,10 +58,6 @@ from eval.synth.lexicon import ELONGATED_SHAPES, ROUND_SHAPES, TrueState
 
 MOVING_SPEED = 6.0
 """An object moves when its speed is at least this (units/s)."""
-SLOW_SPEED = 22.0
-"""A moving object below this speed (units/s) moves slowly."""
-FAST_SPEED = 85.0
-"""A moving object above this speed (units/s) moves quickly."""
 WOBBLE_OMEGA = 0.5
 """A resting non-round object rotating faster than this (rad/s) wobbles."""
 TIP_OMEGA = 0.75
@@ -106,7 +99,7 @@ MIN_SEGMENT_S = 0.5
 """Minimum duration of a state segment after smoothing (seconds)."""
 
 THRESHOLDS = {name: globals()[name] for name in (
-    "MOVING_SPEED", "SLOW_SPEED", "FAST_SPEED", "WOBBLE_OMEGA", "TIP_OMEGA", "TUMBLE_SPEED", "TUMBLE_OMEGA",
+    "MOVING_SPEED", "WOBBLE_OMEGA", "TIP_OMEGA", "TUMBLE_SPEED", "TUMBLE_OMEGA",
     "COLLISION_SPEED", "COLLISION_HOLD_S", "SPIN_OMEGA", "LANDING_SPEED", "BOUNCE_UP_SPEED", "BOUNCE_WINDOW_S",
     "FLY_SPEED", "DROP_ZONE_HEIGHT", "EDGE_ZONE", "FLOOR_NEAR", "LEAN_MIN_DEG", "LEAN_MAX_DEG", "NEAR_GAP", "POSE_TOL_DEG",
     "MIN_ATTRIBUTE_S", "MIN_SEGMENT_S")}
@@ -114,8 +107,9 @@ THRESHOLDS = {name: globals()[name] for name in (
 
 _SURFACES = (R.SUPPORT_FLOOR, R.SUPPORT_TABLE, R.SUPPORT_RAMP, R.SUPPORT_CONTAINER, R.SUPPORT_OBJECT, R.SUPPORT_SHELF)
 POSED_MOTIONS = ("at_rest", "wobbling", "sliding", "pushed", "hanging")
-MANNER_MOTIONS = ("rolling", "sliding", "tumbling", "pushed", "flying")
-ATTRIBUTES = ("motion", "place", "relation", "other", "pose", "manner")
+RELATED_MOTIONS = ("at_rest", "wobbling", "toppling")
+"""Motions that carry a relation to a nearby object (a moving object's neighbours change as it passes them)."""
+ATTRIBUTES = ("motion", "place", "relation", "other", "pose")
 
 
 @dataclass(frozen=True)
@@ -318,7 +312,7 @@ def _relation(rec: R.SimRecord, motion: np.ndarray, place: np.ndarray) -> tuple[
     rel = np.select([any_under, leaning, touching, nearest_gap <= NEAR_GAP], ["under", "leaning", "touching", "next_to"],
                     default="").astype("<U8")
     other = np.where(any_under, under_j, np.where(rel != "", nearest, -1))
-    skip = np.isin(motion, ("crashing", "hit", "hanging")) | (place == "on_object")
+    skip = ~np.isin(motion, RELATED_MOTIONS) | (place == "on_object")
     rel = np.where(skip, "", rel)
     other = np.where(skip, -1, other)
     return rel, other
@@ -332,14 +326,8 @@ def _pose(rec: R.SimRecord, motion: np.ndarray) -> np.ndarray:
     return np.where(round_ | ~np.isin(motion, POSED_MOTIONS), "", pose)
 
 
-def _manner(rec: R.SimRecord, motion: np.ndarray) -> np.ndarray:
-    speed = np.linalg.norm(rec.vel, axis=-1)
-    m = np.select([speed < SLOW_SPEED, speed > FAST_SPEED], ["slowly", "quickly"], default="").astype("<U7")
-    return np.where(np.isin(motion, MANNER_MOTIONS), m, "")
-
-
 def frame_attributes(rec: R.SimRecord) -> dict[str, np.ndarray]:
-    """(F, N) arrays ``motion``, ``place``, ``relation``, ``pose``, ``manner`` (str) and ``other`` (object index or
+    """(F, N) arrays ``motion``, ``place``, ``relation``, ``pose`` (str) and ``other`` (object index or
     -1: the other object of an event motion, of ``on_object`` or of the relation)."""
     motion, event_other = _motion(rec)
     place = _fill_unknown(_place(rec, motion))
@@ -350,7 +338,7 @@ def frame_attributes(rec: R.SimRecord) -> dict[str, np.ndarray]:
     other = np.where(event_other >= 0, event_other,
                      np.where(place == "on_object", sup_other, rel_other)).astype(np.int64)
     return {"motion": motion, "place": place, "relation": relation, "other": other,
-            "pose": _pose(rec, motion), "manner": _manner(rec, motion)}
+            "pose": _pose(rec, motion)}
 
 
 def _fill_unknown(place: np.ndarray) -> np.ndarray:
@@ -407,7 +395,7 @@ def trajectories(rec: R.SimRecord) -> list[list[StateSegment]]:
     min_seg = max(1, round(MIN_SEGMENT_S * rec.fps))
     out = []
     for k in range(rec.n_objects):
-        cols = {a: _smoothed(attrs[a][:, k], min_attr) for a in ("motion", "place", "relation", "pose", "manner")}
+        cols = {a: _smoothed(attrs[a][:, k], min_attr) for a in ("motion", "place", "relation", "pose")}
         other = attrs["other"][:, k]
         names = np.array(["" if j < 0 else kinds[j] for j in other], dtype=object)
         cols["other"] = _smoothed(names.astype(str), min_attr)
@@ -423,8 +411,8 @@ def trajectories(rec: R.SimRecord) -> list[list[StateSegment]]:
 def _state(key: str, raw_others: np.ndarray) -> TrueState:
     """A true state from a smoothed frame key, made consistent: a slot that names another object gets one (the
     segment's most frequent raw other object when smoothing left it empty), and ``other`` is kept only where a slot
-    names it; manner and pose only for the motions that have them."""
-    motion, place, relation, other, pose, manner = key.split("|")
+    names it; pose only for the motions that have it."""
+    motion, place, relation, other, pose = key.split("|")
     needs_other = bool(relation) or motion in ("crashing", "hit") or place == "on_object"
     if needs_other and not other:
         named = [str(o) for o in raw_others if o]
@@ -439,4 +427,4 @@ def _state(key: str, raw_others: np.ndarray) -> TrueState:
         other = ""
     return TrueState(motion, place, relation, other if (relation or motion in ("crashing", "hit")
                                                          or place == "on_object") else "",
-                     pose if motion in POSED_MOTIONS else "", manner if motion in MANNER_MOTIONS else "")
+                     pose if motion in POSED_MOTIONS else "")

@@ -148,7 +148,8 @@ def make_video(seed: int, index: int, domain: str, root: str, image_size: tuple[
                  else np.zeros((0, dim), np.float32))
     pre_feats = (np.stack([np.stack([feature(f, k) for f in prefixes[k]]) for k in sorted(prefixes)]) if prefixes
                  else np.zeros((0, PREFIX_FRAMES, dim), np.float32))
-    pre_sim = (np.stack([simspace.prefix_tokens(rec, prefixes[k], k) for k in sorted(prefixes)]) if prefixes
+    attrs = states.frame_attributes(rec) if prefixes else None
+    pre_sim = (np.stack([simspace.prefix_tokens(rec, prefixes[k], k, attrs) for k in sorted(prefixes)]) if prefixes
                else np.zeros((0, PREFIX_FRAMES, simspace.DIM), np.float32))
     boxes = {k: [renderer.object_box(f, k) for f in fr] for k, fr in prefixes.items()}
     return VideoResult(index, vid, domain, family, rec.n_frames, rec.fps, [str(x) for x in rec.object_ids],

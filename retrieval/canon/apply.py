@@ -24,7 +24,7 @@ retrieval and ground truth are defined at this canonical level").
 5. Write the benchmark beside ``out`` and move it into place: the three JSONL files, ``manifest.json`` (name
    ``<name>+canon<T>``, counts, ``extra.canonicalization``), ``phrase_map.jsonl`` (raw phrase -> state, count,
    similarity to the seed), ``canon_config.json`` (the resolved config), and links to the source's ``frames/``,
-   ``sim/`` and visual feature spaces (segment and prefix ids are unchanged). Semantic spaces embed the old
+   ``sim/`` and visual and prefix feature spaces (segment and prefix ids are unchanged). Semantic spaces embed the old
    states and are not carried over: encode the new states with ``python -m retrieval encode``.
 
 With ``mine_budget`` / ``verify`` (the synthetic benchmark's construction, `retrieval.canon.mining`), step 4's
@@ -375,7 +375,8 @@ def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print
     log(f"threshold {cfg.threshold:g}: {cl.n_clusters:,} canonical states (source benchmark: {len(bench.state_ids):,})")
     out = rekey(bench, vocab, canon, encoder, cfg, emb)
     m = bench.manifest
-    visual = [s for s in list_spaces(src) if read_meta(src, s).get("kind") == "visual"]
+    # spaces of the frames and of the prefixes stay valid (segment and prefix ids are unchanged); semantic ones do not
+    visual = [s for s in list_spaces(src) if read_meta(src, s).get("kind") in ("visual", "prefix")]
     dropped = [s for s in list_spaces(src) if s not in visual]
     canon_info = {"source": str(src.resolve()), "source_name": m.name, "threshold": cfg.threshold, "model": cfg.model,
                   "similar_threshold": cfg.resolved_similar(), "raw_phrases": len(vocab),

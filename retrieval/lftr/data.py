@@ -36,8 +36,7 @@ from tqdm.auto import tqdm
 
 from eval.benchmark import Benchmark
 from eval.features import FeatureTable, l2_normalize
-from eval.io import FormatError
-from eval.io import atomic_path
+from eval.io import FormatError, atomic_path
 from eval.schema import MAIN_QTYPES, QUESTION_TYPES
 from retrieval.spaces import Space
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import numpy as np
 
 from eval.benchmark import Benchmark
 from eval.io import write_json
@@ -14,7 +17,7 @@ from retrieval.encoders import pick_device
 from retrieval.lftr.config import LFTRConfig, load_config
 from retrieval.lftr.predict import predict_query_vectors, validation_recall
 from retrieval.lftr.train import load_checkpoint, prepare, torch_threads, train
-from retrieval.runs import score_query_vectors
+from retrieval.runs import fuse_runs, query_rows_of, score_query_vectors
 
 #: The LFTR config the demo uses on the synthetic benchmark (a few small epochs; see the file).
 SYNTH_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "lftr" / "synth.yaml"
@@ -47,6 +50,15 @@ def _predict_run(bench, model, cfg, ck, ckpt, out, *, split, read_rule, method, 
               "val": ck.get("val"), "split": split, "predict_seconds": round(time.time() - t0, 3)}
     return score_query_vectors(bench, qv, prep.target, out, method=name, config=config, k=k, progress=progress,
                                overwrite=overwrite)
+
+
+def main_recall(bench: Benchmark, run: Run, k: int = 5) -> float:
+    """R@k of the main pool over the run's Q1-Q4 queries with GT (the main benchmark's question types)."""
+    from eval.metrics import RankStats, mean_valid, recall_at_k
+    from eval.schema import MAIN_QTYPES
+
+    qtype = np.asarray(bench.queries_ds["qtype"][:])[query_rows_of(bench, run.query_ids)]
+    return mean_valid(recall_at_k(RankStats.from_run(run, "type2-all"), k)[np.isin(qtype, MAIN_QTYPES)])[0]
 
 
 def run_metrics(run: Run, ks: tuple[int, ...] = SUMMARY_KS) -> dict[str, float]:
@@ -90,123 +102,193 @@ def multi_seed(bench: Benchmark, cfg: LFTRConfig, seeds: list[int], out: str | P
     return summary
 
 
-def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, semantic_space: str = "minilm",
-             visual_space: str = "pixels", configs: list[Path] | None = None, seed: int = 0, split: str = "test",
-             log: Callable[[str], None] = print, progress: bool = True, extra_spaces: list[str] | None = None,
-             compare_space: str = "") -> list[Path]:
-    """Every baseline, oracle, LFTR (semantic and visual; and visual reading the last prefix frame only,
-    ``lftr-<visual>-last``) and the fusion of the two full LFTR runs into ``out/<method>.parquet``.
+@dataclass
+class DemoPlan:
+    """The spaces of `run_demo`.
 
-    Encodes the semantic space first when it is missing. A run whose file exists is skipped (resumable); LFTR
-    checkpoints live in ``out/lftr-<space>/``. The visual space holds the prefix tokens of every method.
+    ``semantic``: the semantic space (states); ``visual``: the visual space whose prefix tokens every LFTR from frames
+    reads (and a target space); ``extra``: more target spaces read from the visual space's prefixes (e.g. a LiT
+    space); ``compare``: a second visual space run as its own pipeline (its prefixes -> its corpus: learned against
+    raw); ``perfect``: a prefix space of the simulator's state (``sim``): LFTR reading it into the semantic space is
+    the forecaster with perfect perception ("" or a missing space: none)."""
 
-    ``extra_spaces`` (e.g. a LiT text -> image space): more target spaces, each with LFTR (prefix: the visual
-    space), its state-prototype and independent-appearance oracles, and, when it has a text tower, the
-    semantic-text oracle (its zero-shot text -> image R@5 with the true state text) and the question-only baseline;
-    then the fusion of all LFTR runs and the complementarity analysis of the LFTR runs (``complementarity.{json,md}``).
-    ``compare_space`` (e.g. ``pixels`` next to a learned visual space): LFTR (reading that space's own prefix
-    tokens), persistence and the state-prototype oracle there too, for the learned-versus-raw visual comparison.
-    """
+    semantic: str = "minilm"
+    visual: str = "pixels"
+    extra: list[str] = field(default_factory=list)
+    compare: str = ""
+    perfect: str = "sim"
+
+    def targets(self) -> list[str]:
+        """The target spaces of LFTR from frames, semantic first."""
+        out = [self.semantic, self.visual, *self.extra]
+        if self.compare and self.compare not in out:
+            out.append(self.compare)
+        return list(dict.fromkeys(out))
+
+
+def _run_name(method: str, seed: int, seeds: list[int]) -> str:
+    return f"{method}-seed{seed}" if len(seeds) > 1 else method
+
+
+def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPlan, configs: list[Path] | None = None,
+             seeds: list[int] | None = None, split: str = "test", log: Callable[[str], None] = print,
+             progress: bool = True) -> list[Path]:
+    """Every baseline and oracle, LFTR in every target space per seed, perfect-perception LFTR, the fusions and the
+    complementarity analysis into ``out/<stem>.parquet`` (resumable: a run whose file exists is skipped; LFTR
+    checkpoints live in ``out/<stem>/``).
+
+    - baselines: random, question-only, lookup, the transition table (the true current state + a table fitted on
+      train), kNN-future (semantic space); persistence and zero-shot (visual space, and the compare space);
+    - oracles: semantic-text and the held-out paraphrase (semantic space); state-prototype and independent-appearance
+      in every visual target space; a text -> image space's semantic-text oracle and question-only baseline;
+    - LFTR per seed (``seeds``; run names end in ``-seed<S>`` when there are several, so reports show mean ± std):
+      ``lftr[<space>]`` for every target space of `DemoPlan.targets` (prefix: the visual space; the compare space
+      reads its own prefixes), ``lftr-sim[<semantic>]`` (prefix: the perfect-perception space), and, for the first
+      seed, ``lftr[<visual>] last frame only`` (GenState-AI's 8-vs-1-frame ablation);
+    - fusion: the pair (semantic + one visual target space) with the best validation R@5 (first seed; written to
+      ``fusion_selection.json``) and the fusion of every target space, per seed (the paper reports both: its
+      two-space headline and the stack of App. I);
+    - ``complementarity.{json,md}`` of the first seed's LFTR runs."""
     from retrieval.encode import EncodeConfig, encode_space
     from retrieval.methods import method_query_vectors
-    from retrieval.runs import fuse_runs
     from retrieval.spaces import Space
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    if semantic_space not in bench.spaces:
-        log(f"encoding semantic space {semantic_space!r} with {text_model}")
-        encode_space(EncodeConfig(str(bench.root), semantic_space, text_model, kind="semantic"), progress=progress)
-    sem, vis = Space.load(bench, semantic_space), Space.load(bench, visual_space)
+    seeds = list(seeds or [0])
+    if plan.semantic not in bench.spaces:
+        log(f"encoding semantic space {plan.semantic!r} with {text_model}")
+        encode_space(EncodeConfig(str(bench.root), plan.semantic, text_model, kind="semantic"), progress=progress)
+    spaces = {n: Space.load(bench, n) for n in plan.targets()}
+    sem, vis = spaces[plan.semantic], spaces[plan.visual]
     rows = bench.query_rows(split)
-    plan = [("random", "random", None), ("question-only", "question-only", sem), ("lookup", "lookup", sem),
-            ("knn-future", "knn-future", sem),
-            ("persistence", "persistence", vis), ("zero-shot", "zero-shot", vis),
-            ("oracle-semantic-text", "semantic-text", sem), ("oracle-state-prototype", "state-prototype", vis),
-            *([("oracle-paraphrase", "paraphrase", sem)] if (bench.root / "sim" / "phrases.jsonl").exists() else []),
-            ("oracle-independent-appearance", "independent-appearance", vis)]
     paths: list[Path] = []
     timings: dict[str, float] = {}
-    for fname, name, space in plan:
-        p = out / f"{fname}.parquet"
+
+    def method_run(stem: str, name: str, space, **kw) -> None:
+        p = out / f"{stem}.parquet"
         paths.append(p)
         if p.exists():
-            continue
+            return
         t0 = time.time()
-        qv = method_query_vectors(bench, name, space, rows, prefix_space=visual_space, seed=seed)
+        qv = method_query_vectors(bench, name, space, rows, prefix_space=plan.visual, seed=seeds[0], **kw)
         label = name if space is None else f"{name}[{space.name}]"
         score_query_vectors(bench, qv, space, p, method=label, config={"split": split}, progress=progress)
-        timings[fname] = time.time() - t0
-        log(f"{fname}: {timings[fname]:.1f}s")
-    cfg = load_config(configs or [SYNTH_CONFIG], seed=seed, prefix_space=visual_space,
-                      question_space=semantic_space)
-    lftr_runs = []
-    # (file stem, target space, prefix frames, method): LFTR in both spaces, then the last-frame-only ablation
-    # (GenState-AI) in the visual space, so the report shows 8 against 1 prefix frame(s)
-    lftr_plan = [(f"lftr-{semantic_space}", semantic_space, cfg.frames, f"lftr[{semantic_space}]"),
-                 (f"lftr-{visual_space}", visual_space, cfg.frames, f"lftr[{visual_space}]"),
-                 (f"lftr-{visual_space}-last", visual_space, "last", f"lftr[{visual_space}] last frame only")]
-    for stem, space, frames, method in lftr_plan:
-        p = out / f"{stem}.parquet"
-        if not stem.endswith("-last"):
-            lftr_runs.append(p)
-        paths.append(p)
-        if p.exists():
-            continue
-        t0 = time.time()
-        ck = out / stem
-        train(bench, cfg.with_overrides({"target_space": space, "frames": frames}), ck, validate=validation_recall,
-              log=log, progress=progress)
-        predict_run(bench, ck, p, split=split, method=method, progress=progress)
         timings[stem] = time.time() - t0
         log(f"{stem}: {timings[stem]:.1f}s")
-    p = out / f"lftr-fusion-{semantic_space}+{visual_space}.parquet"
-    paths.append(p)
-    if not p.exists():
-        fuse_runs(bench, lftr_runs, p, method=f"lftr-fusion[{semantic_space}+{visual_space}]", progress=progress)
-    extra = [s for s in (extra_spaces or []) if s not in (semantic_space, visual_space)]
-    more = extra + ([compare_space] if compare_space and compare_space not in extra + [visual_space] else [])
-    for name in more:
-        sp = Space.load(bench, name)
-        plan = [("oracle-state-prototype", "state-prototype"), ("oracle-independent-appearance",
-                                                                "independent-appearance")]
+
+    method_run("random", "random", None)
+    for name in ("question-only", "lookup", "transition-table", "knn-future"):
+        method_run(name, name, sem)
+    for name in ("persistence", "zero-shot"):
+        method_run(name, name, vis)
+    method_run("oracle-semantic-text", "semantic-text", sem)
+    if (bench.root / "sim" / "phrases.jsonl").exists():
+        method_run("oracle-paraphrase", "paraphrase", sem)
+    for n, sp in spaces.items():
+        if sp.kind != "visual":
+            continue
+        suffix = "" if n == plan.visual else f"-{n}"
+        for name in ("state-prototype", "independent-appearance"):
+            method_run(f"oracle-{name}{suffix}", name, sp)
         if sp.meta.get("text_tower"):
-            plan += [("oracle-semantic-text", "semantic-text"), ("question-only", "question-only")]
-        if name == compare_space and sp.has_prefixes:
-            plan += [("persistence", "persistence")]
-        for fname, method in plan:
-            p = out / f"{fname}-{name}.parquet"
+            method_run(f"oracle-semantic-text{suffix}", "semantic-text", sp)
+            method_run(f"question-only{suffix}", "question-only", sp)
+        if n == plan.compare and sp.has_prefixes:
+            method_run(f"persistence{suffix}", "persistence", sp)
+
+    cfg = load_config(configs or [SYNTH_CONFIG], prefix_space=plan.visual, question_space=plan.semantic)
+
+    def lftr_run(stem: str, method: str, seed: int, split_: str = split, **over) -> Path:
+        p = out / f"{stem}.parquet" if split_ == split else out / "val" / f"{stem}.parquet"
+        if p.exists():
+            return p
+        t0 = time.time()
+        ck = out / stem
+        c = cfg.with_overrides({"seed": seed, **over})
+        if not (ck / "best.pt").exists() or not _finished(ck, c):
+            train(bench, c, ck, validate=validation_recall, log=log, progress=progress)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        predict_run(bench, ck, p, split=split_, method=method, progress=progress)
+        timings[f"{stem}/{split_}"] = time.time() - t0
+        log(f"{stem} ({split_}): {timings[f'{stem}/{split_}']:.1f}s")
+        return p
+
+    per_seed: dict[int, dict[str, Path]] = {}
+    for seed in seeds:
+        runs = per_seed[seed] = {}
+        for n in plan.targets():
+            own = {"prefix_space": n} if n == plan.compare and spaces[n].has_prefixes else {}
+            runs[n] = lftr_run(_run_name(f"lftr-{n}", seed, seeds), _run_name(f"lftr[{n}]", seed, seeds), seed,
+                               target_space=n, **own)
+        if plan.perfect and plan.perfect in bench.spaces:
+            runs["perfect"] = lftr_run(_run_name(f"lftr-sim-{plan.semantic}", seed, seeds),
+                                       _run_name(f"lftr-sim[{plan.semantic}]", seed, seeds), seed,
+                                       target_space=plan.semantic, prefix_space=plan.perfect)
+        paths += list(runs.values())
+    paths.append(lftr_run(f"lftr-{plan.visual}-last", f"lftr[{plan.visual}] last frame only", seeds[0],
+                          target_space=plan.visual, frames="last"))
+
+    singles = [n for n in plan.targets()]
+    pair = _select_fusion(bench, out, plan, singles, seeds, per_seed, lftr_run, cfg, log, progress)
+    for members in ([plan.semantic, pair], singles) if len(singles) > 2 else ([plan.semantic, pair],):
+        label = "+".join(members)
+        for seed in seeds:
+            p = out / f"{_run_name(f'lftr-fusion-{label}', seed, seeds)}.parquet"
             paths.append(p)
             if not p.exists():
-                qv = method_query_vectors(bench, method, sp, rows, prefix_space=visual_space, seed=seed)
-                score_query_vectors(bench, qv, sp, p, method=f"{method}[{name}]", config={"split": split},
-                                    progress=progress)
-        p = out / f"lftr-{name}.parquet"
-        paths.append(p)
-        if not p.exists():
-            t0 = time.time()
-            ck = out / f"lftr-{name}"
-            # the compare space is a whole pipeline of its own (its prefixes -> its corpus), so "learned visual space
-            # vs raw" compares like with like; an extra target space reads the visual space's prefix tokens
-            own = {"prefix_space": name} if name == compare_space and sp.has_prefixes else {}
-            train(bench, cfg.with_overrides({"target_space": name, **own}), ck, validate=validation_recall, log=log,
-                  progress=progress)
-            predict_run(bench, ck, p, split=split, method=f"lftr[{name}]", progress=progress)
-            timings[f"lftr-{name}"] = time.time() - t0
-        if name in extra:
-            lftr_runs.append(p)
-    if extra:
-        names = [semantic_space, visual_space, *extra]
-        p = out / f"lftr-fusion-{'+'.join(names)}.parquet"
-        paths.append(p)
-        if not p.exists():
-            fuse_runs(bench, lftr_runs, p, method=f"lftr-fusion[{'+'.join(names)}]", progress=progress)
+                fuse_runs(bench, [per_seed[seed][m] for m in members], p,
+                          method=_run_name(f"lftr-fusion[{label}]", seed, seeds), progress=progress)
+    if len(singles) > 1:
         from retrieval.complementarity import complementarity, to_markdown
 
-        res = complementarity(bench, {f"lftr-{n}": r for n, r in zip(names, lftr_runs, strict=True)}, fused=p,
-                            geometry_spaces=[compare_space] if compare_space else [])
+        first = per_seed[seeds[0]]
+        fused = out / f"{_run_name('lftr-fusion-' + '+'.join(singles), seeds[0], seeds)}.parquet"
+        res = complementarity(bench, {f"lftr-{n}": first[n] for n in singles}, fused=fused if fused.exists() else None,
+                              geometry_spaces=[plan.compare] if plan.compare else [])
         write_json(out / "complementarity.json", res)
         (out / "complementarity.md").write_text(to_markdown(res), encoding="utf-8")
     if timings:
         write_json(out / "demo_timings.json", timings)
     return paths
+
+
+def _finished(ck: Path, cfg: LFTRConfig) -> bool:
+    """The checkpoint folder holds a finished training of ``cfg`` (its last epoch recorded)."""
+    hist = ck / "history.jsonl"
+    if not hist.exists():
+        return False
+    lines = [ln for ln in hist.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    return len(lines) >= cfg.epochs
+
+
+def _select_fusion(bench: Benchmark, out: Path, plan: DemoPlan, singles: list[str], seeds: list[int],
+                   per_seed: dict, lftr_run, cfg: LFTRConfig, log, progress: bool) -> str:
+    """The visual target space whose fusion with the semantic space has the best R@5 on the validation split (the
+    first seed's LFTRs; Q1-Q4 queries with GT), recorded in ``out/fusion_selection.json``."""
+    import json
+
+    f = out / "fusion_selection.json"
+    visual = [n for n in singles if n != plan.semantic]
+    if f.exists():
+        chosen = json.loads(f.read_text(encoding="utf-8")).get("chosen")
+        if chosen in visual:
+            return chosen
+    seed = seeds[0]
+    val = {}
+    for n in [plan.semantic, *visual]:
+        own = {"prefix_space": n} if n == plan.compare and n != plan.visual else {}
+        val[n] = lftr_run(_run_name(f"lftr-{n}", seed, seeds), f"lftr[{n}]", seed, split_="val", target_space=n,
+                          **own)
+    scores = {}
+    for n in visual:
+        p = out / "val" / f"lftr-fusion-{plan.semantic}+{n}.parquet"
+        run = read_run(p) if p.exists() else fuse_runs(bench, [val[plan.semantic], val[n]], p,
+                                                         method=f"lftr-fusion[{plan.semantic}+{n}]", progress=progress)
+        scores[n] = main_recall(bench, run)
+    chosen = max(visual, key=lambda n: (scores[n], -visual.index(n)))
+    write_json(f, {"chosen": chosen, "val_R@5": scores, "seed": seed, "rule": "the visual target space whose fusion "
+                   "with the semantic space has the best validation R@5 (first seed)"})
+    log(f"fusion chosen on validation: {plan.semantic}+{chosen} (" + ", ".join(f"{n} {100 * v:.2f}"
+                                                                                for n, v in scores.items()) + ")")
+    return chosen

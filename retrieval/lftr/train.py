@@ -55,8 +55,8 @@ from retrieval.lftr.data import (
     LFTRData,
     build_data,
     cache_dir,
-    mine_hard_negatives,
     load_prefix_space,
+    mine_hard_negatives,
     pick_prefix_space,
     question_embeddings,
 )

@@ -12,19 +12,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eval.card import canonicalization_errors, chance_recall, make_card, tail_exponent
-from eval.features import load_table
+from eval.card import canonicalization_errors, chance_recall, label_scores, make_card, tail_exponent
+from eval.features import load_table, read_meta
 from eval.io import read_json, read_jsonl
 from eval.schema import MAX_HORIZON, PREFIX_FRAMES, QUESTION_TYPES, SPLITS
-from eval.synth import build_benchmark, scenes
+from eval.segments import SegmentTimeline
+from eval.synth import build_benchmark, scenes, simspace
+from eval.synth import prefix as P
 from eval.synth.build import read_denotations
 from eval.synth.lexicon import CORPUS, HELD_OUT, SHAPES, TrueState, corpus_words, describe, reference_text, satisfies
 from eval.synth.paraphrase import paraphrase
 from eval.synth.record import load_npz
 from eval.synth.states import MIN_SEGMENT_S, frame_attributes, smooth, trajectories
-from eval.synth.video import PREFIX_GAP_S
+from eval.synth.video import frame_path
 
-_FRAME = re.compile(r"frames/(v\d+)/f(\d{4})\.jpg$")
+_OPAQUE = re.compile(r"^frames/(v[0-9a-f]{10})/[0-9a-f]{12}\.jpg$")
 
 
 def _load(root: Path) -> dict:
@@ -33,8 +35,21 @@ def _load(root: Path) -> dict:
     traj = defaultdict(list)  # (video, object) -> segments in time order
     for s in corpus:
         traj[(s["video_id"], s["object_id"])].append(s)
+    timeline = SegmentTimeline([s["video_id"] for s in corpus], [s["object_id"] for s in corpus],
+                               [s["start"] for s in corpus], [s["end"] for s in corpus])
     return {"root": root, "manifest": read_json(root / "manifest.json"), "queries": queries, "corpus": corpus,
-            "states": read_jsonl(root / "states.jsonl"), "by_id": {s["id"]: s for s in corpus}, "traj": traj}
+            "states": read_jsonl(root / "states.jsonl"), "by_id": {s["id"]: s for s in corpus}, "traj": traj,
+            "timeline": timeline}
+
+
+def _target(data: dict, q: dict) -> dict:
+    """The query's target segment: its object's segment active at ``target_time``."""
+    return data["corpus"][data["timeline"].active(q["video_id"], q["object_id"], q["target_time"])]
+
+
+def _current(data: dict, q: dict) -> dict:
+    """The segment the query's prefix ends in (its object's current state)."""
+    return data["corpus"][data["timeline"].active(q["video_id"], q["object_id"], q["prefix_end"])]
 
 
 @pytest.fixture(scope="module")
@@ -52,16 +67,12 @@ def _files(root: Path) -> dict[str, bytes]:
             if p.is_file() and ".cache" not in p.parts}
 
 
-def _frame_time(path: str, fps: float) -> float:
-    return int(_FRAME.search(path).group(2)) / fps
-
-
 # --- words ---------------------------------------------------------------------------------------------------
 
-STATES = [TrueState("rolling", "floor", "next_to", "small red ball", "", "quickly"),
-          TrueState("at_rest", "on_object", "", "large blue cube", "upside_down"),
-          TrueState("crashing", "table", "", "teal domino"), TrueState("falling", "over_container"),
-          TrueState("at_rest", "floor", "leaning", "green plank", "tilted")]
+STATES = [TrueState("rolling", "floor", "next_to", "ball", "", "quickly"),
+          TrueState("at_rest", "on_object", "", "cube", "upside_down"),
+          TrueState("crashing", "table", "", "domino"), TrueState("falling", "over_container"),
+          TrueState("at_rest", "floor", "leaning", "plank", "tilted")]
 
 
 @pytest.mark.parametrize("state", STATES, ids=lambda s: s.key)
@@ -94,13 +105,17 @@ def test_held_out_lexicon_is_disjoint_from_the_corpus():
         assert not set(nouns) & set(CORPUS.shape_nouns[shape])
 
 
-def test_satisfies_reads_the_other_object_by_its_said_name():
-    s = TrueState("at_rest", "floor", "next_to", "small red ball")
-    assert satisfies(s, {"relation": "next_to", "other": "red ball"})
-    assert satisfies(s, {"other": "small red ball"})
-    assert not satisfies(s, {"other": "large red ball"})
-    assert not satisfies(s, {"other": "blue ball"})
+def test_satisfies_reads_the_other_object_by_its_kind():
+    s = TrueState("at_rest", "floor", "next_to", "ball")
+    assert satisfies(s, {"relation": "next_to", "other": "ball"})
+    assert not satisfies(s, {"other": "cube"})
+    assert not satisfies(s, {"relation": "touching", "other": "ball"})
     assert not satisfies(s, {"motion": "rolling"})
+    # a description names the other object by its kind only: never a size or a colour
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        phrase, den = describe(s, rng, CORPUS)
+        assert den.get("other", "ball") == "ball" and not {"red", "small", "large"} & set(phrase.split())
     # a place is true of its parts: "on the floor" of an object on the floor by the table, not the reverse
     by_table = TrueState("at_rest", "floor_table")
     assert satisfies(by_table, {"place": "floor"}) and not satisfies(s, {"place": "floor_table"})
@@ -213,11 +228,25 @@ def test_segments_tile_each_trajectory(truth):
             assert prev["end"] == nxt["start"] and prev["sim_state"] != nxt["sim_state"]
         for s in segs:
             assert s["end"] - s["start"] >= MIN_SEGMENT_S - 1 / fps - 1e-9
-            assert s["start"] <= _frame_time(s["frame"], fps) <= s["end"]
-            assert (truth["root"] / s["frame"]).is_file()
+            assert (truth["root"] / s["frame"]).is_file() and _OPAQUE.match(s["frame"])
+
+
+def test_ids_and_paths_are_opaque(truth):
+    """Video ids, segment ids and frame names are hashes, and object ids a per-video permutation: none carries a
+    video's index, a segment's position in its trajectory or an object's role in its scene."""
+    assert all(re.fullmatch(r"v[0-9a-f]{10}", s["video_id"]) for s in truth["corpus"])
+    assert all(re.fullmatch(r"s[0-9a-f]{12}", s["id"]) for s in truth["corpus"])
+    assert all(_OPAQUE.match(p).group(1) == q["video_id"] for q in truth["queries"] for p in q["prefix_frames"])
+    # o0 is not always the same role (the striker, the first object placed): its first state varies with the scene
+    first = Counter(segs[0]["sim_state"].split("|")[0] for (v, o), segs in truth["traj"].items() if o == "o0")
+    assert len(first) >= 3
 
 
 # --- protocol ------------------------------------------------------------------------------------------------
+
+def _prefix_frame_indices(q: dict, fps: float) -> tuple[int, ...]:
+    return P.prefix_frames(int(round(q["prefix_end"] * fps)), fps)
+
 
 @pytest.mark.parametrize("which", ["truth", "final"])
 def test_no_leakage(which, request):
@@ -225,12 +254,13 @@ def test_no_leakage(which, request):
     fps = data["manifest"]["extra"]["fps"]
     members = {st["text"]: st["members"] for st in data["states"]}
     for q in data["queries"]:
-        segs = data["traj"][(q["video_id"], q["object_id"])]
-        assert q["prefix_end"] < segs[1]["start"] and q["target_time"] > q["prefix_end"]
-        times = [_frame_time(p, fps) for p in q["prefix_frames"]]
-        assert len(times) == PREFIX_FRAMES and times == sorted(set(times))
-        assert times[0] == q["prefix_start"] and times[-1] == q["prefix_end"]
-        assert all(_FRAME.search(p).group(1) == q["video_id"] for p in q["prefix_frames"])
+        target, current = _target(data, q), _current(data, q)
+        assert q["target_time"] > q["prefix_end"] and target["start"] <= q["target_time"] <= target["end"]
+        if target["id"] != current["id"]:  # a state after the prefix: it starts after the prefix ends
+            assert target["start"] > q["prefix_end"]
+        frames = _prefix_frame_indices(q, fps)
+        assert [frame_path(q["video_id"], f) for f in frames] == q["prefix_frames"]
+        assert len(set(frames)) == PREFIX_FRAMES and frames[0] / fps == pytest.approx(q["prefix_start"], abs=1e-3)
         assert all(e["t"] < q["target_time"] for e in q["transcript"])
         words = f" {' '.join(re.sub(r'[?,.]', ' ', q['question'].lower()).split())} "
         assert not [m for m in members[q["target_state"]] if f" {m.lower()} " in words], q["id"]
@@ -241,16 +271,27 @@ def test_no_leakage(which, request):
     assert set(Counter(next(iter(s)) for s in split_of.values())) == set(SPLITS)
 
 
-def test_early_prefix_and_horizon_mix(truth):
+def test_prefixes_end_in_motion_and_the_future_may_persist(truth, synth_truth_dir):
+    """The prefix ends while the object, or a body touching it or heading for it, moves (`eval.synth.prefix`), a
+    gap of `GAP_S` before its next change; some targets are the current state persisting (a Q3 asked inside it)."""
     fps = truth["manifest"]["extra"]["fps"]
-    gaps = []
+    engaged, persist, gaps = [], 0, []
+    records = {}
     for q in truth["queries"]:
-        segs = truth["traj"][(q["video_id"], q["object_id"])]
-        first_change = segs[1]["start"]
+        rec = records.get(q["video_id"]) or load_npz(Path(synth_truth_dir) / "sim" / f"{q['video_id']}.npz")
+        records = {q["video_id"]: rec}
+        k = [str(x) for x in rec.object_ids].index(q["object_id"])
+        engaged.append(bool(P.engaged(rec)[int(round(q["prefix_end"] * fps)), k]))
+        target, current = _target(truth, q), _current(truth, q)
+        persist += target["id"] == current["id"]
+        if target["id"] == current["id"]:
+            assert q["qtype"] == "Q3" and q["horizon"] == 1
         if q["qtype"] == "Q1":
-            gaps.append(first_change - q["prefix_end"])
-            assert first_change - q["prefix_end"] <= PREFIX_GAP_S[1] + 1 / fps + 1e-9 or q["prefix_start"] == 0
-    assert np.median(gaps) >= 1.2
+            gaps.append(target["start"] - q["prefix_end"])
+    assert np.mean(engaged) >= 0.8
+    assert 0.03 <= persist / len(truth["queries"]) <= 0.3
+    assert P.GAP_S[0] - 1 / fps - 1e-9 <= min(gaps) and max(gaps) <= P.GAP_S[1] + 1 / fps + 1e-9
+    assert np.median(gaps) >= 0.6
     main = [q for q in truth["queries"] if q["qtype"] != "Q5"]
     h = Counter(min(q["horizon"], 5) for q in main)
     assert 0.45 <= h[1] / len(main) <= 0.68
@@ -263,18 +304,19 @@ def test_question_types(truth):
     assert {q["qtype"] for q in truth["queries"]} == set(QUESTION_TYPES)
     for q in truth["queries"]:
         segs = truth["traj"][(q["video_id"], q["object_id"])]
-        target = segs[q["horizon"]]
-        assert (target["start"], target["state"]) == (q["target_time"], q["target_state"])
+        target, current = _target(truth, q), _current(truth, q)
+        ti, ci = segs.index(target), segs.index(current)
+        assert target["state"] == q["target_state"] and q["horizon"] == max(ti - ci, 1)
         assert 1 <= q["horizon"] <= MAX_HORIZON and q["subject"] in q["question"]
         if q["qtype"] == "Q1":
-            assert q["horizon"] == 1
+            assert ti == ci + 1 and q["target_time"] == target["start"]
         elif q["qtype"] in ("Q2", "Q5"):
-            assert q["horizon"] == len(segs) - 1
+            assert ti == len(segs) - 1 and ti > ci
         elif q["qtype"] == "Q3":
             t = q["prefix_end"] + q["k_seconds"]
             assert target["start"] <= t <= target["end"]
         elif q["qtype"] == "Q4":
-            anchor = segs[q["horizon"] + 1]
+            anchor = segs[ti + 1]
             assert q["anchor_state"] in q["question"]
             a_state = TrueState.from_key(anchor["sim_state"])
             assert satisfies(a_state, den[q["anchor_state"]])
@@ -282,6 +324,8 @@ def test_question_types(truth):
         if q["qtype"] == "Q5":
             groups[q["group_id"]].append(q)
     assert groups and all(2 <= len(m) <= 3 for m in groups.values())
+    ids = [q["id"] for q in truth["queries"]]
+    assert len(ids) == len(set(ids))
 
 
 def test_truth_gt_is_exact(truth):
@@ -291,11 +335,37 @@ def test_truth_gt_is_exact(truth):
         by_state[s["sim_state"]].append(s["id"])
     for q in truth["queries"]:
         p = q["gt_pools"]
-        target = truth["traj"][(q["video_id"], q["object_id"])][q["horizon"]]
+        target = _target(truth, q)
         assert sorted(p["in_video"] + p["in_dataset"] + p["cross_dataset"]) == sorted(by_state[target["sim_state"]])
         assert sorted(q["gt_sim_exact"]) == sorted(p["in_dataset"] + p["cross_dataset"])
         assert all(by_id[i]["domain"] == q["domain"] for i in p["in_dataset"])
         assert all(by_id[i]["domain"] != q["domain"] for i in p["cross_dataset"])
+
+
+def test_sim_space_is_the_prefix_state_and_nothing_after(truth, synth_truth_dir):
+    """The ``sim`` prefix space: one token per prefix frame, the object's exact state at that frame (recomputed from
+    the record), z-scored; a record whose future is scrambled gives the same tokens."""
+    root = Path(synth_truth_dir)
+    meta = read_meta(root, simspace.NAME)
+    assert meta["kind"] == "prefix" and meta["normalized"] is False and meta["dim"] == simspace.DIM
+    table = load_table(root, simspace.NAME, "prefixes")
+    assert table.array.shape[1:] == (PREFIX_FRAMES, simspace.DIM)
+    assert set(table.ids) == {q["prefix_id"] for q in truth["queries"]}
+    mean, std = np.asarray(meta["mean"]), np.asarray(meta["std"])
+    fps = truth["manifest"]["extra"]["fps"]
+    q = truth["queries"][0]
+    rec = load_npz(root / "sim" / f"{q['video_id']}.npz")
+    k = [str(x) for x in rec.object_ids].index(q["object_id"])
+    frames = _prefix_frame_indices(q, fps)
+    raw = simspace.prefix_tokens(rec, frames, k)
+    got = table.array[table.ids.index(q["prefix_id"])] * std + mean
+    assert np.allclose(got, raw, atol=1e-3)
+    end = frames[-1]
+    future = {n: getattr(rec, n).copy() for n in ("pos", "vel", "angle", "angvel", "touch", "contacts", "support")}
+    for n, a in future.items():
+        a[end + 1:] = np.roll(a[end + 1:], 7, axis=0) if len(a) > end + 8 else a[end + 1:]
+    from dataclasses import replace
+    assert np.array_equal(simspace.prefix_tokens(replace(rec, **future), frames, k), raw)
 
 
 # --- the canonicalized benchmark -----------------------------------------------------------------------------
@@ -321,7 +391,7 @@ def test_canonicalized_benchmark(final, truth):
         assert all(by_id[i]["state_id"] == q["target_state_id"] and by_id[i]["video_id"] != q["video_id"]
                    for i in p["in_dataset"] + p["cross_dataset"])
         assert set(p["consensus"]) <= set(p["in_dataset"] + p["cross_dataset"])
-        target = final["traj"][(q["video_id"], q["object_id"])][q["horizon"]]
+        target = _target(final, q)
         assert sorted(q["gt_sim_exact"]) == sorted(
             i for i, s in by_id.items() if s["sim_state"] == target["sim_state"] and s["video_id"] != q["video_id"])
         assert q["fair"] == bool(p["in_dataset"] or p["cross_dataset"])
@@ -380,6 +450,9 @@ def test_card(synth_dir, final):
     assert sum(v[f"h{h}_share"] for h in range(1, 6)) == pytest.approx(1.0)
     assert v["gap_median_s"] > 0 and 0 <= v["chance_r5"] <= 100
     assert "true states split across canonical states" in v
+    assert 0 < v["label_truth"] <= 1 and 0 < v["same_state_agreement"] <= 1 and 0.8 <= v["prefix_motion_share"] <= 1
+    assert v["fair_test_queries"] == sum(q["fair"] and q["split"] == "test" and q["qtype"] != "Q5"
+                                         for q in final["queries"])
     assert "| segments |" in card.markdown() and card.paper["segments"] == 218_276
 
 
@@ -389,12 +462,99 @@ def test_domain_is_not_readable_from_the_background(final):
     x = np.asarray(load_table(final["root"], "pixels", "corpus").array)
     dom = np.array([s["domain"] for s in final["corpus"]])
     names = sorted(set(dom))
-    video = np.array([int(s["video_id"][1:]) for s in final["corpus"]])
-    train = (video // len(names)) % 2 == 0  # video-disjoint halves, every domain in both
+    order = {v: i for i, v in enumerate(sorted({s["video_id"] for s in final["corpus"]}))}
+    train = np.array([order[s["video_id"]] % 2 == 0 for s in final["corpus"]])  # video-disjoint halves
     centroids = np.stack([x[train & (dom == d)].mean(0) for d in names])
     pred = np.array(names)[np.argmax(x[~train] @ centroids.T, axis=1)]
     assert (pred == dom[~train]).mean() < 0.45
 
 
+def test_label_scores_count_true_labels_and_shared_pairs():
+    """Three segments of one true state: two share a canonical state whose text says what they are, one sits in a
+    state whose text is false of it; a fourth segment's text has no recorded denotation (not counted)."""
+    key = TrueState("rolling", "floor").key
+    den = {"rolling on the floor": {"motion": "rolling", "place": "floor"},
+           "resting on the floor": {"motion": "at_rest", "place": "floor"}}
+    q = label_scores([key, key, key, TrueState("at_rest", "table").key],
+                     ["rolling on the floor", "rolling on the floor", "resting on the floor", "unknown text"],
+                     ["c0", "c0", "c1", "c2"], den)
+    assert q["label_truth"] == pytest.approx(2 / 3)
+    assert q["same_state_agreement"] == pytest.approx(1 / 3)  # 3 pairs in the true state, 1 shares a label
+
+
 def test_shapes_cover_the_lexicon():
     assert set(SHAPES) == set(CORPUS.shape_nouns) == set(HELD_OUT.shape_nouns)
+
+
+# --- side channels -------------------------------------------------------------------------------------------
+
+def _numbers(text: str) -> float:
+    """A string read as a number: its decimal digits, else its hex digits (0 when it has none)."""
+    digits = re.sub(r"\D", "", text)
+    if digits:
+        return float(int(digits[:15]))
+    hexd = re.sub(r"[^0-9a-f]", "", text.lower())
+    return float(int(hexd[:15], 16)) if hexd else 0.0
+
+
+def _ranker_vectors(q_values: list[str], c_values: list[str], how: str) -> tuple[np.ndarray, np.ndarray]:
+    """Query and item vectors whose dot product ranks corpus items by one field against the query's field:
+    ``equal`` (same value), ``near`` (numbers read from the strings, nearest first) or ``order`` (nearest in
+    sorted order)."""
+    if how == "equal":
+        cats = {v: i for i, v in enumerate(sorted(set(q_values) | set(c_values)))}
+        qv, cv = np.zeros((len(q_values), len(cats)), np.float32), np.zeros((len(c_values), len(cats)), np.float32)
+        qv[np.arange(len(q_values)), [cats[v] for v in q_values]] = 1
+        cv[np.arange(len(c_values)), [cats[v] for v in c_values]] = 1
+        return qv, cv
+    if how == "near":
+        a, b = np.array([_numbers(v) for v in q_values]), np.array([_numbers(v) for v in c_values])
+    else:
+        order = {v: i for i, v in enumerate(sorted(set(q_values) | set(c_values)))}
+        a, b = np.array([order[v] for v in q_values], float), np.array([order[v] for v in c_values], float)
+    scale = max(float(np.abs(np.concatenate([a, b])).max()), 1.0)
+    a, b = a / scale, b / scale
+    # -(b - a)^2 = 2ab - b^2 - a^2: query [2a, -1, -a^2] . item [b, b^2, 1]
+    return (np.stack([2 * a, -np.ones_like(a), -a * a], 1).astype(np.float32),
+            np.stack([b, b * b, np.ones_like(b)], 1).astype(np.float32))
+
+
+def _r5(bench, rows, qv, cv) -> np.ndarray:
+    from eval.metrics import RankStats, recall_at_k
+    from eval.scoring import DenseSource, score_benchmark
+
+    run = score_benchmark(bench, DenseSource(qv, cv), rows, method="side-channel", progress=False)
+    return recall_at_k(RankStats.from_run(run, "type2-all"), 5)
+
+
+def test_no_id_name_or_path_ranks_better_than_chance(synth_dir, final):
+    """Rank the corpus by every id, name or path field a forecaster sees (the query's id, prefix id, video id, object
+    id and prefix frame paths against each segment's id, video id, object id and frame path), equal, nearest as
+    numbers and nearest in sorted order: R@5 stays at the exact chance level. A field that does leak (the target's
+    state id against the segments') is caught by the same harness."""
+    from eval.benchmark import Benchmark
+    from eval.schema import MAIN_QTYPES
+
+    bench = Benchmark.load(synth_dir)
+    rows = bench.query_rows("test", fair_only=True, qtypes=MAIN_QTYPES)
+    qd, cd = bench.queries_ds.select(rows), bench.corpus_ds
+    sizes = Counter(cd["video_id"][:])
+    pools = qd["gt_pools"][:]
+    chance = float(np.mean(chance_recall(np.array([len(cd) - sizes[v] for v in qd["video_id"][:]]),
+                                         np.array([len(p["in_dataset"]) + len(p["cross_dataset"]) for p in pools]))))
+    bound = chance + 3 * math.sqrt(chance * (1 - chance) / len(rows)) + 0.005
+    query_fields = {"id": qd["id"][:], "prefix_id": qd["prefix_id"][:], "video_id": qd["video_id"][:],
+                    "object_id": qd["object_id"][:], "last prefix frame": [f[-1] for f in qd["prefix_frames"][:]]}
+    corpus_fields = {"id": cd["id"][:], "video_id": cd["video_id"][:], "object_id": cd["object_id"][:],
+                     "frame": cd["frame"][:]}
+    seen = {}
+    for qf, qvals in query_fields.items():
+        for cf, cvals in corpus_fields.items():
+            for how in ("equal", "near", "order"):
+                if how == "equal" and (qf == "object_id") != (cf == "object_id"):
+                    continue  # only values of one kind can be equal
+                seen[(qf, cf, how)] = r5 = float(np.nanmean(_r5(bench, rows, *_ranker_vectors(qvals, cvals, how))))
+                assert r5 <= bound, (qf, cf, how, r5, chance)
+    assert len(seen) >= 30
+    leak = float(np.nanmean(_r5(bench, rows, *_ranker_vectors(qd["target_state_id"][:], cd["state_id"][:], "equal"))))
+    assert leak > 10 * bound
