@@ -120,6 +120,17 @@ def _read_manifest(path: Path) -> Manifest:
     return Manifest.from_dict(d)
 
 
+def _check_links(root: Path) -> None:
+    """Refuse a benchmark whose links are broken or whose source build changed (`eval.validate.link_problems`)."""
+    from eval.validate import REBUILD_HINT, link_problems
+
+    probs = link_problems(root)
+    if probs:
+        p = probs[0]
+        more = f" (and {len(probs) - 1} more link problem(s))" if len(probs) > 1 else ""
+        raise FormatError(root / p.file, p.message + more, field=p.field, fix=REBUILD_HINT.format(root=root))
+
+
 def _check_arrow(path: Path, ds: datasets.Dataset) -> None:
     """Full Arrow validation of the loaded table: the JSON reader accepts invalid UTF-8 in strings, which would
     only fail later, far from the file. Cheap (C++, no Python per row: ~0.05 s for the PSR release)."""
@@ -170,6 +181,7 @@ class Benchmark:
             if not (root / name).exists():
                 raise FormatError(root / name, "missing (a benchmark directory needs " + ", ".join(REQUIRED_FILES) + ")")
         manifest = _read_manifest(root / "manifest.json")
+        _check_links(root)
         cache = _cache_dir(root)
         was_enabled = datasets.is_progress_bar_enabled()
         if not progress:

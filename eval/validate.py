@@ -172,6 +172,7 @@ class _Validator:
 
     # --- files ---
     def run(self) -> Report:
+        self.report.problems += link_problems(self.root)
         manifest = self.check_manifest()
         states = self.check_states()
         corpus = self.check_corpus(states)
@@ -395,6 +396,38 @@ class _Validator:
         tiers["type1"] = {"queries_with_gt": sum(x > 0 for x in sizes1), "mean_size": float(np.mean(sizes1)) if sizes1 else 0.0}
         s["by_tier"] = tiers
         self.report.summary = s
+
+
+REBUILD_HINT = ("rebuild the benchmark from its source: `python -m retrieval synth --out {root}` for a synthetic "
+                "build, else `python -m retrieval canon apply --data SOURCE --out {root} --overwrite`")
+
+
+def link_problems(root: str | Path) -> list[Problem]:
+    """What a benchmark reaches through links, checked (`eval.validate` and every `eval.benchmark.Benchmark.load`):
+    the target of each link at its layout's link points exists (`eval.outputs.layout_links`), and each folder its
+    manifest records as a dependency exists and still holds the build it was linked to (the SHA-256 of its
+    manifest; `eval.outputs.dependency_record`)."""
+    import os
+
+    from eval.outputs import layout_links, manifest_dependencies, manifest_sha256
+
+    root = Path(root)
+    out = []
+    for name, link in layout_links(root):
+        if not link.exists():
+            out.append(Problem(name, None, None, f"is a link to {os.readlink(link)}, which does not exist",
+                               "error", "broken_link"))
+    for i, dep in enumerate(manifest_dependencies(root)):
+        fld, src = f"dependencies[{i}]", dep["path"]
+        now = manifest_sha256(src)
+        if now is None:
+            out.append(Problem("manifest.json", None, fld, f"built from {src}, which no longer holds a benchmark "
+                               "(its links into it are broken)", "error", "broken_link"))
+        elif dep.get("manifest_sha256") not in (None, now):
+            out.append(Problem("manifest.json", None, fld, f"built from {src}, which has been rebuilt since (its "
+                               "manifest changed): the frames and features this benchmark links there are no longer "
+                               "the ones it was built with", "error", "stale_dependency"))
+    return out
 
 
 def validate(root: str | Path, *, check_frames: bool = True) -> Report:

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from eval.io import read_json
+from eval.outputs import release_dependent
 from retrieval.encoders import PACKAGED_MINILM
 
 NAME = "psr-synth"
@@ -53,6 +54,7 @@ def build_synth(out: str | os.PathLike, *, preset: str = "demo", seed: int = 0, 
     """Build (or reuse) the simulator-truth benchmark and its canonicalized benchmark ``out``; returns ``out``."""
     from eval.synth import build_benchmark
     from eval.synth.build import PRESETS
+    from eval.validate import link_problems
     from retrieval.canon.apply import ApplyConfig, apply_canonicalization
 
     videos = videos or PRESETS[preset].videos
@@ -61,9 +63,10 @@ def build_synth(out: str | os.PathLike, *, preset: str = "demo", seed: int = 0, 
         log(f"reusing the simulator-truth build {truth}")
     else:
         log(f"step 1: simulating {videos:,} videos ({preset} preset, seed {seed}) -> {truth}")
+        release_dependent(truth, out)  # `out` links into the old truth build and is rebuilt from the new one below
         build_benchmark(truth, videos=videos, seed=seed, workers=workers, progress=progress, preset=preset)
     if _same(Path(out) / "manifest.json", preset=preset, seed=seed, videos=videos, model=model, threshold=threshold,
-             budget=mine_budget):
+             budget=mine_budget) and not link_problems(out):  # (a rebuilt truth leaves `out` stale: rebuild it)
         log(f"reusing the canonicalized benchmark {out}")
         return Path(out)
     log(f"step 2: canonicalizing at {threshold:g} with {model}, mining {mine_budget} candidates a tier -> {out}")

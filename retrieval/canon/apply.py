@@ -49,6 +49,7 @@ import pyarrow.compute as pc
 from eval.benchmark import Benchmark
 from eval.features import list_spaces, read_meta
 from eval.io import write_json, write_jsonl
+from eval.outputs import link_dependencies, register_dependent
 from eval.schema import GT_TIERS
 from retrieval.canon._files import check_out_dir, staged_dir
 from retrieval.canon.cluster import Clustering, assign, greedy_cluster, similar_pairs, unit_rows, visit_order
@@ -406,7 +407,11 @@ def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print
             (d / "features").mkdir(exist_ok=True)
             _link_or_copy(src / "features" / s, d / "features" / s, cfg.copy)
         write_json(d / "canon_config.json", asdict(cfg))
+        manifest["dependencies"] = link_dependencies(d)  # where the links land: loaders check it is unchanged
         write_json(d / "manifest.json", manifest)
+    for dep in manifest["dependencies"]:  # so that a command about to replace the source knows what it would break
+        if not register_dependent(dep["path"], cfg.out):
+            log(f"warning: {dep['path']} is read-only: could not record that {cfg.out} links into it")
     log(f"re-keyed {len(out['segments']):,} segments and {len(out['queries']):,} queries "
         f"({out['stats']['fair_queries']:,} fair) -> {cfg.out}")
     return Path(cfg.out)
