@@ -42,8 +42,17 @@ TOOLKIT = "psr-toolkit"
 #: ``legacy``: file names that together identify an unmarked directory of this kind, or a predicate on the path.
 Legacy = Sequence[str] | Callable[[Path], bool] | None
 
+#: Output kinds written by more than one command: a message names every command that writes the kind (a user who ran
+#: ``eval score`` is not told about an output "of `eval report`").
+KIND_COMMANDS = {"eval report": ("eval score", "eval report")}
+
 _FIX_NEW = "choose a new {option}"
 _FIX_FORCE = "choose a new {option}, or pass --overwrite to replace it"
+
+
+def kind_label(kind: str) -> str:
+    """How messages name an output kind: the command(s) that write it, e.g. "`eval score` or `eval report`"."""
+    return " or ".join(f"`{c}`" for c in KIND_COMMANDS.get(kind, (kind,)))
 
 
 def toolkit_version() -> str:
@@ -55,12 +64,56 @@ def toolkit_version() -> str:
         return "unknown"
 
 
-def write_marker(directory: str | os.PathLike, kind: str) -> None:
-    """Write the marker of ``kind`` into ``directory`` (atomically: a reader never sees half a marker)."""
+def write_marker(directory: str | os.PathLike, kind: str, *, written: dict | None = None) -> None:
+    """Write the marker of ``kind`` into ``directory`` (atomically: a reader never sees half a marker). ``written``:
+    what the command wrote there (`written_listing`), so that a rerun replaces only that (`files_not_written`)."""
     from eval.io import write_json
 
     write_json(Path(directory) / MARKER, {"marker": MARKER_VERSION, "kind": kind, "toolkit": TOOLKIT,
-                                          "version": toolkit_version()})
+                                          "version": toolkit_version(), **({"written": written} if written else {})})
+
+
+#: Top-level names the toolkit writes into a folder besides a command's output (the loader's Arrow cache; with
+#: `DEPENDENTS` and the marker): never a user's file.
+HOUSEKEEPING = (".cache",)
+#: Up to this many files a marker lists every file the command wrote; above it, its top-level entries.
+WRITTEN_LIST_MAX = 20_000
+
+
+def _files(root: Path, limit: int | None = None) -> list[str] | None:
+    """Relative paths of the files (and links) under ``root``, links not followed; None beyond ``limit`` files."""
+    out: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = Path(dirpath).relative_to(root)
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            out.append((rel / name).as_posix())
+        if limit is not None and len(out) > limit:
+            return None
+    return sorted(x for x in out if x != MARKER)
+
+
+def written_listing(directory: str | os.PathLike) -> dict:
+    """``{"files": [...]}`` (every file, relative), or ``{"top": [...]}`` (top-level names) for a folder of more than
+    `WRITTEN_LIST_MAX` files: what a command wrote into its output folder."""
+    d = Path(directory)
+    files = _files(d, WRITTEN_LIST_MAX)
+    if files is not None:
+        return {"files": files}
+    return {"top": sorted(e.name for e in os.scandir(d) if e.name != MARKER)}
+
+
+def files_not_written(directory: str | os.PathLike, new_output: str | os.PathLike) -> list[str]:
+    """Relative paths in ``directory`` (an earlier output of the same kind) that its command did not write: files a
+    user added. A marker without a listing (an output older than listings) counts everything the ``new_output``
+    does not hold again as the user's."""
+    d = Path(directory)
+    written = (read_marker(d) or {}).get("written") or {}
+    ours = {MARKER, DEPENDENTS, *HOUSEKEEPING}
+    if "top" in written:
+        top = set(written["top"])
+        return sorted(e.name for e in os.scandir(d) if e.name not in ours and e.name not in top)
+    mine = set(written["files"]) if "files" in written else set(_files(Path(new_output)) or ())
+    return [f for f in (_files(d) or ()) if f not in mine and f.split("/")[0] not in ours]
 
 
 def read_marker(directory: str | os.PathLike) -> dict | None:
@@ -294,7 +347,7 @@ def check_output_dir(path: str | os.PathLike, kind: str | None, *, inputs: Itera
         if overwrite:
             return p
         raise OutputRefused(f"{option} {path} is a file, not an output folder" +
-                            (f" of `{kind}`" if kind else ""), fix=force)
+                            (f" of {kind_label(kind)}" if kind else ""), fix=force)
     # a marker being written by a concurrent claim of the same folder (another rank of a distributed job) is its
     # temporary file `.{MARKER}.*` (eval.io.atomic_path): it does not make the folder someone else's
     if not any(not x.name.startswith(f".{MARKER}.") for x in p.iterdir()) and inside is None:
@@ -309,9 +362,9 @@ def check_output_dir(path: str | os.PathLike, kind: str | None, *, inputs: Itera
     if overwrite:
         return p
     if marker is not None:
-        what = f"holds the output of `{marker['kind']}`" + (f", not of `{kind}`" if kind else "")
+        what = f"holds the output of {kind_label(marker['kind'])}" + (f", not of {kind_label(kind)}" if kind else "")
     else:
-        what = "is not empty and was not written by this toolkit" + (f" for `{kind}`" if kind else "") + \
+        what = "is not empty and was not written by this toolkit" + (f" for {kind_label(kind)}" if kind else "") + \
                f" (no {MARKER})"
     raise OutputRefused(f"{option} {path} {what}", fix=force)
 

@@ -39,7 +39,7 @@ def _predict_run(bench, model, cfg, ck, ckpt, out, *, split, read_rule, method, 
     rule = read_rule or cfg.read_rule
     ckpt_dir = Path(ckpt) if Path(ckpt).is_dir() else Path(ckpt).parent
     prep = prep if prep is not None else prepare(bench, cfg, ckpt_dir, device)
-    rows = bench.query_rows(split)
+    rows = bench.selection(split)
     t0 = time.time()
     qv = predict_query_vectors(model, prep, rows, rule=rule, seed=cfg.seed, progress=progress, ckpt_dir=ckpt_dir)
     name = method or f"lftr[{cfg.target_space}]" + ("" if rule == "matched" else f"/{rule}")
@@ -118,7 +118,7 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, semantic_spa
         log(f"encoding semantic space {semantic_space!r} with {text_model}")
         encode_space(EncodeConfig(str(bench.root), semantic_space, text_model, kind="semantic"), progress=progress)
     sem, vis = Space.load(bench, semantic_space), Space.load(bench, visual_space)
-    rows = bench.query_rows(split)
+    rows = bench.selection(split)
     plan = [("random", "random", None), ("question-only", "question-only", sem), ("lookup", "lookup", sem),
             ("knn-future", "knn-future", sem),
             ("persistence", "persistence", vis), ("zero-shot", "zero-shot", vis),
