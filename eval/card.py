@@ -13,7 +13,9 @@ Quantities (population: the main benchmark, question types Q1-Q4, unless said ot
 - chance R@5, exact: a uniformly random ranking of the corpus minus the query's own video (``N_q`` items, ``g_q``
   positives) hits at 5 with probability ``1 - C(N_q - g_q, 5) / C(N_q, 5)``; the mean over the fair test queries;
 - where segments carry ``sim_state`` (the synthetic benchmark): the canonicalization's errors against the truth
-  (`canonicalization_errors`) and, when the construction recorded them, the mined pools' measured precision.
+  (`canonicalization_errors`) and, when the construction recorded them, the mined pools' measured precision;
+- the build fingerprint (`eval.fingerprint.build_fingerprint`): one hash of every record, so two builds (two machines,
+  two thread counts) are compared by one line (`fingerprint_line`; the results page prints it too).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from eval.benchmark import Benchmark
+from eval.fingerprint import build_fingerprint, fingerprint_line
 from eval.io import write_json
 from eval.schema import report_horizon
 
@@ -54,7 +57,8 @@ class Card:
         for k, v in self.rows.items():
             p = self.paper.get(k, "")
             lines.append(f"| {k} | {_fmt(v)} | {_fmt(p) if p != '' else ''} |")
-        return "\n".join(lines) + "\n"
+        line = fingerprint_line(self.to_dict())
+        return "\n".join(lines) + "\n" + (f"\n{line}\n" if line else "")
 
 
 def _fmt(v) -> str:
@@ -132,6 +136,7 @@ def make_card(data: str | os.PathLike) -> Card:
         r["true states split across canonical states"] = err["split_true_states"]
         r["canonical states merging true states"] = err["merged_canonical_states"]
         card.extra["canonicalization_errors"] = err
+    card.extra["build_fingerprint"] = build_fingerprint(bench)
     prec = (canon.get("mining") or {}).get("precision") or {}
     if prec.get("main") is not None:
         r["GT precision (main pool, measured)"] = float(prec["main"])
