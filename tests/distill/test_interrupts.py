@@ -77,7 +77,7 @@ def test_sft_interrupted_then_rerun(synth_dir, template_rationales, tmp_path, si
     _assert_interrupted(rc, text, sig)
     assert _leftovers(out) == []
     assert not (out / "sft.summary.json").exists()
-    for variant in ("cot", "answer"):  # a variant is there whole (its files and their hashes) or not at all
+    for variant in ("cot", "answer", "trajectory"):  # a variant is there whole (files and hashes) or not at all
         if (out / variant).exists():
             from distill.sft import read_set_info
 
@@ -85,7 +85,7 @@ def test_sft_interrupted_then_rerun(synth_dir, template_rationales, tmp_path, si
     res = _run(argv)
     assert res.returncode == 0, res.stdout + res.stderr
     summary = json.loads((out / "sft.summary.json").read_text())
-    assert set(summary["variants"]) == {"cot", "answer"} and _leftovers(out) == []
+    assert set(summary["variants"]) == {"cot", "answer", "trajectory"} and _leftovers(out) == []
 
 
 @pytest.mark.parametrize("sig", SIGNALS)
@@ -95,14 +95,15 @@ def test_train_interrupted_then_rerun_resumes(sft_dir, tiny_vlm, tmp_path, sig):
             str(sft_dir / "cot"), "--output_dir", str(out), "--max_steps", "6", "--save_steps", "1",
             "--save_total_limit", "3", "--eval_strategy", "no", "--seed", "0"]
     ckpts = out / "checkpoints"
-    rc, text = _interrupt(argv, lambda: ckpts.is_dir() and any(ckpts.glob("checkpoint-*")), sig)
+    # once a checkpoint is complete (its psr_train.json written): the signal lands in a later step or save
+    rc, text = _interrupt(argv, lambda: ckpts.is_dir() and any(ckpts.glob("checkpoint-*/psr_train.json")), sig)
     _assert_interrupted(rc, text, sig)
     assert not (out / "adapter").exists() and not (out / "metrics.json").exists()  # the run's outputs: not yet
     assert not [p for p in out.iterdir() if p.name.startswith(".adapter")]
     res = _run(argv)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["global_step"] == 6 and metrics["resumed_from"] is not None
+    assert metrics["global_step"] == 6 and metrics["resumed_from"] is not None  # the newest complete checkpoint
     assert (out / "adapter" / "adapter_config.json").is_file()
 
 
@@ -111,11 +112,11 @@ def test_recipe_interrupted_stops_its_stage_then_rerun_finishes_it(synth_dir, ti
     import yaml
 
     doc = yaml.safe_load(TINY.read_text(encoding="utf-8"))
-    doc["narrate"] = {**doc.get("narrate", {}), "no_such_key": 1}  # the rerun stops after the interrupted stage
+    doc["narrate"] = {**doc.get("narrate", {}), "no_such_key": 1}  # a run stops after the predicates stage
     preset = tmp_path / "preset.yaml"
     preset.write_text(yaml.safe_dump(doc), encoding="utf-8")
     out = tmp_path / "out"
-    argv = ["-m", "distill", "recipe", "--config", str(TINY), "--data", str(synth_dir), "--model", str(tiny_vlm),
+    argv = ["-m", "distill", "recipe", "--config", str(preset), "--data", str(synth_dir), "--model", str(tiny_vlm),
             "--out", str(out)]
     log = out / "logs" / "predicates.log"
     rc, text = _interrupt(argv, lambda: log.is_file() and b"$ " in log.read_bytes(), sig)
@@ -124,7 +125,7 @@ def test_recipe_interrupted_stops_its_stage_then_rerun_finishes_it(synth_dir, ti
     assert log.read_text().rstrip().splitlines()[-1].startswith("=== exit ")  # the stage process ended first
     assert not (out / "predicates.config.json").exists() or (out / "predicates.jsonl").is_file()
     assert _leftovers(out) == []
-    res = _run(["-m", "distill", "recipe", "--config", str(preset), *argv[4:]])
+    res = _run(argv)
     assert res.returncode == 3 and "stage narrate-train failed" in res.stderr, res.stdout[-2000:] + res.stderr
     assert "[predicates]" in res.stdout and (out / "predicates.config.json").is_file()
     state = json.loads((out / "recipe.json").read_text())["stages"]
