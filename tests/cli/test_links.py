@@ -106,6 +106,7 @@ def test_loaders_refuse_broken_links_and_a_rebuilt_source(linked):
     assert kinds.count("broken_link") == 4  # three links and the dependency
 
 
+@pytest.mark.slow
 def test_retrieval_synth_rebuilds_a_truth_its_own_benchmark_links_to(tmp_path):
     """`retrieval synth` may replace the truth build its own `--out` links to: it rebuilds both."""
     from eval.benchmark import Benchmark
