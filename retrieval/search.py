@@ -29,7 +29,6 @@ class PhraseStats:
     queries: int
     missing_lines: int
     failed: int
-    unknown_ids: int
     max_samples: int
     unique_phrases: int
 
@@ -45,8 +44,7 @@ def phrase_query_vectors(bench: Benchmark, phrases: str | os.PathLike, rows: np.
     false, no line for any selected query)."""
     recs = read_phrases(phrases)
     ids = [bench.query_ids[int(r)] for r in rows]
-    known = bench.query_index
-    check_belongs(phrases, recs, known, ids, benchmark=str(bench.root), allow_empty=allow_empty)
+    check_belongs(phrases, recs, bench.query_index, ids, benchmark=str(bench.root), allow_empty=allow_empty)
     samples: list[list[str]] = []
     missing = failed = 0
     for q in ids:
@@ -69,8 +67,8 @@ def phrase_query_vectors(bench: Benchmark, phrases: str | os.PathLike, rows: np.
         if s:
             idx = [pos[p] for p in s] + [pos[s[0]]] * (K - len(s))
             vec[i] = emb[idx]
-    stats = PhraseStats(queries=len(ids), missing_lines=missing, failed=failed,
-                        unknown_ids=sum(1 for q in recs if q not in known), max_samples=K, unique_phrases=len(uniq))
+    stats = PhraseStats(queries=len(ids), missing_lines=missing, failed=failed, max_samples=K,
+                        unique_phrases=len(uniq))
     return QueryVectors(ids, vec, space_name), stats
 
 
