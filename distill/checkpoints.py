@@ -37,18 +37,17 @@ def check_output_dir(out: Path, identity) -> None:
 
 
 def resolve_resume(value: str | None, out: Path, identity) -> str | None:
-    """The checkpoint to resume from: ``auto`` -> the newest under ``checkpoints/`` (None if there is none), a path
-    -> that checkpoint; either must carry this run's config hash (``psr_train.json``), else it is refused."""
-    from transformers.trainer_utils import get_last_checkpoint
-
+    """The checkpoint to resume from: ``auto`` -> the newest complete one under ``checkpoints/`` (None if there is
+    none; a checkpoint is complete once its ``psr_train.json`` is written, after the Trainer saved it, so one cut
+    while saving by an interruption is passed over), a path -> that checkpoint; either must carry this run's config
+    hash (``psr_train.json``), else it is refused."""
     from eval.errors import InputError
     from eval.io import read_json
 
     if value in (None, "", "none", "null", "false", "False"):
         return None
     if value == "auto":
-        d = out / "checkpoints"
-        ckpt = get_last_checkpoint(str(d)) if d.is_dir() else None
+        ckpt = last_complete_checkpoint(out / "checkpoints")
         if ckpt is None:
             return None
     else:
@@ -67,6 +66,17 @@ def resolve_resume(value: str | None, out: Path, identity) -> str | None:
                          f"{identity.config_hash} (differing: {', '.join(diff[:8]) or '?'}); refusing to resume it",
                          fix="rerun with the checkpoint's config, or use another --output_dir")
     return ckpt
+
+
+def last_complete_checkpoint(folder: Path) -> str | None:
+    """The ``checkpoint-N`` of ``folder`` with the largest N that holds ``psr_train.json`` (None when none does)."""
+    import re
+
+    if not folder.is_dir():
+        return None
+    steps = [(int(m.group(1)), p) for p in folder.iterdir() if p.is_dir()
+             and (m := re.fullmatch(r"checkpoint-(\d+)", p.name)) and (p / CHECKPOINT_INFO).is_file()]
+    return str(max(steps)[1]) if steps else None
 
 
 def checkpoint_callback(identity):

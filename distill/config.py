@@ -28,9 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
-
-from eval.io import FormatError, write_json
+from eval.io import FormatError, read_yaml, write_json
 
 C = TypeVar("C")
 #: Words that set an optional field to None on the command line.
@@ -41,15 +39,9 @@ def load_section(path: str | Path, section: str) -> dict[str, Any]:
     """The ``section`` mapping of a YAML preset (empty when the preset has no such section)."""
     path = Path(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f) or {}
+        doc = read_yaml(path)  # UTF-8 and YAML errors name the line
     except FileNotFoundError:
         raise FormatError(path, "config file does not exist") from None
-    except UnicodeDecodeError as e:
-        raise FormatError(path, f"not valid UTF-8 ({e.reason})") from None
-    except yaml.YAMLError as e:
-        line = getattr(getattr(e, "problem_mark", None), "line", None)
-        raise FormatError(path, f"not valid YAML ({e})", line=None if line is None else line + 1) from None
     if not isinstance(doc, dict):
         raise FormatError(path, f"expected a mapping of stage sections, got {type(doc).__name__}")
     value = doc.get(section) or {}

@@ -42,6 +42,7 @@ import dataclasses
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -49,6 +50,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from eval.cli_support import Interrupted
 
 #: The repository root: relative preset and accelerate-config paths that do not exist from the working directory are
 #: looked up here (the defaults name files of the repository).
@@ -425,6 +428,10 @@ def run_stage(stage: Stage, log: Path, env: dict[str, str]) -> int:
                 if not stage.quiet:
                     sys.stdout.write(decode.decode(chunk))
                     sys.stdout.flush()
+        except BaseException:  # interrupted (eval.cli_support.Interrupted): stop the stage, let it clean up
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            raise
         finally:
             rc = proc.wait()
             f.write(f"=== exit {rc}\n".encode())
@@ -513,7 +520,7 @@ def execute(stage: Stage, log: Path, env: dict[str, str], state: RecipeState, re
     t0 = time.perf_counter()
     try:
         rc = run_stage(stage, log, env)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Interrupted):
         print(f"\ninterrupted in stage {stage.name} (log: {log}); to resume: {resume}", file=sys.stderr)
         raise
     if rc != 0:

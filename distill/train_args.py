@@ -124,17 +124,13 @@ def make_parser(prog: str = "python -m distill.train"):
 def read_config_file(path: str | os.PathLike) -> dict[str, Any]:
     """The training keys of ``path``: its ``train:`` section when it is a distillation preset (every top-level key a
     stage section), else the whole mapping (a flat TRL-style YAML). An ``env:`` mapping sets environment variables."""
-    import yaml
-
-    from eval.io import FormatError
+    from eval.io import FormatError, read_yaml
 
     path = Path(path)
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = read_yaml(path)  # UTF-8 and YAML errors name the line
     except FileNotFoundError:
         raise FormatError(path, "config file does not exist") from None
-    except yaml.YAMLError as e:
-        raise FormatError(path, f"not valid YAML ({e})") from None
     if doc is None:
         return {}
     if not isinstance(doc, dict):

@@ -64,7 +64,41 @@ def _load_jsonl(path: Path, features: datasets.Features, cache_dir: str | None) 
                                 f"{_cause(e)})", fix=fix) from None
     _check_arrow(path, ds)
     _check_required(path, ds)
+    _check_unique_ids(path, ds)
     return ds
+
+
+def _check_unique_ids(path: Path, ds: datasets.Dataset) -> None:
+    """Refuse a file whose ``id`` repeats (a lookup by id would silently keep one of the records), naming the lines
+    of both occurrences (the distinct count is one Arrow kernel; lines are found only on failure)."""
+    import pyarrow.compute as pc
+
+    if "id" not in ds.column_names or not len(ds):
+        return
+    col = ds.data.table.column("id")
+    n_distinct = pc.count_distinct(col).as_py()
+    if n_distinct == len(col):
+        return
+    seen: dict[str, int] = {}
+    for row, x in enumerate(col.to_pylist()):
+        if x in seen:
+            first, second = _record_lines(path, [seen[x], row])
+            raise FormatError(path, f"duplicate id {x!r}, first on line {first} ({len(col) - n_distinct:,} repeated "
+                                    "id(s) in the file)", line=second, field="id",
+                              fix="give every record its own id; `python -m eval validate` lists every repeat")
+        seen[x] = row
+
+
+def _record_lines(path: Path, rows: list[int]) -> list[int]:
+    """The 1-based file lines of records ``rows`` (record = non-blank line, in file order)."""
+    want, out, r = set(rows), {}, -1
+    with open(path, "rb") as f:
+        for i, raw in enumerate(f, start=1):
+            if raw.strip():
+                r += 1
+                if r in want:
+                    out[r] = i
+    return [out.get(x, x + 1) for x in rows]
 
 
 def _check_required(path: Path, ds: datasets.Dataset) -> None:
@@ -120,6 +154,17 @@ def _read_manifest(path: Path) -> Manifest:
     return Manifest.from_dict(d)
 
 
+def _check_links(root: Path) -> None:
+    """Refuse a benchmark whose links are broken or whose source build changed (`eval.validate.link_problems`)."""
+    from eval.validate import REBUILD_HINT, link_problems
+
+    probs = link_problems(root)
+    if probs:
+        p = probs[0]
+        more = f" (and {len(probs) - 1} more link problem(s))" if len(probs) > 1 else ""
+        raise FormatError(root / p.file, p.message + more, field=p.field, fix=REBUILD_HINT.format(root=root))
+
+
 def _check_arrow(path: Path, ds: datasets.Dataset) -> None:
     """Full Arrow validation of the loaded table: the JSON reader accepts invalid UTF-8 in strings, which would
     only fail later, far from the file. Cheap (C++, no Python per row: ~0.05 s for the PSR release)."""
@@ -170,6 +215,7 @@ class Benchmark:
             if not (root / name).exists():
                 raise FormatError(root / name, "missing (a benchmark directory needs " + ", ".join(REQUIRED_FILES) + ")")
         manifest = _read_manifest(root / "manifest.json")
+        _check_links(root)
         cache = _cache_dir(root)
         was_enabled = datasets.is_progress_bar_enabled()
         if not progress:
@@ -256,6 +302,26 @@ class Benchmark:
         if qtypes is not None:
             mask &= np.isin(np.asarray(self.queries_ds["qtype"][:]), list(qtypes))
         return np.flatnonzero(mask)
+
+    def selection(self, split: str | None = None, *, fair_only: bool = False, qtypes: Iterable[str] | None = None,
+                  allow_empty: bool = False) -> np.ndarray:
+        """`query_rows` of a job's selection; an empty selection raises `EmptySelection` naming what was selected and
+        what the benchmark holds, unless ``allow_empty`` (the command's ``--allow-empty``)."""
+        rows = self.query_rows(split, fair_only=fair_only, qtypes=qtypes)
+        if len(rows) or allow_empty:
+            return rows
+        from collections import Counter
+
+        from eval.errors import EmptySelection
+
+        what = ", ".join([f"split {split!r}" if split else "every split", *(["fair queries"] if fair_only else []),
+                          *([f"question types {'/'.join(qtypes)}"] if qtypes else [])])
+        held = Counter(self.queries_ds["split"][:])
+        holds = ", ".join(f"{s} {n:,}" for s, n in sorted(held.items())) or "none"
+        raise EmptySelection(f"the selection ({what}) holds no query of the benchmark {self.root} "
+                             f"({self.root / 'queries.jsonl'} holds {len(self.queries_ds):,} queries: {holds})",
+                             fix="select queries the benchmark has (--split), or pass --allow-empty to write an "
+                                 "empty output")
 
     def segments(self) -> list[Segment]:
         return [Segment.from_dict(r) for r in self.corpus_ds]

@@ -15,7 +15,9 @@ Quantities (population: the main benchmark, question types Q1-Q4, unless said ot
 - where segments carry ``sim_state`` (the synthetic benchmark): the canonicalization's errors against the truth
   (`canonicalization_errors`), how true the labels are (`label_quality`: ``label_truth``,
   ``same_state_agreement``), the share of queries whose prefix ends in motion (`prefix_motion_share`), and, when the
-  construction recorded them, the mined pools' measured precision.
+  construction recorded them, the mined pools' measured precision;
+- the build fingerprint (`eval.fingerprint.build_fingerprint`): one hash of every record, so two builds (two machines,
+  two thread counts) are compared by one line (`fingerprint_line`; the results page prints it too).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from eval.benchmark import Benchmark
+from eval.fingerprint import build_fingerprint, fingerprint_line
 from eval.io import write_json
 from eval.schema import MAIN_QTYPES, report_horizon
 
@@ -55,7 +58,8 @@ class Card:
         for k, v in self.rows.items():
             p = self.paper.get(k, "")
             lines.append(f"| {k} | {_fmt(v)} | {_fmt(p) if p != '' else ''} |")
-        return "\n".join(lines) + "\n"
+        line = fingerprint_line(self.to_dict())
+        return "\n".join(lines) + "\n" + (f"\n{line}\n" if line else "")
 
 
 def _fmt(v) -> str:
@@ -137,6 +141,7 @@ def make_card(data: str | os.PathLike) -> Card:
         motion = prefix_motion_share(bench, main)
         if motion is not None:
             r["prefix_motion_share"] = motion
+    card.extra["build_fingerprint"] = build_fingerprint(bench)
     prec = (canon.get("mining") or {}).get("precision") or {}
     if prec.get("main") is not None:
         r["GT precision (main pool, measured)"] = float(prec["main"])

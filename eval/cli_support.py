@@ -15,18 +15,24 @@ follows:
   job ran but left items undone);
 - typer/click usage errors (a missing option, a bad value, a ``--data`` that is not a benchmark directory) keep
   click's own message and exit code (2, the same as `EXIT_USER_ERROR`);
-- anything else is a bug: the traceback is printed, then one red line, and the exit code is `EXIT_INTERNAL`.
+- anything else is a bug: the traceback is printed, then one red line, and the exit code is `EXIT_INTERNAL`;
+- SIGINT (Ctrl-C) and SIGTERM raise `Interrupted` where the command was (`signals_as_exceptions`), so every cleanup
+  runs (a folder being built is removed, a lock released, a stage's child process stopped); one line says so and
+  the exit code is 128 + the signal number (130, 143). Further signals are ignored while the command unwinds.
 
 ``--debug`` (anywhere on the command line) or ``PSR_DEBUG=1`` prints the traceback of known errors too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import os
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import typer
@@ -65,14 +71,55 @@ def split_debug(argv: Sequence[str]) -> tuple[list[str], bool]:
     return rest, debug or debug_env()
 
 
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM delivered to a command (`signals_as_exceptions`). A `BaseException`, like
+    ``KeyboardInterrupt``, so only cleanup code (``finally``, ``except BaseException: ...; raise``) sees it."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+@contextlib.contextmanager
+def signals_as_exceptions() -> Iterator[None]:
+    """While the block runs (in the main thread), SIGINT and SIGTERM raise `Interrupted`; once one has, both are
+    ignored until the block ends, so the cleanup the exception triggers is not itself cut short."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def handler(signum, _frame):
+        for s in previous:
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    for s in previous:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _interrupted(e: Interrupted) -> int:
+    _print_line(f"error: interrupted by {e}: what was being written was removed, finished outputs are kept (rerun "
+                "the same command to finish)")
+    return 128 + e.signum
+
+
 def run_typer(app, argv: Sequence[str] | None = None, prog_name: str | None = None) -> int:
     """Run a typer app on ``argv`` (default ``sys.argv[1:]``) and return its exit code (see the module docstring).
     ``--debug`` may stand anywhere; the app's group (`install`) reports errors of its commands."""
     args, debug = split_debug(sys.argv[1:] if argv is None else argv)
     try:
-        app(args=args, prog_name=prog_name, standalone_mode=True, obj={DEBUG_KEY: debug, ARGV_KEY: args})
+        with signals_as_exceptions():
+            app(args=args, prog_name=prog_name, standalone_mode=True, obj={DEBUG_KEY: debug, ARGV_KEY: args})
     except SystemExit as e:  # click exits through SystemExit: usage errors, --help, typer.Exit, reported errors
         return exit_code(e.code)
+    except Interrupted as e:
+        return _interrupted(e)
     except Exception as e:  # outside any command (an app without `install`)
         return report_error(e, debug=debug, argv=args)
     return 0
@@ -82,9 +129,12 @@ def run_main(main: Callable[[list[str]], int | None], argv: Sequence[str] | None
     """Run an argparse-style ``main(argv) -> exit code`` under the same error handling as `run_typer`."""
     args, debug = split_debug(sys.argv[1:] if argv is None else argv)
     try:
-        return int(main(args) or 0)
+        with signals_as_exceptions():
+            return int(main(args) or 0)
     except SystemExit as e:  # argparse usage errors and --help
         return exit_code(e.code)
+    except Interrupted as e:
+        return _interrupted(e)
     except Exception as e:
         return report_error(e, debug=debug, argv=args)
 

@@ -44,3 +44,8 @@ class IncompleteJob(PSRError):
 
 class MissingDependency(PSRError, ImportError):
     """An optional package that the chosen option needs is not installed; ``fix`` gives the pip command."""
+
+
+class EmptySelection(InputError):
+    """A job asked to work on nothing: a split, a filter or a phrase file that selects no query. A job over no query
+    would exit 0 having done nothing, so this is an error unless the command is asked for it (``--allow-empty``)."""

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.io import FormatError, atomic_path, read_json, write_json
+from eval.io import FormatError, atomic_path, read_json, read_lines, write_json
 
 TABLES = ("corpus", "states", "prefixes")
 
@@ -64,8 +64,9 @@ def has_table(root: str | os.PathLike, space: str, table: str) -> bool:
 
 
 def read_ids(path: Path) -> list[str]:
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f if line.strip()]
+    """The ids of an ``<table>_ids.txt`` file, one a line (blank lines skipped); bytes that are not UTF-8 are a
+    `FormatError` naming the line (`eval.io.read_text`)."""
+    return [line for line in read_lines(path) if line.strip()]
 
 
 def load_table(root: str | os.PathLike, space: str, table: str, *, mmap: bool = True) -> FeatureTable:

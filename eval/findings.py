@@ -272,12 +272,16 @@ def calibration_markdown(checks: list[Check]) -> str:
 
 
 def card_beside_paper(card: dict) -> str:
-    """The card's rows that the paper reports, side by side."""
+    """The card's rows that the paper reports, side by side, and the build fingerprint line
+    (`eval.card.fingerprint_line`)."""
+    from eval.fingerprint import fingerprint_line
+
     rows = ["| quantity | this benchmark | PSR (paper) |", "|---|---:|---:|"]
     for k, p in card.get("paper", {}).items():
         v = card["values"].get(k)
         rows.append(f"| {k} | {_num(v)} | {_num(p)} |")
-    return "\n".join(rows) + "\n"
+    line = fingerprint_line(card)
+    return "\n".join(rows) + "\n" + (f"\n{line}\n" if line else "")
 
 
 def _num(v) -> str:

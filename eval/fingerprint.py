@@ -92,6 +92,72 @@ def benchmark_fingerprint(bench: Any) -> dict[str, str]:
     return {"name": str(bench.manifest.name), "version": str(bench.manifest.version), "sha256": h.hexdigest()}
 
 
+def _hash_any(h: Any, arr: pa.Array) -> None:
+    """Hash an Arrow array of any type by its logical content: validity, then strings (lengths + bytes), lists
+    (lengths, then the values), structs (field by field, in name order) or fixed-width values (little-endian)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    h.update(f"\x00{arr.type}:{len(arr)}:{arr.null_count}\x00".encode())
+    if arr.null_count:
+        h.update(np.asarray(arr.is_valid(), dtype=np.uint8).tobytes())
+    t = arr.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        _strings(h, arr)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        h.update(np.asarray(pc.fill_null(pc.list_value_length(arr), 0), dtype="<i8").tobytes())
+        _hash_any(h, pc.list_flatten(arr))
+    elif pa.types.is_struct(t):
+        for i in sorted(range(t.num_fields), key=lambda i: t.field(i).name):
+            h.update(t.field(i).name.encode())
+            _hash_any(h, pc.struct_field(arr, [i]))
+    elif pa.types.is_null(t):
+        pass
+    else:  # numbers, booleans: their values (nulls as zero; the validity is hashed above)
+        v = np.asarray(arr.fill_null(False if pa.types.is_boolean(t) else 0).to_numpy(zero_copy_only=False))
+        h.update(v.astype(v.dtype.newbyteorder("<")).tobytes())
+
+
+def _hash_table(h: Any, name: str, table: pa.Table) -> None:
+    h.update(f"\x00table {name} {table.num_rows}\x00".encode())
+    for col in sorted(table.column_names):
+        h.update(col.encode())
+        _hash_any(h, table.column(col))
+
+
+#: The files of a benchmark directory whose every record the build fingerprint covers (`build_fingerprint`).
+BUILD_FILES = ("queries.jsonl", "corpus.jsonl", "states.jsonl", "phrase_map.jsonl")
+
+
+def build_fingerprint(bench: Any) -> str:
+    """SHA-256 (hex) over everything a build decided: every field of every record of ``queries.jsonl``,
+    ``corpus.jsonl`` and ``states.jsonl`` (states, their members, each segment's state, each query's target,
+    transcript and GT pools) and, for a canonicalized benchmark, ``phrase_map.jsonl`` (each raw phrase's state and
+    its similarity to the seed), in row order, columns by name. Two builds with the same fingerprint are the same
+    benchmark; `eval.card` prints it, so builds on two machines are compared by one line. The manifest is left out
+    (it records paths and timings of the machine that built it), and so are frames and features."""
+    import pyarrow.json as pajson
+
+    h = hashlib.sha256()
+    for name, ds in (("queries.jsonl", bench.queries_ds), ("corpus.jsonl", bench.corpus_ds),
+                     ("states.jsonl", bench.states_ds)):
+        _hash_table(h, name, ds.data.table)
+    pm = bench.root / "phrase_map.jsonl"
+    if pm.is_file() and pm.stat().st_size:
+        _hash_table(h, pm.name, pajson.read_json(pm))
+    return h.hexdigest()
+
+
+def fingerprint_line(card: dict) -> str:
+    """The card's build fingerprint as one Markdown line ("" for a card without one), for the card and the results
+    page (`eval.findings.card_beside_paper`); ``card``: `eval.card.Card.to_dict`."""
+    fp = card.get("build_fingerprint")
+    if not fp:
+        return ""
+    return (f"Build fingerprint: `{fp}` (SHA-256 of every record of the benchmark, `eval.fingerprint.build_fingerprint`;"
+            " the same source, seed and settings build the same fingerprint on every machine, thread count and BLAS "
+            "kernel).")
+
+
 def describe(fp: dict[str, str] | None) -> str:
     """``'psr-synth' v1.0.0 (sha256 1a2b3c4d5e6f)`` for messages."""
     if not fp:

@@ -86,12 +86,14 @@ def atomic_dir(path: str | os.PathLike, *, kind: str | None = None, tag: str = "
 
     Only an output of the same ``kind`` is ever replaced (`eval.outputs`): the target is checked on entry and again
     before the swap (`eval.outputs.check_output_dir` with ``inputs``, ``overwrite``, ``legacy``), and the stage gets
-    the marker of ``kind``. ``kind`` None replaces only a missing or empty directory (or anything, with
-    ``overwrite``). Should the target change during the job so that it may no longer be replaced, the finished
+    the marker of ``kind``, listing what the job wrote. Replacing an earlier output of the same kind keeps the files
+    a user added to it (`eval.outputs.files_not_written`: they are moved into the new output; one whose name the new
+    output also writes refuses the swap). ``kind`` None replaces only a missing or empty directory (or anything,
+    with ``overwrite``). Should the target change during the job so that it may no longer be replaced, the finished
     output is kept under a visible name beside it and `OutputRefused` names both. ``tag`` names the stage folder.
     """
     from eval.errors import OutputRefused
-    from eval.outputs import check_output_dir, write_marker
+    from eval.outputs import check_output_dir, write_marker, written_listing
 
     def check() -> None:
         check_output_dir(path, kind, inputs=inputs, overwrite=overwrite, legacy=legacy)
@@ -106,16 +108,40 @@ def atomic_dir(path: str | os.PathLike, *, kind: str | None = None, tag: str = "
     try:
         yield stage
         if kind is not None:
-            write_marker(stage, kind)
+            write_marker(stage, kind, written=written_listing(stage))
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise
     try:
         check()
+        users = _users_files(final, stage, kind, overwrite)
     except OutputRefused as e:
         kept = Path(tempfile.mkdtemp(prefix=f"{final.name}.new-", dir=final.parent))
         os.replace(stage, kept / final.name)
         raise OutputRefused(f"{e.message}; the finished output is kept in {kept / final.name}", fix=e.fix) from None
+    _swap_in(stage, final, users)
+
+
+def _users_files(final: Path, stage: Path, kind: str | None, overwrite: bool) -> list[str]:
+    """Files a user added to ``final``, an earlier output of ``kind`` (none when ``final`` is another kind that
+    ``overwrite`` replaces whole); `OutputRefused` when the new output writes one of their names."""
+    from eval.errors import OutputRefused
+    from eval.outputs import files_not_written, read_marker
+
+    if kind is None or not final.is_dir() or final.is_symlink() or (read_marker(final) or {}).get("kind") != kind \
+            and overwrite:
+        return []
+    users = files_not_written(final, stage)
+    clash = [f for f in users if os.path.lexists(stage / f)]
+    if clash:
+        raise OutputRefused(f"{final} holds {len(clash)} file(s) this command did not write that its new output "
+                            f"would replace, e.g. {final / clash[0]}", fix="move them out of the folder and rerun")
+    return users
+
+
+def _swap_in(stage: Path, final: Path, users: list[str]) -> None:
+    """Replace ``final`` by ``stage``, moving the ``users`` files of the old ``final`` into the new one. Should a move
+    fail, the old folder is kept beside ``final`` under a visible name (named in the error)."""
     old = None
     try:
         if final.exists() or final.is_symlink():
@@ -126,10 +152,21 @@ def atomic_dir(path: str | os.PathLike, *, kind: str | None = None, tag: str = "
         if old is not None and (old / "x").exists() and not final.exists():
             os.replace(old / "x", final)  # put the previous output back
         shutil.rmtree(stage, ignore_errors=True)
-        raise
-    finally:
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+        raise
+    if old is None:
+        return
+    try:
+        for rel in users:
+            (final / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(old / "x" / rel, final / rel)
+    except BaseException:
+        kept = final.with_name(f"{final.name}.previous")
+        os.replace(old / "x", kept)
+        shutil.rmtree(old, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def write_jsonl(path: str | os.PathLike, rows, *, sort_keys: bool = False) -> int:
@@ -148,15 +185,33 @@ def write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2) -> None:
         f.write("\n")
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    """A JSON file; invalid JSON or UTF-8 raises `FormatError` naming the file and the line."""
+_BOM = "\ufeff"
+
+
+def read_text(path: str | os.PathLike) -> str:
+    """The one reader of the toolkit's text inputs: the file as strict UTF-8 (a leading byte-order mark dropped).
+    Bytes that are not UTF-8 raise `FormatError` naming the file, the line (1-based), the column and the byte."""
     path = Path(path)
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise FormatError(path, f"not valid UTF-8 (byte 0x{raw[e.start]:02x}: {e.reason})",
-                          line=raw.count(b"\n", 0, e.start) + 1) from None
+        line_start = raw.rfind(b"\n", 0, e.start) + 1
+        raise FormatError(path, f"not valid UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start - line_start + 1}: "
+                                f"{e.reason})", line=raw.count(b"\n", 0, e.start) + 1,
+                          fix="re-encode the file as UTF-8") from None
+    return text[1:] if text.startswith(_BOM) else text
+
+
+def read_lines(path: str | os.PathLike) -> list[str]:
+    """The lines of a text file (`read_text`), without their line ends."""
+    return read_text(path).splitlines()
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """A JSON file; invalid JSON or UTF-8 raises `FormatError` naming the file and the line."""
+    path = Path(path)
+    text = read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
@@ -168,10 +223,10 @@ def read_yaml(path: str | os.PathLike):
     file and line."""
     import yaml
 
+    text = read_text(path)
     try:
-        with open(path, encoding="utf-8") as f:
-            return yaml.safe_load(f) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        return yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         raise FormatError(path, f"not valid YAML ({' '.join(str(e).split())[:200]})",
                           line=None if mark is None else mark.line + 1) from None

@@ -98,3 +98,34 @@ def read_phrases(path: str | os.PathLike, *, keep: str = "last_ok") -> dict[str,
             continue
         out[rec.query_id] = rec
     return out
+
+
+def check_belongs(path: str | os.PathLike, recs: dict[str, PhraseRecord], query_index, selected: list[str], *,
+                  benchmark: str, allow_empty: bool = False) -> None:
+    """Refuse a phrase file that does not belong to the job (`eval.errors.InputError`, exit 2):
+
+    - a query id the benchmark does not know (a phrase file of another benchmark or version): the count and the
+      first ids with their lines, always;
+    - no line at all (a 0-byte file), or no line for any ``selected`` query (a phrase file of another split): an
+      `eval.errors.EmptySelection`, unless ``allow_empty`` (every query is then scored as a miss).
+    """
+    from eval.errors import EmptySelection, InputError
+
+    unknown = [q for q in recs if q not in query_index]
+    if unknown:
+        first = set(unknown[:3])
+        lines = {d["query_id"]: ln for ln, d in iter_jsonl(path, allow_torn_tail=True) if d.get("query_id") in first}
+        shown = ", ".join(f"{q!r} (line {lines.get(q, '?')})" for q in unknown[:3])
+        raise InputError(f"{path}: {len(unknown):,} of its {len(recs):,} query ids are not in the benchmark "
+                         f"{benchmark}, e.g. {shown}: a phrase file of another benchmark?",
+                         fix="pass the phrase file written for this benchmark (forecasters run --data with it)")
+    if allow_empty:
+        return
+    if not recs:
+        raise EmptySelection(f"{path} holds no phrase line", fix="pass the phrase file a forecaster wrote, or "
+                             "--allow-empty to score every query as a miss")
+    if not any(q in recs for q in selected):
+        raise EmptySelection(f"no line of {path} answers a query of the selection ({len(selected):,} queries); "
+                             f"its {len(recs):,} lines answer other queries of {benchmark}",
+                             fix="pass the --split the phrase file covers, or --allow-empty to score every query "
+                                 "as a miss")

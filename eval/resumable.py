@@ -99,18 +99,36 @@ def cut_torn_tail(path: str | os.PathLike) -> int:
 @contextlib.contextmanager
 def locked(path: str | os.PathLike) -> Iterator[None]:
     """Hold an exclusive lock on ``<path>.lock`` (released on exit or process death); a second holder is refused
-    with a `RuntimeError`."""
+    with a `RuntimeError`. The lock file exists only while held: the holder removes it before releasing the lock.
+    A job that opened the file just before that removal finds, once it holds the lock, that the path no longer
+    names the file it locked, and starts over with a new file (so two holders never coexist)."""
     lock_path = Path(str(path) + ".lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = _acquire(lock_path, path)
     try:
+        yield
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            lock_path.unlink()
+        os.close(fd)
+
+
+def _acquire(lock_path: Path, path) -> int:
+    """An open descriptor of ``lock_path`` holding its exclusive lock (see `locked`)."""
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
             raise RuntimeError(f"{path}: another job is writing this file (lock {lock_path} is held)") from None
-        yield
-    finally:
-        os.close(fd)
+        try:
+            same = os.path.samestat(os.fstat(fd), os.stat(lock_path))
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # the holder removed the file after we opened it: lock the new one
 
 
 class Appender:

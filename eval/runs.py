@@ -316,19 +316,28 @@ def _check_pools(run: Run) -> tuple[str, str] | None:
     return None
 
 
+def _excerpt(row: np.ndarray, j: int, width: int = 2) -> str:
+    """Scores ``j - width .. j + width + 1`` of a row for a message (a top-50 list is too long to print)."""
+    a, b = max(0, j - width), min(len(row), j + width + 2)
+    return f"scores {a}..{b - 1} of {len(row)}: {row[a:b].tolist()}"
+
+
 def _check_topk(run: Run) -> tuple[str, str] | None:
     at = lambda i, msg: f"row {i} (query {run.query_ids[i]!r}): {msg}"  # noqa: E731
     sc = run.topk_scores
     i = _first(np.isnan(sc).any(1) | (sc == np.inf).any(1))
     if i is not None:
-        return "topk_scores", at(i, f"scores {sc[i].tolist()} hold NaN or +inf")
+        j = int(np.flatnonzero(np.isnan(sc[i]) | (sc[i] == np.inf))[0])
+        return "topk_scores", at(i, f"score {j} is {sc[i, j]} ({_excerpt(sc[i], j)}): NaN or +inf")
     pad = np.fromiter((x == "" for row in run.topk_ids for x in row), bool, count=sc.size).reshape(sc.shape)
     i = _first(((sc == -np.inf) != pad).any(1))
     if i is not None:
         return "topk_scores", at(i, "a -inf score must pad an empty id ('') and an empty id carry -inf")
     i = _first((sc[:, 1:] > sc[:, :-1]).any(1))
     if i is not None:
-        return "topk_scores", at(i, f"scores {sc[i].tolist()} are not in non-increasing order")
+        j = int(np.flatnonzero(sc[i, 1:] > sc[i, :-1])[0])
+        return "topk_scores", at(i, f"score {j + 1} ({sc[i, j + 1]}) exceeds score {j} ({sc[i, j]}): not in "
+                                    f"non-increasing order ({_excerpt(sc[i], j)})")
     unlisted = np.asarray(run.kth_tie_unlisted)
     bad = _dtype_problem(unlisted, "int")
     if bad is not None:

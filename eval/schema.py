@@ -266,6 +266,9 @@ class Manifest:
     format_version: str = FORMAT_VERSION
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Folders this benchmark links into (`eval.outputs.dependency_record`: path, the SHA-256 of its manifest when
+    #: linked, the links); loaders refuse the benchmark when one is gone or rebuilt (`eval.validate.link_problems`).
+    dependencies: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Manifest:

@@ -92,12 +92,21 @@ def _is_type(v, t) -> bool:
     return isinstance(v, t)
 
 
+def _closest(name: str, known: list[str]) -> str:
+    """"did you mean 'x'?" for a misspelt field, else how many fields the schema has."""
+    import difflib
+
+    near = difflib.get_close_matches(name, known, n=1)
+    return f"did you mean {near[0]!r}?" if near else f"{len(known)} fields"
+
+
 class _Validator:
     def __init__(self, root: Path, check_frames: bool = True):
         self.root = root
         self.check_frames = check_frames
         self.report = Report(root)
         self._frame_cache: dict[str, bool] = {}
+        self.n_records: dict[str, int] = {}  # JSON-object lines per file: what a manifest count counts
 
     def add(self, file: str, line: int | None, fld: str | None, msg: str, kind: str, severity: str = "error") -> None:
         self.report.problems.append(Problem(file, line, fld, msg, severity, kind))
@@ -123,10 +132,18 @@ class _Validator:
                     self.add(name, i, None, f"expected a JSON object, got {type(obj).__name__}", "bad_json")
                     continue
                 rows.append((i, obj))
+        self.n_records[name] = len(rows)
         return rows
 
     def check_fields(self, name: str, line: int, obj: dict, required: dict, optional: dict) -> bool:
+        """Types of the known fields; a field the schema does not know is an error (the one rule of the loader and
+        the validator: its column would not fit the record's Arrow schema)."""
         ok = True
+        for k in obj:
+            if k not in required and k not in optional:
+                self.add(name, line, k, f"unknown field: not in the {name} record schema (`eval.schema`: "
+                         f"{_closest(k, [*required, *optional])})", "unknown_field")
+                ok = False
         for k, t in required.items():
             if k not in obj or obj[k] is None:
                 self.add(name, line, k, "required field missing", "missing_field")
@@ -172,13 +189,14 @@ class _Validator:
 
     # --- files ---
     def run(self) -> Report:
+        self.report.problems += link_problems(self.root)
         manifest = self.check_manifest()
         states = self.check_states()
         corpus = self.check_corpus(states)
         queries = self.check_queries(corpus)
         self.check_features(manifest, corpus, states, queries)
         if manifest is not None:
-            self.check_counts(manifest, queries, corpus, states)
+            self.check_counts(manifest)
         self.summarise(queries, corpus, states)
         return self.report
 
@@ -330,7 +348,8 @@ class _Validator:
                 try:
                     t = feats.load_table(self.root, space, table)
                 except FormatError as e:
-                    self.add(Path(e.path).relative_to(self.root).as_posix(), None, None, e.reason, "feature_rows")
+                    self.add(Path(e.path).relative_to(self.root).as_posix(), e.line, e.field, e.reason,
+                             "bad_text" if "UTF-8" in e.reason else "feature_rows")
                     continue
                 want_ndim = 3 if table == "prefixes" else 2
                 if t.array.ndim != want_ndim:
@@ -368,9 +387,12 @@ class _Validator:
                          "(line " + str(row + 1) + " of the ids file)", "feature_nan")
                 return
 
-    def check_counts(self, manifest: dict, queries: dict, corpus: dict, states: dict) -> None:
+    def check_counts(self, manifest: dict) -> None:
+        """Manifest counts against the records in the files (every JSON object line, so a record with a bad field
+        or a duplicate id is reported once, not again as a count mismatch)."""
         counts = manifest.get("counts") or {}
-        for key, n in (("queries", len(queries)), ("corpus", len(corpus)), ("states", len(states))):
+        for key in ("queries", "corpus", "states"):
+            n = self.n_records.get(f"{key}.jsonl", 0)
             if key in counts and counts[key] != n:
                 self.add("manifest.json", None, f"counts.{key}", f"says {counts[key]} but the file holds {n}", "count_mismatch")
 
@@ -395,6 +417,38 @@ class _Validator:
         tiers["type1"] = {"queries_with_gt": sum(x > 0 for x in sizes1), "mean_size": float(np.mean(sizes1)) if sizes1 else 0.0}
         s["by_tier"] = tiers
         self.report.summary = s
+
+
+REBUILD_HINT = ("rebuild the benchmark from its source: `python -m retrieval synth --out {root}` for a synthetic "
+                "build, else `python -m retrieval canon apply --data SOURCE --out {root} --overwrite`")
+
+
+def link_problems(root: str | Path) -> list[Problem]:
+    """What a benchmark reaches through links, checked (`eval.validate` and every `eval.benchmark.Benchmark.load`):
+    the target of each link at its layout's link points exists (`eval.outputs.layout_links`), and each folder its
+    manifest records as a dependency exists and still holds the build it was linked to (the SHA-256 of its
+    manifest; `eval.outputs.dependency_record`)."""
+    import os
+
+    from eval.outputs import layout_links, manifest_dependencies, manifest_sha256
+
+    root = Path(root)
+    out = []
+    for name, link in layout_links(root):
+        if not link.exists():
+            out.append(Problem(name, None, None, f"is a link to {os.readlink(link)}, which does not exist",
+                               "error", "broken_link"))
+    for i, dep in enumerate(manifest_dependencies(root)):
+        fld, src = f"dependencies[{i}]", dep["path"]
+        now = manifest_sha256(src)
+        if now is None:
+            out.append(Problem("manifest.json", None, fld, f"built from {src}, which no longer holds a benchmark "
+                               "(its links into it are broken)", "error", "broken_link"))
+        elif dep.get("manifest_sha256") not in (None, now):
+            out.append(Problem("manifest.json", None, fld, f"built from {src}, which has been rebuilt since (its "
+                               "manifest changed): the frames and features this benchmark links there are no longer "
+                               "the ones it was built with", "error", "stale_dependency"))
+    return out
 
 
 def validate(root: str | Path, *, check_frames: bool = True) -> Report:

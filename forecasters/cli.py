@@ -170,6 +170,8 @@ def run(
                                              help="likelihood, hf: answers per forward pass on the prompt's KV cache"),
     run_out: Path = typer.Option(None, "--run-out", help="likelihood: run file written when every query is "
                                  "answered (default OUT's .run.parquet)"),
+    allow_empty: bool = typer.Option(False, "--allow-empty", help="a selection without any query is done (exit 0, "
+                                     "nothing written) instead of an error"),
     config: Path = typer.Option(None, "--config", help="YAML file of run options (command-line values win)"),
     verbose: bool = typer.Option(False, "--verbose", "-v"),
 ) -> None:

@@ -140,6 +140,7 @@ class RunConfig:
     cpn_alpha: float = 1.0
     candidate_batch_size: int = 32
     run_out: str | None = None
+    allow_empty: bool = False
 
     @property
     def out_path(self) -> Path:
@@ -378,7 +379,7 @@ def select_query_rows(bench, cfg: RunConfig) -> list[tuple[str, int]]:
     """``(query id, row)`` of the queries of this run, in processing order (see the module docstring, step 1), from
     the id columns alone: no query record is built here."""
     i, n = cfg.shard_spec()
-    rows = bench.query_rows(cfg.split, fair_only=cfg.fair_only, qtypes=cfg.qtypes)
+    rows = bench.selection(cfg.split, fair_only=cfg.fair_only, qtypes=cfg.qtypes, allow_empty=cfg.allow_empty)
     ids, prefixes = bench.queries_ds["id"][:], bench.queries_ds["prefix_id"][:]
     keys = [(prefixes[r], ids[r], int(r)) for r in rows if n == 1 or shard_of(prefixes[r], n) == i]
     keys.sort()

@@ -195,9 +195,15 @@ def load_file(path: str | os.PathLike) -> Template:
     """Load a template file from any path (its id is the file stem)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise PromptError(f"template file {path} does not exist") from None
+    try:  # prompts depends on nothing: eval.io.read_text's rule, restated (strict UTF-8, the line named)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise PromptError(f"template file {path}:{line}: not valid UTF-8 (byte 0x{raw[e.start]:02x}: {e.reason})"
+                          ) from None
     return parse_template(text, id=path.stem, path=str(path))
 
 

@@ -32,8 +32,12 @@ SPLIT = typer.Option("test", "--split", help="queries to answer: train | val | t
 K = typer.Option(50, "--k", min=1, help="length of the top-k list kept in the run")
 
 
-def _rows(bench, split: str):
-    return bench.query_rows(split)
+ALLOW_EMPTY = typer.Option(False, "--allow-empty", help="write an empty run when the selection holds no query "
+                                                        "(otherwise an error)")
+
+
+def _rows(bench, split: str, allow_empty: bool = False):
+    return bench.selection(split, allow_empty=allow_empty)
 
 
 def _check_run_out(out: Path, inputs: list, overwrite: bool) -> None:
@@ -104,6 +108,7 @@ def search(
     canonicalize_holdout: Path = typer.Option(None, "--canonicalize-holdout",
                                               help="holdout.json of `canon finetune`: leave the held-out states' "
                                                    "phrasings out of the snap index"),
+    allow_empty: bool = ALLOW_EMPTY,
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Embed a phrase file's phrases in a space and rank the corpus (max over a query's phrases; misses tie)."""
@@ -118,8 +123,8 @@ def search(
     bench = Benchmark.load(data)
     sp = Space.load(bench, space)
     enc = query_text_encoder(sp.meta, device=device)
-    qv, stats = phrase_query_vectors(bench, phrases, _rows(bench, split), space, enc,
-                                     max_samples=max_samples or None, progress=True)
+    qv, stats = phrase_query_vectors(bench, phrases, _rows(bench, split, allow_empty), space, enc,
+                                     max_samples=max_samples or None, progress=True, allow_empty=allow_empty)
     if stats.missing_lines or stats.failed:
         console.print(f"[yellow]{stats.missing_lines} queries without a line and {stats.failed} failed/unparsed "
                       f"lines are scored as misses[/]")
@@ -172,6 +177,7 @@ def _method_command(kind: str, names: tuple[str, ...]):
         reduce: str = typer.Option("first", "--reduce", help="independent-appearance: first | mean future frame"),
         k: int = K,
         device: str = typer.Option(None, "--device"),
+        allow_empty: bool = ALLOW_EMPTY,
         overwrite: bool = OVERWRITE,
     ) -> None:
         from eval.benchmark import Benchmark
@@ -184,7 +190,7 @@ def _method_command(kind: str, names: tuple[str, ...]):
         _check_run_out(out, [data], overwrite)
         bench = Benchmark.load(data)
         sp = Space.load(bench, space) if space else None
-        qv = method_query_vectors(bench, name, sp, _rows(bench, split), prefix_space=prefix_space, seed=seed,
+        qv = method_query_vectors(bench, name, sp, _rows(bench, split, allow_empty), prefix_space=prefix_space, seed=seed,
                                   reduce=reduce, device=device)
         label = name if name == "random" else f"{name}[{space}]"
         r = score_query_vectors(bench, qv, sp, out, method=label, k=k,

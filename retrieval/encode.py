@@ -107,7 +107,7 @@ def _encode_chunked(root: Path, space: str, table: str, ids: list[str], fingerpr
     """
     part = space_dir(root, space) / ".partial" / table
     fp_file = part / "fingerprint.txt"
-    if part.exists() and (not fp_file.exists() or fp_file.read_text().strip() != fingerprint):
+    if part.exists() and (not fp_file.exists() or fp_file.read_bytes().strip() != fingerprint.encode()):
         shutil.rmtree(part)  # a different job (model, ids, chunking) left these: start over
     part.mkdir(parents=True, exist_ok=True)
     fp_file.write_text(fingerprint + "\n")

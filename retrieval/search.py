@@ -5,7 +5,9 @@ space's query-side text encoder (a semantic space's sentence-transformers model,
 SigLIP image space: text -> image retrieval); an item's score is the max over the query's phrases. Identical phrases
 are embedded once. Queries padded to the largest sample count repeat their first phrase (the max is unchanged).
 
-A query whose line is missing, failed (``error``), unparsed (``parse_ok`` false) or empty is a **miss**: its query
+A phrase file with a query id the benchmark does not know, or with no line for any selected query, is refused
+(`eval.phrases.check_belongs`; the latter unless ``allow_empty``). A query whose line is missing, failed
+(``error``), unparsed (``parse_ok`` false) or empty is a **miss**: its query
 vectors are all zero and the run scores it as a miss, R@k = 0 (see `retrieval.queries`); it is counted in the
 run config (``misses``) and flagged in the run file (``missed``).
 """
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from eval.benchmark import Benchmark
-from eval.phrases import read_phrases
+from eval.phrases import check_belongs, read_phrases
 from retrieval.queries import QueryVectors
 
 
@@ -27,7 +29,6 @@ class PhraseStats:
     queries: int
     missing_lines: int
     failed: int
-    unknown_ids: int
     max_samples: int
     unique_phrases: int
 
@@ -36,12 +37,14 @@ class PhraseStats:
 
 
 def phrase_query_vectors(bench: Benchmark, phrases: str | os.PathLike, rows: np.ndarray, space_name: str, encoder,
-                         *, max_samples: int | None = None, progress: bool = False
+                         *, max_samples: int | None = None, progress: bool = False, allow_empty: bool = False
                          ) -> tuple[QueryVectors, PhraseStats]:
-    """``(n, K, d)`` query vectors of the queries at ``rows`` from a phrase file (see the module docstring)."""
+    """``(n, K, d)`` query vectors of the queries at ``rows`` from a phrase file (see the module docstring). A phrase
+    file that does not belong is refused (`eval.phrases.check_belongs`: unknown query ids; with ``allow_empty``
+    false, no line for any selected query)."""
     recs = read_phrases(phrases)
     ids = [bench.query_ids[int(r)] for r in rows]
-    known = set(bench.query_index)
+    check_belongs(phrases, recs, bench.query_index, ids, benchmark=str(bench.root), allow_empty=allow_empty)
     samples: list[list[str]] = []
     missing = failed = 0
     for q in ids:
@@ -64,8 +67,8 @@ def phrase_query_vectors(bench: Benchmark, phrases: str | os.PathLike, rows: np.
         if s:
             idx = [pos[p] for p in s] + [pos[s[0]]] * (K - len(s))
             vec[i] = emb[idx]
-    stats = PhraseStats(queries=len(ids), missing_lines=missing, failed=failed,
-                        unknown_ids=sum(1 for q in recs if q not in known), max_samples=K, unique_phrases=len(uniq))
+    stats = PhraseStats(queries=len(ids), missing_lines=missing, failed=failed, max_samples=K,
+                        unique_phrases=len(uniq))
     return QueryVectors(ids, vec, space_name), stats
 
 

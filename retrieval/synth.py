@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from eval.io import read_json
+from eval.outputs import release_dependent
 from retrieval.encoders import PACKAGED_MINILM
 
 NAME = "psr-synth"
@@ -102,6 +103,7 @@ def build_synth(out: str | os.PathLike, *, preset: str = "demo", seed: int = 0, 
     canonicalized benchmark ``out``; returns ``out``."""
     from eval.synth import build_benchmark
     from eval.synth.build import PRESETS
+    from eval.validate import link_problems
     from retrieval.canon.apply import ApplyConfig, apply_canonicalization
 
     videos = videos or PRESETS[preset].videos
@@ -110,12 +112,13 @@ def build_synth(out: str | os.PathLike, *, preset: str = "demo", seed: int = 0, 
         log(f"reusing the simulator-truth build {truth}")
     else:
         log(f"step 1: simulating {videos:,} videos ({preset} preset, seed {seed}) -> {truth}")
+        release_dependent(truth, out)  # `out` links into the old truth build and is rebuilt from the new one below
         build_benchmark(truth, videos=videos, seed=seed, workers=workers, progress=progress, preset=preset)
     if tune_encoder:
         model = str(canonicalization_encoder(encoder_dir(out), base_model=model, seed=seed + ENCODER_SEED_OFFSET,
                                              progress=progress, log=log).resolve())
     if _same(Path(out) / "manifest.json", preset=preset, seed=seed, videos=videos, model=model, threshold=threshold,
-             budget=mine_budget):
+             budget=mine_budget) and not link_problems(out):  # (a rebuilt truth leaves `out` stale: rebuild it)
         log(f"reusing the canonicalized benchmark {out}")
         return Path(out)
     log(f"step 3: canonicalizing at {threshold:g} with {model}, mining {mine_budget} candidates a tier -> {out}")

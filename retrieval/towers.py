@@ -33,6 +33,7 @@ import yaml
 
 from eval.benchmark import Benchmark
 from eval.images import View, load_view, prefix_views, segment_views
+from eval.io import read_yaml
 
 #: File in a tower directory that records what trained it (trainer, config, data fingerprint, train info).
 TRAIN_RECORD = "psr_tower.json"
@@ -142,8 +143,7 @@ def load_dataclass(cls: type[T], paths: Sequence[str | os.PathLike] = (), overri
     `ValueError` naming the source. Nested dataclass fields take a mapping (YAML) or ``field.key=value``."""
     d = asdict(cls())
     for p in paths:
-        with open(p, encoding="utf-8") as f:
-            y = yaml.safe_load(f) or {}
+        y = read_yaml(p)
         if not isinstance(y, dict):
             raise ValueError(f"{p}: expected a mapping of config keys, got {type(y).__name__}")
         _merge(cls, d, y, str(p))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import json
 import os
 from pathlib import Path
 
@@ -55,8 +54,10 @@ def _saved_processor_class(path: Path) -> str | None:
     for name in ("processor_config.json", "preprocessor_config.json", "tokenizer_config.json"):
         f = path / name
         if f.is_file():
-            with open(f, encoding="utf-8") as fh:
-                cls = json.load(fh).get("processor_class")
+            from eval.io import read_json
+
+            d = read_json(f)
+            cls = d.get("processor_class") if isinstance(d, dict) else None
             if cls:
                 return cls
     return None

@@ -27,6 +27,10 @@ retrieval and ground truth are defined at this canonical level").
    ``sim/`` and visual and prefix feature spaces (segment and prefix ids are unchanged). Semantic spaces embed the old
    states and are not carried over: encode the new states with ``python -m retrieval encode``.
 
+Every decision above that compares cosines (clustering, texts joining a seed, ``bge_similar`` neighbours, the mining
+order) is made on float64 embeddings rounded to a grid (`retrieval.canon.grid`), so the same source and settings
+build the same benchmark on every machine (``python -m eval card`` prints its build fingerprint).
+
 With ``mine_budget`` / ``verify`` (the synthetic benchmark's construction, `retrieval.canon.mining`), step 4's
 tiers are then mined within a budget and verified against the simulator truth; queries carry ``gt_sim_exact``
 wherever segments carry ``sim_state``; a question that names its answer (a member phrasing of the target state as a
@@ -50,10 +54,12 @@ import pyarrow.compute as pc
 from eval.benchmark import Benchmark
 from eval.features import list_spaces, read_meta
 from eval.io import write_json, write_jsonl
+from eval.outputs import link_dependencies, register_dependent
 from eval.schema import GT_TIERS
 from eval.segments import SegmentTimeline
 from retrieval.canon._files import check_out_dir, staged_dir
 from retrieval.canon.cluster import Clustering, assign, greedy_cluster, similar_pairs, unit_rows, visit_order
+from retrieval.canon.grid import GRID_BITS, grid_embeddings
 from retrieval.canon.metrics import partition_scores, vocabulary_stats
 from retrieval.canon.mining import Judge, Verifier, canonicalization_errors, mine_verified, sim_exact_pools
 from retrieval.canon.vocab import PhraseVocab, from_benchmark, segment_phrases
@@ -146,7 +152,7 @@ class _TextCanonicalizer:
         rest = [t for t in todo if t not in self.vocab_index]
         if not rest:
             return
-        emb = self.encoder.encode_items(rest)
+        emb = grid_embeddings(self.encoder, rest)
         idx, _ = assign(emb, self.canon.grid, self.threshold)
         for t, i, e in zip(rest, idx, emb, strict=True):
             if i >= 0:
@@ -369,7 +375,7 @@ def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print
     vocab = from_benchmark(bench)
     encoder = encoder or TextEncoder(cfg.model, device=cfg.device, batch_size=cfg.batch_size)
     log(f"{len(vocab):,} raw phrases ({int(vocab.counts.sum()):,} segments); embedding with {cfg.model}")
-    emb = encoder.encode_items(vocab.phrases, progress=progress)
+    emb = grid_embeddings(encoder, vocab.phrases, progress=progress)  # machine-independent decisions
     cl = greedy_cluster(emb, cfg.threshold, visit_order(vocab.counts, vocab.phrases, cfg.ties), progress=progress)
     canon = canonical_states(vocab, emb, cl)
     log(f"threshold {cfg.threshold:g}: {cl.n_clusters:,} canonical states (source benchmark: {len(bench.state_ids):,})")
@@ -381,7 +387,8 @@ def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print
     canon_info = {"source": str(src.resolve()), "source_name": m.name, "threshold": cfg.threshold, "model": cfg.model,
                   "similar_threshold": cfg.resolved_similar(), "raw_phrases": len(vocab),
                   "canonical_states": len(out["states"]), "source_states": len(bench.state_ids),
-                  "vocabulary": vocabulary_stats(cl.labels), "dropped_spaces": dropped, **out["stats"]}
+                  "vocabulary": vocabulary_stats(cl.labels), "dropped_spaces": dropped,
+                  "embedding": {"precision": "float64", "grid": f"2^-{GRID_BITS}"}, **out["stats"]}
     if vocab.truth is not None:
         canon_info["agreement_with_source_states"] = partition_scores(cl.labels, vocab.truth)
     manifest = m.to_dict()
@@ -404,7 +411,11 @@ def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print
             (d / "features").mkdir(exist_ok=True)
             _link_or_copy(src / "features" / s, d / "features" / s, cfg.copy)
         write_json(d / "canon_config.json", asdict(cfg))
+        manifest["dependencies"] = link_dependencies(d)  # where the links land: loaders check it is unchanged
         write_json(d / "manifest.json", manifest)
+    for dep in manifest["dependencies"]:  # so that a command about to replace the source knows what it would break
+        if not register_dependent(dep["path"], cfg.out):
+            log(f"warning: {dep['path']} is read-only: could not record that {cfg.out} links into it")
     log(f"re-keyed {len(out['segments']):,} segments and {len(out['queries']):,} queries "
         f"({out['stats']['fair_queries']:,} fair) -> {cfg.out}")
     return Path(cfg.out)

@@ -35,10 +35,10 @@ from pathlib import Path
 import numpy as np
 
 from eval.errors import InputError, OutputRefused
-from eval.io import write_jsonl
+from eval.io import read_text, write_jsonl
 from retrieval.canon.cluster import TIES, assign, extend_clustering, visit_order
 from retrieval.canon.store import SavedClustering, state_id
-from retrieval.canon.vocab import check_phrase_path, from_file, json_lines, last_answered, read_text
+from retrieval.canon.vocab import check_phrase_path, from_file, json_lines, last_answered
 
 STATUSES = ("member", "joined", "new", "none")
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from eval.card import canonicalization_errors  # noqa: F401 (re-exported: the record of a re-keyed benchmark)
 from eval.synth.lexicon import TrueState, satisfies
+from retrieval.canon.cluster import exact_dots
 
 
 @dataclass(frozen=True)
@@ -76,10 +77,13 @@ class Judge:
 
 
 def _order(cands: np.ndarray, target_row: int, seg_vec: np.ndarray) -> np.ndarray:
-    """Candidates sorted by cosine of their raw-phrase embedding to the target's (descending), ties by row."""
+    """Candidates sorted by cosine of their raw-phrase embedding to the target's (descending), ties by row. The
+    cosines are exact dot products (`retrieval.canon.cluster.exact_dots`: no summation order, no BLAS kernel or
+    thread count changes them), so with the build's grid embeddings (`retrieval.canon.grid`) the order is the same
+    on every machine and equal cosines are exact ties."""
     if len(cands) <= 1:
         return cands
-    sims = seg_vec[cands] @ seg_vec[target_row]
+    sims = exact_dots(seg_vec, cands, np.full(len(cands), target_row, np.int64))
     return cands[np.lexsort((cands, -sims))]
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from eval.errors import InputError
-from eval.io import FormatError
+from eval.io import FormatError, read_text
 from eval.phrases import PhraseRecord
 
 
@@ -110,7 +110,6 @@ def from_benchmark(bench, truth: str = "auto") -> PhraseVocab:
 PHRASE_SUFFIXES = (".txt", ".csv", ".tsv", ".json", ".jsonl")
 #: Largest count (and total of counts) a vocabulary holds: counts are int64.
 MAX_COUNT = 2**63 - 1
-_BOM = "\ufeff"
 
 
 def check_phrase_path(path: str | os.PathLike, what: str = "phrase file") -> Path:
@@ -125,20 +124,6 @@ def check_phrase_path(path: str | os.PathLike, what: str = "phrase file") -> Pat
                          fix="name it .txt (one phrase a line), .csv/.tsv (a header with a 'phrase' column), "
                              ".json or .jsonl (objects with 'phrase', or a forecaster's phrase file)")
     return path
-
-
-def read_text(path: Path) -> str:
-    """The file as text: strict UTF-8, a leading byte-order mark dropped (`FormatError` naming the line otherwise)."""
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise InputError(f"cannot read {path}: {e.strerror or e}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise FormatError(path, f"not valid UTF-8 (byte {e.start} of the file)",
-                          line=data[:e.start].count(b"\n") + 1) from None
-    return text[1:] if text.startswith(_BOM) else text
 
 
 class _Counter:

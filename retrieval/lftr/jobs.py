@@ -42,7 +42,7 @@ def _predict_run(bench, model, cfg, ck, ckpt, out, *, split, read_rule, method, 
     rule = read_rule or cfg.read_rule
     ckpt_dir = Path(ckpt) if Path(ckpt).is_dir() else Path(ckpt).parent
     prep = prep if prep is not None else prepare(bench, cfg, ckpt_dir, device)
-    rows = bench.query_rows(split)
+    rows = bench.selection(split)
     t0 = time.time()
     qv = predict_query_vectors(model, prep, rows, rule=rule, seed=cfg.seed, progress=progress, ckpt_dir=ckpt_dir)
     name = method or f"lftr[{cfg.target_space}]" + ("" if rule == "matched" else f"/{rule}")
@@ -161,7 +161,7 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
         encode_space(EncodeConfig(str(bench.root), plan.semantic, text_model, kind="semantic"), progress=progress)
     spaces = {n: Space.load(bench, n) for n in plan.targets()}
     sem, vis = spaces[plan.semantic], spaces[plan.visual]
-    rows = bench.query_rows(split)
+    rows = bench.selection(split)
     paths: list[Path] = []
     timings: dict[str, float] = {}
 

@@ -66,7 +66,7 @@ def test_same_command_replaces_its_output_another_command_is_refused(world):
     assert json.loads((out / ".psr-output.json").read_text())["kind"] == "eval report"
     before = snapshot(world["root"])
     res = run_cli("retrieval", "canon", "sweep", "--phrases", world["phrases"], "--out", out, "--model", MINILM)
-    assert_one_clear_error(res, str(out), "holds the output of `eval report`", "--overwrite")
+    assert_one_clear_error(res, str(out), "holds the output of `eval score` or `eval report`", "--overwrite")
     assert_unchanged(before, snapshot(world["root"]))
     # a report written before output markers existed is recognised by its files
     (out / ".psr-output.json").unlink()

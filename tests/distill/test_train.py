@@ -123,9 +123,13 @@ def test_resume_refuses_another_config(qlora_student, tiny_train_args, student_f
     with pytest.raises(InputError, match=r"checkpoint-2 was trained with config .*learning_rate"):
         train(*tiny_train_args(sft_dir / "cot", tmp_path / "new", *student_flags, "--learning_rate", "1e-4",
                                "--resume_from_checkpoint", ckpt))
-    (run / "checkpoints" / "checkpoint-2" / "psr_train.json").unlink()
-    with pytest.raises(InputError, match="has no psr_train.json"):
-        train(*tiny_train_args(sft_dir / "cot", run, *student_flags))
+    (run / "checkpoints" / "checkpoint-2" / "psr_train.json").unlink()  # cut while saving (or not ours)
+    with pytest.raises(InputError, match="has no psr_train.json"):  # named explicitly: refused
+        train(*tiny_train_args(sft_dir / "cot", tmp_path / "new2", *student_flags, "--resume_from_checkpoint", ckpt))
+    from distill.checkpoints import resolve_resume
+
+    plan_identity = type("I", (), {"config_hash": json.loads((run / "train.config.json").read_text())["config_hash"]})
+    assert resolve_resume("auto", run, plan_identity) is None  # `auto` passes over it: a rerun starts over and finishes
 
 
 def test_adapter_reloads_and_serves_with_its_preprocessing(qlora_student, tiny_vlm, synth_dir, tmp_path):

@@ -37,7 +37,7 @@ def test_same_kind_is_replaced_another_kind_is_refused(tmp_path):
     with atomic_dir(out, kind="retrieval canon sweep") as stage:
         _write(stage, "sweep2.json")
     assert (out / "sweep2.json").exists() and not (out / "sweep.json").exists()
-    other = "holds the output of `retrieval canon sweep`, not of `eval report`"
+    other = "holds the output of `retrieval canon sweep`, not of `eval score` or `eval report`"
     with pytest.raises(OutputRefused, match=other), atomic_dir(out, kind="eval report") as stage:
         _write(stage)
     assert (out / "sweep2.json").exists()

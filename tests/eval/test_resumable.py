@@ -62,3 +62,21 @@ def test_locked_refuses_a_second_job(tmp_path):
         pass
     with locked(p):  # released
         pass
+
+
+def test_the_lock_file_exists_only_while_held(tmp_path):
+    """A finished job leaves no ``OUT.lock`` behind; a job that opened the file just before the holder removed it
+    locks a fresh one (never a second holder of the same path)."""
+    import fcntl
+    import os
+
+    p = tmp_path / "out.jsonl"
+    with locked(p):
+        assert (tmp_path / "out.jsonl.lock").exists()
+        fd = os.open(tmp_path / "out.jsonl.lock", os.O_RDWR)  # a second job got the file before the holder is done
+    assert not (tmp_path / "out.jsonl.lock").exists()
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # it now holds a lock on the removed file: that is no lock ...
+    with locked(p):  # ... and a new job locks the path's new file
+        assert (tmp_path / "out.jsonl.lock").exists()
+    os.close(fd)
+    assert sorted(x.name for x in tmp_path.iterdir()) == []

@@ -227,3 +227,21 @@ def test_absent_and_empty_gt_lists_hash_alike():
     empty = pa.table({"id": ids, "gt_extra": pa.array([[], None, []], pa.list_(pa.string()))})
     filled = pa.table({"id": ids, "gt_extra": pa.array([[], ["c1"], []], pa.list_(pa.string()))})
     assert digest(absent) == digest(empty) != digest(filled)
+
+
+def test_a_bad_score_is_named_by_its_position_not_by_the_whole_list(pixels_run, tmp_path):
+    """A top-50 list in an error message is unreadable: the message names the score and shows its neighbours."""
+    run, path = pixels_run
+    sc = [list(r) for r in run.topk_scores]
+    assert len(sc[2]) >= 20
+    sc[2][12] = float("nan")
+    bad = _rewrite(path, tmp_path / "nan.parquet", replace={"topk_scores": pa.array(sc, pa.list_(pa.float32()))})
+    with pytest.raises(FormatError, match=r"score 12 is nan") as e:
+        read_run(bad)
+    assert str(e.value).count(",") < 12, str(e.value)
+    sc = [list(r) for r in run.topk_scores]
+    sc[3][15] = sc[3][0] + 1.0
+    bad = _rewrite(path, tmp_path / "order.parquet", replace={"topk_scores": pa.array(sc, pa.list_(pa.float32()))})
+    with pytest.raises(FormatError, match=r"row 3 .*score 15 .* exceeds score 14") as e:
+        read_run(bad)
+    assert str(e.value).count(",") < 12, str(e.value)

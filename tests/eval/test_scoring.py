@@ -8,7 +8,7 @@ from eval_sources import oracle_and_pixels
 
 from eval.errors import InputError
 from eval.runs import Run, read_run, write_run
-from eval.scoring import DenseSource, FusionSource, RandomSource, score_stream, stream_moments
+from eval.scoring import SPREAD_RTOL, DenseSource, FusionSource, RandomSource, score_stream, stream_moments
 
 
 def _lattice(rng, n, d, k=None):
@@ -466,7 +466,9 @@ def test_constant_fusion_input_gets_weight_zero_or_is_refused():
     mean, std = const.moments(slice(0, 6))
     assert (std == 0).all() and np.allclose(mean, q.astype(np.float64) @ items[0].astype(np.float64), rtol=1e-6)
     m2, s2 = stream_moments(const, slice(0, 6), c_chunk=37)
-    assert (s2 == 0).all()
+    # streamed, the scores of equal items are equal only as far as the matmul kernel computes equal columns alike
+    # (not so on every CPU / BLAS code path: 1 ulp apart seen): what counts is that the spread is read as constant
+    assert (s2 <= SPREAD_RTOL * np.sqrt(m2**2 + s2**2)).all(), s2
     varied = DenseSource(q, rng.standard_normal((m, d)).astype(np.float32))
     with pytest.raises(InputError, match=r"fusion input 1 \(const\) gives every query constant scores"):
         FusionSource([varied, const], names=["varied", "const"]).coefficients()

@@ -18,7 +18,6 @@ def _phrase_file(path, bench):
         {"query_id": test[1], "phrase": None, "error": "timeout", "parse_ok": False},
         {"query_id": test[2], "phrase": "", "raw": "I cannot tell", "parse_ok": False},
         {"query_id": test[4], "phrase": "rolling down the ramp"},
-        {"query_id": "q-not-in-benchmark", "phrase": "falling"},
     ]
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
     return test
@@ -33,7 +32,7 @@ def test_phrase_vectors_max_over_samples_and_misses(tiny_bench, text_encoder, tm
     rows = tiny_bench.query_rows("test")
     qv, stats = phrase_query_vectors(tiny_bench, tmp_path / "p.jsonl", rows, "minilm", text_encoder)
     assert qv.query_ids == test and qv.vectors.shape == (len(test), 2, 384)
-    assert stats.failed == 2 and stats.missing_lines == len(test) - 4 and stats.unknown_ids == 1
+    assert stats.failed == 2 and stats.missing_lines == len(test) - 4
     assert qv.miss.tolist() == [False, True, True, True, False] + [True] * (len(test) - 5)
     sp = Space.load(tiny_bench, "minilm")
     both = DenseSource(qv.vectors[:1], sp.items, sp.item_rows).scores(slice(0, 1), slice(0, sp.item_rows.size))

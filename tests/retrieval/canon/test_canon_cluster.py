@@ -79,7 +79,7 @@ def test_a_pair_at_0_79999958_does_not_join_at_0_8():
     assert abs(float(x @ x) - 1) <= UNIT_TOL and abs(float(y @ y) - 1) <= UNIT_TOL  # taken as given
     pair = np.stack([x, y])
     cl = both(pair, 0.8)
-    assert cl.labels.tolist() == [0, 1] and cl.seed_sim[1] == float(y.astype(np.float64) @ y)  # founds its own
+    assert cl.labels.tolist() == [0, 1] and cl.seed_sim[1] == fsum_sim(y, y)  # founds its own (exactly rounded)
     assert both(pair, sim).labels.tolist() == [0, 0] and both(pair, sim).seed_sim[1] == sim
     assert both(pair, np.nextafter(sim, 1.0)).labels.tolist() == [0, 1]
     idx, s = assign(y[None], x[None], 0.8)
