@@ -1,14 +1,18 @@
 """CPU threads of the training loops (the towers, LFTR, distillation): as many as this process may run on, and
-OpenMP workers that sleep while they wait instead of spinning.
+OpenMP workers that sleep while they wait instead of spinning (for every ``python -m retrieval`` / ``python -m
+eval`` process and ``distill.train``).
 
 Why: torch's CPU kernels run in OpenMP parallel regions (libgomp), each ending at a barrier. By default a worker
 that reaches the barrier first spins (``GOMP_SPINCOUNT``, ~300,000 iterations) before it sleeps; on a shared machine
 its peer is often descheduled, so the spinning burns a core that another process (or the peer itself) needed. With
-many short regions per training step, CPU seconds per epoch tripled at a load of 7-8 on 2 cores (issue 23).
+many short regions per training step, CPU seconds per epoch tripled at a load of 7-8 on 2 cores (issue 23); encoding
+2,946 questions with MiniLM at a load of 9-11 took 37 CPU s and 125-139 s wall spinning, 18 CPU s and 66 s passive.
 ``OMP_WAIT_POLICY=PASSIVE`` makes waiting workers sleep at once. libgomp reads it once, when it is loaded (with
 torch or numba), so it must be in the environment before that: `prefer_passive_wait` sets it (unless the user chose
-a policy, or a runtime is already loaded) and says whether it is in effect; the training commands call it before
-importing torch, and `training_threads` calls it too (effective in a fresh process).
+a policy, or a runtime is already loaded) and says whether it is in effect; the ``retrieval`` and ``eval`` entry
+points (``__main__``, so also ``psr retrieval|eval``) and ``distill.train`` call it before anything imports torch,
+and `training_threads` calls it too (effective in a fresh process). The forecasters' entry point does not: its
+children may be vLLM servers, which manage their own OpenMP threads.
 
 Thread count: ``os.sched_getaffinity`` (the CPUs this process may use: ``taskset``, cgroup cpusets, a batch
 scheduler's allocation), not ``os.cpu_count`` (every CPU of the machine); ``OMP_NUM_THREADS`` set by the user or a

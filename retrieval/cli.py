@@ -31,13 +31,6 @@ SPLIT = typer.Option("test", "--split", help="queries to answer: train | val | t
 K = typer.Option(50, "--k", min=1, help="length of the top-k list kept in the run")
 
 
-def _training_process() -> None:
-    """A command that trains: OpenMP workers sleep while they wait (set before torch loads; `eval.threads`)."""
-    from eval.threads import prefer_passive_wait
-
-    prefer_passive_wait()
-
-
 def _rows(bench, split: str):
     return bench.query_rows(split)
 
@@ -282,7 +275,6 @@ def lftr_train(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Train LFTR (resumes from OUT/last.pt); keeps the best-val-R@5 weights in OUT/best.pt."""
-    _training_process()
     from eval.benchmark import Benchmark
     from retrieval.lftr.predict import validation_recall
     from retrieval.lftr.train import train
@@ -333,7 +325,6 @@ def lftr_seeds(
     overwrite: bool = OVERWRITE,
 ) -> None:
     """Train + predict one LFTR per seed and report mean +- std of R@k and MRR (summary.json, summary.md)."""
-    _training_process()
     from eval.benchmark import Benchmark
     from retrieval.lftr.jobs import multi_seed
 
@@ -383,7 +374,6 @@ def demo(
                                       "persistence and the prototype oracle beside the visual space"),
 ) -> None:
     """Encode the semantic space, run every baseline, oracle, LFTR in both spaces and their fusion (resumable)."""
-    _training_process()
     from eval.benchmark import Benchmark
     from retrieval.lftr.jobs import run_demo
 
@@ -406,7 +396,6 @@ def encoder_ssl(data: Path = DATA, out: Path = TOWER_OUT, config: list[Path] = C
                 stop_after: int = typer.Option(0, "--stop-after", min=0, help="run at most N epochs now (resume later)")
                 ) -> None:
     """Self-supervised (SimCLR) image tower on the train split's frames; then `encode --model OUT`."""
-    _training_process()
     from eval.benchmark import Benchmark
     from retrieval.ssl import SSLConfig, train_ssl
     from retrieval.towers import load_dataclass
@@ -423,7 +412,6 @@ def encoder_lit(data: Path = DATA, out: Path = TOWER_OUT, config: list[Path] = C
                                                                         "(default: the packaged MiniLM)"),
                 stop_after: int = typer.Option(0, "--stop-after", min=0)) -> None:
     """LiT image tower matched to a locked text model on train-split (frame, raw description) pairs."""
-    _training_process()
     from eval.benchmark import Benchmark
     from retrieval.lit import LiTConfig, train_lit
     from retrieval.towers import load_dataclass
@@ -460,7 +448,6 @@ def lftr_lora(
     split: str = SPLIT,
 ) -> None:
     """The LoRA fine-tuned encoder baseline (App. S): LoRA on the prefix encoder through the LFTR head vs frozen."""
-    _training_process()
     from eval.benchmark import Benchmark
     from retrieval.lftr.config import LFTRConfig, read_yaml
     from retrieval.lora import LORA_LFTR, LoRAConfig, run_lora_baseline

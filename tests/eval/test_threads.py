@@ -68,6 +68,22 @@ print(json.dumps({"ok": prefer_passive_wait(), "env": os.environ.get("OMP_WAIT_P
     assert late == {"ok": False, "env": None}  # too late for this process: its children are not changed either
 
 
+@pytest.mark.parametrize("package", ["retrieval", "eval"])
+def test_the_entry_points_ask_for_passive_waiting_before_torch_loads(package):
+    out = _fresh(f"""
+import json, os, runpy, sys
+sys.argv = ["{package}", "--help"]
+try:
+    runpy.run_module("{package}", run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+from eval.threads import openmp_loaded, prefer_passive_wait
+print(json.dumps({{"policy": os.environ.get("OMP_WAIT_POLICY"), "in_effect": prefer_passive_wait(),
+                  "torch": "torch" in sys.modules}}))
+""")
+    assert out == {"policy": "PASSIVE", "in_effect": True, "torch": False}
+
+
 IDLE_CPU = """
 import json, sys, time
 from eval.threads import prefer_passive_wait
