@@ -62,6 +62,11 @@ class ScoreSource(ABC):
         """True when `moments` needs the score of every corpus item (`stream_moments`), False for a closed form."""
         return type(self).moments is ScoreSource.moments
 
+    def state_scores(self, q: slice) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(S, item_rows)`` when every corpus row ``j`` of queries ``q`` scores ``S[:, item_rows[j]]`` (a
+        state-space source: the scorer then works at the state level, `eval.scoring.states`), else None."""
+        return None
+
     def nonfinite_origin(self, i: int, j: int) -> str:
         """Text naming where the non-finite score of query ``i`` for item ``j`` came from ("" for the source
         itself); only called to word an error."""
@@ -218,6 +223,11 @@ class DenseSource(ScoreSource):
         if self.item_rows is None:
             return self._raw(q, items)
         return np.take(self._state_block(q), self.item_rows[items], axis=1)
+
+    def state_scores(self, q: slice) -> tuple[np.ndarray, np.ndarray] | None:
+        if self.item_rows is None:
+            return None
+        return self._state_block(slice(*q.indices(self.n_queries)[:2])), self.item_rows
 
     def streams_moments(self) -> bool:
         return self.K != 1  # a max or mean over samples is not linear in the query vector
