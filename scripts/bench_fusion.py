@@ -13,8 +13,9 @@ the scorer's tiles of 512 x 16,384):
 
 Per case: ``bare_s`` = the sum over inputs of the bare chunked matmul of its query vectors (all samples) against its
 items (``Q[a:a+1024] @ X[c:c+16384].T``, torch, the same threads), ``fusion_s`` = `eval.scoring.score_stream` on
-`eval.scoring.FusionSource` (statistics, every tile, pass A, rank counting, top-k), ``ratio = fusion_s / bare_s``
-(minimum over ``--repeats`` of each, the contenders taking turns), and with ``--two-pass`` the same for the fusion
+`eval.scoring.FusionSource` (statistics, every tile, pass A, rank counting, top-k), ``ratio = fusion_s / bare_s``,
+timed per query block of 512 with the contenders taking turns (`interleaved` of `scripts/bench_scoring.py`: each
+block's minimum over ``--repeats``, summed), also in CPU seconds (``cpu_ratio``); and with ``--two-pass`` the same for the fusion
 that computed every input's statistics in a pass of their own before scoring (the reference kept in
 ``tests/eval/eval_sources.py``). Also the load average before and after, and the peak resident memory of the
 fusion (sampled every 10 ms) minus the RSS before it. Target (issue 23): ratio <= 1.2.
@@ -25,7 +26,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -56,24 +56,22 @@ def inputs(case: str, a, rng) -> list[dict]:
     raise SystemExit(f"unknown case {case!r} (lftr, dense)")
 
 
-def bare_matmul(spec: dict, rows: int = 1024, c_chunk: int = 16384) -> float:
-    """Seconds of ``(n*K, d) @ (d, m)`` in tiles of ``rows`` x ``c_chunk``, nothing else."""
+def bare_matmul(spec: dict, qs: slice, rows: int = 1024, c_chunk: int = 16384) -> None:
+    """``(n*K, d) @ (d, m)`` of queries ``qs`` in tiles of ``rows`` x ``c_chunk``, nothing else."""
     import torch
 
-    q = torch.from_numpy(spec["q"].reshape(-1, spec["q"].shape[2]))
+    q = torch.from_numpy(np.ascontiguousarray(spec["q"][qs]).reshape(-1, spec["q"].shape[2]))
     x = torch.from_numpy(spec["x"])
-    t0 = time.perf_counter()
     for r in range(0, len(q), rows):
         for c in range(0, len(x), c_chunk):
             s = q[r:r + rows] @ x[c:c + c_chunk].T
             del s
-    return time.perf_counter() - t0
 
 
 def run_case(case: str, a) -> dict:
-    from bench_scoring import RssSampler, make_data
+    from bench_scoring import RssSampler, interleaved, make_data
 
-    from eval.scoring import DenseSource, FusionSource, score_stream
+    from eval.scoring import DEFAULT_Q_BLOCK, DenseSource, FusionSource, score_stream
 
     rng = np.random.default_rng(a.seed)
     specs = inputs(case, a, rng)
@@ -84,34 +82,39 @@ def run_case(case: str, a) -> dict:
         from eval_sources import TwoPassFusion
 
         kinds["two-pass"] = TwoPassFusion
+    starts = list(range(0, a.queries, DEFAULT_Q_BLOCK))
+    blocks = [slice(s, min(a.queries, s + DEFAULT_Q_BLOCK)) for s in starts]
+    results: dict[str, dict[int, object]] = {k: {} for k in kinds}
+    extra = {k: 0.0 for k in kinds}
 
-    def fusion(cls):
-        return cls([DenseSource(s["q"], s["x"], item_rows=s.get("item_rows")) for s in specs])
+    def fused(name, b):
+        qs = blocks[b]
+        srcs = [DenseSource(s["q"][qs], s["x"], item_rows=s.get("item_rows")) for s in specs]
+        with RssSampler() as mem:
+            results[name][b] = score_stream(kinds[name](srcs), {n: v[qs] for n, v in pools.items()}, exclude[qs],
+                                            k=50, progress=False, probes={n: v[qs] for n, v in probes.items()})
+        extra[name] = max(extra[name], (mem.peak - mem.start) / 2**20)
 
-    # compile the tile kernel outside the timed region
+    contenders = {"bare": lambda b: [bare_matmul(s, blocks[b]) for s in specs]}
+    contenders.update({name: (lambda b, name=name: fused(name, b)) for name in kinds})
+    # compile the kernels outside the timed region
     score_stream(DenseSource(specs[0]["q"][:4], specs[0]["x"][:1000]), {"a": [np.arange(3)] * 4},
                  [np.arange(3, 9)] * 4, k=5, progress=False)
     load_before = os.getloadavg()[0]
-    bare, times, extra, results = [], {k: [] for k in kinds}, {}, {}
-    for _ in range(a.repeats):
-        bare.append(sum(bare_matmul(s) for s in specs))
-        for name, cls in kinds.items():
-            with RssSampler() as mem:
-                t0 = time.perf_counter()
-                res = score_stream(fusion(cls), pools, exclude, k=50, progress=False, probes=probes)
-                times[name].append(time.perf_counter() - t0)
-            extra[name] = (mem.peak - mem.start) / 2**20
-            results[name] = res
+    t = interleaved(contenders, len(blocks), a.repeats)
     if a.two_pass:  # the same fusion, bit for bit
-        one, two = results["one-pass"], results["two-pass"]
-        assert one.topk_scores.tobytes() == two.topk_scores.tobytes() and np.array_equal(one.topk_rows, two.topk_rows)
+        for b in range(len(blocks)):
+            one, two = results["one-pass"][b], results["two-pass"][b]
+            assert one.topk_scores.tobytes() == two.topk_scores.tobytes()
+            assert np.array_equal(one.topk_rows, two.topk_rows)
     out = {"case": case, "queries": a.queries, "items": a.items, "threads": a.threads, "repeats": a.repeats,
            "inputs": [{"vectors_per_query": int(s["q"].shape[1]), "dim": int(s["q"].shape[2]),
                        "items": int(len(s["x"])), "state_space": "item_rows" in s} for s in specs],
-           "bare_s": min(bare), "bare_all_s": bare, "load_before": load_before, "load_after": os.getloadavg()[0]}
+           "bare_s": t["bare"]["wall_s"], "bare_cpu_s": t["bare"]["cpu_s"], "load_before": load_before,
+           "load_after": os.getloadavg()[0]}
     for name in kinds:
-        out[name] = {"s": min(times[name]), "all_s": times[name], "ratio": min(times[name]) / min(bare),
-                     "extra_mb": extra[name]}
+        out[name] = {"s": t[name]["wall_s"], "cpu_s": t[name]["cpu_s"], "ratio": t[name]["wall_s"] / t["bare"]["wall_s"],
+                     "cpu_ratio": t[name]["cpu_s"] / t["bare"]["cpu_s"], "extra_mb": extra[name]}
     return out
 
 
@@ -140,9 +143,10 @@ def main() -> None:
         line = (f"{case}: {r['queries']} queries x {r['items']:,} items, inputs "
                 + " + ".join(f"{i['vectors_per_query']} x {i['dim']}-d" for i in r["inputs"])
                 + f": bare matmuls {r['bare_s']:.2f} s; one-pass fusion {r['one-pass']['s']:.2f} s, ratio "
-                  f"{r['one-pass']['ratio']:.2f}")
+                  f"{r['one-pass']['ratio']:.2f} (CPU {r['one-pass']['cpu_ratio']:.2f}, +{r['one-pass']['extra_mb']:.0f} MB)")
         if a.two_pass:
-            line += f"; two-pass {r['two-pass']['s']:.2f} s, ratio {r['two-pass']['ratio']:.2f}"
+            line += (f"; two-pass {r['two-pass']['s']:.2f} s, ratio {r['two-pass']['ratio']:.2f} (CPU "
+                     f"{r['two-pass']['cpu_ratio']:.2f})")
         print(line + f" (load {r['load_before']:.1f} -> {r['load_after']:.1f})", flush=True)
     if a.out:
         from eval.io import write_json
