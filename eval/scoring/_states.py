@@ -16,16 +16,21 @@ POS_INF = np.float32(np.inf)
 
 
 @njit(cache=True, nogil=True)
+def _lower_bound(a, lo, hi, x):
+    """First index in ``[lo, hi)`` of the ascending ``a`` whose value is not below ``x`` (``hi`` if none)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if a[mid] < x:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True, nogil=True)
 def _rows_below(state_rows, lo, hi, bound):
     """Rows of ``state_rows[lo:hi]`` (ascending) below ``bound``."""
-    a, b = lo, hi
-    while a < b:
-        mid = (a + b) // 2
-        if state_rows[mid] < bound:
-            a = mid + 1
-        else:
-            b = mid
-    return a - lo
+    return _lower_bound(state_rows, lo, hi, bound) - lo
 
 
 @njit(parallel=True, cache=True, nogil=True)
@@ -70,61 +75,42 @@ def state_counts(S, cnt, state_ptr, state_rows, best, pool_order, first_row, abo
 @njit(cache=True, nogil=True)
 def _excluded(ex_rows, lo, hi, row):
     """``row`` is one of the sorted ``ex_rows[lo:hi]``."""
-    a, b = lo, hi
-    while a < b:
-        mid = (a + b) // 2
-        if ex_rows[mid] < row:
-            a = mid + 1
-        else:
-            b = mid
+    a = _lower_bound(ex_rows, lo, hi, row)
     return a < hi and ex_rows[a] == row
 
 
 @njit(cache=True, nogil=True)
-def _heap_sift_down(hs, hr, n, pos):
-    """Min-heap on score ``hs`` (payload ``hr``) of size ``n``: restore the heap below ``pos``."""
+def _swap(keys, vals, a, b):
+    keys[a], keys[b] = keys[b], keys[a]
+    vals[a], vals[b] = vals[b], vals[a]
+
+
+@njit(cache=True, nogil=True)
+def _sift_down(keys, vals, n, pos):
+    """Min-heap on ``keys[:n]`` (payload ``vals``): restore the heap below ``pos``."""
     while True:
         a = 2 * pos + 1
         if a >= n:
             return
-        if a + 1 < n and hs[a + 1] < hs[a]:
+        if a + 1 < n and keys[a + 1] < keys[a]:
             a += 1
-        if hs[a] < hs[pos]:
-            hs[a], hs[pos] = hs[pos], hs[a]
-            hr[a], hr[pos] = hr[pos], hr[a]
-            pos = a
-        else:
+        if not keys[a] < keys[pos]:
             return
+        _swap(keys, vals, a, pos)
+        pos = a
 
 
 @njit(cache=True, nogil=True)
-def _row_heap_sift_down(h, n, pos):
-    """Max-heap of rows ``h`` of size ``n``."""
-    while True:
-        a = 2 * pos + 1
-        if a >= n:
-            return
-        if a + 1 < n and h[a + 1] > h[a]:
-            a += 1
-        if h[a] > h[pos]:
-            h[a], h[pos] = h[pos], h[a]
-            pos = a
-        else:
-            return
-
-
-@njit(cache=True, nogil=True)
-def _row_heap_push(h, n, row):
-    """Push ``row`` into the max-heap ``h[:n]``; returns the new size."""
+def _push(keys, vals, n, key, val):
+    """Push ``(key, val)`` into the min-heap ``keys[:n]``; returns the new size."""
     pos = n
-    h[pos] = row
+    keys[pos], vals[pos] = key, val
     while pos > 0:
         parent = (pos - 1) // 2
-        if h[parent] < h[pos]:
-            h[parent], h[pos] = h[pos], h[parent]
-            pos = parent
-        else:
+        if not keys[pos] < keys[parent]:
             break
+        _swap(keys, vals, pos, parent)
+        pos = parent
     return n + 1
 
 
@@ -164,17 +150,12 @@ def state_topk(S, cnt, item_rows, state_ptr, state_rows, ex_offsets, ex_rows, to
                 continue
             v = s[r]
             if n < k:
-                hs[n] = v
-                hr[n] = r
-                n += 1
-                if n == k:
-                    for pos in range(k // 2 - 1, -1, -1):
-                        _heap_sift_down(hs, hr, k, pos)
+                n = _push(hs, hr, n, v, r)
             elif v > hs[0]:
                 hs[0] = v
                 hr[0] = r
-                _heap_sift_down(hs, hr, k, 0)
-        order = np.argsort(-hs[:n], kind="mergesort")
+                _sift_down(hs, hr, k, 0)
+        order = np.argsort(-hs[:n], kind="mergesort")  # scores are finite here (checked before)
         total = 0
         kth = NEG_INF
         full = False
@@ -187,33 +168,28 @@ def state_topk(S, cnt, item_rows, state_ptr, state_rows, ex_offsets, ex_rows, to
         out_s = np.empty(k, np.float32)
         out_r = np.empty(k, np.int64)
         c = 0
-        if not full:  # fewer than k rows in all: list them all
-            for a in range(n):
-                r = hr[order[a]]
+        # rows strictly above the k-th score (every row when fewer than k exist): fewer than k, all listed
+        bound = kth if full else NEG_INF
+        for a in range(n):
+            r = hr[a]
+            if s[r] > bound:
                 for x in range(state_ptr[r], state_ptr[r + 1]):
                     row = state_rows[x]
                     if not _excluded(ex_rows, lo, hi, row):
                         out_s[c] = s[r]
                         out_r[c] = row
                         c += 1
+        if not full:
             _sort_pairs(out_s, out_r, c)
             for a in range(k):
                 top_scores[i, a] = out_s[a] if a < c else NEG_INF
                 top_rows[i, a] = out_r[a] if a < c else -1
             unlisted[i] = 0
             continue
-        # rows strictly above the k-th score: fewer than k, all listed
-        for a in range(n):
-            r = hr[a]
-            if s[r] > kth:
-                for x in range(state_ptr[r], state_ptr[r + 1]):
-                    row = state_rows[x]
-                    if not _excluded(ex_rows, lo, hi, row):
-                        out_s[c] = s[r]
-                        out_r[c] = row
-                        c += 1
         need = k - c
-        # rows tied with the k-th score: the `need` lowest rows are listed (row tie-break), the rest are unlisted
+        # rows tied with the k-th score: the `need` lowest rows are listed (row tie-break), the rest are unlisted;
+        # a max-heap of rows, as a min-heap keyed by -row
+        neg = np.empty(need, np.int64)
         heap = np.empty(need, np.int64)
         nh = 0
         tied_total = 0
@@ -228,10 +204,10 @@ def state_topk(S, cnt, item_rows, state_ptr, state_rows, ex_offsets, ex_rows, to
                 if _excluded(ex_rows, lo, hi, row):
                     continue
                 if nh < need:
-                    nh = _row_heap_push(heap, nh, row)
+                    nh = _push(neg, heap, nh, -row, row)
                 else:
-                    heap[0] = row
-                    _row_heap_sift_down(heap, nh, 0)
+                    neg[0], heap[0] = -row, row
+                    _sift_down(neg, heap, nh, 0)
         for a in range(nh):
             out_s[c] = s[item_rows[heap[a]]]  # its own score: +0.0 and -0.0 tie but are listed as they are
             out_r[c] = heap[a]
