@@ -538,7 +538,9 @@ def train(psr: PSRTrainArgs, sft, model_args) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """``python -m distill.train ARGV``: the exit code; errors print one line (`eval.cli_support.run_main`)."""
     from eval.cli_support import run_main
+    from eval.threads import prefer_passive_wait
 
+    prefer_passive_wait()  # before torch loads: waiting OpenMP workers sleep (eval.threads)
     return run_main(_main, argv)
 
 
@@ -548,7 +550,9 @@ def _main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     argv, overwrite = pop_overwrite(argv)
     psr, sft, model_args = parse_train_args(argv)
-    with train_output(psr, sft, model_args, overwrite=bool(overwrite)):
+    from eval.threads import training_threads
+
+    with train_output(psr, sft, model_args, overwrite=bool(overwrite)), training_threads():
         metrics = train(psr, sft, model_args)
     if metrics:
         print(json.dumps({k: v for k, v in metrics.items() if k not in ("losses", "eval")}, indent=2))

@@ -113,16 +113,16 @@ def search(
 ) -> None:
     """Embed a phrase file's phrases in a space and rank the corpus (max over a query's phrases; misses tie)."""
     from eval.benchmark import Benchmark
-    from retrieval.encoders import query_text_encoder
     from retrieval.runs import score_query_vectors
     from retrieval.search import phrase_query_vectors
     from retrieval.spaces import Space
+    from retrieval.textcache import cached_query_encoder
 
     inputs = [data, phrases, canonicalize_holdout]
     _check_run_out(out, inputs, overwrite)
     bench = Benchmark.load(data)
     sp = Space.load(bench, space)
-    enc = query_text_encoder(sp.meta, device=device)
+    enc = cached_query_encoder(bench, sp.meta, device=device)
     qv, stats = phrase_query_vectors(bench, phrases, _rows(bench, split, allow_empty), space, enc,
                                      max_samples=max_samples or None, progress=True, allow_empty=allow_empty)
     if stats.missing_lines or stats.failed:

@@ -10,11 +10,11 @@ import numpy as np
 
 from eval.benchmark import Benchmark
 from retrieval import baselines, oracles
-from retrieval.encoders import query_text_encoder
 from retrieval.lftr.data import pick_prefix_space
 from retrieval.method_names import BASELINES, NEEDS, ORACLES
 from retrieval.queries import QueryVectors
 from retrieval.spaces import Space
+from retrieval.textcache import cached_query_encoder
 
 
 def method_query_vectors(bench: Benchmark, name: str, space: Space | None, rows: np.ndarray, *,
@@ -31,7 +31,7 @@ def method_query_vectors(bench: Benchmark, name: str, space: Space | None, rows:
     if need == "visual" and space.kind != "visual":
         raise ValueError(f"{name} retrieves with prefix tokens in a visual space; {space.name!r} is {space.kind}")
     if need == "text":
-        enc = query_text_encoder(space.meta, device=device)
+        enc = cached_query_encoder(bench, space.meta, device=device)
         if name == "paraphrase":
             return oracles.paraphrase(bench, rows, space, enc, seed=seed)
         fn = baselines.question_only if name == "question-only" else oracles.semantic_text

@@ -245,7 +245,7 @@ class OptimConfig:
     warmup_epochs: float = 1.0
     grad_clip: float = 1.0
     seed: int = 0
-    threads: int = 0  # torch CPU threads during the job (0 = torch's default)
+    threads: int = 0  # torch CPU threads during the job (0 = the CPUs this process may use, eval.threads)
 
 
 def check_output_dir(out: Path) -> None:

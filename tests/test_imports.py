@@ -136,3 +136,36 @@ def test_every_module_imports_first(package):
     res = subprocess.run([sys.executable, "-c", FRESH_IMPORTS, ",".join(PACKAGES), *names], capture_output=True,
                          text=True, cwd=REPO, timeout=600)
     assert res.returncode == 0 and res.stdout.strip() == "ok", (res.stdout + res.stderr)[-4000:]
+
+
+HELP_IMPORTS = """
+import runpy, sys
+package, args = sys.argv[1], sys.argv[2:]
+sys.argv = [package, *args]
+try:
+    if package == "psr":
+        from eval.console import main
+        main(args)
+    else:
+        runpy.run_module(package, run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+print("LOADED", ",".join(sorted(m for m in sys.modules if "." not in m)), file=sys.stderr)
+"""
+#: Libraries that cost seconds to import: a ``--help`` must not load them (docs/performance.md, issue 23).
+HEAVY_MODULES = ("torch", "transformers", "sentence_transformers", "datasets", "pandas", "pyarrow", "numba",
+                 "scipy", "faiss", "matplotlib", "vllm", "trl", "peft")
+
+
+@pytest.mark.parametrize("argv", [("psr", "--help"), ("retrieval", "--help"), ("retrieval", "fuse", "--help"),
+                                  ("retrieval", "lftr", "train", "--help"), ("eval", "--help"),
+                                  ("forecasters", "--help"), ("distill", "--help")], ids=" ".join)
+def test_help_imports_no_heavy_library(argv):
+    """``python -m PACKAGE --help`` and ``psr --help`` load only the command-line layer: every heavy library is
+    imported by the command that uses it, so asking for help costs an interpreter start, not torch's import."""
+    res = subprocess.run([sys.executable, "-c", HELP_IMPORTS, *argv], capture_output=True, text=True, cwd=REPO,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.strip(), res.stderr[-2000:]  # the help text was printed
+    loaded = set(res.stderr.rsplit("LOADED ", 1)[1].strip().split(","))
+    assert not loaded & set(HEAVY_MODULES), sorted(loaded & set(HEAVY_MODULES))

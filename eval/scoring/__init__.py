@@ -38,7 +38,8 @@ are ranked over the full corpus.
 Modules:
 
 ===============================  ==================================================================================
-`eval.scoring.sources`           `ScoreSource` (the base class), `DenseSource`, `FusionSource`, `RandomSource`
+`eval.scoring.sources`           `ScoreSource` (the base class), `DenseSource`, `RandomSource`
+`eval.scoring.fusion`            `FusionSource`: z-score fusion, each input's corpus scored once per query block
 `eval.scoring.streaming`         `score_stream`, `StreamResult`
 `eval.scoring.block`             one query block: `BlockContext` -> pass A, tiles, pool statistics -> `BlockResult`
 `eval.scoring._tile`             the fused numba tile kernel (rank counting + running top-k + own-video exclusion)
@@ -58,12 +59,12 @@ from eval.scoring.benchmark import (
     score_benchmark,
 )
 from eval.scoring.block import PASS_A_QUERIES, PROBE_STAT_FIELDS, STAT_FIELDS
+from eval.scoring.fusion import FusionSource
 from eval.scoring.sources import (
     DEFAULT_C_CHUNK,
     DEFAULT_Q_BLOCK,
     SPREAD_RTOL,
     DenseSource,
-    FusionSource,
     RandomSource,
     ScoreSource,
     as_score_source,

@@ -86,6 +86,15 @@ def benchmark_groups(bench: Any, queries: Sequence[Any]) -> BenchmarkGroups:
     return BenchmarkGroups(pools, exclude, {"triplet_temporal": temporal, "triplet_semantic": semantic})
 
 
+def queries_at(bench: Any, rows: np.ndarray | Sequence[int]) -> list[Query]:
+    """The typed queries at benchmark rows ``rows``, in that order: the rows are taken as one Arrow table and
+    converted in C++ (half the time of the `datasets` row iterator, which formats each row on its own)."""
+    rows = [int(r) for r in rows]
+    if not rows:
+        return []
+    return [Query.from_dict(r) for r in bench.queries_ds.with_format("arrow")[rows].to_pylist()]
+
+
 def score_benchmark(bench: Any, source: Any, query_rows: np.ndarray | Sequence[int], *, method: str,
                     config: dict[str, Any] | None = None, k: int = 50, q_block: int = DEFAULT_Q_BLOCK,
                     c_chunk: int = DEFAULT_C_CHUNK, progress: bool = True,
@@ -105,7 +114,7 @@ def score_benchmark(bench: Any, source: Any, query_rows: np.ndarray | Sequence[i
         raise ValueError(f"the source has {source.n_queries} queries but {len(query_rows)} query rows were given")
     if source.n_items != len(bench.corpus_ds):
         raise ValueError(f"the source scores {source.n_items} items but the corpus has {len(bench.corpus_ds)}")
-    queries = [Query.from_dict(r) for r in bench.queries_ds.select(query_rows)]
+    queries = queries_at(bench, query_rows)
     pools, exclude, probes = benchmark_groups(bench, queries)
     fingerprint = hashlib.sha256(json.dumps({"method": method, "config": config or {}, "benchmark": bench.name},
                                             sort_keys=True, default=str).encode()).hexdigest()[:16]
@@ -132,7 +141,7 @@ def expected_pool_sizes(bench: Any, query_ids: Sequence[str]) -> tuple[dict[str,
     (distinct positives, minus the own-video rows for cross-instance pools), and the number of own-video rows each
     query's cross-instance rankings leave out (int64 arrays aligned with ``query_ids``)."""
     index = bench.query_index
-    queries = [Query.from_dict(r) for r in bench.queries_ds.select([index[q] for q in query_ids])]
+    queries = queries_at(bench, [index[q] for q in query_ids])
     pools, exclude, probes = benchmark_groups(bench, queries)
     out = {}
     for name, lists in pools.items():

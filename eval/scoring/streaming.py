@@ -14,6 +14,7 @@ from eval.runs import RankedPositives
 from eval.scoring.block import PROBE_STAT_FIELDS, STAT_FIELDS, BlockContext, BlockResult, Labels, score_block
 from eval.scoring.checkpoint import Checkpoint, CheckpointMeta, groups_hash
 from eval.scoring.sources import DEFAULT_C_CHUNK, DEFAULT_Q_BLOCK, as_score_source
+from eval.scoring.states import StateIndex, score_block_states
 
 #: Pools are bits of an int64 mask (`RankedPositives`).
 MAX_POOLS = 62
@@ -132,6 +133,7 @@ def score_stream(source: Any, pools: dict[str, Sequence[np.ndarray]], exclude: S
         probes=probe_names, no_exclude_pools=sorted(no_exclude_pools),
         groups=groups_hash(pools, exclude, probes))) if checkpoint else None
     labels = Labels(source_label or source.label, query_ids, item_ids)
+    states: StateIndex | None = None
     for a in range(0, nq, q_block):
         b = min(nq, a + q_block)
         block = ckpt.load(a, b, names, probe_names) if ckpt else None
@@ -139,7 +141,14 @@ def score_stream(source: Any, pools: dict[str, Sequence[np.ndarray]], exclude: S
             ctx = BlockContext.build(slice(a, b), pools=pools, probes=probes, exclude=exclude,
                                      unexcluded=frozenset(no_exclude_pools), n_items=n_items, k=k, c_chunk=c_chunk,
                                      labels=labels)
-            block = score_block(source, ctx, bar)
+            at_states = source.state_scores(slice(a, b))
+            if at_states is not None:
+                S, item_rows = at_states
+                if states is None or states.item_rows is not item_rows:
+                    states = StateIndex.of(item_rows, S.shape[1])
+                block = score_block_states(source, S, states, ctx, bar)
+            else:
+                block = score_block(source, ctx, bar)
             if ckpt:
                 ckpt.save(a, b, block)
         else:

@@ -84,7 +84,7 @@ class LFTRConfig:
     grad_clip: float = 1.0
     seed: int = 0
     device: str = ""  # "" = cuda when available, else cpu
-    threads: int = 0  # CPU threads of torch during the job (0 = leave torch's default)
+    threads: int = 0  # CPU threads of torch during the job (0 = the CPUs this process may use, eval.threads)
     # --- evaluation ---
     read_rule: str = "matched"
     val_every: int = 1

@@ -46,6 +46,7 @@ from tqdm.auto import tqdm
 
 from eval.benchmark import Benchmark
 from eval.io import FormatError, atomic_path, write_json
+from eval.threads import training_threads as torch_threads  # noqa: F401  (threads + wait policy; re-exported)
 from eval.tracking import EpochReporter, parse_report_to
 from retrieval.encoders import pick_device
 from retrieval.lftr.config import LFTRConfig
@@ -62,38 +63,6 @@ from retrieval.lftr.data import (
 )
 from retrieval.lftr.model import LFTR, count_parameters
 from retrieval.spaces import Space
-
-
-@contextlib.contextmanager
-def torch_threads(n: int):
-    """Run the block with ``n`` torch CPU threads and at most ``n`` numba threads (0: unchanged). Small heads on
-    a shared CPU train fastest on one; capping numba too keeps eval's scorer (OpenMP workers that spin after a
-    call) from competing with torch when both run in one job."""
-    old = torch.get_num_threads()
-    nb_old = _numba_threads()
-    if n > 0:
-        torch.set_num_threads(n)
-        if nb_old is not None:
-            import numba
-
-            numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-        if n > 0 and nb_old is not None:
-            import numba
-
-            numba.set_num_threads(nb_old)
-
-
-def _numba_threads() -> int | None:
-    try:
-        import numba
-
-        return numba.get_num_threads()
-    except Exception:  # numba missing or its threading layer unavailable: nothing to cap
-        return None
 
 
 def seed_everything(seed: int) -> None:

@@ -1,0 +1,126 @@
+"""CPU seconds per training epoch with and without a background load, for the toolkit's training loops.
+
+    python scripts/bench_train_load.py --data DIR --out reports/bench_train_load.json
+    python scripts/bench_train_load.py --data DIR --jobs ssl --epochs 3 --load 4 --policies passive,default
+
+Each job is the toolkit's own command, run as a fresh process (so the OpenMP wait policy is read as a user's run
+reads it), into a scratch folder under ``--work``:
+
+- ``ssl``: ``python -m retrieval encoder ssl --config configs/encoders/ssl-demo.yaml`` (the demo's SimCLR tower) on
+  ``--max-frames`` train frames;
+- ``lftr``: ``python -m retrieval lftr train --space pixels --prefix-space pixels --question-space minilm --config
+  configs/lftr/synth.yaml`` (the demo's LFTR; the benchmark needs a ``minilm`` space:
+  ``python -m retrieval encode --data DIR --space minilm --model packaged:all-MiniLM-L6-v2 --kind semantic``).
+
+Every job runs at load 0 (nothing of ours in the background) and at load ``--load`` (that many busy processes,
+`scripts/busy_load.py`), under each OpenMP wait policy of ``--policies``: ``passive`` (what the training commands
+set, `eval.threads`) and ``default`` (libgomp's spin-then-sleep, the behaviour before; ``OMP_WAIT_POLICY=""``).
+Threads: the command's own choice (the CPUs this process may use, `eval.threads`; the LFTR demo config says 1).
+Per run, from the job's own history (``train/history.jsonl`` of a tower, ``history.jsonl`` of LFTR): CPU seconds
+(all threads) and wall seconds per epoch, the median over epochs after the first (warm-up), and the 1-minute load
+average. Reported: ``cpu_ratio = CPU s/epoch at load N / at load 0`` per job and policy (target, issue 23:
+<= 1.3 with the passive policy). The machine's own load (other users) is recorded, not removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
+PY = sys.executable
+POLICIES = {"passive": None, "default": "", "active": "ACTIVE"}  # None: leave unset, the command sets PASSIVE
+
+
+def command(job: str, a: argparse.Namespace, out: Path) -> tuple[list[str], Path, str]:
+    """The job's command line, its history file and the history's CPU / wall field prefix."""
+    rb = [PY, "-m", "retrieval"]
+    if job == "ssl":
+        return ([*rb, "encoder", "ssl", "--data", str(a.data), "--out", str(out), "--config",
+                 str(ROOT / "configs" / "encoders" / "ssl-demo.yaml"), "--set", f"optim.epochs={a.epochs}",
+                 "--set", f"max_frames={a.max_frames}"], out / "train" / "history.jsonl", "")
+    if job == "lftr":
+        return ([*rb, "lftr", "train", "--data", str(a.data), "--space", "pixels", "--prefix-space", "pixels",
+                 "--question-space", "minilm", "--config", str(ROOT / "configs" / "lftr" / "synth.yaml"),
+                 "--set", f"epochs={a.epochs}", "--set", "val_every=1000", "--out", str(out)],
+                out / "history.jsonl", "train_")
+    raise SystemExit(f"unknown job {job!r} (ssl, lftr)")
+
+
+def run_job(job: str, policy: str, load: int, a: argparse.Namespace) -> dict:
+    from busy_load import busy
+
+    out = a.work / f"{job}-{policy}-load{load}"
+    if out.exists():
+        shutil.rmtree(out)  # our own scratch folder from an earlier run of this script
+    cmd, history, prefix = command(job, a, out)
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    if POLICIES[policy] is not None:
+        env["OMP_WAIT_POLICY"] = POLICIES[policy]
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    log = a.work / f"{out.name}.log"
+    with busy(load) as pids:
+        time.sleep(2.0 if load else 0.0)  # let the load settle on the cores
+        load_before = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        with open(log, "w", encoding="utf-8") as f:
+            rc = subprocess.call(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env)
+        wall = time.perf_counter() - t0
+        load_after = os.getloadavg()[0]
+    if rc != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed (exit {rc}); its log: {log}")
+    hist = [json.loads(x) for x in history.read_text(encoding="utf-8").splitlines() if x.strip()]
+    cpu = [h[f"{prefix}cpu_seconds"] for h in hist]
+    sec = [h[f"{prefix}seconds"] for h in hist]
+    steady = slice(1, None) if len(hist) > 1 else slice(None)
+    return {"job": job, "policy": policy, "load": load, "busy_pids": pids, "epochs": len(hist),
+            "cpu_s_per_epoch": statistics.median(cpu[steady]), "wall_s_per_epoch": statistics.median(sec[steady]),
+            "cpu_s_all": cpu, "wall_s_all": sec, "load_avg_epochs": [h.get("load_avg") for h in hist],
+            "load_before": load_before, "load_after": load_after, "command_wall_s": wall, "command": cmd}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", type=Path, required=True, help="a built benchmark (frames; pixels and minilm spaces)")
+    ap.add_argument("--jobs", default="ssl,lftr")
+    ap.add_argument("--policies", default="passive,default", help=f"comma-separated, of {sorted(POLICIES)}")
+    ap.add_argument("--load", type=int, default=4, help="busy processes of the loaded runs")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--max-frames", type=int, default=1024, help="ssl: train frames")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/psr-bench-train-load"), help="scratch folder")
+    ap.add_argument("--out", type=Path, default=None, help="JSON file of the results")
+    a = ap.parse_args()
+    a.data, a.work = a.data.resolve(), a.work.resolve()
+    a.work.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for job in a.jobs.split(","):
+        for policy in a.policies.split(","):
+            if policy not in POLICIES:
+                raise SystemExit(f"unknown policy {policy!r} ({sorted(POLICIES)})")
+            base = run_job(job, policy, 0, a)
+            loaded = run_job(job, policy, a.load, a)
+            ratio = loaded["cpu_s_per_epoch"] / base["cpu_s_per_epoch"]
+            rows += [base, {**loaded, "cpu_ratio": ratio,
+                            "wall_ratio": loaded["wall_s_per_epoch"] / base["wall_s_per_epoch"]}]
+            print(f"{job} / {policy}: CPU s/epoch {base['cpu_s_per_epoch']:.1f} at load 0 (load avg "
+                  f"{base['load_before']:.1f}) -> {loaded['cpu_s_per_epoch']:.1f} with {a.load} busy processes (load "
+                  f"avg {loaded['load_before']:.1f}): x{ratio:.2f}; wall s/epoch {base['wall_s_per_epoch']:.1f} -> "
+                  f"{loaded['wall_s_per_epoch']:.1f}", flush=True)
+    if a.out:
+        from eval.io import write_json
+
+        write_json(a.out, {"command": " ".join(["python", "scripts/bench_train_load.py", *sys.argv[1:]]),
+                           "cpus": len(os.sched_getaffinity(0)), "runs": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

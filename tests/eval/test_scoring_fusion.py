@@ -1,0 +1,84 @@
+"""The one-pass z-score fusion (`eval.scoring.FusionSource`) against the two-pass fusion it replaced: the same
+runs, bit for bit, on the session's synthetic benchmark, with each input's corpus scored once instead of twice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from eval_sources import Counting, TwoPassFusion, oracle_and_pixels
+
+from eval.runs import write_run
+from eval.scoring import DenseSource, FusionSource, score_benchmark
+from eval.scoring.fusion import needs_full_scores
+
+RUN_ARRAYS = ("topk_scores", "kth_tie_unlisted")
+
+
+def _inputs(bench):
+    """Fair test rows and four inputs: the true-state oracle (state space, closed form), persistence in pixels (8
+    prefix tokens by max: full scores needed), a mean over 2 samples in pixels and a plain one-vector pixels source
+    (closed form)."""
+    rows, oracle, pixels = oracle_and_pixels(bench)
+    q = pixels._q.numpy()
+    items = pixels._items_np
+    mean = DenseSource(q[:, :2], items, reduce="mean")
+    last = DenseSource(q[:, -1], items)
+    return rows, {"oracle": oracle, "persistence": pixels, "mean": mean, "last": last}
+
+
+def _same_runs(a, b, tmp_path) -> None:
+    assert a.topk_ids == b.topk_ids
+    for name in RUN_ARRAYS:
+        assert getattr(a, name).tobytes() == getattr(b, name).tobytes(), name
+    for pool, fields in a.stats.items():
+        for field, v in fields.items():
+            assert v.tobytes() == b.stats[pool][field].tobytes(), (pool, field)
+    assert write_run(tmp_path / "a.parquet", a).read_bytes() == write_run(tmp_path / "b.parquet", b).read_bytes()
+
+
+@pytest.mark.parametrize("names, grid", [
+    (("persistence", "oracle"), dict(q_block=64, c_chunk=512)),  # the scorer's grid = the fusion's: all cached
+    (("persistence", "mean", "last", "oracle"), dict(q_block=50, c_chunk=700)),
+    (("oracle", "last"), dict(q_block=64, c_chunk=512)),  # closed forms only: nothing to cache
+], ids=["lftr-like", "four-inputs", "closed-forms"])
+def test_one_pass_fusion_equals_the_two_pass_fusion(synth_bench, tmp_path, names, grid):
+    rows, inputs = _inputs(synth_bench)
+    sources = [inputs[n] for n in names]
+    weights = [1.0, 0.5, 2.0, 1.0][:len(names)]
+    got = score_benchmark(synth_bench, FusionSource(sources, weights, **grid), rows, method="f", progress=False,
+                          **grid)
+    want = score_benchmark(synth_bench, TwoPassFusion(sources, weights, **grid), rows, method="f", progress=False,
+                           **grid)
+    _same_runs(got, want, tmp_path)
+
+
+def test_each_input_is_scored_once_and_on_another_grid_still_right(synth_bench, tmp_path):
+    """On the fusion's own grid an input without a closed form is scored once over the corpus (the two-pass fusion:
+    twice, plus its positives); on another grid of the scorer the results are still the two-pass ones."""
+    rows, inputs = _inputs(synth_bench)
+    n = len(rows) * len(synth_bench.corpus_ids)
+    grid = dict(q_block=64, c_chunk=512)
+    seen = {}
+    for kind, cls in (("one", FusionSource), ("two", TwoPassFusion)):
+        pix = Counting(inputs["persistence"])
+        assert needs_full_scores(pix)
+        run = score_benchmark(synth_bench, cls([pix, inputs["oracle"]], **grid), rows, method="f", progress=False,
+                              **grid)
+        seen[kind] = (pix.tiles, pix.gathers, run)
+    assert seen["one"][:2] == (n, 0)
+    assert seen["two"][0] == 2 * n and seen["two"][1] > 0
+    _same_runs(seen["one"][2], seen["two"][2], tmp_path)
+    other = score_benchmark(synth_bench, FusionSource([inputs["persistence"], inputs["oracle"]], q_block=48,
+                                                      c_chunk=300), rows, method="f", progress=False, **grid)
+    want = score_benchmark(synth_bench, TwoPassFusion([inputs["persistence"], inputs["oracle"]], q_block=48,
+                                                      c_chunk=300), rows, method="f", progress=False, **grid)
+    _same_runs(other, want, tmp_path)
+
+
+def test_coefficients_of_every_query_match_the_two_pass_ones(synth_bench):
+    rows, inputs = _inputs(synth_bench)
+    sources = [inputs["persistence"], inputs["mean"], inputs["oracle"]]
+    a1, b1 = FusionSource(sources, [1.0, 0.3, 2.0], q_block=40, c_chunk=999).coefficients()
+    a2, b2 = TwoPassFusion(sources, [1.0, 0.3, 2.0], q_block=40, c_chunk=999).coefficients()
+    assert a1.tobytes() == a2.tobytes() and b1.tobytes() == b2.tobytes()
+    assert np.isfinite(a1).all() and (a1 > 0).all()
