@@ -306,7 +306,7 @@ def summarize(per_query: list[dict[str, Any]], *, n_resamples: int = 2000, seed:
         col = {k: np.asarray([float(r.get(k) or 0.0) for r in rs]) for k in keys}
         one = np.ones(len(rs))
         kw = dict(n_resamples=n_resamples, seed=seed)
-        out = {"n": len(rs), "queries": len({r["query_id"] for r in rs}), "videos": len(set(v)),
+        out = {"n": len(rs), "queries": len({r.get("query_id") for r in rs}), "videos": len(set(v)),
                "gold_acc": cluster_bootstrap(col["gold_ok"], one, v, **kw),
                "moved": cluster_bootstrap(col["moved"], one, v, **kw),
                "moved_given_gold": cluster_bootstrap(col["moved"] * col["gold_ok"], col["gold_ok"], v, **kw),

@@ -9,8 +9,9 @@ split (honest body: the template narration of the set, which passes):
 - **held-out**: leaks of the same kinds worded differently (`HELDOUT`: spelled durations and fractions, indices
   counted from the end, announcements, direction words other than "moving", padding without evidence, the answer
   restated, and post-horizon states described in free words by the corpus describer,
-  `eval.synth.lexicon.describe`, true of none of the object's states up to the horizon); each wording is one
-  leak per set it applies to; caught = rejected;
+  `eval.synth.lexicon.describe`, true of none of the object's states up to the horizon); one wording of each kind
+  per set (seeded), so every wording is tried across the sets; caught = rejected; the rate of each wording is in
+  ``per_wording``;
 - **free-worded future leaks** with the pattern checks only and with the semantic check (`distill.semantic`);
 - **honest paraphrases** (`distill.rationale_stats.honest_paraphrase_probe`): true states described in free words;
   every rejection for a contradiction or a leak is a false one; with and without the semantic check.
@@ -106,37 +107,32 @@ def free_future_phrase(ps, rng) -> str | None:
 
 
 def heldout_leaks(ps, body: str, members, rng) -> list[tuple[str, str, str]]:
-    """(kind, wording id, text) of every held-out leak `HELDOUT` applies to ``ps`` (module docstring)."""
-    s, out = ps.subject, []
-    ans = rng.choice(list(members.get(ps.answer, (ps.answer,))))
+    """(kind, wording id, text) of the held-out leaks `HELDOUT` applies to ``ps`` (module docstring): one wording of
+    each kind per set, drawn with ``rng``, so every wording is tried across the sets."""
+    s = ps.subject
+    ans = members.get(ps.answer, (ps.answer,))[int(rng.integers(len(members.get(ps.answer, (ps.answer,)))))]
+    out = []
 
-    def add(kind, i, extra):
-        out.append((kind, f"{kind}:{i}", _with(body, extra, ps.answer)))
+    def add(kind, bank, **values):
+        i = int(rng.integers(len(HELDOUT[bank])))
+        out.append((kind, f"{bank}:{i}", _with(body, HELDOUT[bank][i].format(**values), ps.answer)))
 
-    for i, w in enumerate(HELDOUT["number"]):
-        add("number", i, w)
-    for i, w in enumerate(HELDOUT["frame_index"]):
-        add("frame_index", i, w)
-    for i, w in enumerate(HELDOUT["answer_statement"]):
-        add("answer_statement", i, w.format(a=ans))
+    add("number", "number")
+    add("frame_index", "frame_index")
+    add("answer_statement", "answer_statement", a=ans)
     named = {ps.current, *ps.intermediate, *([ps.anchor] if ps.anchor else []),
              *(f.value for f in ps.facts if f.kind == "other_end_state" and f.value)}
     if ps.answer not in named:
-        for i, w in enumerate(HELDOUT["answer_restated"]):
-            add("answer_restated", i, w.format(s=s, a=ans))
+        add("answer_restated", "answer_restated", s=s, a=ans)
     d = ps.fact("direction")
     if d is not None and d.value == "still":
-        for i, w in enumerate(HELDOUT["contradiction_still"]):
-            add("contradiction", f"still{i}", w.format(s=s))
+        add("contradiction", "contradiction_still", s=s)
     elif d is not None and d.value:
-        opp = _OPPOSITE_WORDS[d.value.split("-")[-1]]
-        for i, w in enumerate(HELDOUT["contradiction_moving"]):
-            add("contradiction", f"moving{i}", w.format(s=s, opp=opp))
+        add("contradiction", "contradiction_moving", s=s, opp=_OPPOSITE_WORDS[d.value.split("-")[-1]])
     out.append(("no_evidence", "no_evidence:0", f"{HELDOUT['no_evidence'][0]}\nAnswer: {ps.answer}"))
     phrase = free_future_phrase(ps, rng)
     if phrase:
-        for i, w in enumerate(HELDOUT["future_free"]):
-            add("future_free", i, w.format(s=s, p=phrase))
+        add("future_free", "future_free", s=s, p=phrase)
     return out
 
 

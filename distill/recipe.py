@@ -115,6 +115,8 @@ class RecipeArgs:
     study_limit: int | None = field(default=None, metadata={"help": "study: score at most N test queries"})
     leaks_limit: int | None = field(default=None, metadata={
         "help": "validator catch rates (python -m distill leaks): at most N test predicate sets"})
+    study_threads: int | None = field(default=None, metadata={
+        "help": "study: torch threads (default: torch's; the CPU demo runs its other stages on one thread)"})
     cpu_demo: bool = field(default=False, metadata={
         "help": f"tiny CPU variant: {DEMO_PRESET} (tiny Qwen3-VL, noisy template narrator, packaged MiniLM space, "
                 "hf backend), offline; builds the benchmark and the model under --out unless given"})
@@ -370,6 +372,7 @@ def _study_stage(args: RecipeArgs, inp: Inputs) -> Stage:
         *(["--budgets", *args.budgets] if args.budgets else []), "--max-new-tokens", str(args.max_tokens),
         *(["--limit", str(args.study_limit)] if args.study_limit else []),
         *(["--faithfulness-limit", str(args.faithfulness_limit)] if args.faithfulness_limit else []),
+        *(["--num-threads", str(args.study_threads)] if args.study_threads else []),
         "--no-progress"], out / "study" / "study.json", after=("sft", "tiny-student", "predicates"), quiet=True)
 
 
@@ -506,10 +509,11 @@ class RecipeState:
     def key(self, name: str) -> list[str] | None:
         return (self.stages.get(name) or {}).get("key")
 
-    def finished(self, stage: Stage, seconds: float) -> None:
+    def finished(self, stage: Stage, seconds: float, cpu_seconds: float | None = None) -> None:
         from eval.io import write_json
 
         self.stages[stage.name] = {"command": stage.command, "key": stage.key, "seconds": round(seconds, 1),
+                                   "cpu_seconds": None if cpu_seconds is None else round(cpu_seconds, 1),
                                    "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
         write_json(self.path, {"config": self.config, "stages": self.stages})
 
@@ -572,9 +576,12 @@ def claim_out(args: RecipeArgs) -> None:
 
 def execute(stage: Stage, log: Path, env: dict[str, str], state: RecipeState, resume: str) -> None:
     """Run one stage and record it as finished; `IncompleteJob` when it exits non-zero."""
+    import resource
+
     from eval.errors import IncompleteJob
 
     t0 = time.perf_counter()
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         rc = run_stage(stage, log, env)
     except KeyboardInterrupt:
@@ -583,8 +590,10 @@ def execute(stage: Stage, log: Path, env: dict[str, str], state: RecipeState, re
     if rc != 0:
         raise IncompleteJob(f"stage {stage.name} failed (exit code {rc}); its output is in {log}",
                             fix=f"fix the cause and rerun `{resume}` to resume: finished stages are skipped")
-    state.finished(stage, time.perf_counter() - t0)
-    print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)  # the stage's processes, all threads
+    state.finished(stage, time.perf_counter() - t0, cpu)
+    print(f"  ({time.perf_counter() - t0:.0f} s, {cpu:.0f} CPU s)", flush=True)
 
 
 def print_summary(args: RecipeArgs) -> None:

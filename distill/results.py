@@ -77,9 +77,15 @@ def stage_seconds(out: Path) -> list[str]:
     stages = rec.get("stages") or {}
     if not stages:
         return []
-    rows = [f"| {name} | {s.get('seconds', 0):.0f} |" for name, s in stages.items()]
+    def cpu(s):
+        return "–" if s.get("cpu_seconds") is None else f"{s['cpu_seconds']:.0f}"
+
+    rows = [f"| {name} | {s.get('seconds', 0):.0f} | {cpu(s)} |" for name, s in stages.items()]
     total = sum(s.get("seconds", 0) for s in stages.values())
-    return ["| stage | seconds |", "|---|---:|", *rows, f"| **total** | **{total:.0f}** |"]
+    total_cpu = sum(s.get("cpu_seconds") or 0 for s in stages.values())
+    return ["| stage | wall s | CPU s |", "|---|---:|---:|", *rows, f"| **total** | **{total:.0f}** | **{total_cpu:.0f}** |",
+            "", "Wall seconds are those of the machine the recipe ran on (shared or not); CPU seconds are the stage's "
+            "processes' user + system time, every thread counted."]
 
 
 def section(out: str | Path) -> list[str]:

@@ -12,6 +12,9 @@ Each example (one query with an accepted rationale) is::
   are the query's prefix frames, ``frames`` of them evenly spaced (`forecasters.media.subsample`, the last always
   kept), each downscaled to at most ``max_pixels`` pixels with its aspect ratio kept (`forecasters.media.FrameCache`:
   the serving path). DynaPix used 12 frames at 336 x 336; the default here is 8 frames at <= 336 * 336 pixels.
+- ``--student-input evidence`` (the perception-solved student, `distill.evidence`): the user turn is the evidence
+  block at the prefix end with the ``student_evidence`` prompt, text only; the set has no ``images`` column, so TRL
+  trains it as a text dataset and any causal LM can learn it.
 - ``cot``: the assistant turn is the rationale ending in ``Answer: <canonical state>``.
   ``answer``: the control, the answer line alone. ``trajectory``: the state labels the CoT names, then the answer
   line, with no evidence or reasoning text (the control separating extra labels from reasoning). The targets are

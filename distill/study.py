@@ -77,6 +77,7 @@ class StudyConfig:
     faithfulness_max_new_tokens: int = field(default=16, metadata={"help": "tokens decoded after 'Answer:'"})
     device: str = field(default="auto", metadata={"help": "auto | cpu | cuda"})
     resamples: int = field(default=2000, metadata={"help": "bootstrap resamples (over videos)"})
+    num_threads: int | None = field(default=None, metadata={"help": "torch threads (default: torch's)"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def __post_init__(self):
@@ -140,13 +141,13 @@ def plan_runs(cfg: StudyConfig) -> tuple[dict[str, Run], dict[str, tuple[str, in
     from distill.train_args import parse_train_args
 
     budgets = [Budget.parse(b) for b in cfg.budgets]
-    _, sft, _ = parse_train_args(["--config", cfg.train_config, "--dataset_name", str(Path(cfg.sft) / cfg.variants[0]),
+    psr, sft, _ = parse_train_args(["--config", cfg.train_config, "--dataset_name", str(Path(cfg.sft) / cfg.variants[0]),
                                   "--output_dir", str(Path(cfg.out) / "students"),
                                   *(["--model_name_or_path", cfg.model] if cfg.model else [])])
     info = read_set_info(Path(cfg.sft) / cfg.variants[0]) or {}
     n = int((info.get("splits") or {}).get("train", 0))
     constant = sft.lr_scheduler_type in ("constant", "SchedulerType.CONSTANT") and not sft.warmup_steps
-    batch = sft.per_device_train_batch_size * max(1, sft.gradient_accumulation_steps)
+    batch = psr.effective_batch_size or sft.per_device_train_batch_size * max(1, sft.gradient_accumulation_steps)
     per_epoch = -(-n // batch) if n else 0
     runs: dict[str, Run] = {}
     where: dict[str, tuple[str, int | None]] = {}
@@ -331,6 +332,10 @@ def run_study(cfg: StudyConfig) -> dict[str, Any]:
     from eval.io import write_json
 
     t0 = time.perf_counter()
+    if cfg.num_threads:
+        import torch
+
+        torch.set_num_threads(cfg.num_threads)
     bench = Benchmark.load(cfg.data)
     queries = _queries(cfg, bench)
     lookup, motion = phrasing_lookup(bench), motion_classes(bench)

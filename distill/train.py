@@ -34,6 +34,13 @@ merge it into bf16 weights, never into the 4-bit ones), ``train.config.json`` (c
 arithmetic, versions; a directory holding another config's is refused), ``train_log.json`` (the Trainer's log
 history: loss per logging step, eval loss and answer accuracy per evaluation) and ``metrics.json``.
 
+A text-only SFT set (the evidence input, `distill.evidence`) trains a causal LM (``AutoModelForCausalLM``, its
+tokenizer as processor). ``--full_finetune true`` (with ``--use_peft false --load_in_4bit false``) trains every
+language-model weight (tiny models on CPU; a vision tower stays frozen) and writes ``model/`` instead of
+``adapter/``; a run that would train non-LoRA weights without the flag is refused. ``--snapshot_steps N`` also writes
+the weights at step N to ``step-N/`` (`snapshot_dir`). A rerun of a finished run (its final weights and snapshots carry
+this config hash, `finished_metrics`) is a no-op.
+
 Sequences are never truncated: every example is measured first (the same chat template and processor the collator
 uses) and an example longer than ``max_length`` is an error naming it (or dropped with ``drop_overlong``); the trainer
 then runs with no truncation, so no image-token run is ever cut. Loss is on the assistant turn only
@@ -496,6 +503,27 @@ def snapshot_callback(steps, out: Path, record: dict, full: bool):
     return Snapshots()
 
 
+def checkpoint_step(ckpt: str | os.PathLike) -> int:
+    """The optimizer step a Trainer checkpoint was saved at (its ``trainer_state.json``)."""
+    from eval.io import read_json
+
+    return int(read_json(Path(ckpt) / "trainer_state.json").get("global_step", 0))
+
+
+def finish_from_checkpoint(trainer, ckpt: str):
+    """A ``max_steps`` run whose last checkpoint is at ``max_steps`` but whose final weights were never written (a
+    crash while saving them): take the checkpoint's weights and state instead of resuming, which would train one step
+    more. Returns a `transformers.trainer_utils.TrainOutput` (the checkpoint's step; its loss from the log history)."""
+    from transformers.trainer_callback import TrainerState
+    from transformers.trainer_utils import TrainOutput
+
+    trainer._load_from_checkpoint(ckpt)  # the Trainer's own loader: full weights or the PEFT adapter
+    trainer.state = TrainerState.load_from_json(str(Path(ckpt) / "trainer_state.json"))
+    loss = loss_over_all_steps(trainer.state.log_history, trainer.state.global_step, 0.0, trainer.state.global_step)
+    log.info("%s is at max_steps %d: its weights are the final ones (nothing trained)", ckpt, trainer.state.global_step)
+    return TrainOutput(trainer.state.global_step, loss or 0.0, {})
+
+
 def _write_adapter(trainer, out: Path, record: dict, is_main: bool, *, full: bool = False) -> Path:
     """Save the adapter to ``out/adapter`` (a full fine-tuning: the model to ``out/model``) atomically (every rank
     calls: FSDP gathers the full state dict)."""
@@ -668,7 +696,10 @@ def train(psr: PSRTrainArgs, sft, model_args) -> dict[str, Any]:
     params = count_parameters(trainer.model, full_finetune=psr.full_finetune)
     log.info("trainable %s weights in %s; %d of %d parameters trainable",
              "language-model" if psr.full_finetune else "LoRA", adapter, params["trainable"], params["total"])
-    result = trainer.train(resume_from_checkpoint=plan.resume)
+    if plan.resume and 0 < sft.max_steps <= checkpoint_step(plan.resume):
+        result = finish_from_checkpoint(trainer, plan.resume)
+    else:
+        result = trainer.train(resume_from_checkpoint=plan.resume)
     _write_adapter(trainer, plan.out, record, state.is_main_process, full=psr.full_finetune)
     if sft.push_to_hub:
         trainer.push_to_hub(dataset_name=psr.dataset_name)

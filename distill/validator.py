@@ -24,7 +24,10 @@ code                   rejects
                        `distill.facts.PredicateSet.after_horizon_states`), found by `distill.lexicon` (lemmatized,
                        synonym-mapped, longest match first over *all* state phrasings: a forbidden phrasing that
                        contains an allowed one is caught, an allowed one that contains a forbidden one is not);
-                       a predicate's own sentence quoted verbatim never counts (it is true by construction)
+                       a predicate's own sentence quoted verbatim never counts (it is true by construction);
+                       with a ``semantic`` check (`distill.semantic.SemanticLeaks`), also a future-tense sentence
+                       about the object that a sentence-embedding space puts closer to an after-horizon state than
+                       to anything allowed (a post-horizon state described in free words)
 ``contradiction``      the body says the object is in a state its predicates do not hold (a phrasing of a state
                        outside the allowed and after-horizon ones, in a sentence about the object, that is no
                        partial description of what is true: see *open vocabulary* below), or says it
@@ -552,6 +555,8 @@ class ValidateConfig:
     out: str | None = field(default=None, metadata={"help": "write the report (JSON) here"})
     min_words: int = field(default=MIN_WORDS, metadata={"help": "shortest body"})
     max_words: int = field(default=MAX_WORDS, metadata={"help": "longest body"})
+    semantic_leaks: bool = field(default=False, metadata={
+        "help": "also reject post-horizon states described in free words (distill.semantic, MiniLM)"})
 
 
 def validate_file(cfg: ValidateConfig) -> dict:
@@ -562,7 +567,7 @@ def validate_file(cfg: ValidateConfig) -> dict:
     from eval.io import FormatError, iter_jsonl, write_json
 
     bench = Benchmark.load(cfg.data)
-    v = validator_for(bench, min_words=cfg.min_words, max_words=cfg.max_words)
+    v = validator_for(bench, min_words=cfg.min_words, max_words=cfg.max_words, semantic=cfg.semantic_leaks)
     preds = {}
     for i, d in iter_jsonl(cfg.predicates):  # inputs: a missing file, a torn or bad line is named, never skipped
         if not isinstance(d.get("query_id"), str):
