@@ -311,17 +311,11 @@ class RationaleValidator:
     def future_sentences(self, body: str, ps: PredicateSet) -> list[str]:
         """Sentences of ``body`` in the future (`_FUTURE`) about the object (its name, or a leading "it"), naming no
         other object and quoting no predicate: what `semantic_leaks` reads."""
-        subj_keys = keys(ps.subject)
-        others = [keys(o) for o in ps.objects if o != ps.subject]
         quoted = _quoted_spans(body, ps)
         out = []
-        for sm in _SENTENCE.finditer(body):
+        for sm in sentences_about(body, ps):
             sent = sm.group(0)
-            k = keys(sent)
-            about = contains(k, subj_keys) or bool(re.match(r"\s*it\b", sent, re.I))
-            if not about or not _FUTURE.search(sent) or any(contains(k, o) for o in others if o):
-                continue
-            if any(a <= sm.start() and sm.end() <= b for a, b in quoted):
+            if not _FUTURE.search(sent) or any(a <= sm.start() and sm.end() <= b for a, b in quoted):
                 continue
             out.append(sent)
         return out
@@ -381,17 +375,11 @@ class RationaleValidator:
                        ) -> list[str]:
         """Statements of ``body`` that contradict the predicates (see the module docstring)."""
         matches = self.state_matches(body, ps) if matches is None else matches
-        subj_keys = keys(ps.subject)
-        others = [keys(o) for o in ps.objects if o != ps.subject]
         direction, support = ps.fact("direction"), ps.fact("support_now")
         quoted = _quoted_spans(body, ps)
         out = []
-        for sm in _SENTENCE.finditer(body):
+        for sm in sentences_about(body, ps):
             sent = sm.group(0)
-            k = keys(sent)
-            about = contains(k, subj_keys) or bool(re.match(r"\s*it\b", sent, re.I))
-            if not about or any(contains(k, o) for o in others if o):
-                continue
             for m, lab in matches:
                 if lab == "unsupported" and sm.start() <= m.start < sm.end() and \
                         not self.consistent(body[m.start:m.end], ps):
@@ -459,6 +447,20 @@ class RationaleValidator:
         if not self._answer_ok(answers[0], ps.answer):
             return [Rejection("answer_line", f"answer {answers[0]!r} is not the target state {ps.answer!r}")]
         return []
+
+
+def sentences_about(body: str, ps: PredicateSet) -> list[re.Match]:
+    """The sentences (`_SENTENCE` matches) of ``body`` about the query's object -- its name, or a leading "it" --
+    that name no other object of the scene."""
+    subj_keys = keys(ps.subject)
+    others = [keys(o) for o in ps.objects if o != ps.subject]
+    out = []
+    for sm in _SENTENCE.finditer(body):
+        k = keys(sm.group(0))
+        about = contains(k, subj_keys) or bool(re.match(r"\s*it\b", sm.group(0), re.I))
+        if about and not any(contains(k, o) for o in others if o):
+            out.append(sm)
+    return out
 
 
 def _content_keys(text: str, subject: set[str]) -> frozenset[str]:
