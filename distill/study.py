@@ -71,7 +71,8 @@ class StudyConfig:
     split: str = field(default="test", metadata={"help": "queries scored"})
     limit: int | None = field(default=None, metadata={"help": "score at most N queries (stratified by video)"})
     max_new_tokens: int = field(default=320, metadata={"help": "generation budget of every student"})
-    batch_size: int = field(default=32, metadata={"help": "queries per generate call"})
+    batch_size: int = field(default=128, metadata={
+        "help": "queries per generate call (the faithfulness check: a quarter of it, four prompts a query)"})
     faithfulness_limit: int | None = field(default=None, metadata={
         "help": "faithfulness: at most N queries, stratified by video (null: every eligible one)"})
     faithfulness_max_new_tokens: int = field(default=16, metadata={"help": "tokens decoded after 'Answer:'"})
@@ -182,10 +183,13 @@ def train_student(cfg: StudyConfig, run: Run, variant: str, seed: int) -> dict[s
             "--seed", str(seed), *run.flags, *(["--model_name_or_path", cfg.model] if cfg.model else []),
             *(["--snapshot_steps", *map(str, run.snapshots)] if run.snapshots else [])]
     psr, sft, model_args = parse_train_args(argv)
+    c0 = time.process_time()
     metrics = train(psr, sft, model_args)
+    cpu = time.process_time() - c0
     conf = read_json(out / "train.config.json")
     return {"global_step": metrics.get("global_step"), "train_loss": metrics.get("train_loss"),
             "last_loss": metrics.get("last_loss"), "wall_s": metrics.get("wall_s"),
+            "cpu_s": metrics.get("cpu_s") if metrics.get("skipped") else round(cpu, 1),
             "skipped": bool(metrics.get("skipped")), "epoch": metrics.get("epoch"),
             "examples": conf.get("examples", {}).get("train"), "supervised_tokens": conf.get("supervised_tokens"),
             "effective_batch_size": metrics.get("effective_batch_size"), "base_model": model_args.model_name_or_path}
@@ -222,8 +226,9 @@ def predict(cfg: StudyConfig, backend, queries: list, bench, student: dict[str, 
              "decoding": sampling.to_dict(), "weights": str(student["weights"])}
     side = path.with_name(path.name.removesuffix(".jsonl") + ".config.json")
     if path.is_file() and side.is_file() and read_json(side).get("identity") == ident:
-        return {"seconds": read_json(side).get("seconds", 0.0), "reused": True}
-    t0 = time.perf_counter()
+        old = read_json(side)
+        return {"seconds": old.get("seconds", 0.0), "cpu_s": old.get("cpu_s"), "reused": True}
+    t0, c0 = time.perf_counter(), time.process_time()
     template = student_template(pre.get("student_input") or "frames")
     index = EvidenceIndex(bench) if pre.get("student_input") == "evidence" else None
     frames = FrameCache(bench.root, max_pixels=pre.get("max_pixels"))
@@ -241,9 +246,9 @@ def predict(cfg: StudyConfig, backend, queries: list, bench, student: dict[str, 
                                  error=None if c.ok else f"{c.error_kind}: {c.error}",
                                  parse_ok=bool(p and p.ok), flags=list(p.flags) if p else []).to_dict())
     write_jsonl(path, rows)
-    seconds = round(time.perf_counter() - t0, 2)
-    write_json(side, {"identity": ident, "seconds": seconds})
-    return {"seconds": seconds, "reused": False}
+    seconds, cpu = round(time.perf_counter() - t0, 2), round(time.process_time() - c0, 2)
+    write_json(side, {"identity": ident, "seconds": seconds, "cpu_s": cpu})
+    return {"seconds": seconds, "cpu_s": cpu, "reused": False}
 
 
 # --- scoring ---------------------------------------------------------------------------------------------------
@@ -331,7 +336,7 @@ def run_study(cfg: StudyConfig) -> dict[str, Any]:
     from eval.benchmark import Benchmark
     from eval.io import write_json
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     if cfg.num_threads:
         import torch
 
@@ -373,6 +378,7 @@ def run_study(cfg: StudyConfig) -> dict[str, Any]:
             scored["faithfulness"] = faithfulness(cfg, budget, run, step)
         result["budgets"][budget.name] = scored
     result["wall_s"] = round(time.perf_counter() - t0, 1)
+    result["cpu_s"] = round(time.process_time() - c0, 1)
     out = Path(cfg.out)
     write_json(out / "study.json", result)
     (out / "study.md").write_text(to_markdown(result), encoding="utf-8")
@@ -414,7 +420,7 @@ def faithfulness(cfg: StudyConfig, budget: Budget, run: str, step: int | None) -
     from distill import faithfulness as F
     from eval.io import write_json, write_jsonl
 
-    records, per_seed, setup, t0 = [], [], None, time.perf_counter()
+    records, per_seed, setup, t0, c0 = [], [], None, time.perf_counter(), time.process_time()
     for seed in cfg.seeds:
         student = load_student(cfg, run, "cot", seed, step)
         weights, full, base = student["weights"], student["full"], student["base_model"]
@@ -422,7 +428,8 @@ def faithfulness(cfg: StudyConfig, budget: Budget, run: str, step: int | None) -
                                   adapter=None if full else str(weights), predicates=cfg.predicates,
                                   out=str(Path(cfg.out) / "faithfulness" / budget.name), split=cfg.split,
                                   limit=cfg.faithfulness_limit, max_new_tokens=cfg.faithfulness_max_new_tokens,
-                                  batch_size=cfg.batch_size, device=cfg.device, seed=0, resamples=cfg.resamples,
+                                  batch_size=max(1, cfg.batch_size // 4), device=cfg.device, seed=0,
+                                  resamples=cfg.resamples,
                                   progress=cfg.progress)
         fc = F.resolve_preprocessing(fc)
         setup = setup or F.prepare(fc)
@@ -437,6 +444,7 @@ def faithfulness(cfg: StudyConfig, budget: Budget, run: str, step: int | None) -
     summary["counts"] = F.counts(setup, records)
     summary["moved_per_seed"] = per_seed
     summary["seconds"] = round(time.perf_counter() - t0, 1)
+    summary["cpu_s"] = round(time.process_time() - c0, 1)
     out = Path(cfg.out) / "faithfulness" / budget.name
     write_jsonl(out / "faithfulness.jsonl", records)
     write_json(out / "faithfulness.json", summary)
@@ -446,11 +454,18 @@ def faithfulness(cfg: StudyConfig, budget: Budget, run: str, step: int | None) -
 
 # --- report ----------------------------------------------------------------------------------------------------
 
+def _seconds(runs: list[dict[str, Any]], wall, cpu) -> str:
+    """Wall seconds summed over a student's seeds, with the CPU seconds in parentheses where recorded."""
+    w = sum(wall(r) or 0 for r in runs)
+    c = [cpu(r) for r in runs]
+    return f"{w:.0f}" + (f" ({sum(c):.0f})" if all(x is not None for x in c) else "")
+
+
 def _train_seconds(runs: list[dict[str, Any]]) -> str:
     """Training seconds of a student over its seeds ("in the epochs run" for a nested snapshot)."""
     if any(r.get("snapshot_step") is not None for r in runs):
         return f"in {runs[0]['run']}"
-    return f"{sum(r.get('wall_s') or 0 for r in runs):.0f}"
+    return _seconds(runs, lambda r: r.get("wall_s"), lambda r: r.get("cpu_s"))
 
 
 def pct(r: dict | None) -> str:
@@ -473,7 +488,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         reads = [r for r in READS if r in b["majority"]]
         lines += [f"**Budget {name}**", "",
                   "| student | seeds | steps | supervised tokens | parsed % | " + " | ".join(f"{r} %" for r in reads)
-                  + " | train s | predict s |", "|---" * (7 + len(reads)) + "|"]
+                  + " | train s (CPU s) | predict s (CPU s) |", "|---" * (7 + len(reads)) + "|"]
         lines.append("| majority class | – | – | – | – | " + " | ".join(pct(b["majority"][r]) for r in reads)
                      + " | – | – |")
         for s in b["students"].values():
@@ -483,15 +498,16 @@ def to_markdown(result: dict[str, Any]) -> str:
                          f"{runs[0].get('supervised_tokens') if runs else '–'} | {100 * s['parsed']:.1f} | "
                          + " | ".join(pct(s[r]) for r in reads)
                          + f" | {_train_seconds(runs)} | "
-                         f"{sum(r['predict']['seconds'] for r in runs):.0f} |")
+                         f"{_seconds(runs, lambda r: r['predict'].get('seconds'), lambda r: r['predict'].get('cpu_s'))} |")
         lines += ["", "| difference | read | Δ % [95% CI, paired bootstrap over videos] | p |", "|---|---|---|---|"]
         for p in b["pairs"]:
             pv = "–" if p.get("p_value") is None else f"{p['p_value']:.3g}"
             lines.append(f"| {VARIANT_NAMES[p['a']]} − {VARIANT_NAMES[p['b']]} | {p['read']} | {delta(p)} | {pv} |")
         f = b.get("faithfulness")
         if f:
+            cpu = f" ({f['cpu_s']:.0f} CPU s)" if f.get("cpu_s") is not None else ""
             lines += ["", f"Faithfulness of the CoT students ({f['n']} rows: {f['queries']} queries x "
-                          f"{len(f['moved_per_seed'])} seeds, {f['videos']} videos; {f['seconds']:.0f} s):", "",
+                          f"{len(f['moved_per_seed'])} seeds, {f['videos']} videos; {f['seconds']:.0f} s{cpu}):", "",
                       "| moved | shuffled-body floor | moved − floor | chance 1/K | moved given gold | gold acc | "
                       "changed to another answer |", "|---|---|---|---|---|---|---|",
                       f"| {pct(f['moved'])} | {pct(f.get('moved_shuffled'))} | "

@@ -656,7 +656,7 @@ def _write_train_config(plan: RunPlan, psr: PSRTrainArgs, sft, model_args) -> No
         "supervised_tokens": int(sum(plan.lengths.supervised))})
 
 
-def _metrics(trainer, result, plan: RunPlan, adapter: str, params: dict, t0: float) -> dict[str, Any]:
+def _metrics(trainer, result, plan: RunPlan, adapter: str, params: dict, t0: float, c0: float) -> dict[str, Any]:
     history = trainer.state.log_history
     losses = [(h["step"], h["loss"]) for h in history if "loss" in h]
     resumed_at = int(Path(plan.resume).name.split("-")[-1]) if plan.resume else 0
@@ -665,7 +665,8 @@ def _metrics(trainer, result, plan: RunPlan, adapter: str, params: dict, t0: flo
             "first_loss": losses[0][1] if losses else None, "last_loss": losses[-1][1] if losses else None,
             "epoch": trainer.state.epoch, "losses": losses, "eval": eval_history(history), "resumed_from": plan.resume,
             "adapter_dtype": adapter,
-            "wall_s": round(time.perf_counter() - t0, 2), **plan.batch, **params}
+            "wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(time.process_time() - c0, 2),
+            **plan.batch, **params}
 
 
 def train(psr: PSRTrainArgs, sft, model_args) -> dict[str, Any]:
@@ -674,7 +675,7 @@ def train(psr: PSRTrainArgs, sft, model_args) -> dict[str, Any]:
 
     from eval.io import write_json
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     check_training_mode(psr, model_args)
     sft.world_size  # noqa: B018  (sets up the distributed state as the Trainer will: PartialState(cpu=use_cpu))
     state = PartialState()
@@ -705,7 +706,7 @@ def train(psr: PSRTrainArgs, sft, model_args) -> dict[str, Any]:
         trainer.push_to_hub(dataset_name=psr.dataset_name)
     metrics: dict[str, Any] = {}
     if state.is_main_process:
-        metrics = _metrics(trainer, result, plan, adapter, params, t0)
+        metrics = _metrics(trainer, result, plan, adapter, params, t0, c0)
         write_json(plan.out / "train_log.json", trainer.state.log_history)
         write_json(plan.out / "metrics.json", metrics)
     state.wait_for_everyone()
