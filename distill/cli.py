@@ -33,12 +33,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "answers": ("distill.answers:AnswersConfig", "answer accuracy of phrase files (exact and snapped reads), every "
                                                  "pair compared with a bootstrap by video"),
     "merge": ("distill.merge:MergeConfig", "merge a LoRA adapter into bf16 base weights (never into 4-bit)"),
+    "tiny-student": ("distill.tiny_student:TinyStudentConfig",
+                     "a tiny config-built causal LM whose tokenizer fits an SFT set (the CPU evidence student)"),
+    "study": ("distill.study:StudyConfig", "three students at equal budget over seeds: exact and motion-class "
+                                           "accuracy with video-clustered CIs, faithfulness against its floors"),
+    "leaks": ("distill.leaks:LeaksConfig", "the validator's catch rates on injected and on held-out, differently "
+                                           "worded leaks, and its false rejections of honest paraphrases"),
     "recipe": ("distill.recipe:RecipeArgs", "the whole recipe, resumable: predicates -> narration -> SFT sets -> "
                                             "students -> forecasts -> retrieval -> report, answers, faithfulness"),
 }
 SECTIONS = {"predicates": "predicates", "validate": "validate", "narrate": "narrate", "sft": "sft", "train": "train",
             "faithfulness": "faithfulness", "answers": "answers", "merge": "merge",
-            "counterfactuals": "counterfactuals", "rationale-stats": "rationale_stats"}
+            "counterfactuals": "counterfactuals", "rationale-stats": "rationale_stats", "tiny-student": "tiny_student",
+            "study": "study", "leaks": "leaks"}
 
 
 def _import(spec: str):
@@ -76,6 +83,15 @@ def _runner(command: str) -> Callable:
     if command == "merge":
         from distill.merge import merge_adapter
         return merge_adapter
+    if command == "tiny-student":
+        from distill.tiny_student import build_tiny_student
+        return build_tiny_student
+    if command == "study":
+        from distill.study import run_study
+        return run_study
+    if command == "leaks":
+        from distill.leaks import run_leaks
+        return run_leaks
     raise KeyError(command)
 
 

@@ -30,7 +30,16 @@ equals one of the state's phrasings (``states.jsonl`` members). Rates over the n
 - ``moved`` = P(answer_perturbed is s'): the answer moved *to the counterfactual*, SCOTT's faithfulness signal;
 - ``moved_given_gold`` = P(answer_perturbed is s' | answer_gold is the target);
 - ``changed_other`` = P(answer_perturbed differs from answer_gold and is not s'): a change that is not faithful;
-- ``none_acc`` = P(answer_none is the target).
+- ``none_acc`` = P(answer_none is the target);
+- ``moved_shuffled``, the *shuffled-body floor*: each query gets another evaluated query's counterfactual body (a
+  seeded permutation that gives no query a body implying its own ``s'``), then ``Answer:``; P(the answer is the
+  query's own ``s'``). A student that ignores its rationale moves to ``s'`` as often with a foreign body as with its
+  own; ``moved`` above this floor is movement the rationale caused. The other floor is ``1 / K`` (``chance``), K the
+  number of distinct answers of the predicate sets (the closed slice's K on CPU).
+
+The student is served with the preprocessing it was trained on, read from ``psr_student.json`` (the adapter's, or a
+fully fine-tuned model's): its input (``frames``, or ``evidence``: `distill.evidence`), frames and pixel caps; a
+config value that differs is an error, and the hf backend checks the processed image tokens per frame.
 
 Queries are sampled stratified by video (`sample_by_video`: round robin over videos in a seeded order), and every
 rate has a 95% CI from a bootstrap over videos (`cluster_bootstrap`: queries of one video share frames and scene).
@@ -53,7 +62,7 @@ import numpy as np
 from distill.facts import SECTIONS, Fact, PredicateSet
 from eval.synth.lexicon import TrueState
 
-CONDITIONS = ("gold", "perturbed", "none")
+CONDITIONS = ("gold", "perturbed", "none", "shuffled")
 KEPT_KINDS = ("layout", "current_state", "observed_detail", "scene_objects", "heading_toward", "other_end_state")
 """Facts a counterfactual keeps from the query: what the frames show and what the question names."""
 TIERS = ("current_state", "family", "domain", "any")
@@ -61,7 +70,7 @@ _KIND_ORDER = ("layout", "current_state", "observed_detail", "scene_objects", "c
                "time_to_change", "time_to_target", "edge", "direction", "speed_trend", "relative_speed",
                "collision_course", "intermediate", "heading_toward", "other_end_state", "answer")
 """The order `distill.predicates.query_predicates` emits kinds in (a counterfactual keeps it)."""
-RATES = ("gold_acc", "moved", "moved_given_gold", "changed_other", "none_acc")
+RATES = ("gold_acc", "moved", "moved_given_gold", "changed_other", "none_acc", "moved_shuffled")
 
 
 @dataclass
@@ -79,8 +88,12 @@ class FaithfulnessConfig:
         "help": "narrated counterfactual sets (python -m distill counterfactuals, then narrate); default: template"})
     split: str | None = field(default="test", metadata={"help": "queries: train | val | test | null (all)"})
     limit: int | None = field(default=200, metadata={"help": "at most N queries, sampled stratified by video"})
-    frames: int | None = field(default=None, metadata={"help": "prefix frames per prompt (default: all 8)"})
-    max_pixels: int | None = field(default=None, metadata={"help": "downscale frames to at most this many pixels"})
+    frames: int | None = field(default=None, metadata={
+        "help": "prefix frames per prompt (default: the student's psr_student.json, else all 8)"})
+    max_pixels: int | None = field(default=None, metadata={
+        "help": "downscale frames to at most this many pixels (default: the student's psr_student.json)"})
+    student_input: str | None = field(default=None, metadata={
+        "help": "frames | evidence (default: the student's psr_student.json, else frames)"})
     max_new_tokens: int = field(default=16, metadata={"help": "tokens decoded after 'Answer:'"})
     batch_size: int = field(default=8, metadata={"help": "queries per generate call"})
     dtype: str = field(default="auto", metadata={"help": "auto | float32 | bfloat16"})
@@ -279,25 +292,34 @@ def cluster_bootstrap(num: Sequence[float], den: Sequence[float], clusters: Sequ
     return {"value": float(num.sum() / den.sum()), "ci_low": float(lo), "ci_high": float(hi)}
 
 
-def summarize(per_query: list[dict[str, Any]], *, n_resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
+def summarize(per_query: list[dict[str, Any]], *, n_resamples: int = 2000, seed: int = 0,
+              chance: float | None = None) -> dict[str, Any]:
     """The rates of the module docstring, each ``{value, ci_low, ci_high}`` (CI by video), overall and per question
     type, from per-query records (fields ``video_id``, ``qtype`` and the booleans ``gold_ok``, ``moved``,
-    ``changed_other``, ``none_ok``)."""
+    ``changed_other``, ``none_ok`` and, when the shuffled-body floor ran, ``moved_shuffled``). Records of several
+    students (seeds) over the same queries pool: each is one row, resampled with its video. ``chance``: the ``1/K``
+    floor, reported as is."""
     def rates(rs):
         if not rs:
             return {"n": 0}
         v = [r["video_id"] for r in rs]
-        col = {k: np.asarray([float(r[k]) for r in rs]) for k in ("gold_ok", "moved", "changed_other", "none_ok")}
+        keys = ("gold_ok", "moved", "changed_other", "none_ok", "moved_shuffled")
+        col = {k: np.asarray([float(r.get(k) or 0.0) for r in rs]) for k in keys}
         one = np.ones(len(rs))
         kw = dict(n_resamples=n_resamples, seed=seed)
-        return {"n": len(rs), "videos": len(set(v)),
-                "gold_acc": cluster_bootstrap(col["gold_ok"], one, v, **kw),
-                "moved": cluster_bootstrap(col["moved"], one, v, **kw),
-                "moved_given_gold": cluster_bootstrap(col["moved"] * col["gold_ok"], col["gold_ok"], v, **kw),
-                "changed_other": cluster_bootstrap(col["changed_other"], one, v, **kw),
-                "none_acc": cluster_bootstrap(col["none_ok"], one, v, **kw)}
+        out = {"n": len(rs), "queries": len({r.get("query_id") for r in rs}), "videos": len(set(v)),
+               "gold_acc": cluster_bootstrap(col["gold_ok"], one, v, **kw),
+               "moved": cluster_bootstrap(col["moved"], one, v, **kw),
+               "moved_given_gold": cluster_bootstrap(col["moved"] * col["gold_ok"], col["gold_ok"], v, **kw),
+               "changed_other": cluster_bootstrap(col["changed_other"], one, v, **kw),
+               "none_acc": cluster_bootstrap(col["none_ok"], one, v, **kw)}
+        if all("moved_shuffled" in r for r in rs):
+            out["moved_shuffled"] = cluster_bootstrap(col["moved_shuffled"], one, v, **kw)
+            out["moved_minus_shuffled"] = cluster_bootstrap(col["moved"] - col["moved_shuffled"], one, v, **kw)
+        return out
 
     out = rates(per_query)
+    out["chance"] = chance
     out["by_qtype"] = {t: rates([r for r in per_query if r["qtype"] == t])
                        for t in sorted({r["qtype"] for r in per_query})}
     return out
@@ -315,6 +337,9 @@ def to_markdown(summary: dict[str, Any]) -> str:
     lines += [f"| {name} | {r.get('n', 0)} | {r.get('videos', 0)} | " + " | ".join(cell(r.get(k)) for k in RATES)
               + " |" for name, r in rows]
     c = summary.get("counts", {})
+    if summary.get("chance") is not None:
+        lines.append(f"\nFloors of `moved`: the shuffled-body floor (`moved_shuffled`, another query's counterfactual "
+                     f"body) and chance 1/K = {100 * summary['chance']:.1f}%.")
     notes = (f"\n{c.get('evaluated', 0)} queries evaluated of {c.get('in_split', 0)} in the split "
              f"({c.get('videos_evaluated', 0)} of {c.get('videos_in_split', 0)} videos); dropped: "
              f"{c.get('no_donor', 0)} without a counterfactual donor, {c.get('no_perturbation', 0)} whose "
@@ -414,10 +439,63 @@ def _record(item: Item, answers: dict[str, str], members: dict[str, Sequence[str
     gold_ok = names_state(answers["gold"], ps.answer, members)
     moved = names_state(answers["perturbed"], item.counterfactual, members)
     changed = clean_phrase(answers["perturbed"] or "") != clean_phrase(answers["gold"] or "")
-    return {"query_id": ps.query_id, "video_id": ps.video_id, "qtype": ps.qtype, "target": ps.answer,
-            "counterfactual": item.counterfactual, "donor": item.donor, "tier": item.tier, "answers": answers,
-            "gold_ok": gold_ok, "moved": moved, "changed_other": changed and not moved,
-            "none_ok": names_state(answers["none"], ps.answer, members)}
+    rec = {"query_id": ps.query_id, "video_id": ps.video_id, "qtype": ps.qtype, "target": ps.answer,
+           "counterfactual": item.counterfactual, "donor": item.donor, "tier": item.tier, "answers": answers,
+           "gold_ok": gold_ok, "moved": moved, "changed_other": changed and not moved,
+           "none_ok": names_state(answers["none"], ps.answer, members)}
+    if "shuffled" in answers:
+        rec["moved_shuffled"] = names_state(answers["shuffled"], item.counterfactual, members)
+    return rec
+
+
+def shuffled_bodies(items: Sequence[Item], seed: int = 0) -> list[str]:
+    """For each item, the counterfactual body of another item whose counterfactual state differs from its own (the
+    shuffled-body floor): items in a seeded random order, each taking the body of the first item after it in that
+    order (cyclically) with another state; an item's own body only when every other item shares its state."""
+    n = len(items)
+    order = list(np.random.default_rng(seed).permutation(n))
+    out = [""] * n
+    for pos, i in enumerate(order):
+        j = next((order[(pos + d) % n] for d in range(1, n) if items[order[(pos + d) % n]].counterfactual
+                  != items[i].counterfactual), i)
+        out[i] = items[j].perturbed
+    return out
+
+
+def read_student_info(model: str, adapter: str | None) -> dict[str, Any]:
+    """The ``preprocessing`` of the served student's ``psr_student.json`` (the adapter's, else the model
+    directory's); empty for a model without one (the zero-shot base)."""
+    from eval.io import read_json
+
+    for d in (adapter, model):
+        f = Path(d) / "psr_student.json" if d else None
+        if f is not None and f.is_file():
+            return read_json(f).get("preprocessing") or {}
+    return {}
+
+
+def resolve_preprocessing(cfg: FaithfulnessConfig) -> FaithfulnessConfig:
+    """``cfg`` with the student's trained input, frames and pixel cap where it leaves them unset; an error where it
+    sets another value (the student must be tested on what it was trained on)."""
+    from eval.errors import InputError
+
+    pre = read_student_info(cfg.model, cfg.adapter)
+    updates, conflicts = {}, []
+    for key, trained in (("student_input", pre.get("student_input")), ("frames", pre.get("frames")),
+                         ("max_pixels", pre.get("max_pixels"))):
+        have = getattr(cfg, key)
+        if trained is None:
+            continue
+        if have is None:
+            updates[key] = trained
+        elif have != trained:
+            conflicts.append(f"{key} {have} (trained with {trained})")
+    if conflicts:
+        raise InputError(f"{cfg.adapter or cfg.model}: the faithfulness config differs from the student's training "
+                         "preprocessing (psr_student.json): " + "; ".join(conflicts),
+                         fix="leave these options unset to take the student's")
+    cfg = replace(cfg, **updates)
+    return replace(cfg, student_input=cfg.student_input or "frames")
 
 
 def _student(cfg: FaithfulnessConfig):
@@ -428,23 +506,28 @@ def _student(cfg: FaithfulnessConfig):
                                    max_pixels=cfg.max_pixels, batch_size=cfg.batch_size, seed=cfg.seed))
 
 
-def run_faithfulness(cfg: FaithfulnessConfig, backend=None) -> dict[str, Any]:
-    """Run the check (see the module docstring); returns the summary written to ``faithfulness.json``."""
-    from tqdm.auto import tqdm
+@dataclass
+class FaithfulnessSetup:
+    """What every student of one benchmark shares in the check: the evaluated items (sampled), the drop counts,
+    the phrasings, the ``1/K`` floor and the sets of the split."""
 
-    import prompts
-    from distill.config import write_resolved
+    bench: Any
+    items: list[Item]
+    eligible: list[Item]
+    drops: dict[str, int]
+    members: dict[str, list[str]]
+    sets: list[PredicateSet]
+    chance: float
+
+
+def prepare(cfg: FaithfulnessConfig) -> FaithfulnessSetup:
+    """Read the benchmark and predicates, build the counterfactual items (donors from the predicate file: the closed
+    slice's sets when it holds a slice) and sample them by video."""
     from distill.narrate import read_predicates
     from distill.predicates import OracleIndex
     from distill.validator import read_denotations
     from eval.benchmark import Benchmark
-    from eval.io import write_json, write_jsonl
-    from forecasters.backends import SamplingParams
-    from forecasters.media import FrameCache
-    from forecasters.registry import get_forecaster
-    from forecasters.runner import render_request
 
-    t0 = time.perf_counter()
     bench = Benchmark.load(cfg.data)
     members = {s: list(p) for s, p in OracleIndex(bench, use_sim=False).members.items()}
     everything = read_predicates(cfg.predicates)
@@ -459,37 +542,76 @@ def run_faithfulness(cfg: FaithfulnessConfig, backend=None) -> dict[str, Any]:
                                perturbed_rows=_narrated(cfg.perturbed), seed=cfg.seed)
     if not items:
         raise ValueError(f"no query of split {cfg.split!r} has a counterfactual rationale ({drops})")
-    eligible = items
-    items = sample_by_video(items, lambda it: it.ps.video_id, cfg.limit, cfg.seed)
-    own = backend is None
-    backend = _student(cfg) if own else backend
-    spec, template = get_forecaster("student"), prompts.load("student_answer")
+    sampled = sample_by_video(items, lambda it: it.ps.video_id, cfg.limit, cfg.seed)
+    return FaithfulnessSetup(bench, sampled, items, drops, members, sets,
+                             1.0 / len({ps.answer for ps in everything}))
+
+
+def evaluate(setup: FaithfulnessSetup, cfg: FaithfulnessConfig, backend) -> list[dict[str, Any]]:
+    """Decode every condition of every item with ``backend`` (the student); per-query records (`_record`)."""
+    from tqdm.auto import tqdm
+
+    from distill.evidence import EvidenceIndex, student_request, student_template
+    from forecasters.backends import SamplingParams
+    from forecasters.media import FrameCache
+
+    bench, items = setup.bench, setup.items
+    template = student_template(cfg.student_input or "frames")
     frames = FrameCache(bench.root, max_pixels=cfg.max_pixels)
+    index = EvidenceIndex(bench) if cfg.student_input == "evidence" else None
+    foreign = shuffled_bodies(items, cfg.seed) if len(items) > 1 else None
+    conditions = CONDITIONS if foreign else CONDITIONS[:3]
     per_query = []
     bar = tqdm(total=len(items), unit="q", desc="faithfulness", disable=not cfg.progress)
     try:
         for start in range(0, len(items), cfg.batch_size):
             chunk = items[start:start + cfg.batch_size]
             reqs = []
-            for it in chunk:
-                req = render_request(spec, template, bench.query(it.ps.query_id), bench, frames,
-                                     sampling=SamplingParams(), n_frames=cfg.frames)
-                prefixes = {"gold": f"{it.gold}\nAnswer:", "perturbed": f"{it.perturbed}\nAnswer:", "none": "Answer:"}
-                reqs += [(req, prefixes[c]) for c in CONDITIONS]
+            for k, it in enumerate(chunk, start=start):
+                req = student_request(bench.query(it.ps.query_id), bench, student_input=cfg.student_input or "frames",
+                                      template=template, frame_cache=frames, frames=cfg.frames, index=index,
+                                      sampling=SamplingParams())
+                prefixes = {"gold": f"{it.gold}\nAnswer:", "perturbed": f"{it.perturbed}\nAnswer:",
+                            "none": "Answer:", "shuffled": f"{foreign[k]}\nAnswer:" if foreign else ""}
+                reqs += [(req, prefixes[c]) for c in conditions]
             answers = _decode(backend, reqs, cfg.max_new_tokens)
+            m = len(conditions)
             for i, it in enumerate(chunk):
-                per_query.append(_record(it, dict(zip(CONDITIONS, answers[3 * i:3 * i + 3], strict=True)), members))
+                per_query.append(_record(it, dict(zip(conditions, answers[m * i:m * i + m], strict=True)),
+                                         setup.members))
             bar.update(len(chunk))
     finally:
         bar.close()
+    return per_query
+
+
+def counts(setup: FaithfulnessSetup, per_query: list[dict[str, Any]]) -> dict[str, Any]:
+    sets, drops = setup.sets, setup.drops
+    return {"in_split": len(sets), **drops, "eligible": len(sets) - sum(drops.values()),
+            "evaluated": len({r["query_id"] for r in per_query}),
+            "videos_in_split": len({ps.video_id for ps in sets}),
+            "videos_evaluated": len({r["video_id"] for r in per_query}),
+            "tiers": {t: sum(r["tier"] == t for r in per_query) for t in {r["tier"] for r in per_query}},
+            "eligible_by_qtype": _eligible_by_qtype(sets, setup.eligible)}
+
+
+def run_faithfulness(cfg: FaithfulnessConfig, backend=None) -> dict[str, Any]:
+    """Run the check (see the module docstring); returns the summary written to ``faithfulness.json``."""
+    from distill.config import write_resolved
+    from eval.io import write_json, write_jsonl
+
+    t0 = time.perf_counter()
+    cfg = resolve_preprocessing(cfg)
+    setup = prepare(cfg)
+    own = backend is None
+    backend = _student(cfg) if own else backend
+    try:
+        per_query = evaluate(setup, cfg, backend)
+    finally:
         if own:
             backend.close()
-    summary = summarize(per_query, n_resamples=cfg.resamples, seed=cfg.seed)
-    summary["counts"] = {"in_split": len(sets), **drops, "eligible": len(sets) - sum(drops.values()),
-                         "evaluated": len(per_query), "videos_in_split": len({ps.video_id for ps in sets}),
-                         "videos_evaluated": len({r["video_id"] for r in per_query}),
-                         "tiers": {t: sum(r["tier"] == t for r in per_query) for t in {r["tier"] for r in per_query}},
-                         "eligible_by_qtype": _eligible_by_qtype(sets, eligible)}
+    summary = summarize(per_query, n_resamples=cfg.resamples, seed=cfg.seed, chance=setup.chance)
+    summary["counts"] = counts(setup, per_query)
     summary["wall_s"] = round(time.perf_counter() - t0, 2)
     out = Path(cfg.out)
     write_jsonl(out / "faithfulness.jsonl", per_query)

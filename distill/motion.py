@@ -273,3 +273,37 @@ def motion_facts(rec, query, moment: float) -> list[Fact]:
         facts += _speed_facts(rec, k, subject, w)
     facts += _collision_facts(rec, k, subject, w, f_end, f_target)
     return facts
+
+
+def _approach_facts(rec, k: int, subject: str, w: slice) -> list[Fact]:
+    """The objects whose centre distance to object ``k`` shrinks by at least `APPROACH_MIN` units over the observation
+    window ``w`` (the approach half of a collision course, read from the prefix alone)."""
+    out = []
+    for j in range(rec.n_objects):
+        if j == k or rec.held[w.stop - 1, j]:
+            continue
+        d0 = np.hypot(*(rec.pos[w.start, k] - rec.pos[w.start, j]))
+        d1 = np.hypot(*(rec.pos[w.stop - 1, k] - rec.pos[w.stop - 1, j]))
+        if d0 - d1 >= APPROACH_MIN:
+            out.append(str(rec.subjects[j]))
+    if not out:
+        return []
+    listed = " and ".join(f"the {s}" for s in out)
+    return [Fact("approaching", f"The {subject} and {listed} are getting closer.", "motion", "|".join(out))]
+
+
+def prefix_facts(rec, query) -> list[Fact]:
+    """The simulator facts of one query's object that frames up to the end of the prefix decide (frame ``f_end``
+    and the observation window before it; never a later frame): layout, the other objects, table edge, container
+    opening, support and contact, direction, speed trend, relative speed, and the objects it is approaching. Empty
+    when the object is not in the record. The perception-solved student's evidence (`distill.evidence`)."""
+    ids = [str(x) for x in rec.object_ids]
+    if query.object_id not in ids:
+        return []
+    k = ids.index(query.object_id)
+    f_end = frame_of(rec, query.prefix_end)
+    w = _window(rec, f_end)
+    facts = _scene_facts(rec, k, query.subject, f_end) + _support_facts(rec, k, query.subject, f_end)
+    if not rec.held[f_end, k]:
+        facts += _speed_facts(rec, k, query.subject, w)
+    return facts + _approach_facts(rec, k, query.subject, w)

@@ -360,6 +360,8 @@ class NarrateConfig:
     no_think: bool = field(default=True, metadata={"help": "append Qwen3's /no_think switch to the prompt"})
     min_words: int = field(default=80, metadata={"help": "validator: shortest body"})
     max_words: int = field(default=250, metadata={"help": "validator: longest body"})
+    semantic_leaks: bool = field(default=False, metadata={
+        "help": "validator: also reject post-horizon states described in free words (distill.semantic, MiniLM)"})
     seed: int = field(default=0, metadata={"help": "try t samples with seed + t"})
     batch_size: int = field(default=256, metadata={"help": "queries per chunk (one backend call per round)"})
     tensor_parallel_size: int = field(default=1, metadata={"help": "vllm: tensor parallel size"})
@@ -381,6 +383,10 @@ class NarrateConfig:
         import prompts
 
         d = {"narrator": self.narrator, "min_words": self.min_words, "max_words": self.max_words}
+        if self.semantic_leaks:
+            from distill.semantic import MARGIN, THRESHOLD
+
+            d["semantic_leaks"] = {"threshold": THRESHOLD, "margin": MARGIN}
         if self.narrator == TEACHER_NARRATOR:
             t = prompts.load(self.prompt)
             d.update(model=self.model, prompt_id=t.id, prompt_hash=t.hash, temperature=self.temperature,
@@ -483,7 +489,7 @@ def run_narration(cfg: NarrateConfig, backend=None) -> NarrateSummary:
     s = NarrateSummary(selected=len(sets), skipped_done=len(sets) - len(todo))
     from distill.validator import validator_for
 
-    validator = validator_for(bench, min_words=cfg.min_words, max_words=cfg.max_words)
+    validator = validator_for(bench, min_words=cfg.min_words, max_words=cfg.max_words, semantic=cfg.semantic_leaks)
     h = cfg.config_hash()
     own = backend is None and cfg.narrator == TEACHER_NARRATOR and bool(todo)
     if own:

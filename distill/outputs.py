@@ -27,7 +27,8 @@ from eval.outputs import (
 )
 
 #: Config fields that name inputs of a stage (files, folders, local models).
-INPUT_FIELDS = ("data", "predicates", "rationales", "perturbed", "dataset", "phrases", "snap_runs", "adapter", "model")
+INPUT_FIELDS = ("data", "predicates", "rationales", "perturbed", "dataset", "phrases", "snap_runs", "adapter", "model",
+                "sft", "train_config")
 #: stage -> (output field, "dir" | "file" | "atomic", recogniser of an earlier output written before markers).
 OUTPUTS: dict[str, tuple[str, str, Any]] = {
     "predicates": ("out", "file", jsonl_with_keys("query_id", "facts")),
@@ -39,6 +40,9 @@ OUTPUTS: dict[str, tuple[str, str, Any]] = {
     "faithfulness": ("out", "dir", ("faithfulness.json",)),
     "answers": ("out", "dir", ("answers.json",)),
     "merge": ("out", "atomic", ("psr_merge.json",)),  # built beside and swapped in (distill.merge)
+    "tiny-student": ("out", "dir", ("config.json",)),
+    "study": ("out", "dir", ("study.json",)),
+    "leaks": ("out", "dir", ("leaks.json",)),
 }
 OVERWRITE_FLAG = "--overwrite"
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")

@@ -373,6 +373,9 @@ class PredicatesConfig:
     split: str | None = field(default=None, metadata={"help": "train | val | test | null (all queries)"})
     limit: int | None = field(default=None, metadata={"help": "only the first N queries"})
     use_sim: bool = field(default=True, metadata={"help": "add motion predicates from sim/ when present"})
+    top_states: int | None = field(default=None, metadata={
+        "help": "closed slice: only queries whose target is one of the K most frequent train targets "
+                "(distill.slice; every later stage reads these sets only)"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
 
 
@@ -384,11 +387,13 @@ def write_predicates(cfg: PredicatesConfig) -> dict[str, Any]:
     from tqdm.auto import tqdm
 
     from distill.config import write_resolved
+    from distill.slice import closed_slice, in_slice
     from eval.benchmark import Benchmark
     from eval.io import write_jsonl
 
     bench = Benchmark.load(cfg.data)
-    queries = bench.queries(cfg.split)
+    sl = closed_slice(bench, cfg.top_states) if cfg.top_states else None
+    queries = in_slice(bench.queries(cfg.split), sl)
     queries = queries[: cfg.limit] if cfg.limit is not None else queries
     index = OracleIndex(bench, use_sim=cfg.use_sim)
     kinds: Counter = Counter()
@@ -403,7 +408,8 @@ def write_predicates(cfg: PredicatesConfig) -> dict[str, Any]:
 
     n = write_jsonl(cfg.out, rows())
     summary = {"queries": n, "facts_by_kind": dict(kinds), "sources": dict(sources),
-               "timing_informative": {k: v.informative for k, v in index.timing.items()}}
+               "timing_informative": {k: v.informative for k, v in index.timing.items()},
+               "slice": sl.to_dict() if sl else None}
     out = Path(cfg.out)
     timing = {k: v.to_dict() for k, v in index.timing.items()}
     write_resolved(cfg, out.with_name(out.name.removesuffix(".jsonl") + ".config.json"), summary=summary,

@@ -104,6 +104,22 @@ class RecipeArgs:
         "help": "SFT sets: only the first N validation rationales"})
     faithfulness_limit: int | None = field(default=None, metadata={
         "help": "faithfulness: N test queries, stratified by video [default: the preset's faithfulness.limit]"})
+    student_input: str = field(default="frames", metadata={
+        "help": "frames (the prefix frames) | evidence (the perception-solved student: the simulator's evidence at "
+                "the prefix end as text, distill.evidence; trains and scores the three students with "
+                "python -m distill study)"})
+    top_states: int | None = field(default=None, metadata={
+        "help": "closed slice: only queries whose target is one of the K most frequent train targets [default: the "
+                "preset's predicates.top_states]"})
+    seeds: list[int] | None = field(default=None, metadata={
+        "help": "study: training seeds of every student (given with --student-input frames, the study runs too)"})
+    budgets: list[str] | None = field(default=None, metadata={
+        "help": "study: steps:N (equal optimizer steps) and/or epochs:E (equal epochs) [default: the study's]"})
+    study_limit: int | None = field(default=None, metadata={"help": "study: score at most N test queries"})
+    leaks_limit: int | None = field(default=None, metadata={
+        "help": "validator catch rates (python -m distill leaks): at most N test predicate sets"})
+    study_threads: int | None = field(default=None, metadata={
+        "help": "study: torch threads (default: torch's; the CPU demo runs its other stages on one thread)"})
     cpu_demo: bool = field(default=False, metadata={
         "help": f"tiny CPU variant: {DEMO_PRESET} (tiny Qwen3-VL, noisy template narrator, packaged MiniLM space, "
                 "hf backend), offline; builds the benchmark and the model under --out unless given"})
@@ -117,10 +133,14 @@ class RecipeArgs:
     def __post_init__(self):
         if self.accelerate is not None and self.accelerate.strip().lower() in ("", "none", "null"):
             self.accelerate = None
+        from distill.evidence import check_input
+
+        check_input(self.student_input)
         if self.forecast_backend not in FORECAST_BACKENDS:
             raise ValueError(f"forecast_backend must be one of {list(FORECAST_BACKENDS)}, got "
                              f"{self.forecast_backend!r}")
-        for name in ("num_processes", "limit", "max_steps", "sft_limit", "sft_eval_limit", "faithfulness_limit"):
+        for name in ("num_processes", "limit", "max_steps", "sft_limit", "sft_eval_limit", "faithfulness_limit",
+                     "top_states", "study_limit", "leaks_limit"):
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
@@ -245,7 +265,8 @@ def resolve_inputs(args: RecipeArgs) -> Inputs:
                                                                            "a small synthetic one")
     if args.data:
         check_benchmark_dir(args.data)
-    model = args.model or (str(out / "tiny-qwen3-vl") if args.cpu_demo else None)
+    tiny = "tiny-student" if args.student_input == "evidence" else "tiny-qwen3-vl"
+    model = args.model or (str(out / tiny) if args.cpu_demo else None)
     model = model or load_section(args.config, "train").get("model_name_or_path")
     if not model:
         raise InputError(f"no student base model: {args.config} has no train.model_name_or_path",
@@ -264,9 +285,15 @@ def resolve_inputs(args: RecipeArgs) -> Inputs:
 
 
 def plan(args: RecipeArgs, inp: Inputs) -> list[Stage]:
-    """Every stage of the recipe in order (module docstring)."""
-    return [*_input_stages(args, inp), *_narration_stages(args, inp), *_training_stages(args, inp),
-            *_forecast_stages(args, inp), *_evaluation_stages(args, inp)]
+    """Every stage of the recipe in order (module docstring). The evidence input trains and scores its students
+    with the study (`distill.study`: three students x seeds x budgets, faithfulness against its floors) instead of
+    the per-student training, forecast, retrieval and report stages of the frames input."""
+    if args.student_input == "evidence":
+        return [*_input_stages(args, inp), *_narration_stages(args, inp), _leaks_stage(args, inp),
+                _sft_stage(args, inp), *_tiny_student_stage(args, inp), _study_stage(args, inp)]
+    stages = [*_input_stages(args, inp), *_narration_stages(args, inp), *_training_stages(args, inp),
+              *_forecast_stages(args, inp), *_evaluation_stages(args, inp)]
+    return stages + ([_leaks_stage(args, inp), _study_stage(args, inp)] if args.seeds else [])
 
 
 def _input_stages(args: RecipeArgs, inp: Inputs) -> list[Stage]:
@@ -275,7 +302,7 @@ def _input_stages(args: RecipeArgs, inp: Inputs) -> list[Stage]:
     if args.cpu_demo and not args.data:
         stages.append(Stage("synth", [py, "-m", "eval", "synth", "--out", inp.data, *DEMO_SYNTH],
                             Path(inp.data) / "manifest.json"))
-    if args.cpu_demo and not args.model:
+    if args.cpu_demo and not args.model and args.student_input == "frames":
         stages.append(Stage("tiny-model", [py, "-m", "forecasters", "tiny-model", "--kind", "qwen3_vl", "--out",
                                            inp.model], Path(inp.model) / "config.json"))
     return stages
@@ -295,9 +322,10 @@ def _narration_stages(args: RecipeArgs, inp: Inputs) -> list[Stage]:
                                           str(out / name)], out / name / "narrate.summary.json", after=("predicates",
                                                                                                         "synth"))
 
+    top = ["--top-states", str(args.top_states)] if args.top_states else []
     return [
-        Stage("predicates", [py, "-m", "distill", "predicates", "--config", cfg, "--data", inp.data, "--out", pred],
-              out / "predicates.config.json", after=("synth",)),
+        Stage("predicates", [py, "-m", "distill", "predicates", "--config", cfg, "--data", inp.data, "--out", pred,
+                             *top], out / "predicates.config.json", after=("synth",)),
         narrate("train", "rationales", teacher),
         narrate("val", "rationales-val", teacher),
         narrate("test", "rationales-test", ["--narrator", "template"]),
@@ -308,18 +336,56 @@ def _narration_stages(args: RecipeArgs, inp: Inputs) -> list[Stage]:
     ]
 
 
+def _sft_stage(args: RecipeArgs, inp: Inputs) -> Stage:
+    """The SFT sets (CoT, answer-only, trajectory-labels; train + validation) of the student input."""
+    py, out, cfg = inp.python, Path(args.out), args.config
+    limits = [*(["--limit", str(args.sft_limit)] if args.sft_limit else []),
+              *(["--eval-limit", str(args.sft_eval_limit)] if args.sft_eval_limit else [])]
+    return Stage("sft", [py, "-m", "distill", "sft", "--config", cfg, "--data", inp.data, "--rationales",
+                         str(out / "rationales"), "--eval-rationales", str(out / "rationales-val"), "--out",
+                         str(out / "sft"), "--student-input", args.student_input, *limits],
+                 out / "sft" / "sft.summary.json", after=("narrate-train", "narrate-val"))
+
+
+def _tiny_student_stage(args: RecipeArgs, inp: Inputs) -> list[Stage]:
+    """The CPU demo's evidence student when no ``--model`` is given: a tiny causal LM whose tokenizer fits the SFT
+    set (`distill.tiny_student`)."""
+    if not args.cpu_demo or args.model:
+        return []
+    return [Stage("tiny-student", [inp.python, "-m", "distill", "tiny-student", "--sft", str(Path(args.out) / "sft"),
+                                   "--out", inp.model], Path(inp.model) / "config.json", after=("sft",))]
+
+
+def _leaks_stage(args: RecipeArgs, inp: Inputs) -> Stage:
+    """The validator's catch rates on injected and held-out leaks of the test predicate sets (`distill.leaks`)."""
+    out = Path(args.out)
+    return Stage("leaks", [inp.python, "-m", "distill", "leaks", "--data", inp.data, "--predicates",
+                           str(out / "predicates.jsonl"), "--out", str(out / "leaks"),
+                           *(["--limit", str(args.leaks_limit)] if args.leaks_limit else [])],
+                 out / "leaks" / "leaks.json", after=("predicates",), quiet=True)
+
+
+def _study_stage(args: RecipeArgs, inp: Inputs) -> Stage:
+    """Three students x seeds x budgets, scored with video-clustered CIs, and faithfulness (`distill.study`)."""
+    out = Path(args.out)
+    return Stage("study", [
+        inp.python, "-m", "distill", "study", "--data", inp.data, "--sft", str(out / "sft"), "--predicates",
+        str(out / "predicates.jsonl"), "--out", str(out / "study"), "--train-config", args.config, "--model",
+        inp.model, *(["--seeds", *map(str, args.seeds)] if args.seeds else []),
+        *(["--budgets", *args.budgets] if args.budgets else []), "--max-new-tokens", str(args.max_tokens),
+        *(["--limit", str(args.study_limit)] if args.study_limit else []),
+        *(["--faithfulness-limit", str(args.faithfulness_limit)] if args.faithfulness_limit else []),
+        *(["--num-threads", str(args.study_threads)] if args.study_threads else []),
+        "--no-progress"], out / "study" / "study.json", after=("sft", "tiny-student", "predicates"), quiet=True)
+
+
 def _training_stages(args: RecipeArgs, inp: Inputs) -> list[Stage]:
     """The SFT sets (CoT, answer-only, trajectory-labels; train + validation) and one LoRA student per set, at the
     preset's effective batch on any number of processes (`distill.train_args.resolve_batch`)."""
     from distill.sft import VARIANTS
 
     py, out, cfg = inp.python, Path(args.out), args.config
-    limits = [*(["--limit", str(args.sft_limit)] if args.sft_limit else []),
-              *(["--eval-limit", str(args.sft_eval_limit)] if args.sft_eval_limit else [])]
-    stages = [Stage("sft", [py, "-m", "distill", "sft", "--config", cfg, "--data", inp.data, "--rationales",
-                            str(out / "rationales"), "--eval-rationales", str(out / "rationales-val"), "--out",
-                            str(out / "sft"), *limits], out / "sft" / "sft.summary.json",
-                    after=("narrate-train", "narrate-val"))]
+    stages = [_sft_stage(args, inp)]
     if args.accelerate:
         launch = [py, "-m", "accelerate.commands.launch", "--config_file", args.accelerate,
                   *(["--num_processes", str(args.num_processes)] if args.num_processes else []), "-m", "distill.train"]
@@ -450,10 +516,11 @@ class RecipeState:
     def key(self, name: str) -> list[str] | None:
         return (self.stages.get(name) or {}).get("key")
 
-    def finished(self, stage: Stage, seconds: float) -> None:
+    def finished(self, stage: Stage, seconds: float, cpu_seconds: float | None = None) -> None:
         from eval.io import write_json
 
         self.stages[stage.name] = {"command": stage.command, "key": stage.key, "seconds": round(seconds, 1),
+                                   "cpu_seconds": None if cpu_seconds is None else round(cpu_seconds, 1),
                                    "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
         write_json(self.path, {"config": self.config, "stages": self.stages})
 
@@ -492,6 +559,7 @@ def run_recipe(args: RecipeArgs, argv: Sequence[str] = ()) -> dict[str, Any]:
             execute(stage, out / "logs" / f"{stage.name}.log", env, state, resume)
     if not args.dry_run:
         print_summary(args)
+        write_results(args)
     seconds = round(time.perf_counter() - t_start, 1)
     print(f"\ndistill recipe {'planned' if args.dry_run else 'done'} in {seconds:.0f} s: {out}", flush=True)
     return {"out": str(out), "ran": [s.name for s in stages if s.name in ran], "skipped": skipped, "seconds": seconds}
@@ -515,9 +583,12 @@ def claim_out(args: RecipeArgs) -> None:
 
 def execute(stage: Stage, log: Path, env: dict[str, str], state: RecipeState, resume: str) -> None:
     """Run one stage and record it as finished; `IncompleteJob` when it exits non-zero."""
+    import resource
+
     from eval.errors import IncompleteJob
 
     t0 = time.perf_counter()
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
         rc = run_stage(stage, log, env)
     except (KeyboardInterrupt, Interrupted):
@@ -526,8 +597,10 @@ def execute(stage: Stage, log: Path, env: dict[str, str], state: RecipeState, re
     if rc != 0:
         raise IncompleteJob(f"stage {stage.name} failed (exit code {rc}); its output is in {log}",
                             fix=f"fix the cause and rerun `{resume}` to resume: finished stages are skipped")
-    state.finished(stage, time.perf_counter() - t0)
-    print(f"  ({time.perf_counter() - t0:.0f} s)", flush=True)
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)  # the stage's processes, all threads
+    state.finished(stage, time.perf_counter() - t0, cpu)
+    print(f"  ({time.perf_counter() - t0:.0f} s, {cpu:.0f} CPU s)", flush=True)
 
 
 def print_summary(args: RecipeArgs) -> None:
@@ -537,14 +610,24 @@ def print_summary(args: RecipeArgs) -> None:
     parts = [(f"comparison (retrieval, {args.space} space)", ["report/main.md", "report/significance.md",
                                                             "report-cot-vs-answer-only/significance.md"]),
              ("answer accuracy", ["answers/answers.md"]),
-             ("rationales and validator", ["rationale-stats/rationale_stats.md"]),
-             ("faithfulness", ["faithfulness/faithfulness.md"])]
+             ("rationales and validator", ["rationale-stats/rationale_stats.md", "leaks/leaks.md"]),
+             ("faithfulness", ["faithfulness/faithfulness.md"]),
+             ("three students at equal budget (python -m distill study)", ["study/study.md"])]
     for title, files in parts:
         print(f"\n== {title} ==")
         for name in files:
             if (out / name).is_file():
                 print((out / name).read_text(encoding="utf-8"), end="")
     sys.stdout.flush()
+
+
+def write_results(args: RecipeArgs) -> None:
+    """``<out>/results.md``: the distillation results section (`distill.results.section`) of this run."""
+    from distill.results import section
+
+    lines = section(Path(args.out))
+    if lines:
+        (Path(args.out) / "results.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def main(argv: Sequence[str]) -> int:

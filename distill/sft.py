@@ -12,6 +12,9 @@ Each example (one query with an accepted rationale) is::
   are the query's prefix frames, ``frames`` of them evenly spaced (`forecasters.media.subsample`, the last always
   kept), each downscaled to at most ``max_pixels`` pixels with its aspect ratio kept (`forecasters.media.FrameCache`:
   the serving path). DynaPix used 12 frames at 336 x 336; the default here is 8 frames at <= 336 * 336 pixels.
+- ``--student-input evidence`` (the perception-solved student, `distill.evidence`): the user turn is the evidence
+  block at the prefix end with the ``student_evidence`` prompt, text only; the set has no ``images`` column, so TRL
+  trains it as a text dataset and any causal LM can learn it.
 - ``cot``: the assistant turn is the rationale ending in ``Answer: <canonical state>``.
   ``answer``: the control, the answer line alone. ``trajectory``: the state labels the CoT names, then the answer
   line, with no evidence or reasoning text (the control separating extra labels from reasoning). The targets are
@@ -64,7 +67,11 @@ class SFTBuildConfig:
     frames: int = field(default=8, metadata={"help": "prefix frames per example (evenly spaced, last kept)"})
     max_pixels: int | None = field(default=DEFAULT_MAX_PIXELS,
                                    metadata={"help": "downscale each frame to at most this many pixels (aspect kept)"})
-    prompt: str = field(default="student_answer", metadata={"help": "student prompt template (id or .txt path)"})
+    prompt: str = field(default="student_answer", metadata={"help": "student prompt template (id or .txt path) of "
+                                                                     "the frames input"})
+    student_input: str = field(default="frames", metadata={
+        "help": "frames (the prefix frames, student_answer prompt) | evidence (the perception-solved student: the "
+                "simulator's evidence at the prefix end as a text block, distill.evidence; a text-only set)"})
     variants: list[str] = field(default_factory=lambda: list(VARIANTS),
                                 metadata={"help": "any of cot, answer, trajectory"})
     limit: int | None = field(default=None, metadata={"help": "only the first N accepted rationales (train split)"})
@@ -76,32 +83,36 @@ class SFTBuildConfig:
         bad = [v for v in self.variants if v not in VARIANTS]
         if bad or not self.variants:
             raise ValueError(f"variants must be a non-empty subset of {VARIANTS}, got {self.variants}")
+        from distill.evidence import check_input
+
+        check_input(self.student_input)
         if self.frames < 1 or self.shard_size < 1:
             raise ValueError(f"frames and shard_size must be >= 1, got {self.frames} and {self.shard_size}")
 
 
-def features():
-    """The Arrow schema of an SFT dataset (explicit, so image placeholders with no text never confuse inference)."""
+def features(images: bool = True):
+    """The Arrow schema of an SFT dataset (explicit, so image placeholders with no text never confuse inference); a
+    text-only set (the evidence input) has no ``images`` column, so TRL trains it as text."""
     import datasets
 
     part = {"type": datasets.Value("string"), "text": datasets.Value("string")}
-    return datasets.Features({
-        "query_id": datasets.Value("string"),
-        "qtype": datasets.Value("string"),
-        "answer": datasets.Value("string"),
-        "images": datasets.List(datasets.Image()),
-        "messages": datasets.List({"role": datasets.Value("string"), "content": datasets.List(part)}),
-    })
+    cols = {"query_id": datasets.Value("string"), "qtype": datasets.Value("string"),
+            "answer": datasets.Value("string")}
+    if images:
+        cols["images"] = datasets.List(datasets.Image())
+    cols["messages"] = datasets.List({"role": datasets.Value("string"), "content": datasets.List(part)})
+    return datasets.Features(cols)
 
 
-def user_turn(query, bench, frame_cache, *, template, frames: int) -> tuple[list[dict[str, Any]], list]:
-    """(user content parts, PIL images) of the student prompt for one query, built as the student is served."""
-    from forecasters.backends import ImagePart, SamplingParams
-    from forecasters.registry import get_forecaster
-    from forecasters.runner import render_request
+def user_turn(query, bench, frame_cache, *, template, frames: int, student_input: str = "frames",
+              index=None) -> tuple[list[dict[str, Any]], list]:
+    """(user content parts, PIL images) of the student prompt for one query, built as the student is served
+    (`distill.evidence.student_request`)."""
+    from distill.evidence import student_request
+    from forecasters.backends import ImagePart
 
-    req = render_request(get_forecaster("student"), template, query, bench, frame_cache, sampling=SamplingParams(),
-                         n_frames=frames)
+    req = student_request(query, bench, student_input=student_input, template=template, frame_cache=frame_cache,
+                          frames=frames, index=index)
     content, images = [], []
     for p in req.parts:
         if isinstance(p, ImagePart):
@@ -112,23 +123,29 @@ def user_turn(query, bench, frame_cache, *, template, frames: int) -> tuple[list
     return content, images
 
 
-def _examples(data: str, rows: list[dict], variant: str, prompt: str, frames: int, max_pixels: int | None):
+def _examples(data: str, rows: list[dict], variant: str, prompt: str, frames: int, max_pixels: int | None,
+              student_input: str = "frames"):
     """Generator of one variant's examples (module-level so `datasets` can fingerprint its arguments)."""
-    import prompts
+    from distill.evidence import EvidenceIndex, student_template
     from distill.narrate import assistant_target
     from eval.benchmark import Benchmark
     from forecasters.media import FrameCache
 
     bench = Benchmark.load(data)
-    template = prompts.load(prompt)
+    template = student_template(student_input, prompt)
     cache = FrameCache(bench.root, max_pixels=max_pixels, size=64)
+    index = EvidenceIndex(bench) if student_input == "evidence" else None
     for r in rows:
         q = bench.query(r["query_id"])
-        content, images = user_turn(q, bench, cache, template=template, frames=frames)
+        content, images = user_turn(q, bench, cache, template=template, frames=frames, student_input=student_input,
+                                    index=index)
         text = assistant_target(variant, {"answer": q.target_state, **r})
-        yield {"query_id": q.id, "qtype": q.qtype, "answer": q.target_state, "images": images,
-               "messages": [{"role": "user", "content": content},
-                            {"role": "assistant", "content": [{"type": "text", "text": text}]}]}
+        ex = {"query_id": q.id, "qtype": q.qtype, "answer": q.target_state,
+              "messages": [{"role": "user", "content": content},
+                           {"role": "assistant", "content": [{"type": "text", "text": text}]}]}
+        if student_input != "evidence":
+            ex["images"] = images
+        yield ex
 
 
 def _rationale_rows(path: str, bench, split: str, limit: int | None) -> list[dict]:
@@ -171,9 +188,11 @@ def _write_split(cfg: SFTBuildConfig, rows: list[dict], variant: str, split_name
     import datasets
 
     ds = datasets.Dataset.from_generator(
-        _examples, features=features(), cache_dir=str(cache_dir),
-        gen_kwargs=dict(data=str(cfg.data), rows=rows, variant=variant, prompt=cfg.prompt, frames=cfg.frames,
-                        max_pixels=cfg.max_pixels))
+        _examples, features=features(images=cfg.student_input != "evidence"), cache_dir=str(cache_dir),
+        # rows as a tuple: `datasets` splits list arguments into one generator call per item (one benchmark load
+        # per example)
+        gen_kwargs=dict(data=str(cfg.data), rows=tuple(rows), variant=variant, prompt=cfg.prompt, frames=cfg.frames,
+                        max_pixels=cfg.max_pixels, student_input=cfg.student_input))
     n = max(1, -(-len(ds) // cfg.shard_size))
     files = []
     for i in range(n):
@@ -211,8 +230,11 @@ def build_variant(cfg: SFTBuildConfig, variant: str, splits: dict[str, list[dict
 
 
 def preprocessing(cfg: SFTBuildConfig, template) -> dict[str, Any]:
-    """What the served student must reproduce: frames per prefix, the pixel cap, the prompt (id + hash)."""
-    return {"frames": cfg.frames, "max_pixels": cfg.max_pixels, "prompt_id": template.id,
+    """What the served student must reproduce: its input (frames or evidence), frames per prefix and the pixel cap
+    (None for the evidence input), the prompt (id + hash)."""
+    frames = cfg.student_input == "frames"
+    return {"student_input": cfg.student_input, "frames": cfg.frames if frames else None,
+            "max_pixels": cfg.max_pixels if frames else None, "prompt_id": template.id,
             "prompt_hash": template.hash}
 
 
@@ -220,15 +242,15 @@ def build_sft(cfg: SFTBuildConfig) -> dict[str, Any]:
     """Build the requested variants (see the module docstring); returns the summary."""
     import datasets
 
-    import prompts
     from distill.config import write_resolved
+    from distill.evidence import student_template
     from distill.narrate import assistant_target
     from eval.benchmark import Benchmark
     from eval.io import write_json
 
     t0 = time.perf_counter()
     bench = Benchmark.load(cfg.data)
-    template = prompts.load(cfg.prompt)
+    template = student_template(cfg.student_input, cfg.prompt)
     rows = _rationale_rows(cfg.rationales, bench, cfg.split, cfg.limit)
     if not rows:
         raise ValueError(f"{cfg.rationales}: no accepted rationales for split {cfg.split!r}")

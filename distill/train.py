@@ -34,6 +34,13 @@ merge it into bf16 weights, never into the 4-bit ones), ``train.config.json`` (c
 arithmetic, versions; a directory holding another config's is refused), ``train_log.json`` (the Trainer's log
 history: loss per logging step, eval loss and answer accuracy per evaluation) and ``metrics.json``.
 
+A text-only SFT set (the evidence input, `distill.evidence`) trains a causal LM (``AutoModelForCausalLM``, its
+tokenizer as processor). ``--full_finetune true`` (with ``--use_peft false --load_in_4bit false``) trains every
+language-model weight (tiny models on CPU; a vision tower stays frozen) and writes ``model/`` instead of
+``adapter/``; a run that would train non-LoRA weights without the flag is refused. ``--snapshot_steps N`` also writes
+the weights at step N to ``step-N/`` (`snapshot_dir`). A rerun of a finished run (its final weights and snapshots carry
+this config hash, `finished_metrics`) is a no-op.
+
 Sequences are never truncated: every example is measured first (the same chat template and processor the collator
 uses) and an example longer than ``max_length`` is an error naming it (or dropped with ``drop_overlong``); the trainer
 then runs with no truncation, so no image-token run is ever cut. Loss is on the assistant turn only
@@ -123,9 +130,12 @@ def quantization_config(psr: PSRTrainArgs, sft, model_args):
 
 
 def lora_config(psr: PSRTrainArgs, model_args):
-    """`trl.get_peft_config` with the vision modules excluded by regex (so the vision tower stays frozen)."""
+    """`trl.get_peft_config` with the vision modules excluded by regex (so the vision tower stays frozen); None for a
+    full fine-tuning (``full_finetune``)."""
     from trl import get_peft_config
 
+    if psr.full_finetune:
+        return None
     cfg = get_peft_config(model_args)
     if cfg is not None:
         cfg.exclude_modules = psr.lora_exclude_modules
@@ -144,9 +154,19 @@ def kbit_device_map(sft) -> Any:
     return {"": PartialState().local_process_index}
 
 
+def is_vision_model(name_or_path: str, trust_remote_code: bool = False) -> bool:
+    """The checkpoint has a vision tower (an image-text-to-text model) rather than being a text-only causal LM."""
+    from transformers import AutoConfig
+
+    from forecasters.backends.hf_loading import is_vision_config
+
+    return is_vision_config(AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code))
+
+
 def load_model(psr: PSRTrainArgs, sft, model_args):
-    """The base VLM (``AutoModelForImageTextToText``), 4-bit when ``load_in_4bit``."""
-    from transformers import AutoModelForImageTextToText
+    """The base model: a VLM (``AutoModelForImageTextToText``) for the frames input, a causal LM
+    (``AutoModelForCausalLM``) for the text-only evidence input; 4-bit when ``load_in_4bit``."""
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     kw: dict[str, Any] = {"dtype": load_dtype(model_args), "revision": model_args.model_revision,
                           "trust_remote_code": getattr(sft, "trust_remote_code", False)}
@@ -158,7 +178,25 @@ def load_model(psr: PSRTrainArgs, sft, model_args):
             kw["device_map"] = dm
     if model_args.attn_implementation:
         kw["attn_implementation"] = model_args.attn_implementation
-    return keep_4bit_training_layout(AutoModelForImageTextToText.from_pretrained(model_args.model_name_or_path, **kw))
+    auto = AutoModelForImageTextToText if is_vision_model(model_args.model_name_or_path, kw["trust_remote_code"]) \
+        else AutoModelForCausalLM
+    model = keep_4bit_training_layout(auto.from_pretrained(model_args.model_name_or_path, **kw))
+    if psr.full_finetune:
+        freeze_vision(model)
+    return model
+
+
+def freeze_vision(model) -> int:
+    """Freeze the vision tower and projector (`VISION_MODULES_REGEX`) of a fully fine-tuned model; returns the number
+    of parameters frozen (0 for a text-only model)."""
+    import re
+
+    n = 0
+    for name, p in model.named_parameters():
+        if re.match(VISION_MODULES_REGEX, name):
+            p.requires_grad_(False)
+            n += p.numel()
+    return n
 
 
 def keep_4bit_training_layout(model):
@@ -189,10 +227,11 @@ def adapter_dtype(model) -> str:
     return str(p.dtype).removeprefix("torch.") if p is not None else "none"
 
 
-def count_parameters(model) -> dict[str, int]:
+def count_parameters(model, *, full_finetune: bool = False) -> dict[str, int]:
     """Trainable and total parameter counts; a 4-bit weight counts its logical elements (``quant_state.shape``),
-    not the packed bytes ``numel`` sees (two 4-bit values per element); raises when anything outside LoRA, or any
-    vision-tower parameter, is trainable."""
+    not the packed bytes ``numel`` sees (two 4-bit values per element); raises when a vision-tower parameter is
+    trainable, or anything outside LoRA unless ``full_finetune`` (the explicit flag that trains every weight of the
+    language model)."""
     import re
 
     def n(p) -> int:
@@ -201,7 +240,7 @@ def count_parameters(model) -> dict[str, int]:
 
     trainable = [(name, n(p)) for name, p in model.named_parameters() if p.requires_grad]
     vision = [name for name, _ in trainable if re.match(VISION_MODULES_REGEX, name)]
-    non_lora = [name for name, _ in trainable if "lora_" not in name]
+    non_lora = [] if full_finetune else [name for name, _ in trainable if "lora_" not in name]
     if vision or non_lora:
         raise RuntimeError(f"unexpected trainable parameters: vision {vision[:3]}, non-LoRA {non_lora[:3]}")
     return {"trainable": sum(c for _, c in trainable), "total": sum(n(p) for p in model.parameters())}
@@ -270,12 +309,25 @@ def _image_token_id(processor) -> int | None:
 
 
 def measure(dataset, processor, max_length: int) -> LengthReport:
-    """Tokenize every example exactly as TRL's vision collator does and report lengths and assistant tokens."""
+    """Tokenize every example exactly as TRL does (its vision collator; for a text-only set, without an ``images``
+    column, its chat-template tokenization) and report lengths and assistant tokens."""
+    import numpy as np
     from trl.data_utils import prepare_multimodal_messages
 
-    image_id = _image_token_id(processor)
+    text_only = "images" not in dataset.column_names
+    image_id = None if text_only else _image_token_id(processor)
     lengths, supervised, per_frame, overlong = [], [], [], []
     for i, ex in enumerate(dataset):
+        if text_only:  # as TRL tokenizes a conversational text dataset
+            out = processor.apply_chat_template(ex["messages"], tokenize=True, return_dict=True,
+                                                return_assistant_tokens_mask=True)
+            ids = np.asarray(out["input_ids"])
+            n = int(ids.shape[-1])
+            lengths.append(n)
+            supervised.append(int(np.sum(out["assistant_masks"])))
+            if n > max_length:
+                overlong.append(ex.get("query_id") or f"row {i}")
+            continue
         msgs = prepare_multimodal_messages(ex["messages"], images=ex["images"])
         out = processor.apply_chat_template(msgs, tokenize=True, return_dict=True, return_tensors="pt",
                                             return_assistant_tokens_mask=True,
@@ -339,7 +391,7 @@ def prepare_dataset(ds, processor, *, max_length: int, drop_overlong: bool = Fal
             raise ValueError(f"{name}: every example is longer than max_length={max_length} tokens")
         ds = ds.select(keep)
         log.warning("%s: dropped %d example(s) longer than %d tokens", name, len(rep.overlong), max_length)
-    ds = ds.select_columns(["images", "messages"])
+    ds = ds.select_columns([c for c in ("images", "messages") if c in ds.column_names])
     if repeat > 1:
         ds = datasets.concatenate_datasets([ds] * repeat)
     return ds, rep
@@ -356,8 +408,9 @@ def run_preprocessing(psr: PSRTrainArgs, info: dict | None) -> dict[str, Any]:
         raise InputError(f"max_pixels {psr.max_pixels} differs from the SFT set's {set_px} "
                          f"({psr.dataset_name}/psr_sft.json): the student would train on other image tokens than "
                          "its frames carry", fix="drop --max_pixels, or rebuild the set with that cap")
-    return {"frames": pre.get("frames"), "max_pixels": set_px if psr.max_pixels is None else psr.max_pixels,
-            "min_pixels": psr.min_pixels, "prompt_id": pre.get("prompt_id"), "prompt_hash": pre.get("prompt_hash")}
+    return {"student_input": pre.get("student_input", "frames"), "frames": pre.get("frames"),
+            "max_pixels": set_px if psr.max_pixels is None else psr.max_pixels, "min_pixels": psr.min_pixels,
+            "prompt_id": pre.get("prompt_id"), "prompt_hash": pre.get("prompt_hash")}
 
 
 def _versions() -> dict[str, str]:
@@ -377,6 +430,8 @@ def _processor(model_args, pre: dict, assistant_only_loss: bool):
     from forecasters.backends.hf_loading import load_processor
 
     kw = {k: pre[k] for k in ("max_pixels", "min_pixels") if pre.get(k)}
+    if not is_vision_model(model_args.model_name_or_path, getattr(model_args, "trust_remote_code", False)):
+        kw = {}  # a text-only model's processor is its tokenizer
     processor = load_processor(model_args.model_name_or_path, **kw)
     if assistant_only_loss:
         tpl = training_chat_template(processor)
@@ -390,18 +445,99 @@ def _dataset_hash(info: dict | None, ds) -> str:
     return (info or {}).get("sha256") or ds._fingerprint
 
 
-def _write_adapter(trainer, out: Path, record: dict, is_main: bool) -> Path:
-    """Save the adapter to ``out/adapter`` atomically (every rank calls: FSDP gathers the full state dict)."""
+#: Where a run's final weights go: the LoRA adapter, or (``full_finetune``) the whole fine-tuned model.
+ADAPTER_DIR, MODEL_DIR = "adapter", "model"
+
+
+def student_weights(output_dir: str | os.PathLike) -> tuple[Path, bool] | None:
+    """(the final weights of a `train` run, whether they are a full model) -- ``adapter/`` (LoRA, served on its base)
+    or ``model/`` (a full fine-tuning, served as the model itself) -- or None when the run has not finished."""
+    out = Path(output_dir)
+    for name, full in ((ADAPTER_DIR, False), (MODEL_DIR, True)):
+        if (out / name / STUDENT_INFO).is_file():
+            return out / name, full
+    return None
+
+
+def snapshot_dir(output_dir: str | os.PathLike, step: int) -> Path:
+    """Where ``snapshot_steps`` puts the weights at optimizer step ``step`` (`student_weights` reads it)."""
+    return Path(output_dir) / f"step-{step}"
+
+
+def finished_metrics(out: Path, identity, snapshot_steps=()) -> dict[str, Any] | None:
+    """The ``metrics.json`` of a run of this config that already wrote its final weights and its snapshots (None
+    otherwise): rerunning a finished run is a no-op."""
+    from eval.io import read_json
+
+    for d in (out, *(snapshot_dir(out, n) for n in snapshot_steps)):
+        found = student_weights(d)
+        if found is None or read_json(found[0] / STUDENT_INFO).get("config_hash") != identity.config_hash:
+            return None
+    return read_json(out / "metrics.json") if (out / "metrics.json").is_file() else None
+
+
+def snapshot_callback(steps, out: Path, record: dict, full: bool):
+    """A Trainer callback writing the weights at each of ``steps`` (optimizer steps) to `snapshot_dir` in the final
+    format (``model/`` or ``adapter/`` with ``psr_student.json``, ``snapshot_step`` added), atomically."""
+    from transformers import TrainerCallback
+
+    from eval.io import write_json
+
+    class Snapshots(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+            if state.global_step not in steps or not state.is_world_process_zero:
+                return control
+            final = snapshot_dir(out, state.global_step) / (MODEL_DIR if full else ADAPTER_DIR)
+            tmp = final.with_name(f".{final.name}.tmp")
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            model.save_pretrained(str(tmp))
+            if processing_class is not None:
+                processing_class.save_pretrained(str(tmp))
+            write_json(tmp / STUDENT_INFO, {**record, "snapshot_step": state.global_step})
+            if final.exists():
+                shutil.rmtree(final)  # ours: a snapshot of this run's directory
+            os.replace(tmp, final)
+            return control
+
+    return Snapshots()
+
+
+def checkpoint_step(ckpt: str | os.PathLike) -> int:
+    """The optimizer step a Trainer checkpoint was saved at (its ``trainer_state.json``)."""
+    from eval.io import read_json
+
+    return int(read_json(Path(ckpt) / "trainer_state.json").get("global_step", 0))
+
+
+def finish_from_checkpoint(trainer, ckpt: str):
+    """A ``max_steps`` run whose last checkpoint is at ``max_steps`` but whose final weights were never written (a
+    crash while saving them): take the checkpoint's weights and state instead of resuming, which would train one step
+    more. Returns a `transformers.trainer_utils.TrainOutput` (the checkpoint's step; its loss from the log history)."""
+    from transformers.trainer_callback import TrainerState
+    from transformers.trainer_utils import TrainOutput
+
+    trainer._load_from_checkpoint(ckpt)  # the Trainer's own loader: full weights or the PEFT adapter
+    trainer.state = TrainerState.load_from_json(str(Path(ckpt) / "trainer_state.json"))
+    loss = loss_over_all_steps(trainer.state.log_history, trainer.state.global_step, 0.0, trainer.state.global_step)
+    log.info("%s is at max_steps %d: its weights are the final ones (nothing trained)", ckpt, trainer.state.global_step)
+    return TrainOutput(trainer.state.global_step, loss or 0.0, {})
+
+
+def _write_adapter(trainer, out: Path, record: dict, is_main: bool, *, full: bool = False) -> Path:
+    """Save the adapter to ``out/adapter`` (a full fine-tuning: the model to ``out/model``) atomically (every rank
+    calls: FSDP gathers the full state dict)."""
     from eval.io import write_json
 
     if trainer.is_fsdp_enabled:
         trainer.accelerator.state.fsdp_plugin.set_state_dict_type("FULL_STATE_DICT")
-    tmp = out / ".adapter.tmp"
+    name = MODEL_DIR if full else ADAPTER_DIR
+    tmp = out / f".{name}.tmp"
     if is_main and tmp.exists():
         shutil.rmtree(tmp)
     trainer.accelerator.wait_for_everyone()
     trainer.save_model(str(tmp))
-    final = out / "adapter"
+    final = out / name
     if is_main:
         write_json(tmp / STUDENT_INFO, record)
         if final.exists():
@@ -411,7 +547,7 @@ def _write_adapter(trainer, out: Path, record: dict, is_main: bool) -> Path:
 
 
 def build_trainer(psr: PSRTrainArgs, sft, model_args, *, train_ds, eval_ds=None, processor, identity, batch,
-                  answer_eval=None):
+                  answer_eval=None, record: dict | None = None):
     """The `StudentTrainer` of a run: TrainingArguments with the derived accumulation, checkpoints under
     ``output_dir/checkpoints``, no truncation; LoRA weights in fp32 (except under FSDP / DeepSpeed, see the module
     docstring). Returns (trainer, adapter dtype)."""
@@ -422,9 +558,17 @@ def build_trainer(psr: PSRTrainArgs, sft, model_args, *, train_ds, eval_ds=None,
                                max_length=None,  # lengths were checked: never truncate (image tokens stay whole)
                                eval_strategy=sft.eval_strategy if eval_ds is not None else "no")
     model = load_model(psr, sft, model_args)
+    callbacks = [checkpoint_callback(identity)]
+    if psr.snapshot_steps:
+        if fsdp_enabled() or deepspeed_enabled(sft):
+            from eval.errors import InputError
+
+            raise InputError("snapshot_steps saves the weights from one process: not under FSDP / DeepSpeed")
+        callbacks.append(snapshot_callback(set(psr.snapshot_steps), Path(sft.output_dir), record or {},
+                                           psr.full_finetune))
     trainer = student_trainer_class()(
         model=model, args=args, train_dataset=train_ds, eval_dataset=eval_ds, processing_class=processor,
-        peft_config=lora_config(psr, model_args), callbacks=[checkpoint_callback(identity)],
+        peft_config=lora_config(psr, model_args), callbacks=callbacks,
         answer_eval=answer_eval, answer_max_new_tokens=psr.eval_max_new_tokens)
     sharded = fsdp_enabled() or deepspeed_enabled(sft)
     dtype = adapter_dtype(trainer.model) if sharded else keep_adapters_fp32(trainer.model)
@@ -448,16 +592,37 @@ class RunPlan:
     processor: Any
 
 
-def plan_run(psr: PSRTrainArgs, sft, model_args) -> RunPlan:
-    """Load and check the data, derive the batch, hash the config, check the output directory and the checkpoint."""
-    from distill.train_eval import answer_examples
+def check_training_mode(psr: PSRTrainArgs, model_args) -> None:
+    """LoRA (``use_peft``) or, behind the explicit ``full_finetune`` flag, every language-model weight; never both,
+    never neither, and never a full fine-tuning of 4-bit weights."""
+    from eval.errors import InputError
 
-    out = Path(sft.output_dir)
+    if psr.full_finetune and (model_args.use_peft or model_args.load_in_4bit):
+        raise InputError("full_finetune trains every weight: it needs --use_peft false and --load_in_4bit false "
+                         f"(got use_peft {model_args.use_peft}, load_in_4bit {model_args.load_in_4bit})")
+    if not psr.full_finetune and not model_args.use_peft:
+        raise InputError("use_peft false without full_finetune: nothing would say which weights to train",
+                         fix="pass --full_finetune true to train every weight (tiny models), or --use_peft true")
+
+
+def plan_identity(psr: PSRTrainArgs, sft, model_args):
+    """(train split, eval split, set info, batch arithmetic, preprocessing, config identity) of a run: everything
+    the config hash needs, before any tokenization or model loading."""
     train_raw, eval_raw, info = load_splits(psr)
     batch = resolve_batch(psr, sft, sft.world_size)
     pre = run_preprocessing(psr, info)
     identity = train_identity(psr, sft, model_args, effective_batch_size=batch["effective_batch_size"],
                               dataset_sha256=_dataset_hash(info, train_raw), preprocessing=pre)
+    return train_raw, eval_raw, info, batch, pre, identity
+
+
+def plan_run(psr: PSRTrainArgs, sft, model_args, planned=None) -> RunPlan:
+    """Load and check the data, derive the batch, hash the config, check the output directory and the checkpoint
+    (``planned``: `plan_identity`'s result, when already computed)."""
+    from distill.train_eval import answer_examples
+
+    out = Path(sft.output_dir)
+    train_raw, eval_raw, info, batch, pre, identity = planned or plan_identity(psr, sft, model_args)
     check_output_dir(out, identity)
     resume = resolve_resume(sft.resume_from_checkpoint, out, identity)
     processor = _processor(model_args, pre, sft.assistant_only_loss)
@@ -487,18 +652,21 @@ def _write_train_config(plan: RunPlan, psr: PSRTrainArgs, sft, model_args) -> No
         "sft": json.loads(json.dumps(sft.to_dict(), default=str)), "versions": _versions(),
         "fsdp": fsdp_enabled(), "deepspeed": deepspeed_enabled(sft), "resume_from": plan.resume,
         "examples": {"train": len(plan.train_ds), "eval": len(plan.eval_ds) if plan.eval_ds is not None else 0},
-        "max_tokens": max(lengths), "mean_tokens": round(sum(lengths) / len(lengths), 1)})
+        "max_tokens": max(lengths), "mean_tokens": round(sum(lengths) / len(lengths), 1),
+        "supervised_tokens": int(sum(plan.lengths.supervised))})
 
 
-def _metrics(trainer, result, plan: RunPlan, adapter: str, params: dict, t0: float) -> dict[str, Any]:
+def _metrics(trainer, result, plan: RunPlan, adapter: str, params: dict, t0: float, c0: float) -> dict[str, Any]:
     history = trainer.state.log_history
     losses = [(h["step"], h["loss"]) for h in history if "loss" in h]
     resumed_at = int(Path(plan.resume).name.split("-")[-1]) if plan.resume else 0
     return {"train_loss": loss_over_all_steps(history, resumed_at, result.training_loss, trainer.state.global_step),
             "train_loss_this_run": result.training_loss, "global_step": trainer.state.global_step,
             "first_loss": losses[0][1] if losses else None, "last_loss": losses[-1][1] if losses else None,
-            "losses": losses, "eval": eval_history(history), "resumed_from": plan.resume, "adapter_dtype": adapter,
-            "wall_s": round(time.perf_counter() - t0, 2), **plan.batch, **params}
+            "epoch": trainer.state.epoch, "losses": losses, "eval": eval_history(history), "resumed_from": plan.resume,
+            "adapter_dtype": adapter,
+            "wall_s": round(time.perf_counter() - t0, 2), "cpu_s": round(time.process_time() - c0, 2),
+            **plan.batch, **params}
 
 
 def train(psr: PSRTrainArgs, sft, model_args) -> dict[str, Any]:
@@ -507,28 +675,38 @@ def train(psr: PSRTrainArgs, sft, model_args) -> dict[str, Any]:
 
     from eval.io import write_json
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
+    check_training_mode(psr, model_args)
     sft.world_size  # noqa: B018  (sets up the distributed state as the Trainer will: PartialState(cpu=use_cpu))
     state = PartialState()
-    plan = plan_run(psr, sft, model_args)
+    planned = plan_identity(psr, sft, model_args)
+    done = finished_metrics(Path(sft.output_dir), planned[-1], psr.snapshot_steps)
+    if done is not None:
+        log.info("%s: a finished run of this config (hash %s): nothing to do", sft.output_dir,
+                 planned[-1].config_hash)
+        return {**done, "skipped": True}
+    plan = plan_run(psr, sft, model_args, planned)
     if state.is_main_process:
         _write_train_config(plan, psr, sft, model_args)
-    trainer, adapter = build_trainer(psr, sft, model_args, train_ds=plan.train_ds, eval_ds=plan.eval_ds,
-                                     processor=plan.processor, identity=plan.identity, batch=plan.batch,
-                                     answer_eval=plan.answers)
-    params = count_parameters(trainer.model)
-    log.info("trainable LoRA weights in %s; %d of %d parameters trainable", adapter, params["trainable"],
-             params["total"])
-    result = trainer.train(resume_from_checkpoint=plan.resume)
     record = {"base_model": model_args.model_name_or_path, "dataset": psr.dataset_name,
               "load_in_4bit": model_args.load_in_4bit, "config_hash": plan.identity.config_hash,
-              "preprocessing": plan.preprocessing}
-    _write_adapter(trainer, plan.out, record, state.is_main_process)
+              "full_finetune": psr.full_finetune, "preprocessing": plan.preprocessing}
+    trainer, adapter = build_trainer(psr, sft, model_args, train_ds=plan.train_ds, eval_ds=plan.eval_ds,
+                                     processor=plan.processor, identity=plan.identity, batch=plan.batch,
+                                     answer_eval=plan.answers, record=record)
+    params = count_parameters(trainer.model, full_finetune=psr.full_finetune)
+    log.info("trainable %s weights in %s; %d of %d parameters trainable",
+             "language-model" if psr.full_finetune else "LoRA", adapter, params["trainable"], params["total"])
+    if plan.resume and 0 < sft.max_steps <= checkpoint_step(plan.resume):
+        result = finish_from_checkpoint(trainer, plan.resume)
+    else:
+        result = trainer.train(resume_from_checkpoint=plan.resume)
+    _write_adapter(trainer, plan.out, record, state.is_main_process, full=psr.full_finetune)
     if sft.push_to_hub:
         trainer.push_to_hub(dataset_name=psr.dataset_name)
     metrics: dict[str, Any] = {}
     if state.is_main_process:
-        metrics = _metrics(trainer, result, plan, adapter, params, t0)
+        metrics = _metrics(trainer, result, plan, adapter, params, t0, c0)
         write_json(plan.out / "train_log.json", trainer.state.log_history)
         write_json(plan.out / "metrics.json", metrics)
     state.wait_for_everyone()

@@ -82,12 +82,22 @@ class PSRTrainArgs:
         "help": "modules kept unquantized in 4-bit loading (prefix, suffix or regex of module names)"})
     lora_exclude_modules: str = field(default=VISION_MODULES_REGEX, metadata={
         "help": "regex of modules LoRA must not touch (the vision tower stays frozen)"})
+    snapshot_steps: list[int] = field(default_factory=list, metadata={
+        "help": "also write the final-format weights (adapter or model, with psr_student.json) at these optimizer "
+                "steps to <output_dir>/step-N/: under a constant schedule without warmup they are the students of "
+                "runs stopped at N steps (distill.study's equal-steps budget); one process or DDP only"})
+    full_finetune: bool = field(default=False, metadata={
+        "help": "train every weight of the language model instead of LoRA adapters (tiny models on CPU; the vision "
+                "tower stays frozen); needs --use_peft false and --load_in_4bit false. Writes <output_dir>/model "
+                "(a full checkpoint) instead of <output_dir>/adapter"})
 
     def __post_init__(self):
         if self.repeat < 1:
             raise ValueError(f"repeat must be >= 1, got {self.repeat}")
         if self.effective_batch_size < 0:
             raise ValueError(f"effective_batch_size must be >= 1 (or 0: off), got {self.effective_batch_size}")
+        if any(n < 1 for n in self.snapshot_steps):
+            raise ValueError(f"snapshot_steps must be >= 1, got {self.snapshot_steps}")
         if self.dataset_test_split in ("", "none", "null"):
             self.dataset_test_split = None
 
@@ -311,9 +321,27 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def model_fingerprint(name_or_path: str) -> str | None:
+    """For a local model directory, a hash of its small files (config, tokenizer, chat template) and of its weight
+    files' names and sizes: a model rebuilt in the same directory (a new tiny student) is another config. None for a
+    hub id (its revision is in the config)."""
+    d = Path(name_or_path)
+    if not d.is_dir():
+        return None
+    h = hashlib.sha256()
+    for f in sorted(p for p in d.iterdir() if p.is_file()):
+        h.update(f.name.encode())
+        if f.suffix in (".json", ".jinja", ".txt", ".model"):
+            h.update(f.read_bytes())
+        else:
+            h.update(str(f.stat().st_size).encode())
+    return h.hexdigest()[:16]
+
+
 def train_identity(psr: PSRTrainArgs, sft, model_args, *, effective_batch_size: int, dataset_sha256: str,
                    preprocessing: dict) -> TrainIdentity:
     model = {k: v for k, v in dataclasses.asdict(model_args).items() if k != "attn_implementation"}
+    model["fingerprint"] = model_fingerprint(model_args.model_name_or_path)
     training = {k: getattr(sft, k) for k in HASHED_SFT_FIELDS if hasattr(sft, k)}
     training["effective_batch_size"] = effective_batch_size
     data = {k: v for k, v in dataclasses.asdict(psr).items() if k not in UNHASHED_PSR_FIELDS}

@@ -24,12 +24,23 @@ code                   rejects
                        `distill.facts.PredicateSet.after_horizon_states`), found by `distill.lexicon` (lemmatized,
                        synonym-mapped, longest match first over *all* state phrasings: a forbidden phrasing that
                        contains an allowed one is caught, an allowed one that contains a forbidden one is not);
-                       a predicate's own sentence quoted verbatim never counts (it is true by construction)
+                       a predicate's own sentence quoted verbatim never counts (it is true by construction);
+                       with a ``semantic`` check (`distill.semantic.SemanticLeaks`), also a future-tense sentence
+                       about the object that a sentence-embedding space puts closer to an after-horizon state than
+                       to anything allowed (a post-horizon state described in free words)
 ``contradiction``      the body says the object is in a state its predicates do not hold (a phrasing of a state
                        outside the allowed and after-horizon ones, in a sentence about the object, that is no
                        partial description of what is true: see *open vocabulary* below), or says it
                        moves (or stands still, or moves the opposite way) against the ``direction`` predicate,
                        or names another support than the ``support_now`` predicate, in a present-tense sentence
+``answer_restated``    the body names the target state (a phrasing of it, in a sentence that quotes no predicate)
+                       although no evidence names it: the target is neither the observed current state, nor an
+                       intermediate state, nor the Q4 anchor, nor a Q5 object's end state (a rationale states the
+                       answer once, on its ``Answer:`` line)
+``no_evidence``        the body states fewer than `MIN_EVIDENCE_FACTS` of the predicate set's evidence facts
+                       (``scene`` and ``motion`` sections; all of them when there are fewer): a fact is stated when
+                       one sentence holds `EVIDENCE_COVERAGE` of its content keys (`distill.lexicon` keys, the
+                       object's name and generic words dropped) -- a padded body with no evidence is rejected
 ``lexical_diversity``  fewer than `MIN_DISTINCT_RATIO` distinct words per word, one word above
                        `MAX_TOP_WORD_SHARE` of all words, or one sentence repeated more than `MAX_SENTENCE_REPEATS`
                        times (a body of 80 x "the" is rejected)
@@ -77,11 +88,18 @@ DIVERSITY_MIN_WORDS = 20
 """Bodies shorter than this are left to the length check (word shares of a few words mean nothing)."""
 MAX_SENTENCE_REPEATS = 2
 """A sentence may occur at most this many times in a body."""
+MIN_EVIDENCE_FACTS = 2
+"""A body states at least this many of its predicate set's evidence facts (all of them when it has fewer)."""
+EVIDENCE_COVERAGE = 2 / 3
+"""A fact counts as stated when one sentence of the body holds this share of its content keys."""
+_GENERIC_KEYS = frozenset(("end", "clip", "frame", "scene", "show", "by", "of", "to", "at", "in", "on", "and", "the"))
+"""Keys that say nothing about a fact's content (`_content_keys` drops them)."""
 
 _CARDINAL = (r"zero|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|"
              r"sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety|hundred|"
              r"thousand|million|dozens?")
-_COUNT = rf"{_CARDINAL}|half|quarter|a\s+couple(?:\s+of)?|couple(?:\s+of)?|a\s+pair\s+of|a\s+few|few|several"
+_COUNT = (rf"{_CARDINAL}|half|quarter|a\s+couple(?:\s+of)?|couple(?:\s+of)?|a\s+pair\s+of|a\s+few|few|several|"
+          r"a\s+handful|handful")
 _FRACTION = (r"halves|thirds?|quarters?|fifths?|sixths?|sevenths?|eighths?|ninths?|tenths?|twelfths?|twentieths?|"
              r"hundredths?|thousandths?")
 _ORDINAL = (r"first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|"
@@ -89,14 +107,24 @@ _ORDINAL = (r"first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|e
             r"(?:twenty|thirty|forty|fifty)[\s-](?:first|second|third|fourth|fifth|sixth|seventh|eighth|ninth)")
 _UNITS = (r"seconds?|secs?|milliseconds?|ms|minutes?|frames?|fps|units?|pixels?|px|meters?|metres?|centimeters?|"
           r"cm|mm|degrees?|radians?|percent|hz")
+_TIME_UNIT = r"seconds?|secs?|milliseconds?|minutes?|frames?"
 _SPELLED_MEASURE = re.compile(
     rf"\b(?:{_COUNT})(?:[\s-]+(?:and\s+)?(?:a\s+)?(?:{_COUNT}|{_FRACTION}))*(?:\s+of)?(?:\s+an?)?[\s-]+(?:{_UNITS})\b"
-    rf"|\b(?:a|an|one)\s+(?:second|minute|frame)s?\s+and\s+a\s+(?:half|quarter)\b", re.I)
+    rf"|\b(?:a|an|one)\s+(?:second|minute|frame)s?\s+and\s+a\s+(?:half|quarter)\b"
+    # a fraction of a unit: "a tenth of a second", "an eighth of a second"
+    rf"|\b(?:a|an)[\s-]+(?:{_FRACTION})\s+of\s+(?:a\s+|an\s+|one\s+|the\s+)?(?:{_UNITS})\b"
+    # one unit as a duration: "within a second", "in a second or so", "a frame or two later"
+    rf"|\b(?:within|in|under|inside|after|for|about|around|roughly|than|over|only|just|barely|almost|nearly)\s+"
+    rf"(?:a|an|one)\s+(?:{_TIME_UNIT})(?=\s*[.,;:!?)]|\s*$|\s+(?:or|and|later|earlier|before|after|from|of|into|to|"
+    rf"the|it|its|when|as|at|so|until|then)\b)"
+    rf"|\b(?:a|an|one)\s+(?:{_TIME_UNIT})\s+or\s+(?:two|so|more|less)\b"
+    rf"|\b(?:a|an|one)\s+(?:{_TIME_UNIT})\s+(?:later|earlier|afterwards|from\s+now)\b", re.I)
 _SPELLED_FRACTION = re.compile(rf"\b(?:{_CARDINAL})[\s-]+(?:{_FRACTION})\b|\ba\s+quarter\b", re.I)
 _SPELLED_DECIMAL = re.compile(rf"\b(?:{_CARDINAL})\s+point\s+(?:{_CARDINAL})\b", re.I)
+_FROM_END = r"penultimate|antepenultimate|(?:next|second|third|fourth)[\s-]+(?:to|from)[\s-]+(?:the[\s-]+)?last"
 _FRAME_INDEX = re.compile(
     rf"\b(?:frame|image|snapshot)s?\s+(?:number\s+|no\.?\s*|#\s*)?(?:{_CARDINAL}|{_ORDINAL})\b"
-    rf"|\b(?:{_ORDINAL})\s+(?:frame|image|snapshot|second)s?\b", re.I)
+    rf"|\b(?:{_ORDINAL}|{_FROM_END})\s+(?:frame|image|snapshot|second)s?\b", re.I)
 _COORD = re.compile(r"(?<![\w'])[xyzt]\s*[=:]|\(\s*[xyzt]\s*,\s*[xyzt]\s*(?:,\s*[xyzt]\s*)?\)", re.I)
 _ANSWER = re.compile(r"^\W*answer\s*[:：]\s*(.*)$", re.I)
 _ANSWER_STATEMENT = re.compile(
@@ -109,11 +137,15 @@ _SENTENCE = re.compile(r"[^.!?;\n]+")
 _FUTURE = re.compile(r"\b(?:will|would|later|then|after|afterwards|soon|eventually|finally|until|once|"
                      r"next(?!\s+to\b)|going\s+to|ends?\s+up|ending\s+up|moment\s+the\s+question)\b", re.I)
 """Words that put a sentence in the future ("next to" is a relation, not a time)."""
-_STILL = re.compile(r"\b(?:not\s+moving|stays?\s+still|standing\s+still|motionless|stationary|does\s+not\s+move|"
-                    r"doesn't\s+move|isn't\s+moving)\b", re.I)
-_MOVING = re.compile(r"\bmov(?:ing|es)\s+(?:(?:quickly|slowly|fast)\s+)?(?P<dir>to\s+the\s+(?:left|right)|upward|"
-                     r"downward|up|down|left|right)(?:\s+and\s+(?P<dir2>to\s+the\s+(?:left|right)|left|right))?",
-                     re.I)
+_STILL = re.compile(r"\b(?:not\s+moving|stays?\s+(?:still|put)|stand(?:s|ing)?\s+still|sits?\s+still|sitting\s+still|"
+                    r"motionless|stationary|does\s+not\s+move|doesn't\s+move|isn't\s+moving|(?:is|lies|sits|stays)"
+                    r"\s+at\s+rest|at\s+a\s+standstill|not\s+in\s+motion)\b", re.I)
+_DIRECTION = (r"to(?:ward)?s?\s+the\s+(?:left|right)|leftwards?|rightwards?|upwards?|downwards?|up|down|left|right|"
+              r"to\s+the\s+(?:left|right)")
+#: a verb of motion in the present (moving, heading, travelling, drifting, rolling, sliding ...) with a direction
+_MOVING = re.compile(rf"\b(?:mov(?:ing|es)|head(?:ing|s)|travel(?:l?ing|s)|go(?:ing|es)|drift(?:ing|s)|roll(?:ing|s)|"
+                     rf"slid(?:ing|es)|glid(?:ing|es)|coast(?:ing|s))\s+(?:(?:quickly|slowly|fast|steadily|away|off)"
+                     rf"\s+)?(?P<dir>{_DIRECTION})(?:\s+and\s+(?P<dir2>{_DIRECTION}))?", re.I)
 _SUPPORTED = re.compile(r"\b(?:supported|held\s+up|carried)\s+by\s+(?P<what>[a-z' ]+?)(?=$|[,.;]|\s+and\b|\s+at\b)",
                         re.I)
 
@@ -190,7 +222,7 @@ def lexical_problem(body: str) -> str | None:
 
 def _dir_parts(words: str) -> set[str]:
     w = words.lower()
-    return {d for d in ("left", "right", "up", "down") if re.search(rf"\b{d}(?:ward)?\b", w)}
+    return {d for d in ("left", "right", "up", "down") if re.search(rf"\b{d}(?:wards?)?\b", w)}
 
 
 _OPPOSITE = {"left": "right", "right": "left", "up": "down", "down": "up"}
@@ -212,11 +244,12 @@ class RationaleValidator:
     ``denotations`` (optional) maps a raw phrasing to what it says (``sim/phrases.jsonl``: attribute -> value)."""
 
     def __init__(self, members: Mapping[str, Sequence[str]], *, denotations: Mapping[str, Mapping[str, str]] | None
-                 = None, min_words: int = MIN_WORDS, max_words: int = MAX_WORDS):
+                 = None, min_words: int = MIN_WORDS, max_words: int = MAX_WORDS, semantic=None):
         if not 0 < min_words <= max_words:
             raise ValueError(f"need 0 < min_words <= max_words, got {min_words}, {max_words}")
         self.members = {k: tuple(v) for k, v in members.items()}
         self.min_words, self.max_words = min_words, max_words
+        self.semantic = semantic  # a distill.semantic.SemanticLeaks, or None (pattern checks only)
         self.index = PhraseIndex(self.members)
         self._surface: dict[str, set[str]] = {}
         self._keysets: dict[str, list[frozenset[str]]] = {}
@@ -275,6 +308,49 @@ class RationaleValidator:
             out.append((m, lab))
         return out
 
+    def future_sentences(self, body: str, ps: PredicateSet) -> list[str]:
+        """Sentences of ``body`` in the future (`_FUTURE`) about the object (its name, or a leading "it"), naming no
+        other object and quoting no predicate: what `semantic_leaks` reads."""
+        quoted = _quoted_spans(body, ps)
+        out = []
+        for sm in sentences_about(body, ps):
+            sent = sm.group(0)
+            if not _FUTURE.search(sent) or any(a <= sm.start() and sm.end() <= b for a, b in quoted):
+                continue
+            out.append(sent)
+        return out
+
+    def semantic_leaks(self, body: str, ps: PredicateSet) -> list[str]:
+        """Future sentences about the object that describe an after-horizon state in free words (`self.semantic`,
+        `distill.semantic.SemanticLeaks`); empty without it."""
+        if self.semantic is None:
+            return []
+        return self.semantic.leaks(body, ps, self.phrasings, candidates=self.future_sentences(body, ps))
+
+    def restated(self, body: str, ps: PredicateSet, matches: list[tuple[Match, str]] | None = None) -> list[str]:
+        """Mentions of the target state in ``body`` (outside quoted predicates) when no evidence names it (module
+        docstring, ``answer_restated``)."""
+        named = {ps.current, *ps.intermediate, *([ps.anchor] if ps.anchor else []),
+                 *(f.value for f in ps.facts if f.kind == "other_end_state" and f.value)}
+        if ps.answer in named:
+            return []
+        matches = self.state_matches(body, ps) if matches is None else matches
+        quoted = _quoted_spans(body, ps)
+        return sorted({body[m.start:m.end].lower() for m, _ in matches
+                       if ps.answer in m.states and not (m.states & named)
+                       and not any(a <= m.start and m.end <= b for a, b in quoted)})
+
+    def evidence_stated(self, body: str, ps: PredicateSet) -> tuple[int, int]:
+        """(evidence facts of ``ps`` that ``body`` states, the number it must state) (``no_evidence``)."""
+        from distill.facts import EVIDENCE_SECTIONS
+
+        facts = [f for f in ps.facts if f.section in EVIDENCE_SECTIONS]
+        subject = set(keys(ps.subject))
+        wanted = [k for k in (_content_keys(f.text, subject) for f in facts) if k]
+        sentences = [set(keys(m.group(0))) for m in _SENTENCE.finditer(body)]
+        stated = sum(any(len(k & s) >= EVIDENCE_COVERAGE * len(k) for s in sentences) for k in wanted)
+        return stated, min(MIN_EVIDENCE_FACTS, len(wanted))
+
     def leaks(self, body: str, ps: PredicateSet) -> list[str]:
         """The forbidden (after-horizon) phrasings found in ``body`` (as written), longest match first."""
         return sorted({body[m.start:m.end].lower() for m, lab in self.state_matches(body, ps) if lab == "forbidden"})
@@ -299,17 +375,11 @@ class RationaleValidator:
                        ) -> list[str]:
         """Statements of ``body`` that contradict the predicates (see the module docstring)."""
         matches = self.state_matches(body, ps) if matches is None else matches
-        subj_keys = keys(ps.subject)
-        others = [keys(o) for o in ps.objects if o != ps.subject]
         direction, support = ps.fact("direction"), ps.fact("support_now")
         quoted = _quoted_spans(body, ps)
         out = []
-        for sm in _SENTENCE.finditer(body):
+        for sm in sentences_about(body, ps):
             sent = sm.group(0)
-            k = keys(sent)
-            about = contains(k, subj_keys) or bool(re.match(r"\s*it\b", sent, re.I))
-            if not about or any(contains(k, o) for o in others if o):
-                continue
             for m, lab in matches:
                 if lab == "unsupported" and sm.start() <= m.start < sm.end() and \
                         not self.consistent(body[m.start:m.end], ps):
@@ -344,11 +414,20 @@ class RationaleValidator:
             reasons.append(Rejection("coordinate", "coordinate/time variables: " + ", ".join(coords[:5])))
         matches = self.state_matches(body, ps)
         leaks = sorted({body[m.start:m.end].lower() for m, lab in matches if lab == "forbidden"})
+        if self.semantic is not None and not leaks:
+            leaks = [f"free-worded: {x!r}" for x in self.semantic_leaks(body, ps)]
         if leaks:
             reasons.append(Rejection("future_leak", "states after the question's horizon: " + ", ".join(leaks)))
         contra = self.contradictions(body, ps, matches)
         if contra:
             reasons.append(Rejection("contradiction", "; ".join(contra[:3])))
+        restated = self.restated(body, ps, matches)
+        if restated:
+            reasons.append(Rejection("answer_restated", "the body names the answer, which no evidence names: "
+                                     + ", ".join(restated)))
+        stated, needed = self.evidence_stated(body, ps)
+        if stated < needed:
+            reasons.append(Rejection("no_evidence", f"states {stated} of its evidence facts (at least {needed})"))
         lex = lexical_problem(body)
         if lex:
             reasons.append(Rejection("lexical_diversity", lex))
@@ -368,6 +447,25 @@ class RationaleValidator:
         if not self._answer_ok(answers[0], ps.answer):
             return [Rejection("answer_line", f"answer {answers[0]!r} is not the target state {ps.answer!r}")]
         return []
+
+
+def sentences_about(body: str, ps: PredicateSet) -> list[re.Match]:
+    """The sentences (`_SENTENCE` matches) of ``body`` about the query's object -- its name, or a leading "it" --
+    that name no other object of the scene."""
+    subj_keys = keys(ps.subject)
+    others = [keys(o) for o in ps.objects if o != ps.subject]
+    out = []
+    for sm in _SENTENCE.finditer(body):
+        k = keys(sm.group(0))
+        about = contains(k, subj_keys) or bool(re.match(r"\s*it\b", sm.group(0), re.I))
+        if about and not any(contains(k, o) for o in others if o):
+            out.append(sm)
+    return out
+
+
+def _content_keys(text: str, subject: set[str]) -> frozenset[str]:
+    """The keys of a fact's sentence that carry its content: its object's name and `_GENERIC_KEYS` dropped."""
+    return frozenset(set(keys(text)) - subject - _GENERIC_KEYS)
 
 
 def _quoted_spans(body: str, ps: PredicateSet) -> list[tuple[int, int]]:
@@ -435,12 +533,18 @@ def read_denotations(root) -> dict[str, dict[str, str]] | None:
     return out
 
 
-def validator_for(bench, **kw) -> RationaleValidator:
+def validator_for(bench, *, semantic: bool | object = False, **kw) -> RationaleValidator:
     """A validator with the benchmark's state phrasings (``states.jsonl`` members) and, on a synthetic benchmark,
-    what each raw phrasing says (``sim/phrases.jsonl``)."""
+    what each raw phrasing says (``sim/phrases.jsonl``); ``semantic``: True adds the free-worded leak check with the
+    packaged MiniLM (`distill.semantic.SemanticLeaks`), or pass a `SemanticLeaks` to use."""
     from distill.predicates import OracleIndex
 
-    return RationaleValidator(OracleIndex(bench).members, denotations=read_denotations(bench.root), **kw)
+    if semantic is True:
+        from distill.semantic import SemanticLeaks
+
+        semantic = SemanticLeaks()
+    return RationaleValidator(OracleIndex(bench).members, denotations=read_denotations(bench.root),
+                              semantic=semantic or None, **kw)
 
 
 @dataclass
@@ -453,6 +557,8 @@ class ValidateConfig:
     out: str | None = field(default=None, metadata={"help": "write the report (JSON) here"})
     min_words: int = field(default=MIN_WORDS, metadata={"help": "shortest body"})
     max_words: int = field(default=MAX_WORDS, metadata={"help": "longest body"})
+    semantic_leaks: bool = field(default=False, metadata={
+        "help": "also reject post-horizon states described in free words (distill.semantic, MiniLM)"})
 
 
 def validate_file(cfg: ValidateConfig) -> dict:
@@ -463,7 +569,7 @@ def validate_file(cfg: ValidateConfig) -> dict:
     from eval.io import FormatError, iter_jsonl, write_json
 
     bench = Benchmark.load(cfg.data)
-    v = validator_for(bench, min_words=cfg.min_words, max_words=cfg.max_words)
+    v = validator_for(bench, min_words=cfg.min_words, max_words=cfg.max_words, semantic=cfg.semantic_leaks)
     preds = {}
     for i, d in iter_jsonl(cfg.predicates):  # inputs: a missing file, a torn or bad line is named, never skipped
         if not isinstance(d.get("query_id"), str):

@@ -21,7 +21,10 @@ Stages, each a command of a package (the demo doubles as a worked example; every
                 pixels and state prototype vs independent appearance, plots -> OUT/report/;
   6. canon      canonicalization probes: threshold sweep, re-keying, paraphrase oracle, description probe,
                 canonicalize-then-retrieve and the paraphrase-robust encoder -> OUT/canon/;
-  7. distill    the distillation recipe's CPU variant (tiny Qwen3-VL, template narrator) -> OUT/distill/.
+  7. distill    the distillation recipe on CPU with the perception-solved student (`DISTILL_PRESET`: the simulator's
+                evidence as text, a tiny causal LM, three students x 3 seeds x 2 budgets on the closed slice of the 50
+                most frequent target states, faithfulness, the validator's catch rates) -> OUT/distill/; its section
+                of the results page is `distill.results.section`.
 OUT/README.md indexes the outputs. Stages skip work whose outputs exist (rerun with --force to redo them).
 """
 
@@ -44,6 +47,8 @@ SEMANTIC = "minilm"
 #: the demo's tower configs (configs/encoders/); the towers land in OUT/encoders/<space>/
 TOWER_CONFIGS = {"ssl": ROOT / "configs" / "encoders" / "ssl-demo.yaml", "lit": ROOT / "configs" / "encoders" / "lit-demo.yaml"}
 PLUMBING_METHOD = "text-only (tiny model, plumbing check)"
+#: the distill stage's preset (configs/distill/): the perception-solved student on CPU
+DISTILL_PRESET = "configs/distill/evidence-cpu.yaml"
 
 
 class Demo:
@@ -140,8 +145,8 @@ class Demo:
         self.run(cmd + (["--force"] if a.force else []), "canon")
 
     def distill(self) -> None:
-        self.run(["bash", "scripts/distill.sh", "--cpu-demo", "--out", str(self.args.out / "distill"),
-                  "--data", str(self.args.data)], "distill")
+        self.run(["bash", "scripts/distill.sh", "--cpu-demo", "--config", DISTILL_PRESET, "--out",
+                  str(self.args.out / "distill"), "--data", str(self.args.data)], "distill")
 
     @property
     def runs(self) -> Path:
@@ -202,7 +207,9 @@ class Demo:
                  "path with a tiny model, not a baseline) |",
                  "| `canon/` | canonicalization probes: sweep, re-keyed benchmark, paraphrase oracle, description probe, "
                  "robust reads |",
-                 "| `distill/` | distillation recipe on CPU with tiny models and the template narrator (plumbing) |", "",
+                 "| `distill/` | distillation on CPU: the perception-solved student (evidence as text), three students "
+                 "at equal budget, faithfulness, the validator's catch rates ([distill/results.md](distill/results.md)) |",
+                 "",
                  *self.findings(), "## Commands", "", "| stage | seconds | command |", "|---|---:|---|"]
         lines += [f"| {x['stage']} | {x['seconds']} | `{x['cmd']}` |" for x in self.log]
         (out / "README.md").write_text("\n".join(lines) + "\n")
@@ -254,6 +261,9 @@ class Demo:
         towers = self.tower_costs()
         if towers:
             lines += ["## Encoder training cost (the towers' own records, `encoders/*/psr_tower.json`)", "", *towers, ""]
+        from distill.results import section as distill_section
+
+        lines += distill_section(self.args.out / "distill")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         print(f"results page: {path}")

@@ -1,8 +1,18 @@
 """The ``hf`` backend: transformers in process, for small models and CPU.
 
 Loads ``AutoModelForImageTextToText`` when the checkpoint has a vision tower, else ``AutoModelForCausalLM``, with
-its processor (`forecasters.backends.hf_loading.load_processor`; ``min_pixels`` goes to the image processor; frames
-arrive already resized to the run's ``max_pixels``, see the pixel policy in `forecasters.presets`). A LoRA adapter (``BackendConfig.adapter``, a local directory) is applied unmerged with peft.
+its processor (`forecasters.backends.hf_loading.load_processor`). Frames arrive already resized to the run's
+``max_pixels`` (the pixel policy in `forecasters.presets`); ``max_pixels`` and ``min_pixels`` also go to the image
+processor, so it neither shrinks nor enlarges them on its own: a frame gets the image tokens its size gives, as in
+training (`distill.train` builds its processor with the same caps). A LoRA adapter (``BackendConfig.adapter``, a
+local directory) is applied unmerged with peft.
+
+A student trained by ``distill.train`` carries ``psr_student.json`` (in its adapter directory, or in the model
+directory of a full fine-tuning) with its preprocessing. The backend refuses caps that differ from it
+(`StudentPreprocessing.check_caps`) and, on the first request with images, compares the image tokens the processor
+actually makes per frame with the ones the student was trained on (``image_tokens_per_frame``): a mismatch raises
+`PreprocessingMismatch` naming both counts, so a student is never served, or faithfulness-tested, on other image
+tokens than it saw.
 
 Requests are generated in batches of ``batch_size`` with left padding: ``model.generate`` greedy when temperature is
 0, else sampling with ``num_return_sequences = n``, seeded by ``torch.manual_seed(seed)`` before each batch.
@@ -44,6 +54,54 @@ _PER_TOKEN_KEYS = ("input_ids", "attention_mask", "mm_token_type_ids", "token_ty
 
 log = logging.getLogger(__name__)
 
+#: The preprocessing record of a student trained by ``distill.train`` (the adapter's or full model's directory).
+STUDENT_INFO = "psr_student.json"
+
+
+class PreprocessingMismatch(UnsupportedInput):
+    """The served student would see other image tokens (or caps) than it was trained on."""
+
+
+class StudentPreprocessing:
+    """``psr_student.json``'s ``preprocessing`` of the served student (``None`` fields when there is none)."""
+
+    def __init__(self, record: dict | None, where: str | None):
+        pre = (record or {}).get("preprocessing") or {}
+        self.where = where
+        self.max_pixels = pre.get("max_pixels")
+        self.min_pixels = pre.get("min_pixels")
+        self.tokens = [float(t) for t in pre.get("image_tokens_per_frame") or []]
+
+    @classmethod
+    def find(cls, model: str, adapter: str | None) -> StudentPreprocessing:
+        """The record of ``adapter``, else of a local ``model`` directory, else an empty one."""
+        import json
+        from pathlib import Path
+
+        for d in (adapter, model):
+            f = Path(d) / STUDENT_INFO if d else None
+            if f is not None and f.is_file():
+                return cls(json.loads(f.read_text(encoding="utf-8")), str(f))
+        return cls(None, None)
+
+    def check_caps(self, max_pixels: int | None, min_pixels: int | None) -> None:
+        """The run's pixel caps agree with the trained ones (a cap the run leaves unset takes the trained one)."""
+        for name, have, want in (("max_pixels", max_pixels, self.max_pixels),
+                                 ("min_pixels", min_pixels, self.min_pixels)):
+            if have is not None and want is not None and have != want:
+                raise PreprocessingMismatch(f"{name} {have} differs from the student's training preprocessing "
+                                            f"({name} {want}, {self.where})")
+
+    def check_tokens(self, per_frame: list[float]) -> None:
+        """Each request's image tokens per frame (as processed) is one the student was trained on."""
+        if not self.tokens or not per_frame:
+            return
+        bad = sorted({round(t, 3) for t in per_frame if not any(abs(t - w) < 1e-6 for w in self.tokens)})
+        if bad:
+            raise PreprocessingMismatch(f"the processor makes {bad} image tokens per frame, the student was trained "
+                                        f"on {self.tokens} ({self.where}): other frame sizes or pixel caps than in "
+                                        "training")
+
 
 class HFBackend(Backend):
     name = "hf"
@@ -68,7 +126,11 @@ class HFBackend(Backend):
             self.dtype = getattr(torch, cfg.dtype)
         hf_config = AutoConfig.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
         self.is_vlm = is_vision_config(hf_config)
-        proc_kwargs = {"min_pixels": cfg.min_pixels} if cfg.min_pixels else {}
+        self.trained = StudentPreprocessing.find(cfg.model, cfg.adapter)
+        self.trained.check_caps(cfg.max_pixels, cfg.min_pixels)
+        max_px = cfg.max_pixels or self.trained.max_pixels
+        min_px = cfg.min_pixels or self.trained.min_pixels
+        proc_kwargs = {k: v for k, v in (("max_pixels", max_px), ("min_pixels", min_px)) if v}
         self.processor = load_processor(cfg.model, trust_remote_code=cfg.trust_remote_code,
                                         **(proc_kwargs if self.is_vlm else {}))
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
@@ -132,7 +194,20 @@ class HFBackend(Backend):
             kwargs["images"] = images
         if videos:
             kwargs["videos"] = videos
-        return self.processor(text=texts, return_tensors="pt", padding=True, **kwargs)
+        enc = self.processor(text=texts, return_tensors="pt", padding=True, **kwargs)
+        if images:
+            self.trained.check_tokens(self.image_tokens_per_frame(requests, enc))
+        return enc
+
+    def image_tokens_per_frame(self, requests: list[Request], enc) -> list[float]:
+        """Image tokens per image of each request with images, counted in the processed ``input_ids``."""
+        tid = getattr(self.processor, "image_token_id", None)
+        if tid is None and getattr(self.processor, "image_token", None):
+            tid = self.tokenizer.convert_tokens_to_ids(self.processor.image_token)
+        if tid is None:
+            return []
+        counts = (enc["input_ids"] == tid).sum(dim=1).tolist()
+        return [c / len(r.images) for r, c in zip(requests, counts, strict=True) if r.images]
 
     # --- generation ---
     def _generate_many(self, requests: list[Request]) -> list[Completion]:

@@ -21,6 +21,7 @@ from distill.faithfulness import (
     run_faithfulness,
     sample_by_video,
     summarize,
+    to_markdown,
 )
 from distill.narrate import template_rationale
 from distill.validator import split_answer
@@ -178,3 +179,36 @@ def test_counterfactuals_cli_writes_sets_a_narrator_accepts(synth_dir, pred_file
     assert all(n["answer"] == by_id[n["query_id"]]["answer"] for n in narrated)
     assert all(split_answer(n["rationale"])[1] == [n["answer"]] for n in narrated)
 
+
+
+def test_shuffled_bodies_never_imply_the_querys_own_counterfactual():
+    from distill.faithfulness import Item, shuffled_bodies
+
+    items = [Item(None, f"gold {i}", f"body {i}", f"state {i % 3}", None, "any") for i in range(9)]
+    bodies = shuffled_bodies(items, seed=1)
+    own = {it.perturbed: it.counterfactual for it in items}
+    assert all(own[b] != it.counterfactual for b, it in zip(bodies, items, strict=True))
+    assert shuffled_bodies(items, seed=1) == bodies and shuffled_bodies(items, seed=2) != bodies
+
+
+def test_floors_are_reported_beside_moved():
+    rows = [{"query_id": f"q{i}", "video_id": f"v{i}", "qtype": "Q1", "gold_ok": True, "moved": i < 6,
+             "changed_other": False, "none_ok": False, "moved_shuffled": i < 2} for i in range(10)]
+    s = summarize(rows, n_resamples=200, chance=0.02)
+    assert s["moved"]["value"] == 0.6 and s["moved_shuffled"]["value"] == 0.2 and s["chance"] == 0.02
+    assert s["moved_minus_shuffled"]["value"] == pytest.approx(0.4)
+    assert "shuffled-body floor" in to_markdown(s)
+
+
+def test_the_students_preprocessing_is_taken_and_a_conflict_refused(tmp_path):
+    from distill.faithfulness import resolve_preprocessing
+    from eval.errors import InputError
+
+    (tmp_path / "psr_student.json").write_text(json.dumps(
+        {"preprocessing": {"student_input": "frames", "frames": 4, "max_pixels": 20000}}))
+    cfg = FaithfulnessConfig(data="d", model="m", adapter=str(tmp_path), predicates="p", out="o")
+    got = resolve_preprocessing(cfg)
+    assert (got.student_input, got.frames, got.max_pixels) == ("frames", 4, 20000)
+    with pytest.raises(InputError, match="max_pixels 12544 \\(trained with 20000\\)"):
+        resolve_preprocessing(FaithfulnessConfig(data="d", model="m", adapter=str(tmp_path), predicates="p",
+                                                 out="o", max_pixels=12544))

@@ -89,7 +89,9 @@ def test_noisy_narrator_exercises_the_validator(synth_dir, pred_file, pred_sets,
                         progress=False)
     s = run_narration(cfg)
     assert s.rejected_tries > 10 and s.accepted + s.failed == 60
-    assert set(s.reject_codes) <= {*FAULTS, "contradiction"} and len(s.reject_codes) >= 4
+    # a fault can trip more than its own code: an announced answer restates it, a degenerate body states no evidence
+    assert set(s.reject_codes) <= {*FAULTS, "contradiction", "answer_restated", "no_evidence"}
+    assert len(set(s.reject_codes) & set(FAULTS)) >= 4
     rejects = read_records(tmp_path / "a" / "rejects.jsonl")
     assert len(rejects) == s.rejected_tries
     for r in rejects:

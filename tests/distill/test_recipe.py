@@ -88,6 +88,41 @@ def test_cpu_demo_settings_come_from_the_preset_recipe_section(tmp_path):
     assert stages["narrate-train"].argv[stages["narrate-train"].argv.index("--narrator") + 1] == "template"
 
 
+def test_evidence_plan_runs_the_study_on_the_slice(synth_dir, tmp_path):
+    """--student-input evidence (the demo's preset): predicates of the closed slice, narration, the validator's catch
+    rates, evidence SFT sets, the tiny student (CPU demo) and the study with the preset's seeds and budgets; no
+    per-student forecast or retrieval stage."""
+    out = tmp_path / "out"
+    preset = REPO / "configs" / "distill" / "evidence-cpu.yaml"
+    args, stages = _plan("--cpu-demo", "--config", preset, "--data", synth_dir, "--out", out)
+    assert args.student_input == "evidence"
+    assert list(stages) == ["predicates", "narrate-train", "narrate-val", "narrate-test", "rationale-stats", "leaks",
+                            "sft", "tiny-student", "study"]
+    sft = stages["sft"].argv
+    assert sft[sft.index("--student-input") + 1] == "evidence"
+    study = stages["study"].argv
+    rec = yaml.safe_load(preset.read_text())["recipe"]
+    assert study[study.index("--model") + 1] == str(out / "tiny-student")
+    assert study[study.index("--seeds") + 1:study.index("--seeds") + 4] == [str(s) for s in rec["seeds"]]
+    assert study[study.index("--budgets") + 1:study.index("--budgets") + 3] == rec["budgets"]
+    assert "tiny-student" in stages["study"].after and "sft" in stages["tiny-student"].after
+    _, stages = _plan("--cpu-demo", "--config", preset, "--data", synth_dir, "--out", out, "--top-states", 7)
+    p = stages["predicates"].argv
+    assert p[p.index("--top-states") + 1] == "7"
+
+
+def test_results_section_reads_the_recipes_outputs(tmp_path):
+    from distill.results import section, stage_seconds
+
+    assert section(tmp_path) == []  # no study: nothing to report
+    (tmp_path / "recipe.json").write_text(json.dumps({"config": {"config": "configs/distill/evidence-cpu.yaml",
+                                                                 "student_input": "evidence"},
+                                                      "stages": {"sft": {"seconds": 12.0, "cpu_seconds": 10.5},
+                                                                 "study": {"seconds": 300.4, "cpu_seconds": 290.0}}}))
+    rows = stage_seconds(tmp_path)
+    assert "| sft | 12 | 10 |" in rows and "| **total** | **312** | **300** |" in rows
+
+
 @pytest.mark.parametrize(("section", "flags", "needle"), [
     ({"recipe": {"max_step": 8}}, (), "max_step"),
     ({"recipe": {"limit": "eight"}}, (), "limit"),

@@ -120,8 +120,8 @@ def test_sets_are_parquet_that_load_dataset_reads(sft_dir, synth_bench):
         assert all(synth_bench.query(q).split == "train" for q in dd["train"]["query_id"])
         info = read_set_info(d)
         t = prompts.load("student_answer")
-        assert info["preprocessing"] == {"frames": 2, "max_pixels": 336 * 336, "prompt_id": t.id,
-                                         "prompt_hash": t.hash}
+        assert info["preprocessing"] == {"student_input": "frames", "frames": 2, "max_pixels": 336 * 336,
+                                         "prompt_id": t.id, "prompt_hash": t.hash}
         assert info["splits"] == {"train": 4, "validation": 2} and len(info["sha256"]) == 64
     assert read_json(sft_dir / "sft.summary.json")["examples"] == {"train": 4, "validation": 2}
 

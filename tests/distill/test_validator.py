@@ -150,7 +150,7 @@ def test_lexical_diversity_rule():
 def test_length_bounds(leaky, validator):
     short = f"It moves.\nAnswer: {leaky.answer}"
     v = validator.check(short, leaky)
-    assert [r.code for r in v.reasons] == ["length"]
+    assert [r.code for r in v.reasons] == ["no_evidence", "length"]  # three words state none of its evidence
 
 
 def test_answer_line_checks(leaky, validator):

@@ -86,3 +86,41 @@ def test_lora_adapter_is_applied_unmerged(tiny, tmp_path):
     assert type(adapted_backend.model).__name__.startswith("Peft")
     adapted = [c.texts for c in adapted_backend.generate(reqs)]
     assert adapted != plain
+
+
+def _student_copy(tiny, tmp_path, preprocessing: dict):
+    """The tiny Qwen3-VL copied with a distill.train ``psr_student.json`` (a fully fine-tuned student's layout)."""
+    import json
+    import shutil
+
+    d = tmp_path / "student"
+    shutil.copytree(tiny["qwen3_vl"], d)
+    (d / "psr_student.json").write_text(json.dumps({"preprocessing": preprocessing}))
+    return str(d)
+
+
+def test_pixel_caps_reach_the_processor(tiny):
+    """Frames of 160 x 120 pixels: the processor's own cap (112 x 112) would shrink them to 12 image tokens; with the
+    run's cap passed on they keep the 20 tokens their size gives, as in training."""
+    req = [Request("a", (*_frames(2), QUESTIONS[0]), SamplingParams(max_tokens=2))]
+    plain = get_backend("hf", BackendConfig(model=str(tiny["qwen3_vl"])))
+    capped = get_backend("hf", BackendConfig(model=str(tiny["qwen3_vl"]), max_pixels=336 * 336))
+    n_plain = plain.image_tokens_per_frame(req, plain.encode_prompts(req, [plain.chat_prompt(req[0])]))
+    n_capped = capped.image_tokens_per_frame(req, capped.encode_prompts(req, [capped.chat_prompt(req[0])]))
+    assert n_plain == [12.0] and n_capped == [20.0]
+
+
+def test_a_student_is_served_the_image_tokens_it_was_trained_on(tiny, tmp_path):
+    from forecasters.backends.hf import PreprocessingMismatch
+
+    req = [Request("a", (*_frames(2), QUESTIONS[0]), SamplingParams(max_tokens=2))]
+    good = _student_copy(tiny, tmp_path / "good", {"max_pixels": 336 * 336, "image_tokens_per_frame": [20.0]})
+    b = get_backend("hf", BackendConfig(model=good))  # no cap given: the student's is taken
+    assert b.generate(req)[0].ok
+    bad = _student_copy(tiny, tmp_path / "bad", {"max_pixels": 336 * 336, "image_tokens_per_frame": [12.0]})
+    b = get_backend("hf", BackendConfig(model=bad))
+    with pytest.raises(PreprocessingMismatch, match=r"\[20.0\] image tokens per frame, the student was trained on"):
+        b.encode_prompts(req, [b.chat_prompt(req[0])])
+    assert not b.generate(req)[0].ok  # the runner's path records the failure with the reason
+    with pytest.raises(PreprocessingMismatch, match="max_pixels 12544 differs"):
+        get_backend("hf", BackendConfig(model=good, max_pixels=112 * 112))
