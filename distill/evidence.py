@@ -104,9 +104,9 @@ class EvidenceIndex:
         out = dict.fromkeys(EVIDENCE_FIELDS, "none")
         out["state now"] = seen[-1][1] if seen else "unknown"
         detail = self.oracle.current_sim_state(query)
-        if isinstance(detail, str) and detail.count("|") == 5:
-            from eval.synth.lexicon import TrueState, reference_text
+        from eval.synth.lexicon import TrueState, reference_text
 
+        if TrueState.is_key(detail):
             out["detail"] = reference_text(TrueState.from_key(detail))
         rec = self.oracle.sim(query.video_id)
         facts = prefix_facts(rec, query) if rec is not None else []

@@ -96,9 +96,9 @@ def free_future_phrase(ps, rng) -> str | None:
     the horizon (None without a simulator key, or when every description drawn is also true earlier)."""
     from eval.synth.lexicon import TrueState, describe, satisfies
 
-    if ps.next_true_state.count("|") != 5:
+    if not TrueState.is_key(ps.next_true_state):
         return None
-    truths = [TrueState.from_key(t) for t in ps.true_states if t.count("|") == 5]
+    truths = [TrueState.from_key(t) for t in ps.true_states if TrueState.is_key(t)]
     for _ in range(4):
         phrase, den = describe(TrueState.from_key(ps.next_true_state), rng)
         if not any(satisfies(t, den) for t in truths):
@@ -233,7 +233,7 @@ def sweep(sets, validator, semantic, cfg: LeaksConfig) -> list[dict[str, Any]]:
             leak_scores.append(_max_scores(text, ps, validator, semantic))
         extra = []
         for i, key in enumerate(ps.true_states[:-1]):
-            if key and key.count("|") == 5:
+            if key and TrueState.is_key(key):
                 p, _ = describe(TrueState.from_key(key), nprng)
                 forms = _NOW if i == 0 else _LATER
                 extra.append(forms[int(nprng.integers(len(forms)))].format(subject=ps.subject, state=p))

@@ -101,9 +101,9 @@ def state_texts(ps, phrasings) -> tuple[list[str], list[str]]:
 
     forbidden = [p for st in ps.after_horizon_states for p in phrasings(st)]
     allowed = [p for st in ps.allowed_states for p in phrasings(st)]
-    if ps.next_true_state.count("|") == 5:
+    if TrueState.is_key(ps.next_true_state):
         forbidden.append(reference_text(TrueState.from_key(ps.next_true_state)))
-    allowed += [reference_text(TrueState.from_key(t)) for t in ps.true_states if t.count("|") == 5]
+    allowed += [reference_text(TrueState.from_key(t)) for t in ps.true_states if TrueState.is_key(t)]
     return forbidden, allowed
 
 

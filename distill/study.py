@@ -255,14 +255,16 @@ def predict(cfg: StudyConfig, backend, queries: list, bench, student: dict[str, 
 
 def motion_classes(bench) -> dict[str, str]:
     """canonical state -> its simulator motion class: the most common ``motion`` field (the first of the
-    ``sim_state`` key ``motion|place|relation|other|pose|manner``) of its corpus segments (ties: alphabetical);
+    ``sim_state`` key ``motion|place|relation|other|pose``) of its corpus segments (ties: alphabetical);
     empty when the corpus has no ``sim_state``."""
+    from eval.synth.lexicon import TrueState
+
     c = bench.corpus_ds
     if "sim_state" not in c.column_names:
         return {}
     counts: dict[str, Counter] = {}
     for state, sim in zip(c["state"][:], c["sim_state"][:], strict=True):
-        if isinstance(sim, str) and sim.count("|") == 5:
+        if TrueState.is_key(sim):
             counts.setdefault(state, Counter())[sim.split("|", 1)[0]] += 1
     return {s: min(cnt.items(), key=lambda kv: (-kv[1], kv[0]))[0] for s, cnt in counts.items()}
 
