@@ -46,6 +46,7 @@ from retrieval.towers import (
     build_vit,
     check_output_dir,
     config_hash,
+    data_record,
     fit,
     frames_fingerprint,
     load_frames,
@@ -74,7 +75,7 @@ class LiTConfig:
     init: str = ""  # an SSL tower directory to start the image tower from ("" = random)
     init_logit_scale: float = math.log(1 / 0.07)
     max_logit_scale: float = math.log(100.0)
-    split: str = "train"
+    split: str = "train"  # the split of --data whose pairs train the tower; "all" for a pretraining world
     max_pairs: int = 0  # 0 = every (frame, description) pair of the split (a positive number: an evenly spaced subset)
 
 
@@ -90,7 +91,8 @@ class Pairs:
 
 
 def caption_pairs(bench: Benchmark, split: str = "train", max_pairs: int = 0) -> Pairs:
-    """Each corpus segment of a ``split`` video with a non-empty ``raw`` description: (its view, raw)."""
+    """Each corpus segment of a ``split`` video (``"all"``: every video) with a non-empty ``raw`` description: (its
+    view, raw)."""
     vids = split_videos(bench, split)
     rows = [(f, r) for v, f, r in zip(bench.corpus_ds["video_id"][:], segment_views(bench),
                                       bench.corpus_ds["raw"][:], strict=True) if v in vids and r and r.strip()]
@@ -205,6 +207,9 @@ def train_lit(bench: Benchmark, cfg: LiTConfig, out: str | Path, *, log=print, p
         rec = {"trainer": "lit", "config": asdict(cfg), "training_hash": thash, "pairs": int(len(pairs.frame)),
                "frames": len(pairs.frames), "texts": len(pairs.texts), "frames_fingerprint": fp,
                "split": cfg.split, "benchmark": str(bench.root.resolve()), "text_model": cfg.text_model,
+               "data": data_record(bench, cfg.split),
+               "init_data": [init_rec.get("data") or {"tower": cfg.init}, *init_rec.get("init_data", [])]
+               if init_rec else [],  # what the SSL tower it started from read (checked by check_disjoint)
                "parameters": sum(p.numel() for p in model.tower.parameters()), "history": history,
                "seconds_per_epoch": sum(h["seconds"] for h in history) / len(history),
                "peak_rss_mb": peak_rss_mb(), "finished": True}

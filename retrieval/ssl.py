@@ -37,6 +37,7 @@ from retrieval.towers import (
     build_vit,
     check_output_dir,
     config_hash,
+    data_record,
     fit,
     frames_fingerprint,
     load_frames,
@@ -47,13 +48,21 @@ from retrieval.towers import (
     train_frames,
 )
 
+OBJECTIVES = ("vicreg", "barlow", "simclr", "recon")
+
 
 @dataclass
 class AugmentConfig:
-    """SimCLR-style view augmentations (kornia), applied to frames cached at ``cache_scale`` x the tower size."""
+    """Batched view augmentations (kornia), applied to frames cached at ``cache_scale`` x the tower size.
+
+    Geometry: a random resized crop (``crop_scale_*`` of the area, ``crop_ratio_*`` width / height) and a horizontal
+    flip. Colour: jitter (probability ``jitter``), grayscale, a random permutation of the RGB channels
+    (``channel_shuffle``), Gaussian blur. Multi-crop: ``local_crops`` extra small views per frame (``local_scale_*``
+    of the area, resized to the tower's resolution: each costs as much as a global view)."""
 
     cache_scale: float = 1.5
     crop_scale_min: float = 0.3
+    crop_scale_max: float = 1.0
     crop_ratio_min: float = 1.0  # width / height of the crop (frames are 4:3)
     crop_ratio_max: float = 1.8
     flip: float = 0.5
@@ -63,30 +72,97 @@ class AugmentConfig:
     saturation: float = 0.4
     hue: float = 0.1
     grayscale: float = 0.2
+    channel_shuffle: float = 0.0
+    blur: float = 0.0
+    local_crops: int = 0
+    local_scale_min: float = 0.1
+    local_scale_max: float = 0.35
+
+
+def _ssl_augment() -> AugmentConfig:
+    return AugmentConfig()
 
 
 @dataclass
 class SSLConfig:
     tower: TowerConfig = field(default_factory=TowerConfig)
-    augment: AugmentConfig = field(default_factory=AugmentConfig)
+    augment: AugmentConfig = field(default_factory=_ssl_augment)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    tau: float = 0.2
-    head_hidden: int = 256
-    head_dim: int = 64
-    split: str = "train"
+    objective: str = "vicreg"  # vicreg | barlow | simclr (module docstring)
+    tau: float = 0.2  # simclr temperature
+    head_hidden: int = 256  # 0: no projection head (vicreg / barlow regularise the representation itself)
+    head_dim: int = 256
+    center: bool = False  # fold the training frames' mean embedding into the pooler bias (a centred space)
+    sim_weight: float = 25.0  # vicreg: invariance (lambda)
+    var_weight: float = 25.0  # vicreg: variance hinge (mu)
+    cov_weight: float = 1.0  # vicreg: covariance (nu)
+    barlow_lambda: float = 0.01  # barlow: weight of the off-diagonal cross-correlation
+    recon_weight: float = 0.0  # masked prediction: weight of the low-resolution reconstruction term (0 = off)
+    recon_target: str = "gray"  # what is reconstructed from the embedding: gray | edges | rgb (module docstring)
+    mask_ratio: float = 0.0  # share of the input's patches blanked before the tower sees a view
+    split: str = "train"  # the split of --data whose frames train the tower; "all" for a pretraining world
     max_frames: int = 0  # 0 = every frame of the split (a positive number keeps an evenly spaced subset: tests)
 
 
-def augmenter(cfg: AugmentConfig, size: tuple[int, int]) -> nn.Module:
-    """Batched random views: ``(B, 3, h, w)`` float in [0, 1] -> ``(B, 3, *size)`` float in [0, 1]."""
+def geometric(cfg: AugmentConfig, size: tuple[int, int], *, local: bool = False) -> nn.Module:
+    """The geometry part of a view: random resized crop to ``size`` (``local``: the multi-crop's small views,
+    ``local_scale_*`` of the area) and horizontal flip; ``(B, 3, h, w)`` -> ``(B, 3, *size)`` float in [0, 1]."""
     import kornia.augmentation as K
 
-    return nn.Sequential(
-        K.RandomResizedCrop(size, scale=(cfg.crop_scale_min, 1.0), ratio=(cfg.crop_ratio_min, cfg.crop_ratio_max)),
-        K.RandomHorizontalFlip(p=cfg.flip),
-        K.ColorJitter(cfg.brightness, cfg.contrast, cfg.saturation, cfg.hue, p=cfg.jitter),
-        K.RandomGrayscale(p=cfg.grayscale),
-    )
+    scale = (cfg.local_scale_min, cfg.local_scale_max) if local else (cfg.crop_scale_min, cfg.crop_scale_max)
+    return nn.Sequential(K.RandomResizedCrop(size, scale=scale, ratio=(cfg.crop_ratio_min, cfg.crop_ratio_max)),
+                         K.RandomHorizontalFlip(p=cfg.flip))
+
+
+def photometric(cfg: AugmentConfig) -> nn.Module:
+    """The colour part of a view: jitter, grayscale, channel permutation, blur (float in [0, 1], same shape)."""
+    import kornia.augmentation as K
+
+    ops = [K.ColorJitter(cfg.brightness, cfg.contrast, cfg.saturation, cfg.hue, p=cfg.jitter),
+           K.RandomGrayscale(p=cfg.grayscale)]
+    if cfg.channel_shuffle:
+        ops.append(K.RandomChannelShuffle(p=cfg.channel_shuffle))
+    if cfg.blur:
+        ops.append(K.RandomGaussianBlur((5, 5), (0.1, 1.5), p=cfg.blur))
+    return nn.Sequential(*ops)
+
+
+def augmenter(cfg: AugmentConfig, size: tuple[int, int], *, local: bool = False) -> nn.Module:
+    """Batched random views: ``(B, 3, h, w)`` float in [0, 1] -> ``(B, 3, *size)`` float in [0, 1]."""
+    return nn.Sequential(geometric(cfg, size, local=local), photometric(cfg))
+
+
+#: Grid of the masked-prediction target (height, width): the synthetic ``pixels`` space's 16x12.
+RECON_GRID = (12, 16)
+
+
+def recon_target(view: torch.Tensor, kind: str) -> torch.Tensor:
+    """``(B, 3, H, W)`` geometric view (before colour augmentation) in [0, 1] -> ``(B, 12 * 16 [* 3])`` target,
+    standardised per item (zero mean, unit variance): ``gray`` luminance, ``edges`` Sobel gradient magnitude of the
+    luminance, ``rgb`` the colour image, each box-downsampled to `RECON_GRID`."""
+    gray = (0.299 * view[:, 0] + 0.587 * view[:, 1] + 0.114 * view[:, 2]).unsqueeze(1)
+    if kind == "gray":
+        t = gray
+    elif kind == "rgb":
+        t = view
+    elif kind == "edges":
+        kx = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]], device=view.device)
+        k = torch.stack([kx, kx.T]).unsqueeze(1)
+        g = F.conv2d(F.pad(gray, (1, 1, 1, 1), mode="replicate"), k)
+        t = g.pow(2).sum(1, keepdim=True).sqrt()
+    else:
+        raise ValueError(f"unknown reconstruction target {kind!r}; expected gray, edges or rgb")
+    t = F.adaptive_avg_pool2d(t, RECON_GRID).flatten(1)
+    return (t - t.mean(1, keepdim=True)) / (t.std(1, keepdim=True) + 1e-6)
+
+
+def mask_patches(x: torch.Tensor, patch: int, ratio: float) -> torch.Tensor:
+    """Blank (set to 0, the normalised mid-grey) a random ``ratio`` of each image's ``patch`` x ``patch`` patches."""
+    if not ratio:
+        return x
+    b, _, h, w = x.shape
+    keep = torch.rand(b, 1, h // patch, w // patch, device=x.device) >= ratio
+    return x * keep.repeat_interleave(patch, 2).repeat_interleave(patch, 3).to(x.dtype)
 
 
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> torch.Tensor:
@@ -99,31 +175,128 @@ def nt_xent(z1: torch.Tensor, z2: torch.Tensor, tau: float) -> torch.Tensor:
     return F.cross_entropy(logits, target)
 
 
-class SimCLR(nn.Module):
-    """The tower plus its projection head (the head is discarded after training)."""
+def variance_covariance(z: torch.Tensor, eps: float = 1e-4) -> tuple[torch.Tensor, torch.Tensor]:
+    """VICReg's regularisers of a ``(B, d)`` batch: ``v = mean_j relu(1 - sqrt(Var(z_j) + eps))`` and
+    ``c = sum_{i != j} C_ij^2 / d`` with ``C`` the batch covariance (module docstring)."""
+    z = z - z.mean(0)
+    v = F.relu(1.0 - torch.sqrt(z.var(0) + eps)).mean()
+    cov = (z.T @ z) / (z.shape[0] - 1)
+    off = cov - torch.diag_embed(torch.diagonal(cov))
+    return v, off.pow(2).sum() / z.shape[1]
+
+
+def vicreg_loss(views: list[torch.Tensor], cfg: SSLConfig) -> tuple[torch.Tensor, dict]:
+    """VICReg over ``views[0]``, ``views[1]`` (global) and any local views: invariance (MSE) between each global view
+    and every other view, variance and covariance terms on every view (module docstring)."""
+    pairs = [(i, j) for i in range(min(2, len(views))) for j in range(i + 1, len(views))]
+    inv = sum(F.mse_loss(views[i], views[j]) for i, j in pairs) / len(pairs)
+    vc = [variance_covariance(z) for z in views]
+    var = sum(v for v, _ in vc) / len(vc)
+    cov = sum(c for _, c in vc) / len(vc)
+    loss = cfg.sim_weight * inv + cfg.var_weight * var + cfg.cov_weight * cov
+    return loss, {"inv": float(inv.detach()), "var": float(var.detach()), "cov": float(cov.detach())}
+
+
+def barlow_loss(views: list[torch.Tensor], cfg: SSLConfig, eps: float = 1e-5) -> tuple[torch.Tensor, dict]:
+    """Barlow Twins over pairs of views (global x every other): ``sum_i (1 - C_ii)^2 + lambda sum_{i != j} C_ij^2``
+    with ``C`` the cross-correlation of the batch-standardised views (module docstring)."""
+    std = [(z - z.mean(0)) / (z.std(0) + eps) for z in views]
+    pairs = [(i, j) for i in range(min(2, len(views))) for j in range(i + 1, len(views))]
+    on = off = 0.0
+    for i, j in pairs:
+        c = std[i].T @ std[j] / std[i].shape[0]
+        d = torch.diagonal(c)
+        on = on + (d - 1).pow(2).sum()
+        off = off + (c - torch.diag_embed(d)).pow(2).sum()
+    on, off = on / len(pairs), off / len(pairs)
+    return on + cfg.barlow_lambda * off, {"on_diag": float(on.detach()), "off_diag": float(off.detach())}
+
+
+class SSLModel(nn.Module):
+    """The tower plus its projection head (discarded after training): SimCLR's Linear-GELU-Linear onto the unit
+    sphere, or VICReg / Barlow Twins' expander Linear-BN-ReLU-Linear-BN-ReLU-Linear."""
 
     def __init__(self, cfg: SSLConfig):
         super().__init__()
+        if cfg.objective not in OBJECTIVES:
+            raise ValueError(f"unknown SSL objective {cfg.objective!r}; expected one of {OBJECTIVES}")
         self.tower = build_vit(cfg.tower)
-        d = cfg.tower.out_dim
-        self.head = nn.Sequential(nn.Linear(d, cfg.head_hidden), nn.GELU(), nn.Linear(cfg.head_hidden, cfg.head_dim))
+        self.normalize = cfg.objective == "simclr"
+        d, h, o = cfg.tower.out_dim, cfg.head_hidden, cfg.head_dim
+        if not h:
+            self.head = nn.Identity()
+        elif self.normalize:
+            self.head = nn.Sequential(nn.Linear(d, h), nn.GELU(), nn.Linear(h, o))
+        else:
+            self.head = nn.Sequential(nn.Linear(d, h), nn.BatchNorm1d(h), nn.ReLU(), nn.Linear(h, h),
+                                      nn.BatchNorm1d(h), nn.ReLU(), nn.Linear(h, o))
+
+        self.decoder = None
+        if cfg.recon_weight or cfg.objective == "recon":
+            n_out = RECON_GRID[0] * RECON_GRID[1] * (3 if cfg.recon_target == "rgb" else 1)
+            self.decoder = nn.Sequential(nn.Linear(d, h), nn.GELU(), nn.Linear(h, n_out))
+
+    def embed(self, pixel_values: torch.Tensor) -> torch.Tensor:
+        """The tower's ``pooler_output`` (the representation a space stores, before L2 normalisation)."""
+        return self.tower(pixel_values=pixel_values).pooler_output
+
+    def project(self, e: torch.Tensor) -> torch.Tensor:
+        z = self.head(e)
+        return F.normalize(z, dim=-1) if self.normalize else z
 
     def forward(self, pixel_values: torch.Tensor) -> torch.Tensor:
-        return F.normalize(self.head(self.tower(pixel_values=pixel_values).pooler_output), dim=-1)
+        return self.project(self.embed(pixel_values))
 
 
-def ssl_objective(model: SimCLR, frames: torch.Tensor, cfg: SSLConfig) -> Callable:
-    """``step_loss(idx)`` for `retrieval.towers.fit`: two views of ``frames[idx]`` -> NT-Xent. ``frames`` is the
-    only data the objective sees (``(n, 3, h, w)`` uint8 pixels)."""
-    aug = augmenter(cfg.augment, (cfg.tower.image_height, cfg.tower.image_width))
+def ssl_objective(model: SSLModel, frames: torch.Tensor, cfg: SSLConfig) -> Callable:
+    """``step_loss(idx)`` for `retrieval.towers.fit`: two global views of ``frames[idx]`` (plus ``local_crops``
+    small ones) -> the objective's loss (+ ``recon_weight`` x the masked-prediction term on the global views).
+    ``frames`` is the only data the objective sees (``(n, 3, h, w)`` uint8)."""
+    size = (cfg.tower.image_height, cfg.tower.image_width)
+    geo, col = geometric(cfg.augment, size), photometric(cfg.augment)
+    local = augmenter(cfg.augment, size, local=True) if cfg.augment.local_crops else None
+    recon = cfg.recon_weight if cfg.objective != "recon" else 1.0
 
     def step_loss(idx: torch.Tensor):
         x = frames[idx].float() / 255.0
-        v1, v2 = normalize_pixels(aug(x)), normalize_pixels(aug(x))
-        loss = nt_xent(model(v1), model(v2), cfg.tau)
-        return loss, {}
+        g = [geo(x)] if cfg.objective == "recon" else [geo(x), geo(x)]  # masked prediction needs one view
+        views = [mask_patches(normalize_pixels(col(v)), cfg.tower.patch_size, cfg.mask_ratio) for v in g]
+        views += [normalize_pixels(local(x)) for _ in range(cfg.augment.local_crops)] if local is not None else []
+        e = [model.embed(v) for v in views]
+        parts: dict[str, float] = {}
+        loss = torch.zeros(())
+        if cfg.objective == "simclr":
+            loss = nt_xent(model.project(e[0]), model.project(e[1]), cfg.tau)
+        elif cfg.objective in ("vicreg", "barlow"):
+            z = [model.project(x) for x in e]
+            loss, parts = vicreg_loss(z, cfg) if cfg.objective == "vicreg" else barlow_loss(z, cfg)
+        if recon:
+            r = sum(F.mse_loss(model.decoder(x), recon_target(gv, cfg.recon_target))
+                    for x, gv in zip(e[:len(g)], g, strict=True)) / len(g)
+            loss = loss + recon * r
+            parts["recon"] = float(r.detach())
+        return loss, parts
 
     return step_loss
+
+
+def center_pooler(tower: nn.Module, frames: torch.Tensor, cfg: SSLConfig, max_frames: int = 4096) -> float:
+    """Subtract the mean ``pooler_output`` of (an evenly spaced subset of at most ``max_frames``) training frames,
+    resized to the tower's size without augmentation, from the pooler's bias, so the saved tower's space is centred
+    on its training data (cosine similarity then compares the directions the frames differ in, not a shared
+    offset). Returns the norm of the removed mean."""
+    size = (cfg.tower.image_height, cfg.tower.image_width)
+    idx = torch.linspace(0, len(frames) - 1, min(len(frames), max_frames)).long()
+    tower.eval()
+    with torch.no_grad():
+        total = torch.zeros(cfg.tower.out_dim)
+        for s in range(0, len(idx), 512):
+            x = F.interpolate(frames[idx[s:s + 512]].float() / 255.0, size=size, mode="bilinear", antialias=True,
+                              align_corners=False)
+            total += tower(pixel_values=normalize_pixels(x)).pooler_output.sum(0)
+        mean = total / len(idx)
+        tower.pooler.dense.bias -= mean
+    return float(mean.norm())
 
 
 def select_frames(paths: list[str], max_frames: int) -> list[str]:
@@ -144,7 +317,7 @@ def train_ssl(bench: Benchmark, cfg: SSLConfig, out: str | Path, *, log=print, p
     if not paths:
         raise ValueError(f"{bench.root}: no {cfg.split!r} frames to train on")
     fp = frames_fingerprint(paths, bench.root)
-    thash = config_hash(cfg, fp, "simclr")
+    thash = config_hash(cfg, fp, "ssl")
     rec = read_record(out)
     if rec is not None and rec.get("training_hash") == thash:
         log(f"reusing the SSL tower in {out} (same config and frames)")
@@ -159,13 +332,15 @@ def train_ssl(bench: Benchmark, cfg: SSLConfig, out: str | Path, *, log=print, p
         frames = load_frames(bench.root, paths, size, progress=progress)
         log(f"SSL: {len(paths):,} {cfg.split} frames cached at {size[1]}x{size[0]} in {time.time() - t0:.1f}s")
         torch.manual_seed(cfg.optim.seed)
-        model = SimCLR(cfg)
+        model = SSLModel(cfg)
         history = fit(out, model, ssl_objective(model, frames, cfg), len(paths), cfg.optim, thash, log=log,
-                      progress=progress, stop_after=stop_after)
+                      progress=progress, stop_after=stop_after, drop_last=cfg.objective != "simclr")
         if len(history) < cfg.optim.epochs:
             return {"finished": False, "epochs_done": len(history), "history": history}
-        rec = {"trainer": "simclr", "config": asdict(cfg), "training_hash": thash, "frames": len(paths),
+        shift = center_pooler(model.tower, frames, cfg) if cfg.center else None
+        rec = {"trainer": cfg.objective, "config": asdict(cfg), "training_hash": thash, "frames": len(paths),
                "frames_fingerprint": fp, "split": cfg.split, "benchmark": str(bench.root.resolve()),
+               "data": data_record(bench, cfg.split), "centred_by": shift,
                "parameters": sum(p.numel() for p in model.tower.parameters()), "history": history,
                "seconds_per_epoch": sum(h["seconds"] for h in history) / len(history),
                "peak_rss_mb": peak_rss_mb(), "finished": True}

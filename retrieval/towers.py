@@ -8,9 +8,14 @@ loads like any hub encoder (`retrieval.encoders.ImageEncoder`: ``AutoModel`` + `
 ``pooler_output`` L2-normalised), so ``python -m retrieval encode --space NAME --model DIR`` embeds corpus frames
 and prefix frames with it.
 
-Training data are **frames of the train split only**: every corpus middle frame and prefix frame of a video whose
-queries are in the train split (`train_frames`). Frames are decoded once into a ``uint8`` tensor at
-``cache_scale`` times the model resolution (`load_frames`), so random crops keep some detail.
+Training data are the frames of one split of a build (`train_frames`): every corpus middle frame and prefix frame
+of a video whose queries are in ``split``, or of every video with ``split="all"``. The toolkit's towers play the
+roles of DINOv2 and CLIP, which never saw PSR's corpus, so they are **pretrained on a world of their own**: a
+simulator-truth build of another seed (``python -m eval synth --out WORLD --seed S'``, `pretraining_world_seed`),
+all of its frames (``split: all``), never on the benchmark they encode. The tower's record names that data
+(`data_record`: build, seed, split and the video ids it read) and `check_disjoint` refuses a tower that read any video
+of the benchmark it is about to encode. Frames are decoded once into a ``uint8`` tensor at ``cache_scale`` times the
+model resolution (`load_frames`), so random crops keep some detail.
 
 Config helpers (`load_dataclass`) give every trainer the toolkit's argument convention: dataclass defaults <
 YAML files in order < ``key=value`` overrides (values parsed as YAML scalars; unknown keys raise).
@@ -87,10 +92,26 @@ def normalize_pixels(x: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# frames of the train split
+# training frames and what they came from
 # ---------------------------------------------------------------------------------------------------------------
+#: ``split`` value that selects every video of a build (a tower's own pretraining world), not one query split.
+ALL = "all"
+#: A tower's pretraining world is simulated with the benchmark's seed plus this offset (`pretraining_world_seed`);
+#: distinct from the canonicalization encoder's world (`retrieval.synth.ENCODER_SEED_OFFSET`).
+WORLD_SEED_OFFSET = 200_003
+
+
+def pretraining_world_seed(benchmark_seed: int) -> int:
+    """Seed of the simulated world a benchmark's towers pretrain on: ``benchmark_seed + WORLD_SEED_OFFSET`` (video
+    ids hash the seed, so the world's videos are other videos than the benchmark's)."""
+    return int(benchmark_seed) + WORLD_SEED_OFFSET
+
+
 def split_videos(bench: Benchmark, split: str) -> set[str]:
-    """Video ids whose queries are in ``split`` (splits are video-disjoint)."""
+    """Video ids whose queries are in ``split`` (splits are video-disjoint); ``split="all"``: every video of the
+    build (corpus and queries)."""
+    if split == ALL:
+        return set(bench.corpus_ds["video_id"][:]) | set(bench.queries_ds["video_id"][:])
     vids = np.asarray(bench.queries_ds["video_id"][:])
     splits = np.asarray(bench.queries_ds["split"][:])
     return set(vids[splits == split].tolist())
@@ -98,8 +119,9 @@ def split_videos(bench: Benchmark, split: str) -> set[str]:
 
 def train_frames(bench: Benchmark, split: str = "train") -> list[View]:
     """Sorted unique views (frame path relative to the benchmark, object box or None; `eval.images`) of the videos
-    of ``split``: corpus segments and prefix frames, each as the visual spaces see it (the object window where the
-    benchmark records boxes). Paths and boxes only: no state, text or label leaves this function."""
+    of ``split`` (``"all"``: every video): corpus segments and prefix frames, each as the visual spaces see it (the
+    object window where the benchmark records boxes). Paths and boxes only: no state, text or label leaves this
+    function."""
     vids = split_videos(bench, split)
     seg_vid = bench.corpus_ds["video_id"][:]
     out = {v for vid, v in zip(seg_vid, segment_views(bench), strict=True) if vid in vids}
@@ -122,6 +144,47 @@ def load_frames(root: Path, views: Sequence, size: tuple[int, int], *, progress:
         arr = np.asarray(load_view(root / path, box).resize((w, h), Image.Resampling.BILINEAR))
         out[i] = torch.from_numpy(arr.copy()).permute(2, 0, 1)
     return out
+
+
+def data_record(bench: Benchmark, split: str) -> dict:
+    """What a tower trains on, for its record: the build (path, name, seed, preset), the split, and the sorted ids of
+    the split's videos (a superset of those a frame subset reads), which `check_disjoint` tests."""
+    extra = bench.manifest.extra or {}
+    vids = sorted(split_videos(bench, split))
+    return {"root": str(bench.root.resolve()), "name": bench.manifest.name, "seed": extra.get("seed"),
+            "preset": extra.get("preset"), "split": split, "n_videos": len(vids), "video_ids": vids}
+
+
+def tower_videos(model_dir: str | os.PathLike) -> set[str]:
+    """Every video whose frames shaped the tower in ``model_dir``: its own training data and, recursively, the
+    data of the tower it was initialised from (``init_data`` in the record). `InputError` when the directory holds
+    no finished tower or its record does not list its videos (a tower of an older toolkit: retrain it)."""
+    from eval.errors import InputError
+
+    rec = read_record(model_dir)
+    if rec is None:
+        raise InputError(f"{model_dir}: no finished tower (no {TRAIN_RECORD} beside config.json)")
+    sources = [rec.get("data"), *rec.get("init_data", [])]
+    if any(not isinstance(d, dict) or "video_ids" not in d for d in sources):
+        raise InputError(f"{Path(model_dir) / TRAIN_RECORD}: the record does not list the videos the tower read, so "
+                         "its disjointness from a benchmark cannot be checked",
+                         fix="retrain the tower with this toolkit (`python -m retrieval encoder ssl|lit`)")
+    return {v for d in sources for v in d["video_ids"]}
+
+
+def check_disjoint(model_dir: str | os.PathLike, bench: Benchmark) -> dict:
+    """Refuse (`InputError`) a tower that read any video of ``bench`` (the towers stand in for encoders that never
+    saw the benchmark's corpus); returns ``{"tower_videos", "benchmark_videos", "shared": 0}`` when disjoint."""
+    from eval.errors import InputError
+
+    seen, have = tower_videos(model_dir), split_videos(bench, ALL)
+    shared = sorted(seen & have)
+    if shared:
+        raise InputError(f"{model_dir}: the tower was trained on {len(shared)} of the {len(have)} videos of the "
+                         f"benchmark {bench.root} (e.g. {shared[0]}); a frozen encoder must never have seen the "
+                         "corpus it encodes", fix="pretrain it on a world of another seed (`python -m eval synth "
+                         "--seed S' --out WORLD`, then `encoder ssl|lit --data WORLD --set split=all`)")
+    return {"tower_videos": len(seen), "benchmark_videos": len(have), "shared": 0}
 
 
 def frames_fingerprint(views: Sequence, root: Path) -> str:
@@ -270,9 +333,10 @@ def _lr_lambda(total: int, warmup: int):
 
 
 def fit(out: Path, module: torch.nn.Module, step_loss, n_items: int, opt_cfg: OptimConfig, training_hash: str, *,
-        log=print, progress: bool = True, stop_after: int | None = None) -> list[dict]:
+        log=print, progress: bool = True, stop_after: int | None = None, drop_last: bool = False) -> list[dict]:
     """Minimise ``step_loss(idx) -> (loss, parts)`` over shuffled batches of ``range(n_items)`` for
-    ``opt_cfg.epochs`` epochs, training every parameter of ``module`` that requires grad.
+    ``opt_cfg.epochs`` epochs, training every parameter of ``module`` that requires grad (``drop_last``: skip each
+    epoch's last, partial batch, for objectives with batch statistics).
 
     Resumable: ``out/train/last.pt`` (module, optimiser, schedule, RNG states, history) is rewritten atomically each
     epoch and ``out/train/history.jsonl`` logs loss terms, wall and CPU seconds (all threads), peak RSS and the load
@@ -291,7 +355,8 @@ def fit(out: Path, module: torch.nn.Module, step_loss, n_items: int, opt_cfg: Op
     last = tdir / "last.pt"
     params = [p for p in module.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=opt_cfg.lr, weight_decay=opt_cfg.weight_decay)
-    steps = -(-n_items // opt_cfg.batch_size)
+    steps = n_items // opt_cfg.batch_size if drop_last and n_items >= opt_cfg.batch_size else \
+        -(-n_items // opt_cfg.batch_size)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _lr_lambda(opt_cfg.epochs * steps,
                                                               int(opt_cfg.warmup_epochs * steps)))
     seed_everything(opt_cfg.seed)
@@ -313,7 +378,7 @@ def fit(out: Path, module: torch.nn.Module, step_loss, n_items: int, opt_cfg: Op
         module.train()
         perm = torch.randperm(n_items)
         sums: dict[str, float] = {}
-        bar = tqdm(range(0, n_items, opt_cfg.batch_size), desc=f"epoch {epoch + 1}/{opt_cfg.epochs}",
+        bar = tqdm(range(0, steps * opt_cfg.batch_size, opt_cfg.batch_size), desc=f"epoch {epoch + 1}/{opt_cfg.epochs}",
                    unit="batch", disable=not progress, leave=False)
         for s in bar:
             loss, parts = step_loss(perm[s:s + opt_cfg.batch_size])

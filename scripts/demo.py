@@ -4,10 +4,12 @@ Stages, each a command of a package (the demo doubles as a worked example; every
   1. data       build the synthetic benchmark the paper's way (`python -m retrieval synth`: simulate, then canonicalize,
                 mine and verify the GT; reused when --data already holds the same build), validate it and write its
                 card (OUT/card/);
-  2. encoders  the synthetic world's own frozen encoders, trained once on the train split and reused on rerun: the
+  2. encoders  the synthetic world's own frozen encoders, pretrained once on a world the benchmark never shows
+                (`eval synth` with another seed -> DATA-tower-world/, all of its frames) and reused on rerun: the
                 self-supervised visual tower (`retrieval encoder ssl`, the DINOv2 role) and the LiT text -> image tower
-                (`retrieval encoder lit`, the CLIP role, MiniLM locked) -> OUT/encoders/; `retrieval encode` writes
-                their spaces `ssl` and `lit` into the benchmark's features/;
+                (`retrieval encoder lit`, the CLIP role, MiniLM locked) -> OUT/encoders/; each is checked to share no
+                video with the benchmark, then `retrieval encode` writes their spaces `ssl` and `lit` into the
+                benchmark's features/;
   3. retrieval  encode the semantic space (packaged MiniLM), every baseline (incl. the lookup prior), every oracle
                 (incl. the held-out paraphrase oracle and LiT's zero-shot text -> image oracle), LFTR in the semantic,
                 the SSL, the LiT and the raw `pixels` space (and in SSL from the last prefix frame only: 8 vs 1
@@ -46,6 +48,8 @@ STAGES = ("data", "encoders", "retrieval", "forecaster", "report", "canon", "dis
 SEMANTIC = "minilm"
 #: the demo's tower configs (configs/encoders/); the towers land in OUT/encoders/<space>/
 TOWER_CONFIGS = {"ssl": ROOT / "configs" / "encoders" / "ssl-demo.yaml", "lit": ROOT / "configs" / "encoders" / "lit-demo.yaml"}
+#: videos of the towers' pretraining world (simulated with `retrieval.towers.pretraining_world_seed` of the demo's seed)
+TOWER_WORLD_VIDEOS = 300
 PLUMBING_METHOD = "text-only (tiny model, plumbing check)"
 #: the distill stage's preset (configs/distill/): the perception-solved student on CPU
 DISTILL_PRESET = "configs/distill/evidence-cpu.yaml"
@@ -73,20 +77,42 @@ class Demo:
         return self.args.visual == "ssl"
 
     def encoders(self) -> None:
-        """Train the SSL tower and the LiT tower (started from it) once, and encode their spaces."""
+        """Simulate the towers' pretraining world (another seed), train the SSL tower and the LiT tower (started from
+        it) once on all of its frames, check that neither read a video of the benchmark, and encode their spaces."""
         if not self.learned:
             return
+        from eval.benchmark import Benchmark
+        from retrieval.towers import check_disjoint, pretraining_world_seed
+
         a, models = self.args, self.args.out / "encoders"
-        self.run([PY, "-m", "retrieval", "encoder", "ssl", "--data", str(a.data), "--out", str(models / "ssl"),
+        world, seed = a.data.with_name(a.data.name + "-tower-world"), pretraining_world_seed(a.seed)
+        if a.force or not self.world_ready(world, seed, a.preset):
+            self.run([PY, "-m", "eval", "synth", "--out", str(world), "--preset", a.preset, "--seed", str(seed),
+                      "--videos", str(TOWER_WORLD_VIDEOS)], "encoders")
+        self.run([PY, "-m", "retrieval", "encoder", "ssl", "--data", str(world), "--out", str(models / "ssl"),
                   "--config", str(TOWER_CONFIGS["ssl"])], "encoders")
-        self.run([PY, "-m", "retrieval", "encoder", "lit", "--data", str(a.data), "--out", str(models / "lit"),
+        self.run([PY, "-m", "retrieval", "encoder", "lit", "--data", str(world), "--out", str(models / "lit"),
                   "--config", str(TOWER_CONFIGS["lit"]), "--init", str(models / "ssl")], "encoders")
+        bench = Benchmark.load(a.data)
         for space in ("ssl", "lit"):
+            d = check_disjoint(models / space, bench)  # raises when the tower read a video of the benchmark
+            print(f"[encoders] {space}: {d['tower_videos']} pretraining videos, none of the benchmark's "
+                  f"{d['benchmark_videos']}")
             if self.encoded(space, models / space):
                 print(f"[encoders] features/{space} already encodes {models / space}: reused")
                 continue
             self.run([PY, "-m", "retrieval", "encode", "--data", str(a.data), "--space", space, "--model",
                       str(models / space)], "encoders")
+
+    @staticmethod
+    def world_ready(world: Path, seed: int, preset: str) -> bool:
+        """``world`` already holds the towers' pretraining world of ``seed`` and ``preset`` (a finished `eval synth`
+        build of `TOWER_WORLD_VIDEOS` videos)."""
+        try:
+            extra = json.loads((world / "manifest.json").read_text()).get("extra", {})
+        except (OSError, ValueError):
+            return False
+        return (extra.get("seed"), extra.get("preset"), extra.get("videos")) == (seed, preset, TOWER_WORLD_VIDEOS)
 
     def encoded(self, space: str, tower: Path) -> bool:
         """features/<space> is complete and was encoded by this tower after it finished training."""

@@ -88,6 +88,87 @@ def test_ssl_tower_is_reused_resumed_and_guards_foreign_folders(synth_bench, tmp
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep me"
 
 
+@pytest.fixture(scope="module")
+def tower_world(tmp_path_factory):
+    """A towers' pretraining world: a 4-video simulator-truth build (step 1 only) of the seed the demo's towers use
+    beside a seed-0 benchmark (`retrieval.towers.pretraining_world_seed`)."""
+    from eval.synth import build_benchmark
+    from retrieval.towers import pretraining_world_seed
+
+    out = tmp_path_factory.mktemp("tower-world") / "world"
+    return Benchmark.load(build_benchmark(out, videos=4, seed=pretraining_world_seed(0), progress=False))
+
+
+def test_towers_pretrain_on_a_disjoint_world_and_the_guard_refuses_the_benchmark(synth_bench, tower_world, tmp_path):
+    """`split=all` trains on every frame of the world and records which videos (and seed) it read; `check_disjoint`
+    passes a world tower for the benchmark, and refuses it for the world itself, a tower trained on the benchmark's
+    own train split (transductive), a LiT tower started from such a tower, and a record that lists no videos."""
+    from eval.errors import InputError
+    from eval.images import prefix_views, segment_views
+    from retrieval.encoders import PACKAGED_MINILM, TextEncoder
+    from retrieval.lit import LiTConfig, train_lit
+    from retrieval.towers import (
+        TRAIN_RECORD,
+        check_disjoint,
+        load_dataclass,
+        pretraining_world_seed,
+        split_videos,
+        train_frames,
+    )
+
+    views = set(segment_views(tower_world)) | {v for fr in prefix_views(tower_world)[1] for v in fr}
+    assert set(train_frames(tower_world, "all")) == views  # every corpus and prefix view of every video
+    rec = _ssl(tower_world, tmp_path / "ssl", "split=all", "max_frames=0")
+    data = rec["data"]
+    assert rec["frames"] == len(views) and data["split"] == "all" and data["seed"] == pretraining_world_seed(0)
+    assert set(data["video_ids"]) == split_videos(tower_world, "all") and data["n_videos"] == 4
+    assert check_disjoint(tmp_path / "ssl", synth_bench)["shared"] == 0
+    with pytest.raises(InputError, match="trained on 4 of the 4 videos"):
+        check_disjoint(tmp_path / "ssl", tower_world)
+
+    _ssl(synth_bench, tmp_path / "transductive")  # the benchmark's own train split
+    n_train = len(split_videos(synth_bench, "train"))
+    with pytest.raises(InputError, match=f"trained on {n_train} of the"):
+        check_disjoint(tmp_path / "transductive", synth_bench)
+    enc = TextEncoder(PACKAGED_MINILM)
+    for init, name in ((tmp_path / "ssl", "lit-ok"), (tmp_path / "transductive", "lit-leaky")):
+        cfg = load_dataclass(LiTConfig, [], TINY_TOWER + ["optim.epochs=1", "max_pairs=32", "split=all"],
+                             init=str(init))
+        train_lit(tower_world, cfg, tmp_path / name, log=lambda s: None, progress=False, text_encoder=enc)
+    assert check_disjoint(tmp_path / "lit-ok", synth_bench)["tower_videos"] == 4
+    with pytest.raises(InputError, match=f"trained on {n_train} of the"):
+        check_disjoint(tmp_path / "lit-leaky", synth_bench)  # its image tower started from the transductive one
+
+    record = json.loads((tmp_path / "ssl" / TRAIN_RECORD).read_text())
+    del record["data"]  # a tower of a toolkit that did not record its data
+    (tmp_path / "ssl" / TRAIN_RECORD).write_text(json.dumps(record))
+    with pytest.raises(InputError, match="does not list the videos"):
+        check_disjoint(tmp_path / "ssl", synth_bench)
+
+
+def test_vicreg_and_barlow_terms_on_known_batches():
+    """A collapsed batch pays the full variance hinge (VICReg) and misses Barlow's unit diagonal; decorrelated
+    unit-variance views that agree pay (almost) nothing; correlated dimensions pay the covariance term."""
+    from retrieval.ssl import SSLConfig, barlow_loss, variance_covariance, vicreg_loss
+
+    g = torch.Generator().manual_seed(0)
+    white = torch.randn(4096, 8, generator=g)
+    v, c = variance_covariance(torch.ones(64, 8))
+    assert v.item() == pytest.approx(1 - 1e-2, abs=1e-6) and c.item() == 0.0
+    v, c = variance_covariance(white)
+    assert v.item() < 0.03 and c.item() < 0.01
+    _, c_corr = variance_covariance(torch.cat([white[:, :4], white[:, :4]], 1))
+    assert c_corr.item() == pytest.approx(1.0, abs=0.1)  # 8 off-diagonal pairs of covariance ~1, divided by d = 8
+    cfg = SSLConfig()
+    loss, parts = vicreg_loss([white, white], cfg)
+    assert parts["inv"] == 0.0 and loss.item() < 1.0
+    collapsed, _ = vicreg_loss([torch.ones(64, 8), torch.ones(64, 8)], cfg)
+    assert collapsed.item() == pytest.approx(cfg.var_weight * (1 - 1e-2), rel=1e-4)
+    agree, _ = barlow_loss([white, white], cfg)
+    noise, _ = barlow_loss([white, torch.randn(4096, 8, generator=g)], cfg)
+    assert agree.item() < 0.05 and noise.item() > 7.0  # the diagonal sum of (1 - C_ii)^2 is ~8 for unrelated views
+
+
 @pytest.mark.slow
 def test_ssl_tower_round_trips_through_encode(synth_towers_dir):
     """The stored `ssl` features equal the saved tower's own forward on the processed object window (AutoModel +
