@@ -16,7 +16,7 @@ def _run(r5: float, by_h: dict[int, tuple[float, int]] | None = None) -> dict:
     return {"main": {"R@5": r5}, "by_horizon": hs}
 
 
-def _report(fusion=0.20, pixels=0.15, persistence=0.05, sig_p=0.001, far=(0.05, 0.10)) -> dict:
+def _report(fusion=0.20, pixels=0.15, persistence=0.05, sig_p=0.001, far=(0.05, 0.10), perfect=0.30) -> dict:
     decl = {1: (0.30, 600), 2: (0.2, 200), 3: (far[0], 80), 4: (far[1], 30)}
     runs = {
         "random": _run(0.001), "lookup[minilm]": _run(0.08), "persistence[pixels]": _run(persistence),
@@ -24,7 +24,8 @@ def _report(fusion=0.20, pixels=0.15, persistence=0.05, sig_p=0.001, far=(0.05, 
         "semantic-text[minilm]": _run(0.60, {1: (0.62, 600), 2: (0.58, 200), 3: (0.60, 110)}),
         "paraphrase[minilm]": _run(0.30),
         "lftr[pixels]": _run(pixels, decl), "lftr[minilm]": _run(0.10, decl),
-        "lftr-fusion[minilm+pixels]": _run(fusion, decl),
+        "lftr-fusion[minilm+pixels]": _run(fusion, decl), "lftr-sim[minilm]": _run(perfect, decl),
+        "transition-table[minilm]": _run(0.12),
     }
     sig = [{"run": n, "reference": "lftr-fusion[minilm+pixels]",
             "bootstrap": {"delta": -(fusion - runs[n]["main"]["R@5"]), "p_value": sig_p, "ci_low": -0.1,
@@ -41,16 +42,43 @@ def _verdicts(report: dict) -> dict[str, bool | None]:
 def test_every_target_met_on_a_calibrated_report():
     v = _verdicts(_report())
     assert set(v.values()) == {True}, v
-    assert len(v) == 8
+    assert len(v) == 10
 
 
 def test_each_miss_is_reported_with_its_number():
     v = _verdicts(_report(persistence=0.01))
-    assert v["persistence R@5"] is False and sum(x is False for x in v.values()) == 1
+    assert v["persistence from frames R@5"] is False and sum(x is False for x in v.values()) == 1
     checks = {c.quantity: c for c in F.calibration(_report(fusion=0.15, pixels=0.15))}
     assert checks["LFTR fusion R@5"].met is False and "+0.00 pp" in checks["LFTR fusion R@5"].measured
     assert _verdicts(_report(sig_p=0.02))["LFTR fusion R@5"] is False  # significant at 0.05 is not enough
     assert "MISSED" in F.calibration_markdown(F.calibration(_report(persistence=0.01)))
+
+
+def test_ceiling_checks_and_decomposition():
+    """Perfect perception must sit inside 30-70% of the oracle and frames reach 40% of it; the decomposition lists
+    oracle -> perfect perception -> transition table -> best LFTR from frames -> fusion with shares of the oracle."""
+    v = _verdicts(_report(perfect=0.10))  # 17% of the oracle's 60: the future is hardly visible
+    assert v["perfect-perception LFTR R@5"] is False and v["best single LFTR from frames R@5"] is True
+    v = _verdicts(_report(perfect=0.50))  # 83%: hardly uncertain, and frames reach only 30% of it
+    assert v["perfect-perception LFTR R@5"] is False and v["best single LFTR from frames R@5"] is False
+    rows = F.ceiling(_report())
+    assert [r[1] for r in rows] == ["semantic-text[minilm]", "lftr-sim[minilm]", "transition-table[minilm]",
+                                    "lftr[pixels]", "lftr-fusion[minilm+pixels]"]
+    md = F.ceiling_markdown(_report())
+    assert "| forecasting: perfect-perception LFTR | `lftr-sim[minilm]` | 30.00 | 50% |" in md
+
+
+def test_card_targets_are_checked_by_name():
+    card = {"values": {"label_truth": 0.95, "same_state_agreement": 0.55, "prefix_motion_share": 0.9,
+                       "fair_test_queries": 2100, "chance_r5": 0.2, "top_state_share": 0.02, "h1_share": 0.55,
+                       "gap_median_s": 1.5}}
+    checks = {c.quantity: c.met for c in F.card_checks(card)}
+    by_key = {q.split("(`")[-1].removesuffix("`)"): m for q, m in checks.items() if "(`" in q}
+    assert by_key["same_state_agreement"] is False and by_key["label_truth"] is True and len(by_key) == 8
+    assert checks["GT precision of the main pool (measured)"] is False  # not reported
+    del card["values"]["label_truth"]
+    assert {c.quantity: c.met for c in F.card_checks(card)}[
+        "label truth (segments whose true state satisfies their canonical state) (`label_truth`)"] is None
 
 
 def test_decline_pools_the_far_horizons():
@@ -65,7 +93,7 @@ def test_missing_runs_are_not_measured_rather_than_met():
     rep = _report()
     del rep["runs"]["persistence[pixels]"], rep["runs"]["paraphrase[minilm]"]
     v = _verdicts(rep)
-    assert v["persistence R@5"] is None and v["paraphrase oracle (held-out phrasing) R@5"] is None
+    assert v["persistence from frames R@5"] is None and v["paraphrase oracle (held-out phrasing) R@5"] is None
 
 
 def test_findings_cli_prints_card_calibration_and_findings(tmp_path):

@@ -69,7 +69,7 @@ def _files(root: Path) -> dict[str, bytes]:
 
 # --- words ---------------------------------------------------------------------------------------------------
 
-STATES = [TrueState("rolling", "floor", "next_to", "ball", "", "quickly"),
+STATES = [TrueState("rolling", "floor", "next_to", "ball"),
           TrueState("at_rest", "on_object", "", "cube", "upside_down"),
           TrueState("crashing", "table", "", "domino"), TrueState("falling", "over_container"),
           TrueState("at_rest", "floor", "leaning", "plank", "tilted")]
@@ -94,7 +94,7 @@ def test_describers_denote_what_they_say(state):
 
 def test_held_out_lexicon_is_disjoint_from_the_corpus():
     held = set()
-    for table in (HELD_OUT.motion, HELD_OUT.place, HELD_OUT.relation, HELD_OUT.pose, HELD_OUT.manner):
+    for table in (HELD_OUT.motion, HELD_OUT.place, HELD_OUT.relation, HELD_OUT.pose):
         for forms in table.values():
             for f in forms:
                 held |= set(f.replace("{o}", "").replace("'s", "").split())
@@ -414,7 +414,7 @@ def test_mining_keeps_the_most_similar_and_verification_is_seeded():
     out, stats = mine_verified(pools, np.array([0]), seg_state, vec, np.ones(6, bool), 2, None, Verifier())
     assert out[0]["in_dataset"].tolist() == [1, 2]  # the two most similar to the target row 0
     assert stats["mined"]["in_dataset"] == 2
-    keys = ["at_rest|floor||||"] * 3 + ["rolling|floor||||"] * 3
+    keys = ["at_rest|floor|||"] * 3 + ["rolling|floor|||"] * 3
     judge = Judge(keys, [{"motion": "at_rest", "place": "floor"}])
     runs = [mine_verified(pools, np.array([0]), seg_state, vec, np.ones(6, bool), None, judge, Verifier(seed=s))
             for s in (0, 0, 1)]
@@ -524,13 +524,26 @@ def _r5(bench, rows, qv, cv) -> np.ndarray:
     from eval.scoring import DenseSource, score_benchmark
 
     run = score_benchmark(bench, DenseSource(qv, cv), rows, method="side-channel", progress=False)
-    return recall_at_k(RankStats.from_run(run, "type2-all"), 5)
+    return recall_at_k(RankStats.from_run(run, "type2-all"), 5), run
+
+
+def _fixed_ranking_null(bench, rows, draws: int = 4000, seed: int = 0) -> np.ndarray:
+    """R@5 of rankings that put the same 5 random corpus items first for every query (a field whose values carry
+    nothing about the query, read as one order): ``draws`` samples of that null distribution."""
+    cd, qd = bench.corpus_ds, bench.queries_ds.select(rows)
+    index = {s: i for i, s in enumerate(cd["id"][:])}
+    hit = np.zeros((len(cd), len(rows)), bool)
+    for j, p in enumerate(qd["gt_pools"][:]):
+        hit[[index[s] for s in p["in_dataset"] + p["cross_dataset"]], j] = True
+    rng = np.random.default_rng(seed)
+    return np.array([hit[rng.choice(len(cd), 5, replace=False)].any(0).mean() for _ in range(draws)])
 
 
 def test_no_id_name_or_path_ranks_better_than_chance(synth_dir, final):
     """Rank the corpus by every id, name or path field a forecaster sees (the query's id, prefix id, video id, object
     id and prefix frame paths against each segment's id, video id, object id and frame path), equal, nearest as
-    numbers and nearest in sorted order: R@5 stays at the exact chance level. A field that does leak (the target's
+    numbers and nearest in sorted order: R@5 stays at the exact chance level (binomial bound; a field read as one order
+    for every query is judged against fixed random orders instead). A field that does leak (the target's
     state id against the segments') is caught by the same harness."""
     from eval.benchmark import Benchmark
     from eval.schema import MAIN_QTYPES
@@ -547,14 +560,22 @@ def test_no_id_name_or_path_ranks_better_than_chance(synth_dir, final):
                     "object_id": qd["object_id"][:], "last prefix frame": [f[-1] for f in qd["prefix_frames"][:]]}
     corpus_fields = {"id": cd["id"][:], "video_id": cd["video_id"][:], "object_id": cd["object_id"][:],
                      "frame": cd["frame"][:]}
-    seen = {}
+    seen, null = {}, None
     for qf, qvals in query_fields.items():
         for cf, cvals in corpus_fields.items():
             for how in ("equal", "near", "order"):
                 if how == "equal" and (qf == "object_id") != (cf == "object_id"):
                     continue  # only values of one kind can be equal
-                seen[(qf, cf, how)] = r5 = float(np.nanmean(_r5(bench, rows, *_ranker_vectors(qvals, cvals, how))))
-                assert r5 <= bound, (qf, cf, how, r5, chance)
+                hits, run = _r5(bench, rows, *_ranker_vectors(qvals, cvals, how))
+                seen[(qf, cf, how)] = r5 = float(np.nanmean(hits))
+                top = Counter(tuple(t[:5]) for t in run.topk_ids).most_common(1)[0][1] / len(rows)
+                if top >= 0.9:  # one order for (nearly) every query: not binomial; the null of fixed random orders
+                    if null is None:
+                        null = _fixed_ranking_null(bench, rows)
+                    assert r5 <= np.quantile(null, 0.999), (qf, cf, how, r5, chance)
+                else:
+                    assert r5 <= bound, (qf, cf, how, r5, chance)
     assert len(seen) >= 30
-    leak = float(np.nanmean(_r5(bench, rows, *_ranker_vectors(qd["target_state_id"][:], cd["state_id"][:], "equal"))))
+    leak = float(np.nanmean(_r5(bench, rows, *_ranker_vectors(qd["target_state_id"][:], cd["state_id"][:],
+                                                               "equal"))[0]))
     assert leak > 10 * bound

@@ -127,11 +127,11 @@ def synth_demo_out(synth_sem_dir, lftr_test_config, tmp_path_factory):
     """The folder of `retrieval demo` runs on the session's synthetic benchmark (treat as read-only)."""
     from eval.benchmark import Benchmark
     from retrieval.encoders import PACKAGED_MINILM
-    from retrieval.lftr.jobs import run_demo
+    from retrieval.lftr.jobs import DemoPlan, run_demo
 
     out = tmp_path_factory.mktemp("demo-runs")
-    run_demo(Benchmark.load(synth_sem_dir), out, text_model=PACKAGED_MINILM, configs=[lftr_test_config],
-             log=lambda s: None, progress=False)
+    run_demo(Benchmark.load(synth_sem_dir), out, text_model=PACKAGED_MINILM, plan=DemoPlan(),
+             configs=[lftr_test_config], log=lambda s: None, progress=False)
     return out
 
 

@@ -283,24 +283,26 @@ def test_demo_in_the_learned_spaces_with_fusion_and_complementarity(synth_towers
 
     from eval.runs import read_run
     from retrieval.encoders import PACKAGED_MINILM
-    from retrieval.lftr.jobs import run_demo
+    from retrieval.lftr.jobs import DemoPlan, run_demo
 
     d, _ = synth_towers_dir
     cfg = tmp_path / "c.yaml"
     cfg.write_text(yaml.safe_dump({"d_model": 32, "n_layers": 1, "n_heads": 2, "n_samples": 4, "epochs": 1,
                                    "batch_size": 64, "n_random_negatives": 64, "n_hard_negatives": 16, "threads": 1}))
     out = tmp_path / "runs"
-    paths = run_demo(Benchmark.load(d), out, text_model=PACKAGED_MINILM, visual_space="ssl", extra_spaces=["lit"],
-                     compare_space="pixels", configs=[cfg], log=lambda s: None, progress=False)
+    plan = DemoPlan(visual="ssl", extra=["lit"], compare="pixels")
+    paths = run_demo(Benchmark.load(d), out, text_model=PACKAGED_MINILM, plan=plan, configs=[cfg],
+                     log=lambda s: None, progress=False)
     names = {p.name.removesuffix(".parquet") for p in paths}
     assert {"persistence", "lftr-ssl", "lftr-lit", "lftr-pixels", "persistence-pixels", "oracle-semantic-text-lit",
-            "question-only-lit", "oracle-state-prototype-pixels", "lftr-fusion-minilm+ssl",
-            "lftr-fusion-minilm+ssl+lit"} <= names
+            "question-only-lit", "oracle-state-prototype-pixels", "lftr-fusion-minilm+ssl+lit+pixels"} <= names
+    chosen = json.loads((out / "fusion_selection.json").read_text())["chosen"]
+    assert chosen in {"ssl", "lit", "pixels"} and f"lftr-fusion-minilm+{chosen}" in names
     assert all(p.exists() for p in paths)
-    assert read_run(out / "lftr-fusion-minilm+ssl+lit.parquet").config["spaces"] == ["minilm", "ssl", "lit"]
+    assert read_run(out / "lftr-fusion-minilm+ssl+lit+pixels.parquet").config["spaces"] == ["minilm", "ssl", "lit",
+                                                                                           "pixels"]
     # the compare space is its own pipeline (pixels prefixes -> pixels corpus); the extra space reads the visual one
     trained = {n: yaml.safe_load((out / f"lftr-{n}" / "config.yaml").read_text()) for n in ("pixels", "lit", "ssl")}
     assert {n: c["prefix_space"] for n, c in trained.items()} == {"pixels": "pixels", "lit": "ssl", "ssl": "ssl"}
     comp = json.loads((out / "complementarity.json").read_text())
-    assert set(comp["recall"]) == {"lftr-minilm", "lftr-ssl", "lftr-lit"}
-    assert set(comp["state_similarity"]["r"]) == {"minilm~ssl", "minilm~lit", "ssl~lit"}
+    assert set(comp["recall"]) == {"lftr-minilm", "lftr-ssl", "lftr-lit", "lftr-pixels"}
