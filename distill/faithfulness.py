@@ -151,7 +151,8 @@ class DonorPool:
     A *donor* ``D`` for ``P`` must have an answer ``s' != P.answer`` that ``P`` does not name, a trajectory that does
     not pass through ``P.answer``, and evidence (the facts it lends, its intermediate states and ``s'``) that names
     no object outside ``P``'s scene (`name_key`), so the counterfactual rationale is about the objects the frames
-    show. Its question must ask what ``P``'s does: the same question type; for Q4 the state just before ``P``'s
+    show; and the same heading at the prefix's end (`_heading`), since ``P``'s current state, which says how the
+    object moves, stays. Its question must ask what ``P``'s does: the same question type; for Q4 the state just before ``P``'s
     anchor -- a Q4 donor with the same anchor, or any donor whose next state after its answer is the anchor (its
     canonical text, or, with ``denotations``, a simulator state the anchor's wording describes,
     `eval.synth.lexicon.satisfies`). Tiers, most similar scene first (`TIERS`): the same current state, the same
@@ -221,8 +222,17 @@ class DonorPool:
             pool = self.by_key.get((tier, ps.qtype, value), [])
         named = set(ps.allowed_states)
         scene = {name_key(o) for o in ps.objects}
+        heading = _heading(ps)
         return [d for d in pool if d.query_id != ps.query_id and d.answer != ps.answer and d.answer not in named
-                and ps.answer not in d.upcoming and self.named(d) <= scene]
+                and ps.answer not in d.upcoming and self.named(d) <= scene and _heading(d) == heading]
+
+
+def _heading(ps: PredicateSet) -> str | None:
+    """The object's ``direction`` fact at the prefix's end (``still``, ``down-left``, ...; None: no such fact). A
+    donor lends its motion facts while the current state stays, and a current state says how the object moves
+    ("sliding up the ramp", "motionless"), so both must agree on it."""
+    f = ps.fact("direction")
+    return f.value if f is not None and f.value else None
 
 
 def counterfactual_set(ps: PredicateSet, pool: DonorPool, seed: int = 0) -> tuple[PredicateSet | None, str | None]:

@@ -41,9 +41,10 @@ import numpy as np
 
 from distill.facts import Fact
 from eval.synth import record as R
+from eval.synth.states import MOVING_SPEED
 
-STATIONARY_SPEED = 12.0
-"""Below this speed (units/s) an object is not moving (= `eval.synth.states.MOVING_SPEED`)."""
+STATIONARY_SPEED = MOVING_SPEED
+"""Below this speed (units/s) an object is not moving: the labeller's own threshold."""
 COURSE_FRAMES = 5
 """Frames at the end of the prefix that direction, speed and collision course are read from (DynaPix: 5)."""
 DIAGONAL_RATIO = 0.4

@@ -11,8 +11,12 @@ An object's prefix is 8 frames ending at frame ``e`` (`choose_prefix`). The rule
 - **Current and next state**: ``e`` lies in the object's segment ``c`` (its *current* state); the gap to the next
   change, ``start(c + 1) - e``, is drawn from `GAP_S` (DynaPix cuts about 12 frames before the event; PSR's median
   prefix-to-target gap is 1.9 s over all horizons).
+- **The label holds at the cut** (`label_holds`): the current state's motion is true of frame ``e`` itself, not only
+  of its (smoothed) segment: an object labelled at rest is not moving at ``e``, one labelled rolling, sliding,
+  tumbling, flying or falling moves at ``e``. So the last frame never shows what its label denies.
 - **Choice** (`choose_prefix`): a wanted gap is drawn from `GAP_S`; among the engaged frames of the object's first
-  `MAX_CURRENT` segments (not its last) whose gap lies in `GAP_S`, the one with the gap closest to it ends the prefix.
+  `MAX_CURRENT` segments (not its last) whose gap lies in `GAP_S` and whose label holds, the one with the gap closest
+  to it ends the prefix.
   Objects whose whole trajectory has no such frame get no prefix, except objects that stay put (a single segment)
   when another object moves near them: they are asked about their (persisting) state, a rare, measured case.
 
@@ -113,17 +117,38 @@ def prefix_frames(end: int, fps: float) -> tuple[int, ...]:
     return tuple(int(f) for f in np.round(np.linspace(start, end, PREFIX_FRAMES)).astype(int))
 
 
+#: Motions whose label says the object translates (`label_holds`), and the one that says it does not.
+TRANSLATING = ("rolling", "sliding", "tumbling", "flying", "falling")
+RESTING = "at_rest"
+
+
+def label_holds(rec: R.SimRecord, k: int, motions: list[tuple[int, int, str]]) -> np.ndarray:
+    """(F,) bool: object ``k``'s motion label (``motions``: its segments' ``(start, stop, motion)``) is true of each
+    frame by the object's own speed: at rest below `MOVING_SPEED`, a translating motion (`TRANSLATING`) at or above
+    it; other motions (wobbling, toppling, pushed, collisions, hanging, ...) hold wherever their segment is."""
+    speed = np.linalg.norm(rec.vel[:, k], axis=-1)
+    out = np.ones(rec.n_frames, bool)
+    for start, stop, motion in motions:
+        if motion == RESTING:
+            out[start:stop] = speed[start:stop] < MOVING_SPEED
+        elif motion in TRANSLATING:
+            out[start:stop] = speed[start:stop] >= MOVING_SPEED
+    return out
+
+
 def choose_prefix(bounds: list[tuple[int, int]], eng: np.ndarray, near_motion: np.ndarray, fps: float,
-                  rng: np.random.Generator) -> PrefixChoice | None:
+                  rng: np.random.Generator, holds: np.ndarray | None = None) -> PrefixChoice | None:
     """The prefix of one object (module docstring) from its segments' frame ``bounds`` ``[(start, stop), ...]`` in
-    time order, its ``(F,)`` engaged flags and ``(F,)`` flags of a moving body within `NEAR_S` units; None when it
-    has none.
+    time order, its ``(F,)`` engaged flags, ``(F,)`` flags of a moving body within `NEAR_S` units and ``(F,)`` flags
+    of frames where its label holds (`label_holds`; None: everywhere); None when it has none.
 
     A wanted gap ``g`` is drawn uniformly from `GAP_S`; among the engaged frames of the first `MAX_CURRENT` segments
     that leave a gap in `GAP_S` before the next change, the one whose gap is closest to ``g`` ends the prefix (an
     earlier segment wins a tie), so the gaps spread over the whole range even when most segments are short."""
     lo, hi = (int(round(g * fps)) for g in GAP_S)
     want = rng.uniform(*GAP_S) * fps
+    if holds is not None:
+        eng, near_motion = eng & holds, near_motion & holds
     first = PREFIX_FRAMES - 1
     best: tuple[float, int, int] | None = None
     for c in range(min(len(bounds) - 1, MAX_CURRENT)):

@@ -121,7 +121,9 @@ def make_video(seed: int, index: int, domain: str, root: str, image_size: tuple[
     near = P.near_motion(rec) if with_queries else None
     for k, traj in enumerate(trajectories):
         if with_queries:
-            choice = P.choose_prefix([(s.start, s.stop) for s in traj], eng[:, k], near[:, k], rec.fps, prefix_rng)
+            holds = P.label_holds(rec, k, [(s.start, s.stop, s.state.motion) for s in traj])
+            choice = P.choose_prefix([(s.start, s.stop) for s in traj], eng[:, k], near[:, k], rec.fps, prefix_rng,
+                                     holds)
             if choice is not None:
                 prefixes[k], current[k], engaged[k] = list(choice.frames), choice.current, choice.engaged
         for seg in traj:

@@ -28,8 +28,11 @@ from forecasters.backends import Backend, BackendConfig, Completion
 
 def test_template_narration_is_labelled_and_complete(synth_bench, template_rationales, pred_sets):
     rows = read_records(template_rationales / "rationales.jsonl")
-    assert len(rows) == len(synth_bench.queries())  # every query narrated, none failed
-    assert read_records(template_rationales / "failures.jsonl") == []
+    failed = read_records(template_rationales / "failures.jsonl")
+    # every query narrated or refused; the refusals are the few whose canonical current state is false of what the
+    # frames show (the validator rejects the contradiction: the card's label_truth is below 1)
+    assert len(rows) + len(failed) == len(synth_bench.queries()) and len(failed) <= 0.02 * len(rows)
+    assert all("contradiction" in json.dumps(f) for f in failed)
     assert {r["narrator"] for r in rows} == {TEMPLATE_NARRATOR}
     r = rows[0]
     assert r["rationale"] == template_rationale(pred_sets[r["query_id"]])
