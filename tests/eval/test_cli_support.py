@@ -81,7 +81,7 @@ def test_library_value_error_is_a_bug_but_a_toolkit_check_is_not(tmp_path):
     assert code == EXIT_INTERNAL and "Traceback" in err
     code, _, err = _run(lambda a: run_main(check, a))
     assert code == EXIT_USER_ERROR
-    assert _lines(err) == ["error: space kind must be 'visual' or 'semantic', got 'bogus'"]
+    assert _lines(err) == ["error: space kind must be one of ('visual', 'semantic', 'prefix'), got 'bogus'"]
 
 
 def test_missing_file_names_the_path(tmp_path):

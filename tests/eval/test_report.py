@@ -126,7 +126,7 @@ def test_report_command_writes_every_table_and_plot(synth_dir, synth_runs, tmp_p
     o = sig["oracle"]
     assert o["bootstrap"]["delta"] == pytest.approx(doc["runs"]["oracle"]["main"]["R@5"]
                                                     - doc["runs"]["persistence"]["main"]["R@5"])
-    assert o["bootstrap"]["p_value"] < 0.01 and o["mcnemar"]["c"] == 0
+    assert o["bootstrap"]["p_value"] < 0.01 and o["mcnemar"]["c"] < 0.1 * o["mcnemar"]["b"]  # (tie-aware counts)
     assert r"\toprule" in (out / "by_horizon.tex").read_text()
     assert json.loads((out / "report_config.json").read_text())["reference"] == "persistence"
 
