@@ -15,18 +15,20 @@ Protocol (the paper's, on simulator ground truth):
 - Domains: video ``i`` belongs to ``DOMAINS[i % 4]`` and draws its scene family from the domain's mixture.
 - Query videos: every video contributes its segments to the corpus; the first ``query_videos`` of a seeded
   permutation (all by default) also get prefixes and queries (PSR's corpus is far larger than its query videos).
-- Single early prefix per (video, object) (`eval.synth.video.choose_prefix`); horizon = the 1-based index of the
-  target in the object's future trajectory (1..7).
-- Questions: Q1 next state (h = 1); Q2 end state (the last segment, 2 <= h <= 7, asked for a share `Q2_RATE` of the
-  prefixes); Q3 the state active ``k`` seconds after the prefix ends (k a multiple of 0.5 s at least `Q3_MARGIN_S`
-  inside the segment; the horizon drawn with weight `HORIZON_DECAY` ** (h - 1)); Q4 the state just before a named
-  later state (the anchor: a state first reached at horizon h_a >= 2 whose motion differs from the target's, drawn
-  with the same decay; it is named by an independent corpus-lexicon description); Q5 the end states of 2-3 objects of
-  one video (``group_id``; scored apart from the main pool).
+- At most one prefix per (video, object), ending while the scene moves around the object (`eval.synth.prefix`);
+  horizon = the 1-based index of the target in the object's future trajectory (1..7).
+- Questions: Q1 next state (h = 1, asked for a share `Q1_RATE` of the prefixes); Q2 end state (the last segment,
+  2 <= h <= 7, asked for a share `Q2_RATE`); Q3 the state active ``k`` seconds after the prefix ends (k in
+  `K_SECONDS`, at least `Q3_MARGIN_S` inside the segment; the horizon drawn with weight `HORIZON_DECAY` ** (h - 1),
+  the current segment with weight `PERSIST_WEIGHT`, counted as h = 1); Q4 the state just before a named later state
+  (the anchor: a state first reached at horizon h_a >= 2 whose motion differs from the target's, drawn uniformly;
+  it is named by an independent corpus-lexicon description); at most `PER_PREFIX` questions of Q3 / Q4 per prefix,
+  at distinct horizons; Q5 the end states of 2-3 objects of one video (``group_id``; scored apart from the main
+  pool). Query ids: ``<prefix id>.<qtype>``, ``.2`` appended to a second question of a type.
 - Transcript: the object's segments that start before the target: (start time, reference text of the true state).
 - GT (exact simulator truth): ``in_video`` = segments of the query's video in the target's true state;
   ``in_dataset`` / ``cross_dataset`` = other videos of the same / another domain in that state; ``bge_similar`` =
-  other videos' near-duplicate states (same motion and place, another relation or pose); ``consensus`` =
+  other videos' near-duplicate states (same motion and place, another relation, other object or pose); ``consensus`` =
   the main pool's clear segments; ``gt_type1`` = same subject and state; ``gt_sim_exact`` = the main pool.
 - Splits: video-disjoint train / val / test (`SPLIT_FRACTIONS`) over the query videos, drawn per domain.
 - Files beyond the format: ``sim/<video>.npz`` (the record) and ``sim/phrases.jsonl`` (every raw description and
