@@ -1,19 +1,41 @@
-"""A self-supervised visual encoder trained on a benchmark's train-split frames (the DINOv2 role).
+"""A self-supervised visual encoder trained on a build's frames (the DINOv2 role).
 
-Objective: SimCLR (Chen et al. 2020). Each frame ``x`` of a batch of ``B`` gives two augmented views (kornia:
-random resized crop to the tower's size, horizontal flip, colour jitter, random grayscale); the tower
-(`retrieval.towers.build_vit`) embeds each view, a projection head ``g`` (Linear-GELU-Linear) maps it to
-``z = normalise(g(f(view)))``, and with the ``2B`` views' similarities ``s_ij = <z_i, z_j> / tau``::
+Each frame ``x`` of a batch of ``B`` gives two global views (kornia, `AugmentConfig`: random resized crop to the
+tower's size, horizontal flip, colour jitter, random grayscale, optionally a channel permutation and Gaussian blur)
+and, with multi-crop, ``local_crops`` small views; the tower (`retrieval.towers.build_vit`) embeds each view,
+``e = f(view)``, and a projection head ``g`` maps it to ``z = g(e)``. The objective (``objective``):
 
-    L = mean_i  -log( exp(s_{i, p(i)}) / sum_{j != i} exp(s_ij) )        p(i) = the other view of i's frame
+- ``vicreg`` (default; Bardes et al. 2022), head Linear-BN-ReLU-Linear-BN-ReLU-Linear, over each global view and
+  every other view::
 
-(NT-Xent). Nothing but pixels enters the objective: the trainer's only data input is the list of frame paths
-(`retrieval.towers.train_frames`); no state, description, question or split label reaches it. The head is
-discarded; the saved tower's ``pooler_output`` (a linear map of the CLS token) is the representation.
+      L = sim_weight * mean MSE(z_i, z_j) + var_weight * mean_views v(z) + cov_weight * mean_views c(z)
+      v(z) = mean_j relu(1 - sqrt(Var(z_j) + eps))         c(z) = sum_{i != j} C(z)_ij^2 / d
+
+  (``C`` the batch covariance): invariance, a variance hinge that keeps every dimension spread over the batch, and
+  decorrelated dimensions -- no negatives, and a collapsed space is penalised;
+- ``barlow`` (Barlow Twins), same head: ``sum_i (1 - C_ii)^2 + barlow_lambda * sum_{i != j} C_ij^2`` with ``C`` the
+  cross-correlation of the batch-standardised views;
+- ``simclr`` (Chen et al. 2020), head Linear-GELU-Linear onto the unit sphere, with the ``2B`` global views'
+  similarities ``s_ij = <z_i, z_j> / tau``::
+
+      L = mean_i  -log( exp(s_{i, p(i)}) / sum_{j != i} exp(s_ij) )        p(i) = the other view of i's frame
+
+- ``recon``: masked prediction alone (one view).
+
+Masked prediction (``recon_weight`` > 0, or ``recon``): ``mask_ratio`` of the input's patches are blanked and a small
+decoder reconstructs from ``e`` a low-resolution target of the view before its colour augmentation (``recon_target``:
+``gray``, ``edges`` or ``rgb`` on `RECON_GRID`), added with weight ``recon_weight``. ``center``: after training, the
+training frames' mean ``pooler_output`` is folded into the pooler bias (`center_pooler`), so the saved space is
+centred.
+
+Nothing but pixels enters the objective: the trainer's only data input is the list of frame views
+(`retrieval.towers.train_frames` of ``split``; ``"all"`` for a pretraining world); no state, description, question or
+split label reaches it. The head and decoder are discarded; the saved tower's ``pooler_output`` (a linear map of the
+CLS token) is the representation.
 
 Usage::
 
-    python -m retrieval encoder ssl --data DIR --out models/ssl      # trains once; a rerun reuses the tower
+    python -m retrieval encoder ssl --data WORLD --out models/ssl --set split=all   # trains once; a rerun reuses it
     python -m retrieval encode --data DIR --space ssl --model models/ssl
 """
 
