@@ -410,7 +410,8 @@ TOWER_SET = typer.Option([], "--set", help="override a config key: --set optim.e
 def encoder_ssl(data: Path = DATA, out: Path = TOWER_OUT, config: list[Path] = CONFIG, overrides: list[str] = TOWER_SET,
                 stop_after: int = typer.Option(0, "--stop-after", min=0, help="run at most N epochs now (resume later)")
                 ) -> None:
-    """Self-supervised (SimCLR) image tower on the train split's frames; then `encode --model OUT`."""
+    """Self-supervised image tower (VICReg by default) on the frames of one split (`--set split=all` for a
+    pretraining world); then `encode --model OUT`."""
     from eval.benchmark import Benchmark
     from retrieval.ssl import SSLConfig, train_ssl
     from retrieval.towers import load_dataclass
@@ -426,7 +427,8 @@ def encoder_lit(data: Path = DATA, out: Path = TOWER_OUT, config: list[Path] = C
                 text_model: str = typer.Option("", "--text-model", help="locked sentence-transformers text model "
                                                                         "(default: the packaged MiniLM)"),
                 stop_after: int = typer.Option(0, "--stop-after", min=0)) -> None:
-    """LiT image tower matched to a locked text model on train-split (frame, raw description) pairs."""
+    """LiT image tower matched to a locked text model on one split's (frame, raw description) pairs
+    (`--set split=all` for a pretraining world)."""
     from eval.benchmark import Benchmark
     from retrieval.lit import LiTConfig, train_lit
     from retrieval.towers import load_dataclass

@@ -3,7 +3,8 @@
 Each job runs in its own child process (peak RSS = that child's ``ru_maxrss``, from ``os.wait4``), on a benchmark
 directory, for ``--epochs`` epochs:
 
-- ``ssl``: the SimCLR tower (`retrieval.ssl`) on the train split's frames (``--max-frames`` caps them);
+- ``ssl``: the SSL tower (`retrieval.ssl`, `SSLConfig`'s defaults: VICReg) on the train split's frames
+  (``--max-frames`` caps them);
 - ``lit``: the LiT image tower (`retrieval.lit`) on the train split's (frame, description) pairs;
 - ``lftr-frozen`` / ``lftr-lora``: the LoRA baseline's two runs (`retrieval.lora`): LFTR on the frozen prefix
   space's cached tokens vs LoRA on the prefix encoder through the head (needs the spaces encoded:

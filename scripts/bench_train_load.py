@@ -6,7 +6,7 @@
 Each job is the toolkit's own command, run as a fresh process (so the OpenMP wait policy is read as a user's run
 reads it), into a scratch folder under ``--work``:
 
-- ``ssl``: ``python -m retrieval encoder ssl --config configs/encoders/ssl-demo.yaml`` (the demo's SimCLR tower) on
+- ``ssl``: ``python -m retrieval encoder ssl --config configs/encoders/ssl-demo.yaml`` (the demo's SSL tower) on
   ``--max-frames`` train frames;
 - ``lftr``: ``python -m retrieval lftr train --space pixels --prefix-space pixels --question-space minilm --config
   configs/lftr/synth.yaml`` (the demo's LFTR; the benchmark needs a ``minilm`` space:
