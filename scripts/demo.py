@@ -5,7 +5,7 @@ Stages, each a command of a package (the demo doubles as a worked example; every
                 mine and verify the GT; reused when --data already holds the same build), validate it and write its
                 card (OUT/card/);
   2. encoders  the synthetic world's own frozen encoders, pretrained once on a world the benchmark never shows
-                (`eval synth` with another seed -> DATA-tower-world/, all of its frames) and reused on rerun: the
+                (`eval synth` with another seed -> DATA-tower-world/, its train split) and reused on rerun: the
                 self-supervised visual tower (`retrieval encoder ssl`, the DINOv2 role) and the LiT text -> image tower
                 (`retrieval encoder lit`, the CLIP role, MiniLM locked) -> OUT/encoders/; each is checked to share no
                 video with the benchmark, then `retrieval encode` writes their spaces `ssl` and `lit` into the
@@ -78,7 +78,7 @@ class Demo:
 
     def encoders(self) -> None:
         """Simulate the towers' pretraining world (another seed), train the SSL tower and the LiT tower (started from
-        it) once on all of its frames, check that neither read a video of the benchmark, and encode their spaces."""
+        it) once on its train split, check that neither read a video of the benchmark, and encode their spaces."""
         if not self.learned:
             return
         from eval.benchmark import Benchmark

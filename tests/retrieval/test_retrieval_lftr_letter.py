@@ -37,6 +37,7 @@ def _excluded_sets(prep, rows):
         q = bench.query(int(r))
         ids = [x for t in ("in_video", "in_dataset", "cross_dataset", "bge_similar", "consensus")
                for x in getattr(q.gt_pools, t)] + list(q.gt_type1)
+        ids += [x for x in (bench.queries_ds[int(r)].get("gt_sim_exact") or [])]  # the simulator-truth GT
         items = set(space.corpus_rows_to_items(np.asarray([cidx[x] for x in ids], np.int64)).tolist()) if ids else set()
         same = set(np.flatnonzero(space.item_state == prep.data.target_state[r]).tolist())
         out.append(items | same)
