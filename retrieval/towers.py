@@ -13,8 +13,8 @@ of a video whose queries are in ``split``, or of every video with ``split="all"`
 roles of DINOv2 and CLIP, which never saw PSR's corpus, so they are **pretrained on a world of their own**: a
 simulator-truth build of another seed (``python -m eval synth --out WORLD --seed S'``, `pretraining_world_seed`),
 its frames (``split: all`` or one of its splits; the demo's configs read its train split), never on the
-benchmark they encode. The tower's record names that data (`data_record`: build, seed, split and the video ids it read) and `check_disjoint` refuses a tower that read any video
-of the benchmark it is about to encode. Frames are decoded once into a ``uint8`` tensor at ``cache_scale`` times the
+benchmark they encode. The tower's record names that data (`data_record`: build, seed, split and the video ids it
+read) and `check_disjoint` refuses a tower that read any video of the benchmark it is about to encode. Frames are decoded once into a ``uint8`` tensor at ``cache_scale`` times the
 model resolution (`load_frames`), so random crops keep some detail.
 
 Config helpers (`load_dataclass`) give every trainer the toolkit's argument convention: dataclass defaults <
