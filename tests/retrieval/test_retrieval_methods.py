@@ -83,7 +83,7 @@ def test_independent_appearance_without_own_segment_is_a_miss(tiny_copy):
 
     lines = (tiny_copy / "queries.jsonl").read_text().splitlines()
     first = json.loads(lines[0])
-    first["target_time"] += 0.01  # no segment of its object starts there: the target segment is not in the corpus
+    first["target_time"] = 1.0e4  # after the video: no segment of its object holds it (the target is not in the corpus)
     (tiny_copy / "queries.jsonl").write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
     bench = Benchmark.load(tiny_copy)
     qv = independent_appearance(bench, np.arange(3), Space.load(bench, "pixels"))
