@@ -55,7 +55,7 @@ def test_the_benchmark_records_and_registers_what_it_links_into(linked):
     m = json.loads((linked["bench"] / "manifest.json").read_text())
     (dep,) = m["dependencies"]
     assert dep["path"] == str(linked["truth"].resolve())
-    assert dep["links"] == ["features/pixels", "frames", "sim"]
+    assert dep["links"] == ["features/pixels", "features/sim", "frames", "sim"]
     reg = json.loads((linked["truth"] / ".psr-dependents.json").read_text())
     assert reg["dependents"] == [str(linked["bench"].resolve())]
 
@@ -103,7 +103,7 @@ def test_loaders_refuse_broken_links_and_a_rebuilt_source(linked):
     with pytest.raises(FormatError, match="does not exist"):
         Benchmark.load(w["bench"])
     kinds = [p.kind for p in validate(w["bench"]).problems]
-    assert kinds.count("broken_link") == 4  # three links and the dependency
+    assert kinds.count("broken_link") == 5  # four links (pixels and sim features, frames, sim) and the dependency
 
 
 @pytest.mark.slow
