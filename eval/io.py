@@ -230,3 +230,18 @@ def read_yaml(path: str | os.PathLike):
         mark = getattr(e, "problem_mark", None)
         raise FormatError(path, f"not valid YAML ({' '.join(str(e).split())[:200]})",
                           line=None if mark is None else mark.line + 1) from None
+
+
+def writable_dir(preferred: str | os.PathLike, fallback: str | os.PathLike) -> Path:
+    """``preferred`` (created) when this process can write there, else ``fallback`` (created): where a cache lives
+    beside read-only data."""
+    d = Path(preferred)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        if os.access(d, os.W_OK):
+            return d
+    except OSError:
+        pass
+    f = Path(fallback)
+    f.mkdir(parents=True, exist_ok=True)
+    return f

@@ -65,17 +65,10 @@ def encoder_key(meta: dict, query_prompt: str | None = None) -> str:
 
 def default_cache_dir(bench_root: str | os.PathLike | None) -> Path:
     """``<benchmark>/.cache/text-embeddings`` when it can be written, else the user cache."""
-    if bench_root is not None:
-        d = Path(bench_root) / ".cache" / "text-embeddings"
-        try:
-            d.mkdir(parents=True, exist_ok=True)
-            if os.access(d, os.W_OK):
-                return d
-        except OSError:
-            pass
-    d = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "psr" / "text-embeddings"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    from eval.io import writable_dir
+
+    user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "psr" / "text-embeddings"
+    return writable_dir(Path(bench_root) / ".cache" / "text-embeddings" if bench_root is not None else user, user)
 
 
 def text_keys(texts: Sequence[str]) -> list[bytes]:

@@ -26,7 +26,6 @@ order: steps 1, 2, ...).
 from __future__ import annotations
 
 import hashlib
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,15 +126,9 @@ def pick_prefix_space(bench: Benchmark, requested: str = "") -> str:
 
 
 def cache_dir(bench: Benchmark, fallback: Path) -> Path:
-    d = bench.root / ".cache" / "lftr"
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        if os.access(d, os.W_OK):
-            return d
-    except OSError:
-        pass
-    fallback.mkdir(parents=True, exist_ok=True)
-    return fallback
+    from eval.io import writable_dir
+
+    return writable_dir(bench.root / ".cache" / "lftr", fallback)
 
 
 def question_embeddings(bench: Benchmark, space_name: str, cache: Path, device: str | None = None) -> np.ndarray:

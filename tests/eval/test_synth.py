@@ -362,7 +362,7 @@ def test_sim_space_is_the_prefix_state_and_nothing_after(truth, synth_truth_dir)
     assert np.allclose(got, raw, atol=1e-3)
     end = frames[-1]
     future = {n: getattr(rec, n).copy() for n in ("pos", "vel", "angle", "angvel", "touch", "contacts", "support")}
-    for n, a in future.items():
+    for a in future.values():
         a[end + 1:] = np.roll(a[end + 1:], 7, axis=0) if len(a) > end + 8 else a[end + 1:]
     from dataclasses import replace
     assert np.array_equal(simspace.prefix_tokens(replace(rec, **future), frames, k), raw)
