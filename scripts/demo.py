@@ -158,7 +158,9 @@ class Demo:
         runs = [str(p) for p in sorted(self.runs.glob("*.parquet"), key=rank)]
         pairs = []
         if self.learned:  # the learned visual space against raw pixels, and the SSL space's prototype ceiling
-            pairs = ["--pair", "lftr[ssl]:lftr[pixels]", "--pair", "state-prototype[ssl]:independent-appearance[ssl]"]
+            s = "-seed0" if self.args.seeds > 1 else ""  # with several seeds, the pair test reads the first seed's runs
+            pairs = ["--pair", f"lftr[ssl]{s}:lftr[pixels]{s}", "--pair",
+                     "state-prototype[ssl]:independent-appearance[ssl]"]
         self.run([PY, "-m", "eval", "report", *runs, "--data", str(self.args.data), "--out", str(self.args.out / "report"),
                   "--reference", self.reference(runs), *pairs], "report")
 
