@@ -49,8 +49,9 @@ def test_rationale_stats_cli_separates_reasoning_from_restating(synth_dir, pred_
     assert s["all"]["string_probe_acc"] < 0.2 and s["all"]["imminent_share"] == 0
     p = s["classifier_probe"]
     assert p["train"] > 0 and p["test"] > 0 and 0 <= p["classifier_acc"] <= 1 and p["majority_acc"] is not None
+    # honest templates are refused only where a canonical label is false of the frames (label_truth < 1)
     assert s["rejects"][str(noisy)]["rejected_tries"] > 0 and s["rejects"][str(template_rationales)][
-        "rejected_tries"] == 0
+        "rejected_tries"] <= 0.02 * len(pred_sets)
     md = (out / "rationale_stats.md").read_text()
     assert "Validator rejects in" in md and "Leakage probe" in md and "Honest paraphrases" in md
     # true states described in free words are not rejected; the same describer's words for the state after the

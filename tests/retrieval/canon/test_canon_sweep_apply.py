@@ -178,9 +178,11 @@ def test_apply_writes_a_valid_rekeyed_benchmark(synth_dir, text_encoder, tmp_pat
     phrase_state = {r["phrase"]: r["state_id"] for r in read_jsonl(out / "phrase_map.jsonl")}
     segs = b.segments()
     assert all(phrase_state[s.raw or s.state] == s.state_id for s in segs)
-    by_key = {(s.video_id, s.object_id, s.start): s for s in segs}
+    from eval.segments import SegmentTimeline
+
+    timeline = SegmentTimeline.of(b)  # the target is the segment holding the target time
     for q in b.queries():
-        assert by_key[(q.video_id, q.object_id, q.target_time)].state_id == q.target_state_id
+        assert segs[timeline.active(q.video_id, q.object_id, q.target_time)].state_id == q.target_state_id
         state_of = {s.id: s.state_id for s in segs if s.id in q.gt_pools.main}
         assert set(state_of.values()) <= {q.target_state_id}
     states = {s.id: s for s in b.states()}
