@@ -8,7 +8,6 @@ import torch
 
 from eval.benchmark import Benchmark
 from eval.metrics import RankStats, first_rank, mean_valid, recall_at_k
-from eval.schema import REPORT_MAX_HORIZON
 
 PREDICTORS = ("random", "question-only", "knn-future", "persistence", "zero-shot", "lftr-minilm", "lftr-pixels",
               "lftr-fusion-minilm+pixels")
@@ -56,13 +55,7 @@ def test_semantic_text_oracle_is_the_ceiling(synth_demo, synth_sem_dir):
     oracle = r_at(synth_demo["oracle-semantic-text"])
     best = max(r_at(synth_demo[m]) for m in PREDICTORS)
     assert oracle >= 0.8 and oracle - best >= 0.15, (oracle, best)
-    # roughly flat over horizon (h >= 6 folded into 5; horizons with at least 5 fair queries)
-    bench = Benchmark.load(synth_sem_dir)
-    run = synth_demo["oracle-semantic-text"]
-    h = np.minimum([bench.query(q).horizon for q in run.query_ids], REPORT_MAX_HORIZON)
-    fair = run.stats["type2-all"]["n_pos"] > 0
-    per_h = [r_at(run, mask=h == x) for x in range(1, REPORT_MAX_HORIZON + 1) if ((h == x) & fair).sum() >= 5]
-    assert len(per_h) >= 3 and max(per_h) - min(per_h) <= 0.15, per_h
+    # whether it is flat over horizons is a calibration target of the demo build (`eval.findings`, results page)
 
 
 @pytest.mark.slow
