@@ -59,8 +59,13 @@ def run_job(job: str, policy: str, load: int, a: argparse.Namespace) -> dict:
     from busy_load import busy
 
     out = a.work / f"{job}-{policy}-load{load}"
+    mark = a.work / f".{out.name}.bench-train-load"  # written beside each folder this script trains into
     if out.exists():
+        if not mark.exists():
+            raise SystemExit(f"{out} exists and was not written by this script; remove it or pick another --work")
         shutil.rmtree(out)  # our own scratch folder from an earlier run of this script
+    a.work.mkdir(parents=True, exist_ok=True)
+    mark.touch()
     cmd, history, prefix = command(job, a, out)
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     if POLICIES[policy] is not None:
