@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
+import shutil
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -216,12 +216,13 @@ def build_variant(cfg: SFTBuildConfig, variant: str, splits: dict[str, list[dict
 
     target = Path(cfg.out) / variant
     _replaceable(target)
-    with atomic_dir(target, kind=f"distill sft {variant}", legacy=(SET_INFO,)) as stage, \
-            tempfile.TemporaryDirectory(prefix=f".{variant}.cache-", dir=cfg.out) as cache:
+    with atomic_dir(target, kind=f"distill sft {variant}", legacy=(SET_INFO,)) as stage:
+        cache = stage / ".datasets-cache"  # inside the stage: an interrupt anywhere removes it with the stage
         (stage / "data").mkdir()
         files = []
         for name, rows in splits.items():
-            files += _write_split(cfg, rows, variant, name, stage / "data", Path(cache))
+            files += _write_split(cfg, rows, variant, name, stage / "data", cache)
+        shutil.rmtree(cache, ignore_errors=True)
         info = {"variant": variant, "preprocessing": preprocessing(cfg, template),
                 "splits": {name: len(rows) for name, rows in splits.items()},
                 "files": [f"data/{f.name}" for f in files], "sha256": _sha256_files(files)}

@@ -6,7 +6,9 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,6 +56,21 @@ def read_jsonl(path: str | os.PathLike, **kw) -> list[dict[str, Any]]:
 
 
 @contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM for the block (delivered when it ends), so that making a temporary file or folder
+    and registering its cleanup are one step: an interrupt never finds the one without the other. A no-op outside
+    the main thread or where the platform cannot block signals."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it is fsynced and renamed over ``path``.
 
@@ -61,20 +78,24 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or path.suffix or ".tmp", dir=path.parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp creates 0600; outputs should be readable like any other file
+    tmp_path = None
     try:
+        with signals_held():
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or path.suffix or ".tmp",
+                                       dir=path.parent)
+            os.close(fd)
+            tmp_path = Path(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp creates 0600; outputs should be readable like any other file
         yield tmp_path
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp_path, path)
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            tmp_path.unlink()
+        if tmp_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                tmp_path.unlink()
         raise
 
 
@@ -101,16 +122,19 @@ def atomic_dir(path: str | os.PathLike, *, kind: str | None = None, tag: str = "
     check()
     final = Path(os.path.abspath(path))  # "." and ".." name their folder; its name makes the stage's
     final.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{final.name}.{tag}-", dir=final.parent))
-    umask = os.umask(0)
-    os.umask(umask)
-    stage.chmod(0o777 & ~umask)  # mkdtemp makes it private; outputs are meant to be shared
+    stage = None
     try:
+        with signals_held():
+            stage = Path(tempfile.mkdtemp(prefix=f".{final.name}.{tag}-", dir=final.parent))
+        umask = os.umask(0)
+        os.umask(umask)
+        stage.chmod(0o777 & ~umask)  # mkdtemp makes it private; outputs are meant to be shared
         yield stage
         if kind is not None:
             write_marker(stage, kind, written=written_listing(stage))
     except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
         raise
     try:
         check()
