@@ -90,3 +90,47 @@ def test_anchor_rule():
         p.write_text("# A b\n## Metrics (`eval/metrics.py`)\n```\n# not a heading\n```\n"
                      "## Strata, triplets and statistics\n", encoding="utf-8")
         assert _anchors(p) == {"a-b", "metrics-evalmetricspy", "strata-triplets-and-statistics"}
+
+
+#: A measured-looking number: a decimal, a count with thousands separators, or a number with a unit.
+MEASURED = re.compile(r"\d+\.\d+|\d,\d{3}|\d\s?(%|s|ms|min|h|GB|MB|KB|x|×)(?![A-Za-z])")
+
+
+def _numeric_cell(cell: str) -> bool:
+    """A table cell that is a number (with its unit, CI or note of a few letters), not prose that mentions one:
+    code spans, link targets and emphasis are dropped first."""
+    prose = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", re.sub(r"`[^`]*`", "", cell)).replace("*", "")
+    return bool(MEASURED.search(prose)) and len(re.findall(r"[A-Za-z]", prose)) <= 4
+
+
+def number_tables(text: str) -> list[tuple[int, str]]:
+    """``(line, cell)`` for each table body cell outside fenced code that is a measured-looking number."""
+    found, fenced, header_next = [], False, True
+    for i, line in enumerate(text.splitlines(), start=1):
+        if FENCE.match(line.lstrip()):
+            fenced = not fenced
+            continue
+        if fenced or not line.lstrip().startswith("|"):
+            header_next = True
+            continue
+        if header_next:  # the header row of a table names columns, it measures nothing
+            header_next = False
+            continue
+        found += [(i, c.strip()) for c in line.strip().strip("|").split("|") if _numeric_cell(c)]
+    return found
+
+
+@pytest.mark.parametrize("md", [m for m in MANUALS if m not in GENERATED],
+                         ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_no_hand_written_number_table(md: Path):
+    """Tables of measured numbers live only on pages a command writes (`GENERATED`), so every number a reader sees
+    names the command that produced it; a manual links to them instead of copying them."""
+    hits = number_tables(md.read_text(encoding="utf-8"))
+    assert not hits, (f"{md.relative_to(ROOT)} holds a table of numbers no command writes (line {hits[0][0]}: "
+                      f"{hits[0][1]!r}); generate it (a page in GENERATED) or remove it")
+
+
+def test_number_table_rule():
+    text = ("| a | b |\n|---|---:|\n| `--k 5` | [x](y.md) |\n| Python 3.11 | step 3 |\n\n| run | R@5 |\n"
+            "|---|---:|\n| lftr | **12.3** ± 0.4 |\n| oracle | 2,159 |\n```\n| a | 1.5 s |\n```\n")
+    assert number_tables(text) == [(8, "**12.3** ± 0.4"), (9, "2,159")]
