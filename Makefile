@@ -40,7 +40,7 @@ demo: setup
 
 # PSR_REQUIRE_VLLM=1: the vLLM server tests fail (instead of skipping) when the server cannot start.
 test: setup vllm-venv
-	PSR_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q tests
+	PSR_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q --durations=30 tests
 
 # The inner loop: no vLLM venv, slow / vllm / gpu tests deselected (docs/install.md).
 test-fast: setup
