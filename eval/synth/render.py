@@ -8,7 +8,7 @@ their own texture (solid, striped, dotted, two-tone) and a marked top (a darker 
 Every frame gets light sensor noise (`NOISE_SIGMA`, seeded per frame).
 
 Frames are drawn at `SUPERSAMPLE` times the output size and box-reduced. The output of `Renderer.render` depends
-only on the record, the frame index, the look and the seeds, so PNGs are byte-identical on rebuild.
+only on the record, the frame index, the look and the seeds, so frames are byte-identical on rebuild.
 
 Image coordinates: ``px = (x - cx) * s + W / 2``, ``py = H / 2 - (y - cy) * s`` with the record's camera
 ``(cx, cy, zoom)`` and ``s = zoom * W / 160`` (zoom is pixels per world unit at 160 pixels wide).
@@ -25,7 +25,7 @@ from PIL import Image, ImageDraw
 from eval.synth import record as R
 from eval.synth import surfaces
 from eval.synth.lexicon import COLORS, ROUND_SHAPES
-from eval.synth.scenes import FLOOR_Y, WORLD_X
+from eval.synth.world import FLOOR_Y, WORLD_X
 
 SUPERSAMPLE = 2
 DEFAULT_SIZE = (160, 120)
