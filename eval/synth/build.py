@@ -55,7 +55,7 @@ from tqdm.auto import tqdm
 from eval.features import l2_normalize, write_meta, write_table
 from eval.io import atomic_dir, read_json, write_json, write_jsonl
 from eval.schema import MAX_HORIZON, SPLITS, GTPools, Manifest, Query, Segment, State, TranscriptEntry
-from eval.synth import lexicon, render, scenes, simspace, states
+from eval.synth import lexicon, render, scenes, simspace, states, world
 from eval.synth import prefix as P
 from eval.synth import video as V
 from eval.synth.lexicon import CORPUS, TrueState, describe, reference_text
@@ -135,7 +135,8 @@ OUTPUT_KIND = "eval synth"
 
 
 def _is_synth_build(out: Path) -> bool:
-    """An unmarked directory written before output markers existed: its manifest names a synthetic build."""
+    """A directory without an output marker (`eval.outputs`) whose manifest names a synthetic build (this builder's
+    or the canonicalized one of `retrieval.synth`): safe to replace."""
     with contextlib.suppress(Exception):
         return read_json(out / "manifest.json").get("name") in (NAME, "psr-synth")
     return False
@@ -494,10 +495,10 @@ def _extra(results, queries, splits, seed, image_size, preset, queried) -> dict:
 
     return {
         "seed": seed, "preset": preset, "videos": len(results), "query_videos": len(queried),
-        "fps": float(scenes.FPS), "image_size": list(image_size),
-        "generator": {"physics": f"pymunk {pymunk.version}", "physics_hz": scenes.PHYSICS_HZ,
-                      "duration_s": scenes.DURATION_S, "families": list(scenes.FAMILIES),
-                      "domain_mixtures": scenes.DOMAIN_MIXTURES,
+        "fps": float(world.FPS), "image_size": list(image_size),
+        "generator": {"physics": f"pymunk {pymunk.version}", "physics_hz": world.PHYSICS_HZ,
+                      "duration_s": world.DURATION_S, "families": list(scenes.families()),
+                      "domain_mixtures": scenes.domain_mixtures(),
                       "lexicon": {"corpus_omit": CORPUS.omit, "held_out": lexicon.HELD_OUT.name}},
         "thresholds": {**states.THRESHOLDS, "PREFIX_GAP_S": list(P.GAP_S), "PREFIX_SPAN_S": P.SPAN_S,
                        "PREFIX_APPROACH_MIN": P.APPROACH_MIN, "PREFIX_COURSE_HORIZON_S": P.COURSE_HORIZON_S,

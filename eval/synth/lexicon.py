@@ -14,7 +14,8 @@ attribute      values
                toppling, being pushed, hanging (from the gripper), crashing (into ``other``), being hit (by
                ``other``)
 ``place``      `PLACES`: floor, table (middle), table edge, ramp upper / lower half, inside the container, on
-               the container's rim, shelf, on top of ``other``, against the wall, over the container, in the air
+               the container's rim, shelf, on top of ``other``, against the wall, over the container, in the air;
+               and the place of any registered surface that has one (`eval.synth.surfaces`)
 ``relation``   `RELATIONS`: touching, leaning against, next to, under -- with ``other``; or none (objects at rest,
                wobbling or toppling only: what a moving object passes is not part of its state)
 ``other``      the *kind* (shape) of the other object of ``relation`` (or of ``crashing`` / ``being hit`` /
@@ -43,6 +44,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 
 import numpy as np
+
+from eval.synth import surfaces
 
 #: Object colours: name -> sRGB under neutral light.
 COLORS: dict[str, tuple[int, int, int]] = {
@@ -163,6 +166,14 @@ class Lexicon:
     #: surface forms and word orders are drawn with probability proportional to rank ** -form_zipf (0: uniform):
     #: a describer has favourite words, as one generator model does
     form_zipf: float = 0.0
+
+    def place_forms(self, place: str) -> tuple[str, ...]:
+        """The phrasings of ``place``: this lexicon's own, or those of the registered surface that has that place
+        (`eval.synth.surfaces`)."""
+        forms = self.place.get(place) or surfaces.place_words(place, self.name)
+        if forms is None:
+            raise KeyError(f"lexicon {self.name!r} has no words for place {place!r}")
+        return forms
 
 
 CORPUS = Lexicon(
@@ -305,7 +316,7 @@ def describe(state: TrueState, rng: np.random.Generator, lex: Lexicon = CORPUS) 
         den["other"] = other_name
     slots = {"M": verb, "P": "", "R": "", "O": ""}
     if state.place and rng.random() >= lex.omit.get("place", 0.0):
-        slots["P"] = _pick(rng, lex.place[state.place], z).format(o=other)
+        slots["P"] = _pick(rng, lex.place_forms(state.place), z).format(o=other)
         den["place"] = state.place
         if state.place == "on_object":
             den["other"] = other_name
@@ -326,7 +337,7 @@ def reference_text(state: TrueState) -> str:
     other = f"a {state.other}" if state.other else ""
     parts = [CORPUS.motion[state.motion][0].format(o=other)]
     if state.place:
-        parts.append(CORPUS.place[state.place][0].format(o=other))
+        parts.append(CORPUS.place_forms(state.place)[0].format(o=other))
     if state.relation:
         parts.append(CORPUS.relation[state.relation][0].format(o=other))
     if state.pose:

@@ -13,7 +13,7 @@ key                 shape / dtype       meaning
 ``t``               (F,) float64        frame times, ``t[f] = f / fps``
 ``fps``             () float64          frames per second of the record (and of the frame indices in paths)
 ``domain``          () str              the source domain of the video (`eval.synth.scenes.DOMAINS`)
-``family``          () str              the scene family (`eval.synth.scenes.FAMILIES`)
+``family``          () str              the scene family (`eval.synth.scenes.families`)
 ``mirrored``        () bool             the scene was built left-to-right and mirrored (body-frame x flipped)
 ``object_ids``      (N,) str            ``o0``, ``o1``, ... (as in the benchmark's ``object_id``)
 ``subjects``        (N,) str            ``"red ball"``, ...
@@ -35,13 +35,13 @@ key                 shape / dtype       meaning
 ``touch``           (F, N, N) bool      object-object contact during the frame (symmetric)
 ``held``            (F, N) bool         held by the gripper (not yet released; not simulated)
 ``pusher_pos``      (F, 2) float32      position of the kinematic pusher (NaN when the scene has none)
-``static_kind``     (S,) str            ``floor`` | ``wall`` | ``table`` | ``leg`` | ``ramp`` | ``gate`` | ``container``
+``static_kind``     (S,) str            a surface kind (`eval.synth.surfaces`): ``floor``, ``wall``, ``table``, ...
 ``static_vertices`` (S, 4, 2) float32   convex quad of each static piece (world units)
 ``static_until``    (S,) float64        time the piece disappears (a released gate), +inf otherwise
 ``edges``           (E, 3) float32      table edges objects can go over: x, top y, direction (+1 right, -1 left)
 ``container``       (4,) float32        inner x0, inner x1, floor y, rim y of the container (NaN when none)
 ``ramps``           (A, 4) float32      each ramp's slope: x, y of its top end, x, y of its bottom end
-``kin_kind``        (M,) str            kinematic pieces: ``pusher`` | ``shelf``
+``kin_kind``        (M,) str            kinematic pieces' surface kinds: ``pusher`` | ``shelf``
 ``kin_shape``       (M, 4) float32      each piece's box in its body frame: centre offset x, y, width, height
 ``kin_pose``        (F, M, 3) float32   each piece's body position x, y and angle (radians) per frame
 ``pusher_size``     (2,) float32        width, height of the pusher (NaN when none)
@@ -67,10 +67,7 @@ CONTACT_FLOOR, CONTACT_TABLE, CONTACT_RAMP, CONTACT_CONTAINER = 1, 2, 4, 8
 CONTACT_WALL, CONTACT_PUSHER, CONTACT_OBJECT, CONTACT_GATE = 16, 32, 64, 128
 SUPPORT_NONE, SUPPORT_FLOOR, SUPPORT_TABLE, SUPPORT_RAMP, SUPPORT_CONTAINER = 0, 1, 2, 3, 4
 SUPPORT_OBJECT, SUPPORT_PUSHER, SUPPORT_WALL, SUPPORT_GATE, SUPPORT_SHELF = 5, 6, 7, 8, 9
-#: support code -> contact bit of the same category
-CODE_BIT = {SUPPORT_FLOOR: CONTACT_FLOOR, SUPPORT_TABLE: CONTACT_TABLE, SUPPORT_RAMP: CONTACT_RAMP,
-            SUPPORT_CONTAINER: CONTACT_CONTAINER, SUPPORT_OBJECT: CONTACT_OBJECT, SUPPORT_PUSHER: CONTACT_PUSHER,
-            SUPPORT_WALL: CONTACT_WALL, SUPPORT_GATE: CONTACT_GATE, SUPPORT_SHELF: CONTACT_TABLE}
+# Which surface kind sets which code and bit: `eval.synth.surfaces` (a registered kind may add a support code).
 
 
 @dataclass

@@ -8,7 +8,7 @@ their own texture (solid, striped, dotted, two-tone) and a marked top (a darker 
 Every frame gets light sensor noise (`NOISE_SIGMA`, seeded per frame).
 
 Frames are drawn at `SUPERSAMPLE` times the output size and box-reduced. The output of `Renderer.render` depends
-only on the record, the frame index, the look and the seeds, so PNGs are byte-identical on rebuild.
+only on the record, the frame index, the look and the seeds, so frames are byte-identical on rebuild.
 
 Image coordinates: ``px = (x - cx) * s + W / 2``, ``py = H / 2 - (y - cy) * s`` with the record's camera
 ``(cx, cy, zoom)`` and ``s = zoom * W / 160`` (zoom is pixels per world unit at 160 pixels wide).
@@ -23,8 +23,9 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from eval.synth import record as R
+from eval.synth import surfaces
 from eval.synth.lexicon import COLORS, ROUND_SHAPES
-from eval.synth.scenes import FLOOR_Y, WORLD_X
+from eval.synth.world import FLOOR_Y, WORLD_X
 
 SUPERSAMPLE = 2
 DEFAULT_SIZE = (160, 120)
@@ -35,6 +36,8 @@ FEATURE_CROP = (64, 48)
 """Size (output pixels at 160 x 120; scaled with the frame) of the crop centred on the segment's / prefix's object."""
 NOISE_SIGMA = 5.0
 """Standard deviation of the per-pixel sensor noise (0-255 scale)."""
+DIM = 0.8
+"""Brightness of a ``dim`` surface (walls, gates) against the furniture colour (`eval.synth.surfaces.LOOKS`)."""
 
 RGB = tuple[int, int, int]
 
@@ -175,13 +178,16 @@ class Renderer:
                 draw.rectangle([x + size * 0.3, y + size * 0.1, x + size * 0.6, y + size * 0.5], fill=color)
 
     def _draw_static(self, draw: ImageDraw.ImageDraw, kind: str, verts: np.ndarray) -> None:
-        fill = self.look.furniture if kind not in ("wall", "gate") else tuple(int(c * 0.8) for c in self.look.furniture)
-        if kind == "container":
-            fill = tuple(255 - c for c in self.look.furniture)
+        surface = surfaces.get(kind)
+        fill = self.look.furniture
+        if surface.look == "dim":
+            fill = tuple(int(c * DIM) for c in fill)
+        elif surface.look == "inverse":
+            fill = tuple(255 - c for c in fill)
         dark = tuple(int(c * 0.6) for c in fill)
         pts = self.to_px(verts)
         draw.polygon(pts, fill=fill, outline=dark, width=SUPERSAMPLE)
-        if kind in ("table", "ramp"):
+        if surface.top_line:
             top = sorted(pts, key=lambda p: p[1])[:2]
             light = tuple(min(255, int(c * 1.3) + 20) for c in fill)
             draw.line(sorted(top), fill=light, width=SUPERSAMPLE * 2)

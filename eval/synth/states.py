@@ -29,7 +29,8 @@ Three stages:
    touching a wall; ``floor_table`` / ``floor_ramp`` / ``floor_container`` / ``floor_shelf`` within `FLOOR_NEAR`
    of that furniture's horizontal extent), ``table`` / ``table_edge`` (centre within `EDGE_ZONE` of an edge objects can go over),
    ``ramp_upper`` / ``ramp_lower`` (which half of the slope), ``container`` (on its floor, or on an object inside
-   it), ``rim`` (on a container wall's top), ``shelf``, ``on_object`` (supported by another object: ``other``).
+   it), ``rim`` (on a container wall's top), ``shelf``, ``on_object`` (supported by another object: ``other``),
+   or the ``place`` of a registered surface that has one (`eval.synth.surfaces`).
 
    *relation* (only for objects at rest, wobbling or toppling, `RELATED_MOTIONS`; not for on_object, whose
    ``other`` is already named), to another object that is not held: ``under`` (it supports the other), ``leaning`` (elongated, tilted by `LEAN_MIN_DEG` to
@@ -54,6 +55,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from eval.synth import record as R
+from eval.synth import surfaces
 from eval.synth.lexicon import ELONGATED_SHAPES, ROUND_SHAPES, TrueState
 
 MOVING_SPEED = 6.0
@@ -105,7 +107,6 @@ THRESHOLDS = {name: globals()[name] for name in (
     "MIN_ATTRIBUTE_S", "MIN_SEGMENT_S")}
 """Every labelling threshold by name (units: world units, seconds, radians/s, degrees)."""
 
-_SURFACES = (R.SUPPORT_FLOOR, R.SUPPORT_TABLE, R.SUPPORT_RAMP, R.SUPPORT_CONTAINER, R.SUPPORT_OBJECT, R.SUPPORT_SHELF)
 POSED_MOTIONS = ("at_rest", "wobbling", "sliding", "pushed", "hanging")
 RELATED_MOTIONS = ("at_rest", "wobbling", "toppling")
 """Motions that carry a relation to a nearby object (a moving object's neighbours change as it passes them)."""
@@ -183,7 +184,7 @@ def _motion(rec: R.SimRecord) -> tuple[np.ndarray, np.ndarray]:
     elongated = np.isin(shapes, ELONGATED_SHAPES)[None, :]
     airborne = (rec.contacts == 0) & ~rec.held
     crash, hit, other = _collisions(rec, speed)
-    landed = np.isin(rec.impact_kind, _SURFACES) & (rec.impact_speed >= LANDING_SPEED)
+    landed = np.isin(rec.impact_kind, surfaces.landing_codes()) & (rec.impact_speed >= LANDING_SPEED)
     after_landing = _since(landed) <= round(BOUNCE_WINDOW_S * rec.fps)
     pushed = _pushed(rec) & (speed >= MOVING_SPEED / 2)
     moving = speed >= MOVING_SPEED
@@ -224,7 +225,8 @@ def _place(rec: R.SimRecord, motion: np.ndarray) -> np.ndarray:
         (on_rim, "rim"), (sup == R.SUPPORT_OBJECT, "on_object"),
         ((sup == R.SUPPORT_TABLE) & edge, "table_edge"), (sup == R.SUPPORT_TABLE, "table"),
         ((sup == R.SUPPORT_RAMP) & upper, "ramp_upper"), (sup == R.SUPPORT_RAMP, "ramp_lower"),
-        (sup == R.SUPPORT_SHELF, "shelf"), ((sup == R.SUPPORT_FLOOR) & wall, "wall"),
+        (sup == R.SUPPORT_SHELF, "shelf"), *[(sup == s.support, s.place) for s in surfaces.placed()],
+        ((sup == R.SUPPORT_FLOOR) & wall, "wall"),
         *[((sup == R.SUPPORT_FLOOR) & (near == k), f"floor_{k}") for k in FLOOR_LANDMARKS],
         (sup == R.SUPPORT_FLOOR, "floor"),
         (sup == R.SUPPORT_CONTAINER, "container"),

@@ -149,16 +149,17 @@ def test_a_dropped_ball_falls_bounces_and_rests():
 
 
 def test_every_family_runs_and_moves_things():
-    for family in scenes.FAMILIES:
+    for family in scenes.families():
         moved = 0
         for seed in range(3):
             rec = scenes.simulate(family, np.random.default_rng(seed))
             assert np.isfinite(rec.pos).all() and rec.n_objects >= 2
             moved += sum(len(t) >= 2 for t in trajectories(rec))
         assert moved >= 2, family
-    assert set(scenes.FAMILIES) == {f for mix in scenes.DOMAIN_MIXTURES.values() for f in mix}
-    for family in scenes.FAMILIES:  # every family in at least two domains: states cross domains
-        assert sum(family in mix for mix in scenes.DOMAIN_MIXTURES.values()) >= 2
+    mixtures = scenes.domain_mixtures()
+    assert set(scenes.families()) == {f for mix in mixtures.values() for f in mix}
+    for family in scenes.families():  # every family in at least two domains: states cross domains
+        assert sum(family in mix for mix in mixtures.values()) >= 2
 
 
 # --- determinism and files -----------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ def test_truth_build_files(truth, synth_truth_dir):
     assert all(len(q["prefix_boxes"]) == PREFIX_FRAMES for q in truth["queries"])
     assert np.allclose(np.linalg.norm(corpus.array, axis=-1), 1, atol=1e-4)
     rec = load_npz(root / "sim" / f"{truth['corpus'][0]['video_id']}.npz")
-    assert rec.domain in scenes.DOMAINS and rec.family in scenes.FAMILIES
+    assert rec.domain in scenes.DOMAINS and rec.family in scenes.families()
     assert rec.support_other.shape == rec.support.shape and rec.kin_pose.shape[0] == rec.n_frames
 
 
