@@ -44,7 +44,7 @@ QUANT_SKIP_MODULES = (r".*visual", r".*vision_tower", r".*multi_modal_projector"
 #: Stage sections of a distillation preset (``configs/distill/*.yaml``); ``train`` is this command's.
 PRESET_SECTIONS = frozenset({"predicates", "narrate", "validate", "sft", "train", "faithfulness", "answers", "merge",
                              "recipe"})
-#: Names of earlier versions of this command and their TRL names (named in the unknown-key error).
+#: Keys this command does not read, each with the TRL flag that sets the same thing (named in the unknown-key error).
 RENAMED = {"model": "model_name_or_path", "dataset": "dataset_name", "bnb_4bit_use_double_quant": "use_bnb_nested_quant",
            "precision": "bf16 / fp16 (and dtype)", "device": "use_cpu", "warmup_ratio": "warmup_steps (a float < 1)",
            "gradient_accumulation_steps": "effective_batch_size (accumulation is derived)",
