@@ -14,7 +14,8 @@ the same parser underneath): flag name = YAML key = field name, and every field 
 Lists: one word per item (``--phrases a.jsonl b.jsonl``). ``null`` (or ``none``) sets an optional field to None
 (``--split null``). Precedence: dataclass default < preset section (``--config PRESET``) < flags. Unknown keys in the
 preset or on the command line are errors that name the file and the key; preset values are type-checked. Each stage
-writes its resolved config next to its outputs (`write_resolved`).
+writes its resolved config next to its outputs (`write_resolved`). `to_argv` is the reverse of `parse`: a config as
+the flags that read it back (the recipe writes its stages' commands with it).
 """
 
 from __future__ import annotations

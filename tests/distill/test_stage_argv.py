@@ -90,6 +90,14 @@ def test_recipe_and_train_arguments_read_back_from_their_argv():
     assert read == psr and to_argv(PSRTrainArgs(), snake=True)[:2] == ["--dataset_name", "null"]
 
 
+def test_null_sets_optional_fields_to_none():
+    cls = config_class("answers")
+    cfg = parse(cls, "answers", ["--data", "d", "--phrases", "a.jsonl", "--out", "o", "--names", "null", "--pairs",
+                                 "a:b", "--reference", "none"], prog="answers", description="")
+    assert (cfg.names, cfg.pairs, cfg.reference) == (None, ["a:b"], None)
+    assert to_argv(cfg, ["names", "reference"]) == ["--names", "null", "--reference", "null"]
+
+
 def test_values_without_a_command_line_form_are_errors():
     from distill.train_args import train_argv
 
