@@ -48,10 +48,11 @@ SECTIONS = {"predicates": "predicates", "validate": "validate", "narrate": "narr
             "study": "study", "leaks": "leaks"}
 
 
-def _import(spec: str):
+def config_class(command: str) -> type:
+    """The config dataclass of ``command`` (`COMMANDS`)."""
     import importlib
 
-    module, name = spec.split(":")
+    module, name = COMMANDS[command][0].split(":")
     return getattr(importlib.import_module(module), name)
 
 
@@ -128,7 +129,7 @@ def _main(argv: list[str]) -> int:
     if command == "train":
         from distill.train import main as train_main
         return train_main(rest)
-    cls = _import(COMMANDS[command][0])
+    cls = config_class(command)
     rest, overwrite = with_overwrite(cls, rest)
     cfg = parse(cls, SECTIONS[command], rest, prog=f"python -m distill {command}",
                 description=COMMANDS[command][1] + "\n\n" + (cls.__doc__ or ""))

@@ -14,7 +14,8 @@ the same parser underneath): flag name = YAML key = field name, and every field 
 Lists: one word per item (``--phrases a.jsonl b.jsonl``). ``null`` (or ``none``) sets an optional field to None
 (``--split null``). Precedence: dataclass default < preset section (``--config PRESET``) < flags. Unknown keys in the
 preset or on the command line are errors that name the file and the key; preset values are type-checked. Each stage
-writes its resolved config next to its outputs (`write_resolved`).
+writes its resolved config next to its outputs (`write_resolved`). `to_argv` is the reverse of `parse`: a config as
+the flags that read it back (the recipe writes its stages' commands with it).
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ import difflib
 import types
 import typing
 from collections.abc import Sequence
+from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
 from eval.io import FormatError, read_yaml, write_json
 
 C = TypeVar("C")
+P = TypeVar("P", bound=argparse.ArgumentParser)
 #: Words that set an optional field to None on the command line.
 NULLS = ("null", "none", "~")
 
@@ -101,8 +104,12 @@ def build(cls: type[C], values: dict[str, Any], where: str) -> C:
         raise FormatError(where, f"{cls.__name__}: {e}") from None
 
 
-class _HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """The stage docstring as written, and each flag's default."""
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """The stage docstring as written, and each flag's default (unless its help already says what it is)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        return text if "default" in text.lower() else super()._get_help_string(action)
 
 
 def _or_null(convert):
@@ -112,6 +119,25 @@ def _or_null(convert):
     return parse
 
 
+class _StoreNullable(argparse._StoreAction):
+    """A list option of an optional field: the single word ``null`` stores None."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, None if values == [None] else values)
+
+
+def accept_null(parser: P, cls: type) -> P:
+    """``parser`` (a `transformers.HfArgumentParser` of ``cls``) with ``null`` (`NULLS`) setting each optional
+    field of ``cls`` to None: ``--split null``, ``--names null``."""
+    hints = typing.get_type_hints(cls)
+    for action in parser._actions:
+        if action.dest in hints and type(None) in _allowed(hints[action.dest]) and action.type is not None:
+            action.type = _or_null(action.type)
+            if type(action) is argparse._StoreAction and action.nargs in ("+", "*"):
+                action.__class__ = _StoreNullable
+    return parser
+
+
 def stage_parser(cls: type, prog: str, description: str):
     """The `transformers.HfArgumentParser` of a stage config: one flag per field (``--field-name`` and
     ``--field_name``; booleans also ``--no-field-name``), plus ``--config PRESET`` and, for stages whose config has no
@@ -119,20 +145,25 @@ def stage_parser(cls: type, prog: str, description: str):
     from transformers import HfArgumentParser
     from transformers.hf_argparser import string_to_bool
 
-    parser = HfArgumentParser(cls, prog=prog, description=description, formatter_class=_HelpFormatter,
-                              allow_abbrev=False)
+    parser = kebab_first(HfArgumentParser(cls, prog=prog, description=description, formatter_class=HelpFormatter,
+                                          allow_abbrev=False))
+    accept_null(parser, cls)
     hints = typing.get_type_hints(cls)
     for action in parser._actions:
-        # kebab-case first: the spelling help and usage show (the snake_case alias still parses)
-        action.option_strings.sort(key=lambda o: "_" in o)
         if action.required:
             action.default = argparse.SUPPRESS  # help shows no "(default: None)" for a required field
-        if action.dest in hints and type(None) in _allowed(hints[action.dest]) and action.type is not None:
-            action.type = _or_null(action.type)
     parser.add_argument("--config", metavar="PRESET", help="YAML preset; this stage reads its own section of it")
     if "overwrite" not in hints:
         parser.add_argument("--overwrite", nargs="?", const=True, default=False, type=string_to_bool,
                             help="replace an output this toolkit did not write for this stage (never an input)")
+    return parser
+
+
+def kebab_first(parser: P) -> P:
+    """``parser`` with each option's kebab-case spelling (``--field-name``) first, the one help and usage show; the
+    snake_case spelling (``--field_name``) still parses."""
+    for action in parser._actions:
+        action.option_strings.sort(key=lambda o: "_" in o)
     return parser
 
 
@@ -156,9 +187,7 @@ def parse(cls: type[C], section: str, argv: Sequence[str], *, prog: str, descrip
     names = {f.name for f in dataclasses.fields(cls)}
     values = {k: v for k, v in vars(ns).items() if k in names}
     for k, v in values.items():
-        if v == [None]:  # --names null
-            values[k] = None
-        elif isinstance(v, list) and any(isinstance(x, str) and x.startswith("[") for x in v):
+        if isinstance(v, list) and any(isinstance(x, str) and x.startswith("[") for x in v):
             raise FormatError(where, f"--{k.replace('_', '-')} takes one word per item, not a YAML list: {v}",
                               fix=f"e.g. --{k.replace('_', '-')} A B")
     return build(cls, values, where)
@@ -179,3 +208,50 @@ def to_dict(cfg: Any) -> dict[str, Any]:
 def write_resolved(cfg: Any, path: str | Path, **extra: Any) -> None:
     """Write the resolved config (plus ``extra`` provenance) as JSON, atomically."""
     write_json(path, {"config": to_dict(cfg), **extra})
+
+
+def flag(name: str, *, snake: bool = False) -> str:
+    """The command-line flag of the field ``name``: ``--field-name`` (``--field_name`` with ``snake``, TRL's style)."""
+    return "--" + (name if snake else name.replace("_", "-"))
+
+
+def field_argv(f: dataclasses.Field, value: Any, *, snake: bool = False) -> list[str]:
+    """The words that set the field ``f`` to ``value`` on a `transformers.HfArgumentParser` command line (as
+    `stage_parser` or `trl.TrlParser` reads it): ``null`` for None, one word per list item (nothing for an empty list
+    that is the field's default), ``--name`` / ``--no-name`` (``--name false`` when the field defaults to false) for a
+    boolean."""
+    name = flag(f.name, snake=snake)
+    if isinstance(value, bool):
+        if value:
+            return [name]
+        return [flag(f"no_{f.name}", snake=snake)] if f.default is True else [name, "false"]
+    if value is None:
+        return [name, "null"]
+    if isinstance(value, (list, tuple)):
+        if not value and f.default_factory is not dataclasses.MISSING and f.default_factory() == []:
+            return []  # a list flag takes one or more words: the empty default is given by leaving the flag out
+        if not value:
+            raise ValueError(f"{f.name}: an empty list has no command-line form (a list flag takes one or more words)")
+        return [name, *(_word(f.name, v) for v in value)]
+    if isinstance(value, dict):
+        raise ValueError(f"{f.name}: a mapping has no command-line form here")
+    word = _word(f.name, value)
+    return [f"{name}={word}"] if word.startswith("-") else [name, word]
+
+
+def _word(name: str, value: Any) -> str:
+    if isinstance(value, (dict, list, tuple)) or value is None:
+        raise ValueError(f"{name}: {value!r} is not one command-line word")
+    return str(value.value if isinstance(value, Enum) else value)
+
+
+def to_argv(cfg: Any, fields: Sequence[str] | None = None, *, snake: bool = False) -> list[str]:
+    """The flags that make the stage's parser read ``cfg``: every field in declaration order, or only ``fields`` in
+    their order (the others then come from the stage's defaults or its ``--config`` preset). The inverse of `parse`:
+    ``parse(type(cfg), section, to_argv(cfg), ...) == cfg``."""
+    by_name = {f.name: f for f in dataclasses.fields(cfg)}
+    names = list(by_name) if fields is None else list(fields)
+    unknown = [n for n in names if n not in by_name]
+    if unknown:
+        raise ValueError(f"{type(cfg).__name__} has no field(s) {unknown}; known: {sorted(by_name)}")
+    return [w for n in names for w in field_argv(by_name[n], getattr(cfg, n), snake=snake)]

@@ -29,7 +29,8 @@ from eval.outputs import (
 #: Config fields that name inputs of a stage (files, folders, local models).
 INPUT_FIELDS = ("data", "predicates", "rationales", "perturbed", "dataset", "phrases", "snap_runs", "adapter", "model",
                 "sft", "train_config")
-#: stage -> (output field, "dir" | "file" | "atomic", recogniser of an earlier output written before markers).
+#: stage -> (output field, "dir" | "file" | "atomic", how an output of the stage without a marker is recognised: a
+#: file by its content, a directory by these file names).
 OUTPUTS: dict[str, tuple[str, str, Any]] = {
     "predicates": ("out", "file", jsonl_with_keys("query_id", "facts")),
     "counterfactuals": ("out", "file", jsonl_with_keys("query_id", "facts")),
@@ -109,15 +110,15 @@ def stage_output(stage: str, cfg, overwrite: bool = False) -> Iterator[Path | No
         yield p
 
 
-#: Files that identify a `distill.train` output directory written before output markers existed.
-TRAIN_LEGACY = ("train.config.json",)
+#: Files that identify a `distill.train` output directory that holds no marker.
+TRAIN_FILES = ("train.config.json",)
 
 
 def train_output(psr, sft, model_args, *, overwrite: bool = False):
     """`eval.outputs.claimed_dir` of ``python -m distill.train``'s ``--output_dir`` (its inputs: the SFT dataset and
     a local base model); `distill.checkpoints.check_output_dir` then checks the run's config hash inside it."""
     inputs = [psr.dataset_name, model_args.model_name_or_path]
-    return claimed_dir(sft.output_dir, output_kind("train"), inputs=inputs, overwrite=overwrite, legacy=TRAIN_LEGACY,
+    return claimed_dir(sft.output_dir, output_kind("train"), inputs=inputs, overwrite=overwrite, legacy=TRAIN_FILES,
                        option="--output_dir")
 
 

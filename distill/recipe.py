@@ -4,7 +4,8 @@ DynaPix §5.1 applied to PSR: predicates -> narration (train, val; test for the 
 -> SFT sets -> CoT, answer-only and trajectory-labels students -> forecasts of the test split by the zero-shot base
 and the three students -> retrieval (plain and snapped) -> ``eval report`` (against the zero-shot base, and CoT
 against the answer-only control) -> answer accuracy (every pair, bootstrap by video) -> faithfulness of the CoT
-student. Every stage is a subprocess running a toolkit command (`plan` builds them), so training goes through
+student. Every stage is a subprocess running a toolkit command (`plan` builds them; a ``python -m distill`` stage's
+flags are written from its config dataclass, `distill_stage`), so training goes through
 ``accelerate launch`` (``python -m accelerate.commands.launch``) with any accelerate config and process count, and
 the forecasts through vLLM's own venv.
 
@@ -17,19 +18,19 @@ CPU demo (tiny random Qwen3-VL, noisy template narrator, a few QLoRA steps, a ha
 
     python -m distill recipe --cpu-demo --out reports/distill-demo [--data data/psr-synth]
 
-Arguments: `RecipeArgs`, parsed by `transformers.HfArgumentParser` (flag = YAML key = field name; ``--num-processes``
-works as well as ``--num_processes``). ``--config`` is the distillation preset every stage
+Arguments: `RecipeArgs`, parsed by `transformers.HfArgumentParser` (flag = YAML key = field name; ``--num-processes``,
+the spelling ``--help`` shows, or ``--num_processes``). ``--config`` is the distillation preset every stage
 reads its own section of; its optional ``recipe:`` section gives this command's defaults, so precedence is
 ``RecipeArgs`` defaults < the preset's ``recipe:`` section < flags. ``--cpu-demo`` makes
 ``configs/distill/tiny-cpu.yaml`` the default preset (its ``recipe:`` section holds the demo's settings), runs offline
-and builds a 40-video synthetic benchmark and a tiny Qwen3-VL under ``--out`` when ``--data`` / ``--model`` are not
+and builds a synthetic benchmark (`DEMO_SYNTH`) and a tiny Qwen3-VL under ``--out`` when ``--data`` / ``--model`` are not
 given.
 
 Each stage prints and logs its exact command line; its output goes to the console and to ``<out>/logs/<stage>.log``
 (appended: a resumed stage keeps the log of the try before). A stage is skipped when its outputs are complete
 (`Stage.done`), it ran with the same command before (``<out>/recipe.json``; the launcher and interpreter are not part
-of the comparison; outputs without a record, e.g. of the shell version of the recipe, count as the same) and no stage
-it reads from ran in this invocation; otherwise it runs, and the command itself
+of the comparison; outputs without a record count as the same) and no stage it reads from ran in this invocation;
+otherwise it runs, and the command itself
 resumes its own partial output (narration, forecasts, training) or refuses one of another config. A stage that exits
 non-zero stops the recipe with an error naming the stage, its log and the command that resumes. ``--dry-run`` prints
 what would run and what would be skipped, and runs nothing.
@@ -65,8 +66,6 @@ METHODS: dict[str, str | None] = {"zero-shot": None, "answer-only": "answer", "t
 FORECAST_BACKENDS = ("vllm", "hf")
 STATE_FILE = "recipe.json"
 OUTPUT_KIND = "distill recipe"
-#: Names in an ``--out`` written by the shell version of the recipe (before output markers): counted as ours.
-LEGACY_NAMES = ("predicates.jsonl", "rationales", "psr-synth", "tiny-qwen3-vl")
 #: The CPU demo's benchmark when ``--data`` is not given: ``python -m eval synth`` with these settings.
 DEMO_SYNTH = ("--videos", "40", "--seed", "0", "--workers", "1")
 
@@ -79,7 +78,8 @@ class RecipeArgs:
         f"distillation preset (configs/distill/*.yaml): every stage reads its own section, this command its "
         f"'{SECTION}:' section [default: {DEFAULT_PRESET}; {DEMO_PRESET} with --cpu-demo]")})
     data: str | None = field(default=None, metadata={
-        "help": "benchmark directory (required unless --cpu-demo, which builds a 40-video synthetic one)"})
+        "help": f"benchmark directory (required unless --cpu-demo, which builds a synthetic one: python -m eval synth "
+                f"{' '.join(DEMO_SYNTH)})"})
     out: str = field(default="runs/distill", metadata={"help": "output directory"})
     model: str | None = field(default=None, metadata={
         "help": "student base model, an id or a directory (default: the preset's train.model_name_or_path)"})
@@ -153,7 +153,11 @@ class RecipeArgs:
 def make_parser():
     from transformers import HfArgumentParser
 
-    return HfArgumentParser(RecipeArgs, prog="python -m distill recipe", description=__doc__.split("\n\n")[0])
+    from distill.config import HelpFormatter, accept_null, kebab_first
+
+    parser = HfArgumentParser(RecipeArgs, prog="python -m distill recipe", description=__doc__.split("\n\n")[0],
+                              formatter_class=HelpFormatter)
+    return kebab_first(accept_null(parser, RecipeArgs))
 
 
 def repo_path(path: str, option: str) -> str:
@@ -211,6 +215,7 @@ class Stage:
     after: tuple[str, ...] = ()  # stages whose outputs this one reads: when one of them runs, this one reruns
     quiet: bool = False  # its stdout goes to its log only (a long JSON summary)
     complete: Callable[[Path], bool] | None = None
+    config: Any = field(default=None, compare=False)  # a `python -m distill` stage's config (`distill_stage`)
 
     @property
     def command(self) -> str:
@@ -235,6 +240,25 @@ class Stage:
 def forecast_complete(summary: Path) -> bool:
     """A forecast's ``<out stem>.summary.json`` says every selected query has an answer."""
     return json.loads(summary.read_text(encoding="utf-8")).get("complete") is True
+
+
+def distill_stage(name: str, command: str, python: str, values: dict[str, Any], done: Path, *,
+                  preset: str | None = None, **stage: Any) -> Stage:
+    """A stage running ``python -m distill COMMAND``. ``values`` are fields of the command's config dataclass
+    (`distill.cli.config_class`): they are built into it here, so a wrong name or value fails before any stage runs,
+    and passed as its flags in their order (`distill.config.to_argv`); the other fields come from ``preset``'s
+    section of the command (``--config PRESET``) or the config's defaults. ``stage``: the other `Stage` fields."""
+    from distill.cli import config_class
+    from distill.config import build, to_argv
+
+    cfg = build(config_class(command), values, f"distill recipe, stage {name}")
+    argv = [python, "-m", "distill", command, *(["--config", preset] if preset else []), *to_argv(cfg, list(values))]
+    return Stage(name, argv, done, config=cfg, **stage)
+
+
+def given(**values: Any) -> dict[str, Any]:
+    """``values`` without those that are None: options the recipe leaves to the stage's preset or defaults."""
+    return {k: v for k, v in values.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -313,38 +337,39 @@ def _narration_stages(args: RecipeArgs, inp: Inputs) -> list[Stage]:
     test (deterministic template: the test side of the leakage probe); the rationale statistics."""
     py, out, cfg = inp.python, Path(args.out), args.config
     pred = str(out / "predicates.jsonl")
-    common = ["--config", cfg, "--data", inp.data, "--predicates", pred]
-    teacher = [*(["--narrator", args.narrator] if args.narrator else []),
-               *(["--backend", "openai", "--base-url", args.teacher_url] if args.teacher_url else [])]
+    teacher = given(narrator=args.narrator)
+    if args.teacher_url:
+        teacher.update(backend="openai", base_url=args.teacher_url)
 
-    def narrate(split: str, name: str, extra: list[str]) -> Stage:
-        return Stage(f"narrate-{split}", [py, "-m", "distill", "narrate", *common, *extra, "--split", split, "--out",
-                                          str(out / name)], out / name / "narrate.summary.json", after=("predicates",
-                                                                                                        "synth"))
+    def narrate(split: str, name: str, narrator: dict[str, Any]) -> Stage:
+        return distill_stage(f"narrate-{split}", "narrate", py,
+                             {"data": inp.data, "predicates": pred, **narrator, "split": split, "out": str(out / name)},
+                             out / name / "narrate.summary.json", preset=cfg, after=("predicates", "synth"))
 
-    top = ["--top-states", str(args.top_states)] if args.top_states else []
     return [
-        Stage("predicates", [py, "-m", "distill", "predicates", "--config", cfg, "--data", inp.data, "--out", pred,
-                             *top], out / "predicates.config.json", after=("synth",)),
+        distill_stage("predicates", "predicates", py,
+                      {"data": inp.data, "out": pred, **given(top_states=args.top_states)},
+                      out / "predicates.config.json", preset=cfg, after=("synth",)),
         narrate("train", "rationales", teacher),
         narrate("val", "rationales-val", teacher),
-        narrate("test", "rationales-test", ["--narrator", "template"]),
-        Stage("rationale-stats", [py, "-m", "distill", "rationale-stats", "--data", inp.data, "--rationales",
-                                  str(out / 'rationales'), str(out / 'rationales-test'), "--predicates", pred,
-                                  "--out", str(out / "rationale-stats")],
-              out / "rationale-stats" / "rationale_stats.md", after=("narrate-train", "narrate-test"), quiet=True),
+        narrate("test", "rationales-test", {"narrator": "template"}),
+        distill_stage("rationale-stats", "rationale-stats", py,
+                      {"data": inp.data, "rationales": [str(out / "rationales"), str(out / "rationales-test")],
+                       "predicates": pred, "out": str(out / "rationale-stats")},
+                      out / "rationale-stats" / "rationale_stats.md", after=("narrate-train", "narrate-test"),
+                      quiet=True),
     ]
 
 
 def _sft_stage(args: RecipeArgs, inp: Inputs) -> Stage:
     """The SFT sets (CoT, answer-only, trajectory-labels; train + validation) of the student input."""
-    py, out, cfg = inp.python, Path(args.out), args.config
-    limits = [*(["--limit", str(args.sft_limit)] if args.sft_limit else []),
-              *(["--eval-limit", str(args.sft_eval_limit)] if args.sft_eval_limit else [])]
-    return Stage("sft", [py, "-m", "distill", "sft", "--config", cfg, "--data", inp.data, "--rationales",
-                         str(out / "rationales"), "--eval-rationales", str(out / "rationales-val"), "--out",
-                         str(out / "sft"), "--student-input", args.student_input, *limits],
-                 out / "sft" / "sft.summary.json", after=("narrate-train", "narrate-val"))
+    out = Path(args.out)
+    return distill_stage("sft", "sft", inp.python,
+                         {"data": inp.data, "rationales": str(out / "rationales"),
+                          "eval_rationales": str(out / "rationales-val"), "out": str(out / "sft"),
+                          "student_input": args.student_input,
+                          **given(limit=args.sft_limit, eval_limit=args.sft_eval_limit)},
+                         out / "sft" / "sft.summary.json", preset=args.config, after=("narrate-train", "narrate-val"))
 
 
 def _tiny_student_stage(args: RecipeArgs, inp: Inputs) -> list[Stage]:
@@ -352,37 +377,36 @@ def _tiny_student_stage(args: RecipeArgs, inp: Inputs) -> list[Stage]:
     set (`distill.tiny_student`)."""
     if not args.cpu_demo or args.model:
         return []
-    return [Stage("tiny-student", [inp.python, "-m", "distill", "tiny-student", "--sft", str(Path(args.out) / "sft"),
-                                   "--out", inp.model], Path(inp.model) / "config.json", after=("sft",))]
+    return [distill_stage("tiny-student", "tiny-student", inp.python,
+                          {"sft": str(Path(args.out) / "sft"), "out": inp.model}, Path(inp.model) / "config.json",
+                          after=("sft",))]
 
 
 def _leaks_stage(args: RecipeArgs, inp: Inputs) -> Stage:
     """The validator's catch rates on injected and held-out leaks of the test predicate sets (`distill.leaks`)."""
     out = Path(args.out)
-    return Stage("leaks", [inp.python, "-m", "distill", "leaks", "--data", inp.data, "--predicates",
-                           str(out / "predicates.jsonl"), "--out", str(out / "leaks"),
-                           *(["--limit", str(args.leaks_limit)] if args.leaks_limit else [])],
-                 out / "leaks" / "leaks.json", after=("predicates",), quiet=True)
+    return distill_stage("leaks", "leaks", inp.python,
+                         {"data": inp.data, "predicates": str(out / "predicates.jsonl"), "out": str(out / "leaks"),
+                          **given(limit=args.leaks_limit)},
+                         out / "leaks" / "leaks.json", after=("predicates",), quiet=True)
 
 
 def _study_stage(args: RecipeArgs, inp: Inputs) -> Stage:
     """Three students x seeds x budgets, scored with video-clustered CIs, and faithfulness (`distill.study`)."""
     out = Path(args.out)
-    return Stage("study", [
-        inp.python, "-m", "distill", "study", "--data", inp.data, "--sft", str(out / "sft"), "--predicates",
-        str(out / "predicates.jsonl"), "--out", str(out / "study"), "--train-config", args.config, "--model",
-        inp.model, *(["--seeds", *map(str, args.seeds)] if args.seeds else []),
-        *(["--budgets", *args.budgets] if args.budgets else []), "--max-new-tokens", str(args.max_tokens),
-        *(["--limit", str(args.study_limit)] if args.study_limit else []),
-        *(["--faithfulness-limit", str(args.faithfulness_limit)] if args.faithfulness_limit else []),
-        *(["--num-threads", str(args.study_threads)] if args.study_threads else []),
-        "--no-progress"], out / "study" / "study.json", after=("sft", "tiny-student", "predicates"), quiet=True)
+    return distill_stage("study", "study", inp.python, {
+        "data": inp.data, "sft": str(out / "sft"), "predicates": str(out / "predicates.jsonl"),
+        "out": str(out / "study"), "train_config": args.config, "model": inp.model,
+        **given(seeds=args.seeds or None, budgets=args.budgets or None), "max_new_tokens": args.max_tokens,
+        **given(limit=args.study_limit, faithfulness_limit=args.faithfulness_limit, num_threads=args.study_threads),
+        "progress": False}, out / "study" / "study.json", after=("sft", "tiny-student", "predicates"), quiet=True)
 
 
 def _training_stages(args: RecipeArgs, inp: Inputs) -> list[Stage]:
     """The SFT sets (CoT, answer-only, trajectory-labels; train + validation) and one LoRA student per set, at the
     preset's effective batch on any number of processes (`distill.train_args.resolve_batch`)."""
     from distill.sft import VARIANTS
+    from distill.train_args import train_argv
 
     py, out, cfg = inp.python, Path(args.out), args.config
     stages = [_sft_stage(args, inp)]
@@ -391,11 +415,10 @@ def _training_stages(args: RecipeArgs, inp: Inputs) -> list[Stage]:
                   *(["--num_processes", str(args.num_processes)] if args.num_processes else []), "-m", "distill.train"]
     else:
         launch = [py, "-m", "distill.train"]
-    steps = ["--max_steps", str(args.max_steps)] if args.max_steps else []
     for v in VARIANTS:
-        stages.append(Stage(f"train-{v}", [*launch, "--config", cfg, "--model_name_or_path", inp.model,
-                                           "--dataset_name", str(out / "sft" / v), "--output_dir",
-                                           str(out / "students" / v), *steps],
+        flags = train_argv(model_name_or_path=inp.model, dataset_name=str(out / "sft" / v),
+                           output_dir=str(out / "students" / v), **given(max_steps=args.max_steps))
+        stages.append(Stage(f"train-{v}", [*launch, "--config", cfg, *flags],
                             out / "students" / v / "adapter" / "adapter_config.json", after=("sft", "tiny-model")))
     return stages
 
@@ -443,18 +466,16 @@ def _evaluation_stages(args: RecipeArgs, inp: Inputs) -> list[Stage]:
                                    "--out", str(out / name), "--reference", f"{ref}[{space}]"],
                             out / name / "main.md", after=tuple(f"search-{m}" for m in methods)))
 
-    stages.append(Stage("answers", [
-        py, "-m", "distill", "answers", "--data", data, "--out", str(out / "answers"),
-        "--phrases", *(str(out / "phrases" / f"{m}.jsonl") for m in METHODS), "--names", *METHODS,
-        "--snap-runs", *(f"{m}={runs[m + '+snap']}" for m in METHODS)],
+    stages.append(distill_stage("answers", "answers", py, {
+        "data": data, "out": str(out / "answers"), "phrases": [str(out / "phrases" / f"{m}.jsonl") for m in METHODS],
+        "names": list(METHODS), "snap_runs": [f"{m}={runs[m + '+snap']}" for m in METHODS]},
         out / "answers" / "answers.md", after=(*(f"forecast-{m}" for m in METHODS),
                                                 *(f"search-{m}+snap" for m in METHODS))))
-    stages.append(Stage("faithfulness", [
-        py, "-m", "distill", "faithfulness", "--config", args.config, "--data", data, "--model", inp.model,
-        "--adapter", str(out / "students" / "cot" / "adapter"), "--predicates", str(out / "predicates.jsonl"),
-        "--out", str(out / "faithfulness"),
-        *(["--limit", str(args.faithfulness_limit)] if args.faithfulness_limit else [])],
-        out / "faithfulness" / "faithfulness.config.json", after=("train-cot", "predicates")))
+    stages.append(distill_stage("faithfulness", "faithfulness", py, {
+        "data": data, "model": inp.model, "adapter": str(out / "students" / "cot" / "adapter"),
+        "predicates": str(out / "predicates.jsonl"), "out": str(out / "faithfulness"),
+        **given(limit=args.faithfulness_limit)},
+        out / "faithfulness" / "faithfulness.config.json", preset=args.config, after=("train-cot", "predicates")))
     return stages
 
 
@@ -566,8 +587,8 @@ def run_recipe(args: RecipeArgs, argv: Sequence[str] = ()) -> dict[str, Any]:
 
 
 def claim_out(args: RecipeArgs) -> None:
-    """Check and mark ``--out`` (`eval.outputs.claim_dir`): missing, empty, an earlier recipe's (or the shell
-    recipe's, `LEGACY_NAMES`), or ``--overwrite``; never an input of the job or a folder holding one."""
+    """Check and mark ``--out`` (`eval.outputs.claim_dir`): missing, empty, an earlier recipe's (its marker says
+    `OUTPUT_KIND`), or ``--overwrite``; never an input of the job or a folder holding one."""
     from eval.outputs import claim_dir, read_marker
 
     out = Path(args.out)
@@ -577,8 +598,7 @@ def claim_out(args: RecipeArgs) -> None:
         return ours and p.resolve() != out.resolve() and p.resolve().is_relative_to(out.resolve())
 
     inputs = [p for p in (args.data, args.model) if p and Path(p).exists() and not built_here(Path(p))]
-    claim_dir(out, OUTPUT_KIND, inputs=inputs, overwrite=args.overwrite, option="--out",
-              legacy=lambda p: any((p / n).exists() for n in LEGACY_NAMES))
+    claim_dir(out, OUTPUT_KIND, inputs=inputs, overwrite=args.overwrite, option="--out")
 
 
 def execute(stage: Stage, log: Path, env: dict[str, str], state: RecipeState, resume: str) -> None:

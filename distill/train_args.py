@@ -44,7 +44,7 @@ QUANT_SKIP_MODULES = (r".*visual", r".*vision_tower", r".*multi_modal_projector"
 #: Stage sections of a distillation preset (``configs/distill/*.yaml``); ``train`` is this command's.
 PRESET_SECTIONS = frozenset({"predicates", "narrate", "validate", "sft", "train", "faithfulness", "answers", "merge",
                              "recipe"})
-#: Names of earlier versions of this command and their TRL names (named in the unknown-key error).
+#: Keys this command does not read, each with the TRL flag that sets the same thing (named in the unknown-key error).
 RENAMED = {"model": "model_name_or_path", "dataset": "dataset_name", "bnb_4bit_use_double_quant": "use_bnb_nested_quant",
            "precision": "bf16 / fp16 (and dtype)", "device": "use_cpu", "warmup_ratio": "warmup_steps (a float < 1)",
            "gradient_accumulation_steps": "effective_batch_size (accumulation is derived)",
@@ -121,12 +121,31 @@ def psr_defaults() -> dict[str, Any]:
 
 
 def make_parser(prog: str = "python -m distill.train"):
+    """TRL's parser of the three groups; each flag shown in kebab-case (``--model-name-or-path``), TRL's spelling
+    (``--model_name_or_path``) read as well."""
     from trl import ModelConfig, SFTConfig, TrlParser
 
-    return TrlParser((PSRTrainArgs, SFTConfig, ModelConfig), prog=prog,
-                     description="LoRA / QLoRA SFT of a PSR student: TRL's SFTConfig and ModelConfig flags plus "
-                                 "PSRTrainArgs. --config FILE: a distillation preset (its train: section) or a flat "
-                                 "TRL-style YAML; precedence: defaults < --config < flags (see distill.train_args).")
+    from distill.config import kebab_first
+
+    return kebab_first(TrlParser(
+        (PSRTrainArgs, SFTConfig, ModelConfig), prog=prog,
+        description="LoRA / QLoRA SFT of a PSR student: TRL's SFTConfig and ModelConfig flags plus PSRTrainArgs. "
+                    "--config FILE: a distillation preset (its train: section) or a flat TRL-style YAML; precedence: "
+                    "defaults < --config < flags (see distill.train_args)."))
+
+
+def train_argv(**values: Any) -> list[str]:
+    """The flags that set ``values`` on `make_parser`'s command line, in TRL's spelling (``--field_name VALUE``, as
+    ``trl sft`` documents them): each name must be a field of `PSRTrainArgs`, `trl.SFTConfig` or `trl.ModelConfig`."""
+    from trl import ModelConfig, SFTConfig
+
+    from distill.config import field_argv
+
+    fields = {f.name: f for cls in (PSRTrainArgs, SFTConfig, ModelConfig) for f in dataclasses.fields(cls)}
+    unknown = [k for k in values if k not in fields]
+    if unknown:
+        raise ValueError(f"not a field of PSRTrainArgs, SFTConfig or ModelConfig: {unknown}")
+    return [w for k, v in values.items() for w in field_argv(fields[k], v, snake=True)]
 
 
 # --- --config: a flat TRL-style YAML or a preset's train section ------------------------------------------------
