@@ -200,9 +200,10 @@ _FAIR_HELP = "evaluated population: only fair queries (main GT pool non-empty; t
 _QTYPES_HELP = "evaluated population: question types (default Q1-Q4; Q5 groups get their own joint table)"
 
 
-def _print_notes(doc: dict) -> None:
-    for note in doc.get("notes", []):
-        err.print(f"[yellow]note:[/] {note}", highlight=False)
+def _print_notes(report) -> None:
+    """One line per note (`eval.report_result.Note.line`); report.md holds each in full."""
+    for note in report.notes:
+        err.print(f"[yellow]note:[/] {note.line}", highlight=False, soft_wrap=True)
 _GAINS_HELP = "nDCG tier gains, e.g. in_dataset=1,cross_dataset=1,bge_similar=0.5 (the default)"
 
 
@@ -226,12 +227,12 @@ def score(
     from eval.report import build_report
 
     cfg = _report_config(data, [run], None, tie, ndcg_k, gains, 10_000, seed, split, fair, qtypes)
-    doc = build_report(_load_runs([run]), Benchmark.load(data), out, cfg, progress=True, inputs=[data, run],
+    rep = build_report(_load_runs([run]), Benchmark.load(data), out, cfg, progress=True, inputs=[data, run],
                        overwrite=overwrite)
-    _print_notes(doc)
-    main = next(iter(doc["runs"].values()))["main"]
-    console.print(" ".join(f"{k}={100 * v:.2f}" for k, v in main.items() if k.startswith(("R@", "MRR", "macro"))
-                           and v is not None) + f"  n={main['n']}  ({doc['population']['description']})")
+    _print_notes(rep)
+    main = next(iter(rep.runs.values())).main
+    console.print(" ".join(f"{k}={100 * v:.2f}" for k, v in main.values.items() if k.startswith(("R@", "MRR", "macro"))
+                           and v is not None) + f"  n={main.n}  ({rep.population.describe()})")
     console.print(f"[green]wrote[/] {out}")
 
 
@@ -263,9 +264,9 @@ def report(
 
     cfg = _report_config(data, runs, reference, tie, ndcg_k, gains, resamples, seed, split, fair, qtypes, intersect,
                          pair)
-    doc = build_report(_load_runs(runs), Benchmark.load(data), out, cfg, progress=True, inputs=[data, *runs],
+    rep = build_report(_load_runs(runs), Benchmark.load(data), out, cfg, progress=True, inputs=[data, *runs],
                        overwrite=overwrite)
-    _print_notes(doc)
+    _print_notes(rep)
     typer.echo((out / "main.md").read_text(encoding="utf-8"))
     console.print(f"[green]wrote[/] {out}")
 

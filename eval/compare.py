@@ -337,10 +337,10 @@ def significance_report(cfg: CompareConfig, bench, files: dict[str, Path], refer
     paths = list(files.values())
     rc = ReportConfig(reference=slug(reference), n_resamples=cfg.resamples, seed=cfg.seed, data=str(cfg.data),
                       runs=[str(p) for p in paths], split=(cfg.split,), intersect=True)
-    doc = build_report([read_run(p) for p in paths], bench, cfg.out / "report", rc, progress=True,
+    rep = build_report([read_run(p) for p in paths], bench, cfg.out / "report", rc, progress=True,
                        inputs=[cfg.data, *paths])
     report = json.loads((cfg.out / "report" / "report.json").read_text(encoding="utf-8"))
-    return {s["run"]: s for s in report["significance"]}, list(doc.get("notes", []))
+    return {s["run"]: s for s in report["significance"]}, [n.text for n in rep.notes]
 
 
 def table3_markdown(cfg: CompareConfig, bench_name: str, labels: Sequence[str], results: dict[str, dict],
