@@ -200,6 +200,21 @@ _FAIR_HELP = "evaluated population: only fair queries (main GT pool non-empty; t
 _QTYPES_HELP = "evaluated population: question types (default Q1-Q4; Q5 groups get their own joint table)"
 
 
+def _read_card(path: Path) -> dict:
+    """A card.json (`eval.card.write_card`); a missing or unreadable file is a one-line error."""
+    from eval.errors import InputError
+
+    try:
+        card = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"--card {path}: not a readable card.json ({e})",
+                         fix="write one with `python -m eval card DATA --out DIR`") from None
+    if not isinstance(card, dict) or "values" not in card:
+        raise InputError(f"--card {path}: not a card.json (no 'values')",
+                         fix="write one with `python -m eval card DATA --out DIR`")
+    return card
+
+
 def _print_notes(report) -> None:
     """One line per note (`eval.report_result.Note.line`); report.md holds each in full."""
     for note in report.notes:
@@ -255,6 +270,8 @@ def report(
     qtypes: str = typer.Option("Q1,Q2,Q3,Q4", "--qtypes", help=_QTYPES_HELP),
     intersect: bool = typer.Option(False, "--intersect", help="evaluate over the population queries every run holds "
                                                               "(with a note) instead of refusing a run lacking some"),
+    card: Path = typer.Option(None, "--card", help="card.json of the benchmark (`eval card --out`): its horizon "
+                                                   "shares are plotted beside the population's"),
 ) -> None:
     """Paper-shaped tables for many runs over one evaluated population (main, by horizon, question type, tier, GT
     definition, domain, triplets, multi-object Q5, significance vs --reference) as md/csv/tex, PNG plots and
@@ -264,8 +281,9 @@ def report(
 
     cfg = _report_config(data, runs, reference, tie, ndcg_k, gains, resamples, seed, split, fair, qtypes, intersect,
                          pair)
+    card_json = _read_card(card) if card is not None else None
     rep = build_report(_load_runs(runs), Benchmark.load(data), out, cfg, progress=True, inputs=[data, *runs],
-                       overwrite=overwrite)
+                       overwrite=overwrite, card=card_json)
     _print_notes(rep)
     typer.echo((out / "main.md").read_text(encoding="utf-8"))
     console.print(f"[green]wrote[/] {out}")

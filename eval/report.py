@@ -10,7 +10,12 @@ Output directory::
     significance.{md,csv,tex}     every run vs the reference run: paired bootstrap, McNemar, per-horizon bootstrap,
                                   and a paired t-test across seeds for multi-seed groups
     pairs.{md,csv,tex}            the same tests between two other runs (``--pair RUN:AGAINST``, repeatable)
-    r5_by_horizon.png, tiers.png  plots (matplotlib, Agg)
+    r5_by_horizon.png, tiers.png  R@5 by horizon (95% CIs), R@5 by GT tier (matplotlib, Agg; numbers in report.json)
+    deltas_by_horizon.png         forest plot of the per-horizon paired ΔR@5 with 95% CIs (with --reference or --pair)
+    triplet_orders.png            stacked bars of the triplet order shares per method
+    ceiling.png                   the ceiling decomposition (`eval.findings.ceiling`), when the runs hold its roles
+    horizon_shares.png            the population's share of queries per horizon, and the card's (``--card``)
+                                  (each of these four with its plotted numbers beside it as NAME.json)
     report.json                   every number above (fractions in [0, 1]) + the per-run stratified results
     report_config.json            the resolved configuration of this report
 
@@ -62,10 +67,14 @@ from eval.evaluate import (
 from eval.io import atomic_dir, atomic_path, write_json
 from eval.metrics import DEFAULT_KS, RankStats, recall_at_k
 from eval.report_result import (
+    CeilingStage,
     GroupsResult,
     HorizonCurve,
+    HorizonDeltas,
+    HorizonMix,
     MetricBlock,
     Note,
+    OrderShares,
     PairedTest,
     RunResult,
     SeedGroupTest,
@@ -441,6 +450,11 @@ class Report:
     pairs: list[PairedTest]
     curves: list[HorizonCurve]
     tier_bars: list[TierBars]
+    #: the forest plot: each test against the reference, then each ``--pair`` test
+    deltas: list[HorizonDeltas] = field(default_factory=list)
+    order_shares: list[OrderShares] = field(default_factory=list)
+    ceiling: list[CeilingStage] = field(default_factory=list)
+    horizon_mix: HorizonMix | None = None
 
     def population_line(self) -> str:
         return f"Population: {self.population.describe()}; n = {self.n:,} queries."
@@ -462,19 +476,21 @@ class Report:
 
 
 def build_report(runs: Sequence[Any], bench, out_dir: str | Path, cfg: ReportConfig | None = None,
-                 progress: bool = False, *, inputs: Sequence[str | Path] = (), overwrite: bool = False) -> Report:
+                 progress: bool = False, *, inputs: Sequence[str | Path] = (), overwrite: bool = False,
+                 card: Mapping | None = None) -> Report:
     """Evaluate ``runs`` (`eval.runs.Run`, names unique) on ``bench`` over the population of ``cfg`` and write every
     table, plot and JSON into ``out_dir`` (built beside it and swapped in at the end); returns the report.
     ``out_dir`` must be new or an earlier report (`eval.outputs`; ``overwrite`` forces), and never one of the job's
     ``inputs``. Bad runs (another benchmark, missing population queries, empty) raise `eval.errors.InputError`
-    before anything is written."""
+    before anything is written. ``card``: the benchmark's card.json (`eval.card`), plotted beside the population's
+    horizon shares."""
     from eval.outputs import check_output_dir
 
     cfg = cfg or ReportConfig()
     target = dict(kind=OUTPUT_KIND, inputs=inputs, overwrite=overwrite, legacy=UNMARKED_FILES)
     check_output_dir(out_dir, **target)  # before any work
     prepared = _prepare(runs, bench, cfg)
-    report = evaluate_report(prepared, cfg, progress)
+    report = evaluate_report(prepared, cfg, progress, card)
     with atomic_dir(out_dir, tag="report", **target) as stage:  # a failed report leaves no half-written directory
         write_report(report, stage)
     return report
@@ -614,8 +630,9 @@ def render_tables(report: Report) -> list[Table]:
     return tables
 
 
-def evaluate_report(prep: _Prepared, cfg: ReportConfig, progress: bool = False) -> Report:
-    """Evaluate the prepared runs: every stratum, the multi-object groups, the paired tests and the plot data."""
+def evaluate_report(prep: _Prepared, cfg: ReportConfig, progress: bool = False, card: Mapping | None = None) -> Report:
+    """Evaluate the prepared runs: every stratum, the multi-object groups, the paired tests and the plot data
+    (``card``: the benchmark's card.json, `eval.card`, for its horizon shares)."""
     from tqdm.auto import tqdm
 
     by_name, labels, results, groups_res = prep.runs, prep.labels, {}, {}
@@ -631,8 +648,50 @@ def evaluate_report(prep: _Prepared, cfg: ReportConfig, progress: bool = False) 
     ref_name, sig = _significance(by_name, labels, entries, cfg)
     pairs = _pair_tests(by_name, labels, entries, cfg)
     cfg.runs = names
-    return Report(cfg, prep.population, n_pop, prep.notes, entries, results, groups_res, ref_name, sig, pairs,
-                  horizon_curves(by_name, labels, entries, cfg), tier_bars(results, entries))
+    report = Report(cfg, prep.population, n_pop, prep.notes, entries, results, groups_res, ref_name, sig, pairs,
+                    horizon_curves(by_name, labels, entries, cfg), tier_bars(results, entries))
+    report.deltas = [HorizonDeltas.from_test(t) for t in [*sig, *pairs] if isinstance(t, PairedTest)]
+    report.order_shares = order_shares(results, entries)
+    report.ceiling = ceiling_stages(report)
+    report.horizon_mix = horizon_mix(results, card)
+    return report
+
+
+def order_shares(runs: Mapping[str, RunResult], entries: list[Entry]) -> list[OrderShares]:
+    """Each row's triplet order shares (a seed group's mean over seeds); empty when a run has no triplets."""
+    if not all(r.triplets for r in runs.values()):
+        return []
+    orders = _order_names()
+    out = []
+    for e in entries:
+        shares = np.array([[runs[n].triplets.all.orders[o].share for o in orders] for n in e.names], np.float64)
+        out.append(OrderShares(e.label, orders, shares.mean(axis=0).tolist()))
+    return out
+
+
+def ceiling_stages(report: Report) -> list[CeilingStage]:
+    """The ceiling decomposition (`eval.findings.ceiling`) of the report's runs, when they hold its roles."""
+    from eval.findings import ceiling
+
+    doc = {"entries": [asdict(e) for e in report.entries],
+           "runs": {n: {"main": {"R@5": r.main.get("R@5")}} for n, r in report.runs.items()}}
+    rows = ceiling(doc)
+    if not rows:
+        return []
+    top = rows[0][2]
+    return [CeilingStage(stage, run, v, v / top if top else float("nan")) for stage, run, v in rows]
+
+
+def horizon_mix(runs: Mapping[str, RunResult], card: Mapping | None = None) -> HorizonMix:
+    """The population's share of queries per horizon (every run holds the same population), and the card's."""
+    hs = list(range(1, REPORT_MAX_HORIZON + 1))
+    first = next(iter(runs.values()))
+    n = [first.by_horizon[str(h)].n if str(h) in first.by_horizon else 0 for h in hs]
+    total = sum(n)
+    values = (card or {}).get("values", {})
+    card_shares = [values.get(f"h{h}_share") for h in hs] if card is not None else None
+    return HorizonMix(hs, [x / total if total else float("nan") for x in n],
+                      [float("nan") if v is None else float(v) for v in card_shares] if card_shares else None)
 
 
 def horizon_curves(runs: Mapping[str, Any], labels: Mapping[str, QueryLabels], entries: list[Entry],
@@ -696,13 +755,43 @@ def write_report(report: Report, out_dir: Path) -> None:
         t.write(out_dir)
     plot_r5_by_horizon(report.curves, out_dir / "r5_by_horizon.png")
     plot_tiers(report.tier_bars, out_dir / "tiers.png")
+    extra = _write_extra_plots(report, out_dir)
     write_json(out_dir / "report.json", _jsonable(report.to_dict()))
     write_json(out_dir / "report_config.json", _jsonable(asdict(report.config)))
     notes = "".join(f"> note: {n.text}\n" for n in report.notes)
     with atomic_path(out_dir / "report.md") as tmp:
         tmp.write_text("# Evaluation report\n\n" + report.population_line() + "\n\n" + (notes + "\n" if notes else "")
                        + "\n".join(t.markdown() for t in tables)
-                       + "\n![R@5 by horizon](r5_by_horizon.png)\n\n![R@5 by tier](tiers.png)\n", encoding="utf-8")
+                       + "\n![R@5 by horizon](r5_by_horizon.png)\n\n![R@5 by tier](tiers.png)\n"
+                       + "".join(f"\n![{title}]({name}.png) ([data]({name}.json))\n" for name, title in extra),
+                       encoding="utf-8")
+
+
+#: The plots beside r5_by_horizon.png and tiers.png: file stem and title, each with a sidecar ``STEM.json`` of the
+#: plotted numbers (`eval.plots`).
+EXTRA_PLOTS = {"deltas_by_horizon": "Paired ΔR@5 by horizon (forest plot)",
+               "triplet_orders": "Triplet order shares", "ceiling": "Ceiling decomposition",
+               "horizon_shares": "Horizon shares"}
+
+
+def _write_extra_plots(report: Report, out_dir: Path) -> list[tuple[str, str]]:
+    """The forest plot, triplet order shares, ceiling decomposition and horizon shares that have data, each as
+    ``NAME.png`` and ``NAME.json``; returns (name, title) of those written."""
+    from eval import plots
+
+    drawn = {"deltas_by_horizon": (report.deltas, plots.plot_deltas_by_horizon),
+             "triplet_orders": (report.order_shares, plots.plot_order_shares),
+             "ceiling": (report.ceiling, plots.plot_ceiling),
+             "horizon_shares": (report.horizon_mix, plots.plot_horizon_shares)}
+    out = []
+    for name, (data, draw) in drawn.items():
+        if not data:
+            continue
+        draw(data, out_dir / f"{name}.png")
+        rows = [asdict(x) for x in data] if isinstance(data, list) else asdict(data)
+        write_json(out_dir / f"{name}.json", _jsonable(rows))
+        out.append((name, EXTRA_PLOTS[name]))
+    return out
 
 
 def _jsonable(x: Any) -> Any:

@@ -226,3 +226,53 @@ class TierBars:
 
     def to_dict(self) -> dict:
         return {"tiers": self.tiers, self.metric: self.values, "std": self.std}
+
+
+@dataclass(frozen=True)
+class HorizonDeltas:
+    """One paired test's ΔR@5 (fraction, run - reference) within each horizon, with its 95% bootstrap CI and n."""
+
+    run: str
+    reference: str
+    horizon: list[int]
+    delta: list[float]
+    ci_low: list[float]
+    ci_high: list[float]
+    n: list[int]
+
+    @classmethod
+    def from_test(cls, t: PairedTest) -> HorizonDeltas:
+        hs = sorted(t.by_horizon)
+        b = [t.by_horizon[h] for h in hs]
+        return cls(t.run, t.reference, hs, [x.delta for x in b], [x.ci_low for x in b], [x.ci_high for x in b],
+                   [x.n for x in b])
+
+
+@dataclass(frozen=True)
+class OrderShares:
+    """One table row's triplet order shares (fractions of its ``n`` triplets; a seed group's mean), ``missed`` last."""
+
+    label: str
+    orders: list[str]
+    shares: list[float]
+
+
+@dataclass(frozen=True)
+class CeilingStage:
+    """One stage of the ceiling decomposition (`eval.findings.ceiling`): its run (or seed group), R@5 x100 (seeds'
+    mean) and that R@5 as a fraction of the first stage's (the semantic-text oracle's)."""
+
+    stage: str
+    run: str
+    r5: float
+    share_of_first: float
+
+
+@dataclass(frozen=True)
+class HorizonMix:
+    """The share (fraction) of queries at each horizon (h >= 6 as 5): of the report's population, and of the
+    benchmark card's ``h1_share`` .. ``h5_share`` (Q1-Q4 queries of every split) when a card was given."""
+
+    horizon: list[int]
+    population: list[float]
+    card: list[float] | None
