@@ -93,3 +93,23 @@ def test_run_result_reads_and_writes_the_evaluation_dict():
     assert MetricBlock(block).get("R@5") == 0.5
     with pytest.raises(KeyError, match="unknown stratum"):
         r.stratum("main")
+
+
+def test_ceiling_stages_follow_the_findings_decomposition():
+    from types import SimpleNamespace
+
+    from eval.findings import ceiling
+    from eval.report import ceiling_stages, group_entries
+
+    r5 = {"semantic-text": 0.8, "lftr-sim[minilm]": 0.4, "lftr[minilm]-seed0": 0.1, "lftr[minilm]-seed1": 0.3,
+          "persistence": 0.05}
+    report = SimpleNamespace(entries=group_entries(list(r5)),
+                             runs={n: SimpleNamespace(main=MetricBlock({"R@5": v})) for n, v in r5.items()})
+    stages = ceiling_stages(report)
+    assert [(s.stage, s.run) for s in stages] == [(st, run) for st, run, _ in ceiling(
+        {"entries": [e.__dict__ for e in report.entries], "runs": {n: {"main": {"R@5": v}} for n, v in r5.items()}})]
+    assert [s.r5 for s in stages] == pytest.approx([80.0, 40.0, 20.0])
+    assert [s.share_of_first for s in stages] == pytest.approx([1.0, 0.5, 0.25])
+    report.runs = {"persistence": report.runs["persistence"]}
+    report.entries = group_entries(["persistence"])
+    assert ceiling_stages(report) == []
