@@ -331,7 +331,7 @@ def compare(
                         lftr_set=tuple(lftr_set), lftr_runs=parse_pairs(lftr_run, "--lftr-run", "bge=lftr-bge.parquet"),
                         split=split, seed=seed, resamples=resamples, all_queries=all_queries, synthetic=synthetic)
     result = run_compare(cfg, overwrite=overwrite)
-    _print_notes({"notes": result.notes})
+    _print_notes(result)
     typer.echo(result.table)
     console.print(f"[green]wrote[/] {out / 'table3.md'}, {out / 'compare.json'} and {out / 'report'}")
 

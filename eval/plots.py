@@ -2,21 +2,128 @@
 (`eval.report.Report`): R@5 by horizon with its intervals, R@5 by GT tier, the paired ΔR@5 by horizon (forest
 plot), the triplet order shares (stacked bars), the ceiling decomposition and the horizon shares (bars).
 
-Each ``plot_*`` function draws one figure from its data, writes it as PNG and returns the figure (its artists hold
-the plotted numbers).
+The data of each plot is a typed value of `eval.report_result` (`horizon_curves`, `tier_bars`, `order_shares`,
+`ceiling_stages`, `horizon_mix` compute them; the forest plot's `HorizonDeltas` come from the paired tests); each
+``plot_*`` function draws one figure from its data, writes it as PNG and returns the figure (its artists hold the
+plotted numbers).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
+from eval.evaluate import MAIN_POOL, TIER_POOLS
 from eval.io import atomic_path
-from eval.report_result import CeilingStage, HorizonCurve, HorizonDeltas, HorizonMix, OrderShares, TierBars
+from eval.metrics import RankStats, recall_at_k
+from eval.report_result import (
+    CeilingStage,
+    HorizonCurve,
+    HorizonDeltas,
+    HorizonMix,
+    OrderShares,
+    RunResult,
+    TierBars,
+)
+from eval.schema import REPORT_MAX_HORIZON
 
 
+# ------------------------------------------------------------------------------------------------ plot data
+def order_shares(runs: Mapping[str, RunResult], entries: Sequence) -> list[OrderShares]:
+    """Each row's triplet order shares (a seed group's mean over seeds); empty when a run has no triplets."""
+    if not all(r.triplets for r in runs.values()):
+        return []
+    orders = list(next(iter(runs.values())).triplets.all.orders)  # the six orders, then "missed"
+    out = []
+    for e in entries:
+        shares = np.array([[runs[n].triplets.all.orders[o].share for o in orders] for n in e.names], np.float64)
+        out.append(OrderShares(e.label, orders, shares.mean(axis=0).tolist()))
+    return out
+
+
+def ceiling_stages(runs: Mapping[str, RunResult], entries: Sequence) -> list[CeilingStage]:
+    """The ceiling decomposition (`eval.findings.ceiling`) of the table rows (`eval.report.Entry`), when the runs hold
+    its roles."""
+    from eval.findings import ceiling
+
+    doc = {"entries": [asdict(e) for e in entries],
+           "runs": {n: {"main": {"R@5": r.main.get("R@5")}} for n, r in runs.items()}}
+    rows = ceiling(doc)
+    if not rows:
+        return []
+    top = rows[0][2]
+    return [CeilingStage(stage, run, v, v / top if top else float("nan")) for stage, run, v in rows]
+
+
+def horizon_mix(runs: Mapping[str, RunResult], card: Mapping | None = None) -> HorizonMix:
+    """The population's share of queries per horizon (every run holds the same population), and the card's."""
+    hs = list(range(1, REPORT_MAX_HORIZON + 1))
+    first = next(iter(runs.values()))
+    n = [first.by_horizon[str(h)].n if str(h) in first.by_horizon else 0 for h in hs]
+    total = sum(n)
+    values = (card or {}).get("values", {})
+    card_shares = [values.get(f"h{h}_share") for h in hs] if card is not None else None
+    return HorizonMix(hs, [x / total if total else float("nan") for x in n],
+                      [float("nan") if v is None else float(v) for v in card_shares] if card_shares else None)
+
+
+def horizon_curves(runs: Mapping, labels: Mapping, entries: Sequence, tie: str, ci_resamples: int,
+                   seed: int) -> list[HorizonCurve]:
+    """R@5 over horizons per table row (`eval.report.Entry`) with its interval: a single run (`eval.runs.Run`) gets
+    the 95% percentile bootstrap CI of its mean tie-aware hit@5 in each horizon (``ci_resamples`` resamples of the
+    queries, seeded); a seed group gets mean ± std over its seeds. ``labels``: run name -> `eval.evaluate.QueryLabels`."""
+    hs = np.arange(1, REPORT_MAX_HORIZON + 1)
+    out = []
+    for e in entries:
+        per_run = [(recall_at_k(RankStats.from_run(runs[name], MAIN_POOL), 5, tie), labels[name].horizon)
+                   for name in e.names]
+        mean = np.full(len(hs), np.nan)
+        lo, hi = mean.copy(), mean.copy()
+        for i, x in enumerate(hs):
+            vals = [np.nanmean(hit[h == x]) if np.isfinite(hit[h == x]).any() else np.nan for hit, h in per_run]
+            if e.is_group:
+                v = np.asarray(vals)
+                v = v[np.isfinite(v)]
+                if v.size:
+                    mean[i] = v.mean()
+                    sd = v.std(ddof=1) if v.size > 1 else 0.0
+                    lo[i], hi[i] = mean[i] - sd, mean[i] + sd
+            else:
+                hit, h = per_run[0]
+                mean[i] = vals[0]
+                lo[i], hi[i] = _bootstrap_ci(hit[h == x], ci_resamples, seed)
+        out.append(HorizonCurve(e.label, hs.tolist(), mean.tolist(), lo.tolist(), hi.tolist(),
+                                "mean±std over seeds" if e.is_group else "95% bootstrap CI"))
+    return out
+
+
+def _bootstrap_ci(v: np.ndarray, n_resamples: int, seed: int) -> tuple[float, float]:
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, v.size, size=(n_resamples, v.size))].mean(axis=1)
+    lo, hi = np.quantile(means, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+def tier_bars(runs: Mapping[str, RunResult], entries: Sequence, metric: str = "R@5") -> list[TierBars]:
+    """``metric`` per GT tier per table row: a run's value, a seed group's mean and std (ddof 1) over its seeds."""
+    tiers = [t for t in TIER_POOLS if any(t in r.by_tier for r in runs.values())]
+    out = []
+    for e in entries:
+        vals = np.array([[runs[n].by_tier[t].values.get(metric, np.nan) if t in runs[n].by_tier else np.nan
+                          for t in tiers] for n in e.names], dtype=np.float64)
+        mean = np.nanmean(vals, axis=0) if len(vals) else np.full(len(tiers), np.nan)
+        sd = np.nanstd(vals, axis=0, ddof=1) if len(vals) > 1 else None
+        out.append(TierBars(e.label, metric, tiers, mean.tolist(), None if sd is None else sd.tolist()))
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ drawing
 def _figure(width: float, height: float):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure

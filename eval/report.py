@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from eval import plots
 from eval.errors import InputError
 from eval.evaluate import (
     MAIN_POOL,
@@ -120,7 +121,7 @@ class ReportConfig:
         return Population(tuple(self.split) if self.split is not None else None, self.fair, tuple(self.qtypes))
 
 
-# ------------------------------------------------------------------------------------------------ tables
+# ------------------------------------------------------------------------------------------------ table cells
 @dataclass
 class Table:
     """A small table rendered as Markdown, CSV and LaTeX. Cells are strings (already formatted)."""
@@ -459,7 +460,7 @@ class Report:
     def population_line(self) -> str:
         return f"Population: {self.population.describe()}; n = {self.n:,} queries."
 
-    def plots(self) -> dict:
+    def plot_data(self) -> dict:
         """The plotted numbers, by plot name then table row (as report.json stores them)."""
         return {"r5_by_horizon": {c.label: c.to_dict() for c in self.curves},
                 "tiers": {b.label: b.to_dict() for b in self.tier_bars}}
@@ -471,7 +472,7 @@ class Report:
                 "runs": {k: r.to_dict() for k, r in self.runs.items()},
                 "multi_object": {k: g.to_dict() for k, g in self.multi_object.items()},
                 "significance": [t.to_dict() for t in self.significance],
-                "pairs": [t.to_dict() for t in self.pairs], "plots": self.plots(),
+                "pairs": [t.to_dict() for t in self.pairs], "plots": self.plot_data(),
                 "tables": {t.name: t.to_dict() for t in render_tables(self)}}
 
 
@@ -581,7 +582,7 @@ def _left_out_note(run, bench, pop: Population, q5: bool) -> Note | None:
         return None
     splits = sorted({str(x) for x in labels.split[outside]} - set(pop.splits or ()))
     parts = [f"other splits: {', '.join(splits)}"] if splits and pop.splits is not None else []
-    short = [f"splits {', '.join(splits)}"] if parts else []
+    short = list(parts)
     if pop.fair and (~labels.fair[outside]).any():
         parts.append(f"{int((~labels.fair[outside]).sum())} not fair")
         short.append(parts[-1])
@@ -635,6 +636,7 @@ def evaluate_report(prep: _Prepared, cfg: ReportConfig, progress: bool = False, 
     (``card``: the benchmark's card.json, `eval.card`, for its horizon shares)."""
     from tqdm.auto import tqdm
 
+
     by_name, labels, results, groups_res = prep.runs, prep.labels, {}, {}
     for name, r in tqdm(by_name.items(), desc="evaluating", disable=not progress):
         results[name] = RunResult.from_dict(evaluate_run(r, labels[name], ks=cfg.ks, tie=cfg.tie, ndcg_k=cfg.ndcg_k,
@@ -648,113 +650,21 @@ def evaluate_report(prep: _Prepared, cfg: ReportConfig, progress: bool = False, 
     ref_name, sig = _significance(by_name, labels, entries, cfg)
     pairs = _pair_tests(by_name, labels, entries, cfg)
     cfg.runs = names
-    report = Report(cfg, prep.population, n_pop, prep.notes, entries, results, groups_res, ref_name, sig, pairs,
-                    horizon_curves(by_name, labels, entries, cfg), tier_bars(results, entries))
-    report.deltas = [HorizonDeltas.from_test(t) for t in [*sig, *pairs] if isinstance(t, PairedTest)]
-    report.order_shares = order_shares(results, entries)
-    report.ceiling = ceiling_stages(report)
-    report.horizon_mix = horizon_mix(results, card)
-    return report
-
-
-def order_shares(runs: Mapping[str, RunResult], entries: list[Entry]) -> list[OrderShares]:
-    """Each row's triplet order shares (a seed group's mean over seeds); empty when a run has no triplets."""
-    if not all(r.triplets for r in runs.values()):
-        return []
-    orders = _order_names()
-    out = []
-    for e in entries:
-        shares = np.array([[runs[n].triplets.all.orders[o].share for o in orders] for n in e.names], np.float64)
-        out.append(OrderShares(e.label, orders, shares.mean(axis=0).tolist()))
-    return out
-
-
-def ceiling_stages(report: Report) -> list[CeilingStage]:
-    """The ceiling decomposition (`eval.findings.ceiling`) of the report's runs, when they hold its roles."""
-    from eval.findings import ceiling
-
-    doc = {"entries": [asdict(e) for e in report.entries],
-           "runs": {n: {"main": {"R@5": r.main.get("R@5")}} for n, r in report.runs.items()}}
-    rows = ceiling(doc)
-    if not rows:
-        return []
-    top = rows[0][2]
-    return [CeilingStage(stage, run, v, v / top if top else float("nan")) for stage, run, v in rows]
-
-
-def horizon_mix(runs: Mapping[str, RunResult], card: Mapping | None = None) -> HorizonMix:
-    """The population's share of queries per horizon (every run holds the same population), and the card's."""
-    hs = list(range(1, REPORT_MAX_HORIZON + 1))
-    first = next(iter(runs.values()))
-    n = [first.by_horizon[str(h)].n if str(h) in first.by_horizon else 0 for h in hs]
-    total = sum(n)
-    values = (card or {}).get("values", {})
-    card_shares = [values.get(f"h{h}_share") for h in hs] if card is not None else None
-    return HorizonMix(hs, [x / total if total else float("nan") for x in n],
-                      [float("nan") if v is None else float(v) for v in card_shares] if card_shares else None)
-
-
-def horizon_curves(runs: Mapping[str, Any], labels: Mapping[str, QueryLabels], entries: list[Entry],
-                   cfg: ReportConfig) -> list[HorizonCurve]:
-    """R@5 over horizons 1..5 per table row with its interval: a single run gets the 95% percentile bootstrap CI of
-    its mean tie-aware hit@5 in each horizon (``cfg.ci_resamples`` resamples of the queries, seed ``cfg.seed``); a
-    seed group gets mean ± std over its seeds."""
-    hs = np.arange(1, REPORT_MAX_HORIZON + 1)
-    out = []
-    for e in entries:
-        per_run = [(_per_query_r5(runs[name], cfg.tie), labels[name].horizon) for name in e.names]
-        mean = np.full(len(hs), np.nan)
-        lo, hi = mean.copy(), mean.copy()
-        for i, x in enumerate(hs):
-            vals = [np.nanmean(hit[h == x]) if np.isfinite(hit[h == x]).any() else np.nan for hit, h in per_run]
-            if e.is_group:
-                v = np.asarray(vals)
-                v = v[np.isfinite(v)]
-                if v.size:
-                    mean[i] = v.mean()
-                    sd = v.std(ddof=1) if v.size > 1 else 0.0
-                    lo[i], hi[i] = mean[i] - sd, mean[i] + sd
-            else:
-                hit, h = per_run[0]
-                mean[i] = vals[0]
-                lo[i], hi[i] = _bootstrap_ci(hit[h == x], cfg.ci_resamples, cfg.seed)
-        out.append(HorizonCurve(e.label, hs.tolist(), mean.tolist(), lo.tolist(), hi.tolist(),
-                                "mean±std over seeds" if e.is_group else "95% bootstrap CI"))
-    return out
-
-
-def _bootstrap_ci(v: np.ndarray, n_resamples: int, seed: int) -> tuple[float, float]:
-    v = v[np.isfinite(v)]
-    if v.size == 0:
-        return float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    means = v[rng.integers(0, v.size, size=(n_resamples, v.size))].mean(axis=1)
-    lo, hi = np.quantile(means, [0.025, 0.975])
-    return float(lo), float(hi)
-
-
-def tier_bars(runs: Mapping[str, RunResult], entries: list[Entry], metric: str = "R@5") -> list[TierBars]:
-    """``metric`` per GT tier per table row: a run's value, a seed group's mean and std (ddof 1) over its seeds."""
-    tiers = [t for t in TIER_POOLS if any(t in r.by_tier for r in runs.values())]
-    out = []
-    for e in entries:
-        vals = np.array([[runs[n].by_tier[t].values.get(metric, np.nan) if t in runs[n].by_tier else np.nan
-                          for t in tiers] for n in e.names], dtype=np.float64)
-        mean = np.nanmean(vals, axis=0) if len(vals) else np.full(len(tiers), np.nan)
-        sd = np.nanstd(vals, axis=0, ddof=1) if len(vals) > 1 else None
-        out.append(TierBars(e.label, metric, tiers, mean.tolist(), None if sd is None else sd.tolist()))
-    return out
+    return Report(cfg, prep.population, n_pop, prep.notes, entries, results, groups_res, ref_name, sig, pairs,
+                  plots.horizon_curves(by_name, labels, entries, cfg.tie, cfg.ci_resamples, cfg.seed),
+                  plots.tier_bars(results, entries),
+                  [HorizonDeltas.from_test(t) for t in [*sig, *pairs] if isinstance(t, PairedTest)],
+                  plots.order_shares(results, entries), plots.ceiling_stages(results, entries),
+                  plots.horizon_mix(results, card))
 
 
 def write_report(report: Report, out_dir: Path) -> None:
     """Every table (md, csv, tex), plot, report.json, report_config.json and report.md into ``out_dir``."""
-    from eval.plots import plot_r5_by_horizon, plot_tiers
-
     tables = render_tables(report)
     for t in tables:
         t.write(out_dir)
-    plot_r5_by_horizon(report.curves, out_dir / "r5_by_horizon.png")
-    plot_tiers(report.tier_bars, out_dir / "tiers.png")
+    plots.plot_r5_by_horizon(report.curves, out_dir / "r5_by_horizon.png")
+    plots.plot_tiers(report.tier_bars, out_dir / "tiers.png")
     extra = _write_extra_plots(report, out_dir)
     write_json(out_dir / "report.json", _jsonable(report.to_dict()))
     write_json(out_dir / "report_config.json", _jsonable(asdict(report.config)))
@@ -777,8 +687,6 @@ EXTRA_PLOTS = {"deltas_by_horizon": "Paired ΔR@5 by horizon (forest plot)",
 def _write_extra_plots(report: Report, out_dir: Path) -> list[tuple[str, str]]:
     """The forest plot, triplet order shares, ceiling decomposition and horizon shares that have data, each as
     ``NAME.png`` and ``NAME.json``; returns (name, title) of those written."""
-    from eval import plots
-
     drawn = {"deltas_by_horizon": (report.deltas, plots.plot_deltas_by_horizon),
              "triplet_orders": (report.order_shares, plots.plot_order_shares),
              "ceiling": (report.ceiling, plots.plot_ceiling),

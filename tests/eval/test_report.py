@@ -140,8 +140,11 @@ def test_report_plots_hold_the_report_numbers(synth_dir, synth_runs, tmp_path):
     sidecar JSON holds report.json's numbers."""
     _, paths = synth_runs
     out = tmp_path / "report"
+    card = {"values": {f"h{h}_share": h / 15 for h in range(1, 6)}}
+    (tmp_path / "card.json").write_text(json.dumps(card))
     res = CliRunner().invoke(app, ["report", *map(str, paths), "--data", str(synth_dir), "--out", str(out),
-                                   "--reference", "persistence", "--resamples", "200"])
+                                   "--reference", "persistence", "--resamples", "200", "--card",
+                                   str(tmp_path / "card.json")])
     assert res.exit_code == 0, res.output
     doc = json.loads((out / "report.json").read_text())
     md = (out / "report.md").read_text()
@@ -159,7 +162,13 @@ def test_report_plots_hold_the_report_numbers(synth_dir, synth_runs, tmp_path):
     assert shares["oracle"]["shares"] == [orders[o]["share"] for o in shares["oracle"]["orders"]]
     mix = json.loads((out / "horizon_shares.json").read_text())
     n = [doc["runs"]["oracle"]["by_horizon"].get(str(h), {"n": 0})["n"] for h in mix["horizon"]]
-    assert mix["population"] == pytest.approx([x / sum(n) for x in n]) and mix["card"] is None
+    assert mix["population"] == pytest.approx([x / sum(n) for x in n])
+    assert mix["card"] == [card["values"][f"h{h}_share"] for h in mix["horizon"]]
+    from cli_run import run_cli
+
+    res = run_cli("eval", "report", paths[0], "--data", synth_dir, "--out", tmp_path / "bad", "--card",
+                  tmp_path / "nope.json")
+    assert res.code == 2 and "--card" in res.err and "nope.json" in res.err and "Traceback" not in res.err
 
 
 def test_report_pair_tests_equal_the_reference_tests(synth_dir, synth_runs, tmp_path):

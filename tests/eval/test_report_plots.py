@@ -99,17 +99,16 @@ def test_ceiling_stages_follow_the_findings_decomposition():
     from types import SimpleNamespace
 
     from eval.findings import ceiling
-    from eval.report import ceiling_stages, group_entries
+    from eval.plots import ceiling_stages
+    from eval.report import group_entries
 
     r5 = {"semantic-text": 0.8, "lftr-sim[minilm]": 0.4, "lftr[minilm]-seed0": 0.1, "lftr[minilm]-seed1": 0.3,
           "persistence": 0.05}
-    report = SimpleNamespace(entries=group_entries(list(r5)),
-                             runs={n: SimpleNamespace(main=MetricBlock({"R@5": v})) for n, v in r5.items()})
-    stages = ceiling_stages(report)
+    entries = group_entries(list(r5))
+    runs = {n: SimpleNamespace(main=MetricBlock({"R@5": v})) for n, v in r5.items()}
+    stages = ceiling_stages(runs, entries)
     assert [(s.stage, s.run) for s in stages] == [(st, run) for st, run, _ in ceiling(
-        {"entries": [e.__dict__ for e in report.entries], "runs": {n: {"main": {"R@5": v}} for n, v in r5.items()}})]
+        {"entries": [e.__dict__ for e in entries], "runs": {n: {"main": {"R@5": v}} for n, v in r5.items()}})]
     assert [s.r5 for s in stages] == pytest.approx([80.0, 40.0, 20.0])
     assert [s.share_of_first for s in stages] == pytest.approx([1.0, 0.5, 0.25])
-    report.runs = {"persistence": report.runs["persistence"]}
-    report.entries = group_entries(["persistence"])
-    assert ceiling_stages(report) == []
+    assert ceiling_stages({"persistence": runs["persistence"]}, group_entries(["persistence"])) == []
