@@ -200,9 +200,25 @@ _FAIR_HELP = "evaluated population: only fair queries (main GT pool non-empty; t
 _QTYPES_HELP = "evaluated population: question types (default Q1-Q4; Q5 groups get their own joint table)"
 
 
-def _print_notes(doc: dict) -> None:
-    for note in doc.get("notes", []):
-        err.print(f"[yellow]note:[/] {note}", highlight=False)
+def _read_card(path: Path) -> dict:
+    """A card.json (`eval.card.write_card`); a missing or unreadable file is a one-line error."""
+    from eval.errors import InputError
+
+    try:
+        card = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"--card {path}: not a readable card.json ({e})",
+                         fix="write one with `python -m eval card DATA --out DIR`") from None
+    if not isinstance(card, dict) or "values" not in card:
+        raise InputError(f"--card {path}: not a card.json (no 'values')",
+                         fix="write one with `python -m eval card DATA --out DIR`")
+    return card
+
+
+def _print_notes(report) -> None:
+    """One line per note (`eval.report_result.Note.line`); report.md holds each in full."""
+    for note in report.notes:
+        err.print(f"[yellow]note:[/] {note.line}", highlight=False, soft_wrap=True)
 _GAINS_HELP = "nDCG tier gains, e.g. in_dataset=1,cross_dataset=1,bge_similar=0.5 (the default)"
 
 
@@ -226,12 +242,12 @@ def score(
     from eval.report import build_report
 
     cfg = _report_config(data, [run], None, tie, ndcg_k, gains, 10_000, seed, split, fair, qtypes)
-    doc = build_report(_load_runs([run]), Benchmark.load(data), out, cfg, progress=True, inputs=[data, run],
+    rep = build_report(_load_runs([run]), Benchmark.load(data), out, cfg, progress=True, inputs=[data, run],
                        overwrite=overwrite)
-    _print_notes(doc)
-    main = next(iter(doc["runs"].values()))["main"]
-    console.print(" ".join(f"{k}={100 * v:.2f}" for k, v in main.items() if k.startswith(("R@", "MRR", "macro"))
-                           and v is not None) + f"  n={main['n']}  ({doc['population']['description']})")
+    _print_notes(rep)
+    main = next(iter(rep.runs.values())).main
+    console.print(" ".join(f"{k}={100 * v:.2f}" for k, v in main.values.items() if k.startswith(("R@", "MRR", "macro"))
+                           and v is not None) + f"  n={main.n}  ({rep.population.describe()})")
     console.print(f"[green]wrote[/] {out}")
 
 
@@ -254,6 +270,8 @@ def report(
     qtypes: str = typer.Option("Q1,Q2,Q3,Q4", "--qtypes", help=_QTYPES_HELP),
     intersect: bool = typer.Option(False, "--intersect", help="evaluate over the population queries every run holds "
                                                               "(with a note) instead of refusing a run lacking some"),
+    card: Path = typer.Option(None, "--card", help="card.json of the benchmark (`eval card --out`): its horizon "
+                                                   "shares are plotted beside the population's"),
 ) -> None:
     """Paper-shaped tables for many runs over one evaluated population (main, by horizon, question type, tier, GT
     definition, domain, triplets, multi-object Q5, significance vs --reference) as md/csv/tex, PNG plots and
@@ -263,9 +281,10 @@ def report(
 
     cfg = _report_config(data, runs, reference, tie, ndcg_k, gains, resamples, seed, split, fair, qtypes, intersect,
                          pair)
-    doc = build_report(_load_runs(runs), Benchmark.load(data), out, cfg, progress=True, inputs=[data, *runs],
-                       overwrite=overwrite)
-    _print_notes(doc)
+    card_json = _read_card(card) if card is not None else None
+    rep = build_report(_load_runs(runs), Benchmark.load(data), out, cfg, progress=True, inputs=[data, *runs],
+                       overwrite=overwrite, card=card_json)
+    _print_notes(rep)
     typer.echo((out / "main.md").read_text(encoding="utf-8"))
     console.print(f"[green]wrote[/] {out}")
 
@@ -312,7 +331,7 @@ def compare(
                         lftr_set=tuple(lftr_set), lftr_runs=parse_pairs(lftr_run, "--lftr-run", "bge=lftr-bge.parquet"),
                         split=split, seed=seed, resamples=resamples, all_queries=all_queries, synthetic=synthetic)
     result = run_compare(cfg, overwrite=overwrite)
-    _print_notes({"notes": result.notes})
+    _print_notes(result)
     typer.echo(result.table)
     console.print(f"[green]wrote[/] {out / 'table3.md'}, {out / 'compare.json'} and {out / 'report'}")
 

@@ -43,8 +43,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from eval.errors import IncompleteJob, InputError
+
+if TYPE_CHECKING:
+    from eval.report_result import Note
 
 OUTPUT_KIND = "eval compare"
 #: Everything the command writes into ``--out`` (recognises an output folder written before markers existed).
@@ -107,7 +111,8 @@ class Comparison:
     n_held_by_all: int
     main: dict[str, dict]
     significance: dict[str, dict]
-    notes: list[str]
+    #: the report's notes (full text and one terminal line)
+    notes: list[Note]
 
 
 def slug(label: str) -> str:
@@ -337,10 +342,10 @@ def significance_report(cfg: CompareConfig, bench, files: dict[str, Path], refer
     paths = list(files.values())
     rc = ReportConfig(reference=slug(reference), n_resamples=cfg.resamples, seed=cfg.seed, data=str(cfg.data),
                       runs=[str(p) for p in paths], split=(cfg.split,), intersect=True)
-    doc = build_report([read_run(p) for p in paths], bench, cfg.out / "report", rc, progress=True,
+    rep = build_report([read_run(p) for p in paths], bench, cfg.out / "report", rc, progress=True,
                        inputs=[cfg.data, *paths])
     report = json.loads((cfg.out / "report" / "report.json").read_text(encoding="utf-8"))
-    return {s["run"]: s for s in report["significance"]}, list(doc.get("notes", []))
+    return {s["run"]: s for s in report["significance"]}, list(rep.notes)
 
 
 def table3_markdown(cfg: CompareConfig, bench_name: str, labels: Sequence[str], results: dict[str, dict],

@@ -10,7 +10,12 @@ Output directory::
     significance.{md,csv,tex}     every run vs the reference run: paired bootstrap, McNemar, per-horizon bootstrap,
                                   and a paired t-test across seeds for multi-seed groups
     pairs.{md,csv,tex}            the same tests between two other runs (``--pair RUN:AGAINST``, repeatable)
-    r5_by_horizon.png, tiers.png  plots (matplotlib, Agg)
+    r5_by_horizon.png, tiers.png  R@5 by horizon (95% CIs), R@5 by GT tier (matplotlib, Agg; numbers in report.json)
+    deltas_by_horizon.png         forest plot of the per-horizon paired ΔR@5 with 95% CIs (with --reference or --pair)
+    triplet_orders.png            stacked bars of the triplet order shares per method
+    ceiling.png                   the ceiling decomposition (`eval.findings.ceiling`), when the runs hold its roles
+    horizon_shares.png            the population's share of queries per horizon, and the card's (``--card``)
+                                  (each of these four with its plotted numbers beside it as NAME.json)
     report.json                   every number above (fractions in [0, 1]) + the per-run stratified results
     report_config.json            the resolved configuration of this report
 
@@ -46,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from eval import plots
 from eval.errors import InputError
 from eval.evaluate import (
     MAIN_POOL,
@@ -61,6 +67,20 @@ from eval.evaluate import (
 )
 from eval.io import atomic_dir, atomic_path, write_json
 from eval.metrics import DEFAULT_KS, RankStats, recall_at_k
+from eval.report_result import (
+    CeilingStage,
+    GroupsResult,
+    HorizonCurve,
+    HorizonDeltas,
+    HorizonMix,
+    MetricBlock,
+    Note,
+    OrderShares,
+    PairedTest,
+    RunResult,
+    SeedGroupTest,
+    TierBars,
+)
 from eval.schema import GT_DEFINITION_FIELDS, REPORT_MAX_HORIZON
 from eval.stats import MIN_BOOTSTRAP_N, mcnemar, paired_bootstrap, paired_bootstrap_by, paired_ttest, seed_summary
 
@@ -101,7 +121,7 @@ class ReportConfig:
         return Population(tuple(self.split) if self.split is not None else None, self.fair, tuple(self.qtypes))
 
 
-# ------------------------------------------------------------------------------------------------ tables
+# ------------------------------------------------------------------------------------------------ table cells
 @dataclass
 class Table:
     """A small table rendered as Markdown, CSV and LaTeX. Cells are strings (already formatted)."""
@@ -164,15 +184,6 @@ def _cell(values: Sequence[float], scale: float = 100.0, digits: int = 2) -> str
     return f"{s.mean:.{digits}f}±{s.std:.{digits}f}"
 
 
-def _get(result: dict, path: Sequence[str]) -> float | None:
-    cur: Any = result
-    for p in path:
-        if not isinstance(cur, dict) or p not in cur:
-            return None
-        cur = cur[p]
-    return cur
-
-
 @dataclass
 class Entry:
     """A table row: one run, or a multi-seed group of runs."""
@@ -207,27 +218,29 @@ def group_entries(names: Sequence[str]) -> list[Entry]:
     return entries
 
 
-# ------------------------------------------------------------------------------------------------ report
-def _stratum_table(name, title, entries, results, section, keys, metric="R@5", caption="", prefix=""):
+# ------------------------------------------------------------------------------------------------ tables
+def _stratum_table(name: str, title: str, entries: list[Entry], blocks: Mapping[str, Mapping[str, MetricBlock]],
+                   keys: Sequence[str], metric: str = "R@5", caption: str = "", prefix: str = "") -> Table:
+    """One row per entry, one column per stratum value in ``keys``; ``blocks``: run name -> value -> block."""
     cols = ["method"]
     for k in keys:
-        ns = {_get(results[n], (section, k, "n")) for e in entries for n in e.names}
+        ns = {blocks[n][k].n for e in entries for n in e.names if k in blocks[n]}
         ns.discard(None)
         label = f"{prefix}{k}" if k != "all" else k
         cols.append(f"{label} (n={ns.pop()})" if len(ns) == 1 else label)
-    rows = [[e.label] + [_cell([_get(results[n], (section, k, metric)) for n in e.names]) for k in keys]
-            for e in entries]
+    rows = [[e.label] + [_cell([blocks[n][k].get(metric) if k in blocks[n] else None for n in e.names])
+                         for k in keys] for e in entries]
     return Table(name, title, cols, rows, caption)
 
 
-def _main_table(entries, results, cfg: ReportConfig) -> Table:
+def _main_table(entries: list[Entry], runs: Mapping[str, RunResult], cfg: ReportConfig) -> Table:
     metrics = [f"R@{k}" for k in cfg.ks] + ["MRR", "macro", f"nDCG@{cfg.ndcg_k}"]
     cols = ["method"] + metrics + ["MedR", "n"]
     rows = []
     for e in entries:
-        r = [e.label] + [_cell([_get(results[n], ("main", m)) for n in e.names]) for m in metrics]
-        r.append(_cell([_get(results[n], ("main", "MedR")) for n in e.names], scale=1.0, digits=1))
-        ns = sorted({_get(results[n], ("main", "n")) for n in e.names})
+        r = [e.label] + [_cell([runs[n].main.get(m) for n in e.names]) for m in metrics]
+        r.append(_cell([runs[n].main.get("MedR") for n in e.names], scale=1.0, digits=1))
+        ns = sorted({runs[n].main.n for n in e.names})
         r.append("/".join(str(x) for x in ns))
         rows.append(r)
     cap = (f"Main pool (type2-all: in-dataset + cross-dataset, own video excluded). R@k micro, x100; macro = R@5 "
@@ -235,17 +248,15 @@ def _main_table(entries, results, cfg: ReportConfig) -> Table:
     return Table("main", "Main results", cols, rows, cap)
 
 
-def _triplet_table(entries, results) -> Table:
-    from eval.triplets import ORDERS, order_name
-
-    orders = [order_name(o) for o in ORDERS] + ["missed"]
+def _triplet_table(entries: list[Entry], runs: Mapping[str, RunResult]) -> Table:
+    orders = _order_names()
     cols = ["method", "Acc_temp", "Acc_sem", "Acc_tri"] + orders + ["n"]
     rows = []
     for e in entries:
-        r = [e.label] + [_cell([_get(results[n], ("triplets", "all", m)) for n in e.names]) for m in
-                         ("acc_temp", "acc_sem", "acc_tri")]
-        r += [_cell([_get(results[n], ("triplets", "all", "orders", o, "share")) for n in e.names]) for o in orders]
-        r.append("/".join(sorted({str(_get(results[n], ("triplets", "all", "n"))) for n in e.names})))
+        trip = [runs[n].triplets.all for n in e.names]
+        r = [e.label] + [_cell([getattr(t, m) for t in trip]) for m in ("acc_temp", "acc_sem", "acc_tri")]
+        r += [_cell([t.orders[o].share for t in trip]) for o in orders]
+        r.append("/".join(sorted({str(t.n) for t in trip})))
         rows.append(r)
     cap = ("Triplets per query: main = best type1 GT item (same subject+state, other video); temp = best segment of "
            "the queried object's own trajectory in another state; sem = best other-video segment in the target state "
@@ -254,22 +265,30 @@ def _triplet_table(entries, results) -> Table:
     return Table("triplets", "Triplet diagnostics", cols, rows, cap)
 
 
-def _multi_object_table(entries, groups_res: dict, cfg: ReportConfig, q5_pop: Population) -> Table | None:
+def _order_names() -> list[str]:
+    """The triplet orders as the report names them (``main > temp > sem``, ...), then ``missed``."""
+    from eval.triplets import ORDERS, order_name
+
+    return [order_name(o) for o in ORDERS] + ["missed"]
+
+
+def _multi_object_table(entries: list[Entry], groups_res: Mapping[str, GroupsResult], cfg: ReportConfig,
+                        q5_pop: Population) -> Table | None:
     have = [e for e in entries if all(n in groups_res for n in e.names)]
     if not have:
         return None
-    sizes = sorted({s for n in groups_res for s in groups_res[n]["by_size"]}, key=int)
+    sizes = sorted({s for n in groups_res for s in groups_res[n].by_size}, key=int)
     cols = (["method"] + [f"joint R@{k}" for k in cfg.ks] + [f"per-object R@{k}" for k in cfg.ks]
             + [f"joint R@5 K={s}" for s in sizes] + ["groups", "objects"])
     rows = []
     for e in have:
         res = [groups_res[n] for n in e.names]
-        r = [e.label] + [_cell([x["joint"][f"R@{k}"] for x in res]) for k in cfg.ks]
-        r += [_cell([x["per_object"][f"R@{k}"] for x in res]) for k in cfg.ks]
-        r += [_cell([x["by_size"].get(s, {}).get("R@5") for x in res]) for s in sizes]
-        r += ["/".join(sorted({str(x["n_groups"]) for x in res})), "/".join(sorted({str(x["n_objects"]) for x in res}))]
+        r = [e.label] + [_cell([x.joint[f"R@{k}"] for x in res]) for k in cfg.ks]
+        r += [_cell([x.per_object[f"R@{k}"] for x in res]) for k in cfg.ks]
+        r += [_cell([x.by_size[s].get("R@5") if s in x.by_size else None for x in res]) for s in sizes]
+        r += ["/".join(sorted({str(x.n_groups) for x in res})), "/".join(sorted({str(x.n_objects) for x in res}))]
         rows.append(r)
-    left = max(x["n_groups_left_out"] for x in groups_res.values())
+    left = max(x.n_groups_left_out for x in groups_res.values())
     cap = (f"Multi-object stress test (PSR App. Q), population: {q5_pop.describe()}; a group is the K objects of one "
            f"video asked together. joint R@k: every member query is a hit at k (ties: {cfg.tie}; members rank "
            "independently, so the tie-aware joint is the product of their expected hits); per-object R@k: the mean "
@@ -287,7 +306,7 @@ def _per_query_r5(run, tie: str) -> np.ndarray:
 
 
 def _paired_test(name: str, run, ref_name: str, ref, labels: Mapping[str, QueryLabels],
-                 cfg: ReportConfig) -> dict | None:
+                 cfg: ReportConfig) -> PairedTest | None:
     """Paired bootstrap, McNemar and per-horizon bootstrap of ``run`` against ``ref`` on the queries both hold
     (None when they share none); delta = run - reference."""
     held = set(ref.query_ids)
@@ -299,9 +318,7 @@ def _paired_test(name: str, run, ref_name: str, ref, labels: Mapping[str, QueryL
     boot = paired_bootstrap(ea, eb, n_resamples=cfg.n_resamples, seed=cfg.seed)
     mc = mcnemar(ea, eb, n_resamples=cfg.n_resamples, seed=cfg.seed)
     by_h = paired_bootstrap_by(ea, eb, horizons, n_resamples=cfg.n_resamples, seed=cfg.seed)
-    return {"run": name, "reference": ref_name, "metric": "R@5", "tie": cfg.tie, "n": boot.n,
-            "bootstrap": boot.to_dict(), "mcnemar": mc.to_dict(),
-            "by_horizon": {str(h): r.to_dict() for h, r in by_h.items()}}
+    return PairedTest(name, ref_name, "R@5", cfg.tie, boot.n, boot, mc, {int(h): r for h, r in by_h.items()})
 
 
 def _resolve_name(runs: Mapping[str, Any], entries: list[Entry], name: str, what: str) -> str:
@@ -315,8 +332,8 @@ def _resolve_name(runs: Mapping[str, Any], entries: list[Entry], name: str, what
 
 
 def _pair_tests(runs: Mapping[str, Any], labels: Mapping[str, QueryLabels], entries: list[Entry],
-                cfg: ReportConfig) -> tuple[list[dict], Table | None]:
-    """The ``--pair A:B`` tests (each run A against run B), in the significance table's format."""
+                cfg: ReportConfig) -> list[PairedTest]:
+    """The ``--pair A:B`` tests (each run A against run B)."""
     out = []
     for a, b in cfg.pairs:
         na, nb = _resolve_name(runs, entries, a, "--pair run"), _resolve_name(runs, entries, b, "--pair run")
@@ -324,25 +341,30 @@ def _pair_tests(runs: Mapping[str, Any], labels: Mapping[str, QueryLabels], entr
         if test is None:
             raise InputError(f"--pair {a}:{b}: the two runs share no query of the population")
         out.append(test)
-    if not out:
-        return [], None
+    return out
+
+
+def _pairs_table(pairs: list[PairedTest], cfg: ReportConfig) -> Table | None:
+    """The ``--pair`` tests in the significance table's format."""
+    if not pairs:
+        return None
     cols = ["run", "against", *_SIG_COLS[1:], *[f"Δh{h}" for h in range(1, REPORT_MAX_HORIZON + 1)]]
-    rows = [[r["run"], r["reference"], *_sig_row(r)[1:]] for r in out]
+    rows = [[t.run, t.reference, *_sig_row(t)[1:]] for t in pairs]
     cap = (f"Paired tests between two runs (`--pair RUN:AGAINST`), on the queries both hold: {_test_caption(cfg)}")
-    return out, Table("pairs", "Paired tests between runs", cols, rows, cap)
+    return Table("pairs", "Paired tests between runs", cols, rows, cap)
 
 
 _SIG_COLS = ["run", "n", "ΔR@5 (pp)", "95% CI", "p (bootstrap)", "McNemar b/c", "p (McNemar)"]
 
 
-def _sig_row(r: dict) -> list[str]:
-    b, m = r["bootstrap"], r["mcnemar"]
-    bc = (f"{m['b']}/{m['c']}" if m["method"] == "exact" else f"{m['b']:.1f}/{m['c']:.1f}")
-    row = [r["run"], str(r["n"]), f"{100 * b['delta']:+.2f}", f"[{100 * b['ci_low']:+.2f}, {100 * b['ci_high']:+.2f}]",
-           _fmt_p(b["p_value"]), bc, _fmt_p(m["p_value"])]
+def _sig_row(t: PairedTest) -> list[str]:
+    b, m = t.bootstrap, t.mcnemar
+    bc = (f"{m.b}/{m.c}" if m.method == "exact" else f"{m.b:.1f}/{m.c:.1f}")
+    row = [t.run, str(t.n), f"{100 * b.delta:+.2f}", f"[{100 * b.ci_low:+.2f}, {100 * b.ci_high:+.2f}]",
+           _fmt_p(b.p_value), bc, _fmt_p(m.p_value)]
     for h in range(1, REPORT_MAX_HORIZON + 1):
-        hb = r["by_horizon"].get(str(h))
-        row.append("—" if hb is None else f"{100 * hb['delta']:+.1f} (p={_fmt_p(hb['p_value'])}, n={hb['n']})")
+        hb = t.by_horizon.get(h)
+        row.append("—" if hb is None else f"{100 * hb.delta:+.1f} (p={_fmt_p(hb.p_value)}, n={hb.n})")
     return row
 
 
@@ -357,67 +379,122 @@ def _test_caption(cfg: ReportConfig) -> str:
 
 
 def _significance(runs: Mapping[str, Any], labels: Mapping[str, QueryLabels], entries: list[Entry],
-                  cfg: ReportConfig) -> tuple[list[dict], Table | None]:
+                  cfg: ReportConfig) -> tuple[str | None, list[PairedTest | SeedGroupTest]]:
+    """The reference run's name and every test against it: per run, then per seed group (t-test over seeds, when
+    the reference is a seed group)."""
     if not cfg.reference:
-        return [], None
+        return None, []
     ref_entry = next((e for e in entries if cfg.reference in (e.label, *e.names) or
                       (e.is_group and seed_group(e.names[0])[0] == cfg.reference)), None)
     if ref_entry is None:
         raise InputError(f"reference {cfg.reference!r} is not among the runs: {[e.label for e in entries]}")
     ref_name = cfg.reference if cfg.reference in runs else ref_entry.names[0]
     ref = runs[ref_name]
-    out = []
+    out: list[PairedTest | SeedGroupTest] = []
     for name, run in runs.items():
         if name != ref_name:
             test = _paired_test(name, run, ref_name, ref, labels, cfg)
             if test is not None:
                 out.append(test)
     ref_group = ref_entry if ref_entry.is_group else None
-    groups = []
     for e in entries:
         if e.is_group and ref_group is not None and e is not ref_group:
             a = {s: _get_main(runs[n], cfg) for n, s in zip(e.names, e.seeds, strict=True)}
             b = {s: _get_main(runs[n], cfg) for n, s in zip(ref_group.names, ref_group.seeds, strict=True)}
             try:
-                groups.append({"group": e.label, "reference": ref_group.label, "metric": "R@5",
-                               "ttest": paired_ttest(a, b).to_dict()})
+                out.append(SeedGroupTest(e.label, ref_group.label, "R@5", ttest=paired_ttest(a, b)))
             except ValueError as err:
-                groups.append({"group": e.label, "reference": ref_group.label, "metric": "R@5", "error": str(err)})
+                out.append(SeedGroupTest(e.label, ref_group.label, "R@5", error=str(err)))
+    return ref_name, out
+
+
+def _significance_table(ref_name: str | None, tests: list[PairedTest | SeedGroupTest],
+                        cfg: ReportConfig) -> Table | None:
+    if ref_name is None:
+        return None
     cols = _SIG_COLS + [f"Δh{h}" for h in range(1, REPORT_MAX_HORIZON + 1)]
-    rows = [_sig_row(r) for r in out]
-    for g in groups:
-        t = g.get("ttest")
-        rows.append([f"{g['group']} (paired t over seeds)", str(len(t["seeds"])) if t else "—",
-                     f"{100 * t['delta']:+.2f}" if t else "—", "—", f"{t['p_value']:.2g}" if t else g["error"],
-                     "—", "—"] + ["—"] * REPORT_MAX_HORIZON)
+    rows = [_sig_row(t) for t in tests if isinstance(t, PairedTest)]
+    for g in tests:
+        if isinstance(g, SeedGroupTest):
+            t = g.ttest
+            rows.append([f"{g.group} (paired t over seeds)", str(len(t.seeds)) if t else "—",
+                         f"{100 * t.delta:+.2f}" if t else "—", "—", f"{t.p_value:.2g}" if t else g.error,
+                         "—", "—"] + ["—"] * REPORT_MAX_HORIZON)
     cap = f"vs reference {ref_name} on the queries both hold: {_test_caption(cfg)}"
-    return out + groups, Table("significance", f"Significance vs {ref_name}", cols, rows, cap)
+    return Table("significance", f"Significance vs {ref_name}", cols, rows, cap)
 
 
 def _get_main(run, cfg) -> float:
     return float(np.nanmean(_per_query_r5(run, cfg.tie)))
 
 
-#: Output kind of a report directory (`eval.outputs`); files that identify one written before markers existed.
+#: Output kind of a report directory (`eval.outputs`), and the files that identify one without a marker.
 OUTPUT_KIND = "eval report"
-LEGACY_FILES = ("report.json", "report_config.json")
+UNMARKED_FILES = ("report.json", "report_config.json")
+
+
+@dataclass
+class Report:
+    """A report over one population: every run's evaluation, the multi-object groups, the paired tests and the data
+    of each plot. The tables (`render_tables`), plots (`eval.plots`), report.md and report.json render from it."""
+
+    config: ReportConfig
+    population: Population
+    n: int
+    notes: list[Note]
+    entries: list[Entry]
+    runs: dict[str, RunResult]
+    multi_object: dict[str, GroupsResult]
+    #: the reference run's name (``--reference``, resolved to a run) and the tests against it
+    reference: str | None
+    significance: list[PairedTest | SeedGroupTest]
+    pairs: list[PairedTest]
+    curves: list[HorizonCurve]
+    tier_bars: list[TierBars]
+    #: the forest plot: each test against the reference, then each ``--pair`` test
+    deltas: list[HorizonDeltas] = field(default_factory=list)
+    order_shares: list[OrderShares] = field(default_factory=list)
+    ceiling: list[CeilingStage] = field(default_factory=list)
+    horizon_mix: HorizonMix | None = None
+
+    def population_line(self) -> str:
+        return f"Population: {self.population.describe()}; n = {self.n:,} queries."
+
+    def plot_data(self) -> dict:
+        """The plotted numbers, by plot name then table row (as report.json stores them)."""
+        return {"r5_by_horizon": {c.label: c.to_dict() for c in self.curves},
+                "tiers": {b.label: b.to_dict() for b in self.tier_bars}}
+
+    def to_dict(self) -> dict:
+        """The JSON document of report.json (NaN stays NaN here; `write_report` writes it as null)."""
+        return {"config": asdict(self.config), "population": {**self.population.to_dict(), "n": self.n},
+                "notes": [n.text for n in self.notes], "entries": [asdict(e) for e in self.entries],
+                "runs": {k: r.to_dict() for k, r in self.runs.items()},
+                "multi_object": {k: g.to_dict() for k, g in self.multi_object.items()},
+                "significance": [t.to_dict() for t in self.significance],
+                "pairs": [t.to_dict() for t in self.pairs], "plots": self.plot_data(),
+                "tables": {t.name: t.to_dict() for t in render_tables(self)}}
 
 
 def build_report(runs: Sequence[Any], bench, out_dir: str | Path, cfg: ReportConfig | None = None,
-                 progress: bool = False, *, inputs: Sequence[str | Path] = (), overwrite: bool = False) -> dict:
+                 progress: bool = False, *, inputs: Sequence[str | Path] = (), overwrite: bool = False,
+                 card: Mapping | None = None) -> Report:
     """Evaluate ``runs`` (`eval.runs.Run`, names unique) on ``bench`` over the population of ``cfg`` and write every
-    table, plot and JSON into ``out_dir`` (built beside it and swapped in at the end); returns the JSON document.
+    table, plot and JSON into ``out_dir`` (built beside it and swapped in at the end); returns the report.
     ``out_dir`` must be new or an earlier report (`eval.outputs`; ``overwrite`` forces), and never one of the job's
     ``inputs``. Bad runs (another benchmark, missing population queries, empty) raise `eval.errors.InputError`
-    before anything is written."""
+    before anything is written. ``card``: the benchmark's card.json (`eval.card`), plotted beside the population's
+    horizon shares."""
     from eval.outputs import check_output_dir
 
     cfg = cfg or ReportConfig()
-    target = dict(kind=OUTPUT_KIND, inputs=inputs, overwrite=overwrite, legacy=LEGACY_FILES)
+    target = dict(kind=OUTPUT_KIND, inputs=inputs, overwrite=overwrite, legacy=UNMARKED_FILES)
     check_output_dir(out_dir, **target)  # before any work
     prepared = _prepare(runs, bench, cfg)
+    report = evaluate_report(prepared, cfg, progress, card)
     with atomic_dir(out_dir, tag="report", **target) as stage:  # a failed report leaves no half-written directory
-        return _build(prepared, stage, cfg, progress)
+        write_report(report, stage)
+    return report
 
 
 @dataclass
@@ -430,7 +507,7 @@ class _Prepared:
     q5_runs: dict[str, Any]
     groups: dict[str, list[str]]
     groups_left_out: int
-    notes: list[str]
+    notes: list[Note]
 
 
 def _prepare(runs: Sequence[Any], bench, cfg: ReportConfig) -> _Prepared:
@@ -484,17 +561,19 @@ def _intersect(runs: Sequence[Any], pop: Population, pop_ids: list[str], out: _P
     common = set.intersection(*(set(r.query_ids) for r in runs))
     kept_ids = [q for q in pop_ids if q in common]
     if len(kept_ids) < len(pop_ids):
-        out.notes.append(f"--intersect: the runs hold {len(kept_ids)} of the {len(pop_ids)} queries of the population "
-                         f"({pop.describe()}) in common; every table is over those")
+        out.notes.append(Note(f"--intersect: the runs hold {len(kept_ids)} of the {len(pop_ids)} queries of the "
+                              f"population ({pop.describe()}) in common; every table is over those",
+                              f"--intersect: every table is over the {len(kept_ids)} of {len(pop_ids)} population "
+                              "queries all runs hold"))
     kept = {g: m for g, m in out.groups.items() if all(q in common for q in m)}
     if len(kept) < len(out.groups) and any(set(m) & common for m in out.groups.values()):
-        out.notes.append(f"--intersect: {len(kept)} of the {len(out.groups)} multi-object groups are held whole by "
-                         "every run")
+        text = f"--intersect: {len(kept)} of the {len(out.groups)} multi-object groups are held whole by every run"
+        out.notes.append(Note(text, text))
     out.groups = kept
     return kept_ids
 
 
-def _left_out_note(run, bench, pop: Population, q5: bool) -> str | None:
+def _left_out_note(run, bench, pop: Population, q5: bool) -> Note | None:
     """What of ``run`` lies outside the population (other splits, non-fair, other question types), or None."""
     labels = QueryLabels.from_benchmark(bench, run.query_ids, run.name)
     outside = ~pop.mask(labels)
@@ -503,81 +582,124 @@ def _left_out_note(run, bench, pop: Population, q5: bool) -> str | None:
         return None
     splits = sorted({str(x) for x in labels.split[outside]} - set(pop.splits or ()))
     parts = [f"other splits: {', '.join(splits)}"] if splits and pop.splits is not None else []
+    short = list(parts)
     if pop.fair and (~labels.fair[outside]).any():
         parts.append(f"{int((~labels.fair[outside]).sum())} not fair")
+        short.append(parts[-1])
     qt = sorted({str(x) for x in labels.qtype[outside]} - set(pop.qtypes))
     if qt:
         parts.append("question types " + ", ".join(qt) + (" (Q5 groups scored in the multi-object table)" if q5 else ""))
-    return (f"run {run.name!r}: {left} of its {run.n} queries are outside the population ({pop.describe()}) and left "
+        short.append(", ".join(qt) + (" (in the multi-object table)" if q5 else ""))
+    text = (f"run {run.name!r}: {left} of its {run.n} queries are outside the population ({pop.describe()}) and left "
             f"out" + (f" ({'; '.join(parts)})" if parts else ""))
+    line = (f"{run.name!r}: {left} of {run.n} queries outside the population, left out"
+            + (f": {'; '.join(short)}" if short else ""))
+    return Note(text, line)
 
 
-def _tables(entries: list[Entry], results: dict, cfg: ReportConfig) -> list[Table]:
-    """The main, stratum and triplet tables of evaluated runs."""
+def render_tables(report: Report) -> list[Table]:
+    """Every table of the report, in report.md order, each caption ending in the population line."""
+    cfg, entries, runs = report.config, report.entries, report.runs
     horizons = [str(h) for h in range(1, REPORT_MAX_HORIZON + 1)]
     tables = [
-        _main_table(entries, results, cfg),
+        _main_table(entries, runs, cfg),
         _stratum_table("by_horizon", "R@5 by horizon (ceiling decomposition)", entries,
-                       {n: {**res, "by_horizon": {**res["by_horizon"], "all": res["main"]}} for n, res in results.items()},
-                       "by_horizon", horizons + ["all"],
+                       {n: {**r.by_horizon, "all": r.main} for n, r in runs.items()}, horizons + ["all"],
                        caption="R@5 (x100) of the main pool by horizon (h>=6 as 5); all = micro over every query.",
                        prefix="h"),
-        _stratum_table("by_qtype", "R@5 by question type", entries, results, "by_qtype",
-                       sorted({q for res in results.values() for q in res["by_qtype"]})),
-        _stratum_table("by_tier", "R@5 by GT tier", entries, results, "by_tier",
-                       [t for t in TIER_POOLS if any(t in res["by_tier"] for res in results.values())],
+        _stratum_table("by_qtype", "R@5 by question type", entries, {n: r.by_qtype for n, r in runs.items()},
+                       sorted({q for r in runs.values() for q in r.by_qtype})),
+        _stratum_table("by_tier", "R@5 by GT tier", entries, {n: r.by_tier for n, r in runs.items()},
+                       [t for t in TIER_POOLS if any(t in r.by_tier for r in runs.values())],
                        caption="Each tier scored against its own pool; in_video over the full corpus, the others "
                                "with the own video excluded; n = queries with a non-empty tier."),
-        _stratum_table("by_gt_definition", "R@5 by GT definition", entries, results, "by_gt_definition",
-                       [d for d in GT_DEFINITION_FIELDS if any(d in res["by_gt_definition"] for res in results.values())]),
-        _stratum_table("by_domain", "R@5 by source domain", entries, results, "by_domain",
-                       sorted({d for res in results.values() for d in res["by_domain"]})),
+        _stratum_table("by_gt_definition", "R@5 by GT definition", entries,
+                       {n: r.by_gt_definition for n, r in runs.items()},
+                       [d for d in GT_DEFINITION_FIELDS if any(d in r.by_gt_definition for r in runs.values())]),
+        _stratum_table("by_domain", "R@5 by source domain", entries, {n: r.by_domain for n, r in runs.items()},
+                       sorted({d for r in runs.values() for d in r.by_domain})),
     ]
-    if all(res.get("triplets") for res in results.values()):
-        tables.append(_triplet_table(entries, results))
+    if all(r.triplets for r in runs.values()):
+        tables.append(_triplet_table(entries, runs))
+    tables += [t for t in (_significance_table(report.reference, report.significance, cfg),
+                           _pairs_table(report.pairs, cfg)) if t is not None]
+    for t in tables:
+        t.caption = (t.caption + " " if t.caption else "") + report.population_line()
+    mo = _multi_object_table(entries, report.multi_object, cfg, report.population.multi_object())
+    if mo is not None:
+        tables.append(mo)
     return tables
 
 
-def _build(prep: _Prepared, out_dir: Path, cfg: ReportConfig, progress: bool) -> dict:
+def evaluate_report(prep: _Prepared, cfg: ReportConfig, progress: bool = False, card: Mapping | None = None) -> Report:
+    """Evaluate the prepared runs: every stratum, the multi-object groups, the paired tests and the plot data
+    (``card``: the benchmark's card.json, `eval.card`, for its horizon shares)."""
     from tqdm.auto import tqdm
 
-    from eval.plots import plot_r5_by_horizon, plot_tiers
 
     by_name, labels, results, groups_res = prep.runs, prep.labels, {}, {}
     for name, r in tqdm(by_name.items(), desc="evaluating", disable=not progress):
-        results[name] = evaluate_run(r, labels[name], ks=cfg.ks, tie=cfg.tie, ndcg_k=cfg.ndcg_k, gains=cfg.gains,
-                                     population=prep.population)
+        results[name] = RunResult.from_dict(evaluate_run(r, labels[name], ks=cfg.ks, tie=cfg.tie, ndcg_k=cfg.ndcg_k,
+                                                         gains=cfg.gains, population=prep.population))
     for name, r in prep.q5_runs.items():
-        groups_res[name] = evaluate_groups(r, prep.groups, ks=cfg.ks, tie=cfg.tie, n_left_out=prep.groups_left_out)
+        groups_res[name] = GroupsResult.from_dict(evaluate_groups(r, prep.groups, ks=cfg.ks, tie=cfg.tie,
+                                                                  n_left_out=prep.groups_left_out))
     names = list(by_name)
     entries = group_entries(names)
     n_pop = len(next(iter(labels.values())).query_ids)
-    pop_line = f"Population: {prep.population.describe()}; n = {n_pop:,} queries."
-    tables = _tables(entries, results, cfg)
-    sig, sig_table = _significance(by_name, labels, entries, cfg)
-    pairs, pairs_table = _pair_tests(by_name, labels, entries, cfg)
-    tables += [t for t in (sig_table, pairs_table) if t is not None]
-    for t in tables:
-        t.caption = (t.caption + " " if t.caption else "") + pop_line
-    mo = _multi_object_table(entries, groups_res, cfg, prep.population.multi_object())
-    if mo is not None:
-        tables.append(mo)
+    ref_name, sig = _significance(by_name, labels, entries, cfg)
+    pairs = _pair_tests(by_name, labels, entries, cfg)
+    cfg.runs = names
+    return Report(cfg, prep.population, n_pop, prep.notes, entries, results, groups_res, ref_name, sig, pairs,
+                  plots.horizon_curves(by_name, labels, entries, cfg.tie, cfg.ci_resamples, cfg.seed),
+                  plots.tier_bars(results, entries),
+                  [HorizonDeltas.from_test(t) for t in [*sig, *pairs] if isinstance(t, PairedTest)],
+                  plots.order_shares(results, entries), plots.ceiling_stages(results, entries),
+                  plots.horizon_mix(results, card))
+
+
+def write_report(report: Report, out_dir: Path) -> None:
+    """Every table (md, csv, tex), plot, report.json, report_config.json and report.md into ``out_dir``."""
+    tables = render_tables(report)
     for t in tables:
         t.write(out_dir)
-    plots = {"r5_by_horizon": plot_r5_by_horizon(by_name, labels, entries, out_dir / "r5_by_horizon.png", cfg),
-             "tiers": plot_tiers(results, entries, out_dir / "tiers.png")}
-    cfg.runs = names
-    doc = {"config": asdict(cfg), "population": {**prep.population.to_dict(), "n": n_pop}, "notes": prep.notes,
-           "entries": [asdict(e) for e in entries], "runs": results, "multi_object": groups_res,
-           "significance": sig, "pairs": pairs, "plots": plots, "tables": {t.name: t.to_dict() for t in tables}}
-    write_json(out_dir / "report.json", _jsonable(doc))
-    write_json(out_dir / "report_config.json", _jsonable(asdict(cfg)))
-    notes = "".join(f"> note: {n}\n" for n in prep.notes)
+    plots.plot_r5_by_horizon(report.curves, out_dir / "r5_by_horizon.png")
+    plots.plot_tiers(report.tier_bars, out_dir / "tiers.png")
+    extra = _write_extra_plots(report, out_dir)
+    write_json(out_dir / "report.json", _jsonable(report.to_dict()))
+    write_json(out_dir / "report_config.json", _jsonable(asdict(report.config)))
+    notes = "".join(f"> note: {n.text}\n" for n in report.notes)
     with atomic_path(out_dir / "report.md") as tmp:
-        tmp.write_text("# Evaluation report\n\n" + pop_line + "\n\n" + (notes + "\n" if notes else "")
+        tmp.write_text("# Evaluation report\n\n" + report.population_line() + "\n\n" + (notes + "\n" if notes else "")
                        + "\n".join(t.markdown() for t in tables)
-                       + "\n![R@5 by horizon](r5_by_horizon.png)\n\n![R@5 by tier](tiers.png)\n", encoding="utf-8")
-    return doc
+                       + "\n![R@5 by horizon](r5_by_horizon.png)\n\n![R@5 by tier](tiers.png)\n"
+                       + "".join(f"\n![{title}]({name}.png) ([data]({name}.json))\n" for name, title in extra),
+                       encoding="utf-8")
+
+
+#: The plots beside r5_by_horizon.png and tiers.png: file stem and title, each with a sidecar ``STEM.json`` of the
+#: plotted numbers (`eval.plots`).
+EXTRA_PLOTS = {"deltas_by_horizon": "Paired ΔR@5 by horizon (forest plot)",
+               "triplet_orders": "Triplet order shares", "ceiling": "Ceiling decomposition",
+               "horizon_shares": "Horizon shares"}
+
+
+def _write_extra_plots(report: Report, out_dir: Path) -> list[tuple[str, str]]:
+    """The forest plot, triplet order shares, ceiling decomposition and horizon shares that have data, each as
+    ``NAME.png`` and ``NAME.json``; returns (name, title) of those written."""
+    drawn = {"deltas_by_horizon": (report.deltas, plots.plot_deltas_by_horizon),
+             "triplet_orders": (report.order_shares, plots.plot_order_shares),
+             "ceiling": (report.ceiling, plots.plot_ceiling),
+             "horizon_shares": (report.horizon_mix, plots.plot_horizon_shares)}
+    out = []
+    for name, (data, draw) in drawn.items():
+        if not data:
+            continue
+        draw(data, out_dir / f"{name}.png")
+        rows = [asdict(x) for x in data] if isinstance(data, list) else asdict(data)
+        write_json(out_dir / f"{name}.json", _jsonable(rows))
+        out.append((name, EXTRA_PLOTS[name]))
+    return out
 
 
 def _jsonable(x: Any) -> Any:

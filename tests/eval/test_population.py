@@ -14,7 +14,7 @@ from eval.cli import app
 from eval.errors import InputError
 from eval.evaluate import Population, QueryLabels, evaluate_groups, evaluate_run, multi_object_groups
 from eval.metrics import RankStats, recall_at_k
-from eval.report import ReportConfig, build_report
+from eval.report import ReportConfig, build_report, render_tables
 from eval.runs import Run, write_run
 from eval.scoring import score_benchmark
 from eval.stats import MIN_BOOTSTRAP_N
@@ -200,9 +200,10 @@ def test_an_extra_gt_definition_is_scored_and_reported(synth_bench, monkeypatch,
     assert "sim-exact" in run.pools
     for f in ("n_pos", "n_above", "n_tie_neg", "n_tie_pos"):
         np.testing.assert_array_equal(run.stats["sim-exact"][f], run.stats["type1-all"][f])
-    doc = build_report([run], synth_bench, tmp_path / "r", ReportConfig())
-    assert "sim-exact" in doc["runs"]["oracle"]["by_gt_definition"]
-    assert any(c.startswith("sim-exact") for c in doc["tables"]["by_gt_definition"]["columns"])
+    rep = build_report([run], synth_bench, tmp_path / "r", ReportConfig())
+    assert "sim-exact" in rep.runs["oracle"].by_gt_definition
+    table = next(t for t in render_tables(rep) if t.name == "by_gt_definition")
+    assert any(c.startswith("sim-exact") for c in table.columns)
 
 
 def test_significance_states_and_honours_the_tie_rule(synth_bench, all_runs, tmp_path):
@@ -211,7 +212,7 @@ def test_significance_states_and_honours_the_tie_rule(synth_bench, all_runs, tmp
     out = {}
     for tie in ("row", "expected"):
         cfg = ReportConfig(tie=tie, reference="oracle", n_resamples=200)
-        doc = build_report([runs["oracle"], runs["persistence"]], synth_bench, tmp_path / tie, cfg)
+        doc = build_report([runs["oracle"], runs["persistence"]], synth_bench, tmp_path / tie, cfg).to_dict()
         s = next(x for x in doc["significance"] if x.get("run") == "persistence")
         out[tie] = s
         cap = doc["tables"]["significance"]["caption"]

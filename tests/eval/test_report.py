@@ -129,6 +129,46 @@ def test_report_command_writes_every_table_and_plot(synth_dir, synth_runs, tmp_p
     assert o["bootstrap"]["p_value"] < 0.01 and o["mcnemar"]["c"] < 0.1 * o["mcnemar"]["b"]  # (tie-aware counts)
     assert r"\toprule" in (out / "by_horizon.tex").read_text()
     assert json.loads((out / "report_config.json").read_text())["reference"] == "persistence"
+    # one terminal line per note, naming the run; report.md keeps the full note
+    notes = [line for line in res.output.splitlines() if line.startswith("note:")]
+    assert len(notes) == len(doc["notes"]) and all("outside the population, left out" in n for n in notes)
+    assert all(f"> note: {n}" in (out / "report.md").read_text() for n in doc["notes"])
+
+
+def test_report_plots_hold_the_report_numbers(synth_dir, synth_runs, tmp_path):
+    """The forest plot, triplet order shares and horizon shares are written, linked from report.md, and their
+    sidecar JSON holds report.json's numbers."""
+    _, paths = synth_runs
+    out = tmp_path / "report"
+    card = {"values": {f"h{h}_share": h / 15 for h in range(1, 6)}}
+    (tmp_path / "card.json").write_text(json.dumps(card))
+    res = CliRunner().invoke(app, ["report", *map(str, paths), "--data", str(synth_dir), "--out", str(out),
+                                   "--reference", "persistence", "--resamples", "200", "--card",
+                                   str(tmp_path / "card.json")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads((out / "report.json").read_text())
+    md = (out / "report.md").read_text()
+    for name in ("deltas_by_horizon", "triplet_orders", "horizon_shares"):
+        assert (out / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({name}.png)" in md and f"]({name}.json)" in md
+    deltas = json.loads((out / "deltas_by_horizon.json").read_text())
+    sig = [s for s in doc["significance"] if "run" in s]
+    assert [d["run"] for d in deltas] == [s["run"] for s in sig]
+    for d, s in zip(deltas, sig, strict=True):
+        assert d["delta"] == [s["by_horizon"][str(h)]["delta"] for h in d["horizon"]]
+        assert d["ci_low"] == [s["by_horizon"][str(h)]["ci_low"] for h in d["horizon"]]
+    shares = {o["label"]: o for o in json.loads((out / "triplet_orders.json").read_text())}
+    orders = doc["runs"]["oracle"]["triplets"]["all"]["orders"]
+    assert shares["oracle"]["shares"] == [orders[o]["share"] for o in shares["oracle"]["orders"]]
+    mix = json.loads((out / "horizon_shares.json").read_text())
+    n = [doc["runs"]["oracle"]["by_horizon"].get(str(h), {"n": 0})["n"] for h in mix["horizon"]]
+    assert mix["population"] == pytest.approx([x / sum(n) for x in n])
+    assert mix["card"] == [card["values"][f"h{h}_share"] for h in mix["horizon"]]
+    from cli_run import run_cli
+
+    res = run_cli("eval", "report", paths[0], "--data", synth_dir, "--out", tmp_path / "bad", "--card",
+                  tmp_path / "nope.json")
+    assert res.code == 2 and "--card" in res.err and "nope.json" in res.err and "Traceback" not in res.err
 
 
 def test_report_pair_tests_equal_the_reference_tests(synth_dir, synth_runs, tmp_path):
