@@ -161,8 +161,10 @@ class Demo:
             s = "-seed0" if self.args.seeds > 1 else ""  # with several seeds, the pair test reads the first seed's runs
             pairs = ["--pair", f"lftr[ssl]{s}:lftr[pixels]{s}", "--pair",
                      "state-prototype[ssl]:independent-appearance[ssl]"]
+        card = self.args.out / "card" / "card.json"  # the horizon-shares plot shows the card's shares beside the runs'
         self.run([PY, "-m", "eval", "report", *runs, "--data", str(self.args.data), "--out", str(self.args.out / "report"),
-                  "--reference", self.reference(runs), *pairs], "report")
+                  "--reference", self.reference(runs), *pairs, *(["--card", str(card)] if card.exists() else [])],
+                 "report")
 
     def canon(self) -> None:
         a = self.args
