@@ -33,6 +33,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
+from eval.atomic import write_json
 from eval.errors import OutputRefused
 
 MARKER = ".psr-output.json"
@@ -67,8 +68,6 @@ def toolkit_version() -> str:
 def write_marker(directory: str | os.PathLike, kind: str, *, written: dict | None = None) -> None:
     """Write the marker of ``kind`` into ``directory`` (atomically: a reader never sees half a marker). ``written``:
     what the command wrote there (`written_listing`), so that a rerun replaces only that (`files_not_written`)."""
-    from eval.io import write_json
-
     write_json(Path(directory) / MARKER, {"marker": MARKER_VERSION, "kind": kind, "toolkit": TOOLKIT,
                                           "version": toolkit_version(), **({"written": written} if written else {})})
 
@@ -248,8 +247,6 @@ def _dependents_reach(out: Path) -> Iterator[tuple[Path, str]]:
 def register_dependent(folder: str | os.PathLike, dependent: str | os.PathLike) -> bool:
     """Record in ``folder``'s `DEPENDENTS` file that the benchmark ``dependent`` links into it (idempotent; entries
     that no longer depend on it are dropped). Returns False when ``folder`` is read-only."""
-    from eval.io import write_json
-
     f, dep = _resolved(folder), str(_resolved(dependent))
     keep = [str(d) for d in live_dependents(f) if str(d) != dep]
     try:
@@ -263,8 +260,6 @@ def release_dependent(folder: str | os.PathLike, dependent: str | os.PathLike) -
     """Drop ``dependent`` from ``folder``'s `DEPENDENTS` file: a job that is about to rebuild both (``retrieval
     synth``) lets the folder be replaced; the dependent then refuses to load until it is rebuilt
     (`eval.validate.link_problems`)."""
-    from eval.io import write_json
-
     f, dep = _resolved(folder), _resolved(dependent)
     if (f / DEPENDENTS).is_file():
         write_json(f / DEPENDENTS, {"dependents": sorted(str(d) for d in live_dependents(f) if d != dep)})
@@ -448,15 +443,6 @@ def jsonl_with_keys(*keys: str) -> Callable[[Path], bool]:
         d = first_jsonl_object(path)
         return d is not None and all(k in d for k in keys)
     return recognise
-
-
-def is_run_file(path: Path) -> bool:
-    """Recogniser of run files: Parquet with eval's ``psr_run`` schema metadata (only the footer is read)."""
-    import pyarrow.parquet as pq
-
-    from eval.runs import META_KEY
-
-    return META_KEY in (pq.read_schema(path).metadata or {})
 
 
 def json_with_keys(*keys: str) -> Callable[[Path], bool]:

@@ -55,6 +55,12 @@ PROBE_FIELDS = ("n_pos", "best")
 _RANKED_COLS = ("top_mask", "top_above", "top_tie", "pos_mask", "pos_count")
 
 
+def is_run_file(path: Path) -> bool:
+    """Recogniser of run files (`eval.outputs.check_output_file`): Parquet with the ``psr_run`` schema metadata
+    (only the footer is read)."""
+    return META_KEY in (pq.read_schema(path).metadata or {})
+
+
 @dataclass
 class RankedPositives:
     """Per-query information for tie-aware graded metrics (nDCG), CSR layout (offsets of length n_q + 1).

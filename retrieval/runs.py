@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from eval.benchmark import Benchmark
-from eval.outputs import check_output_file, is_run_file
-from eval.runs import Run, write_run
+from eval.outputs import check_output_file
+from eval.runs import Run, is_run_file, write_run
 from eval.scoring import DenseSource, FusionSource, RandomSource, score_benchmark
 from retrieval.queries import QueryVectors, load_query_vectors, save_query_vectors, sidecar_path
 from retrieval.spaces import Space
