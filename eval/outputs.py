@@ -16,8 +16,8 @@ target (`check_output_dir`, `check_output_file`), in this order:
    never anything else (``--out B/features`` is refused even with ``overwrite``);
 2. a missing path or an empty directory is free (for a file output: a missing path or a zero-byte file);
 3. a directory whose marker names the same ``kind`` is ours: it is replaced (atomic outputs, `eval.io.atomic_dir`) or
-   resumed (in-place outputs, `claim_dir`). Without a marker, ``legacy`` may recognise a directory written before
-   markers existed (e.g. a synthetic build's manifest name); it then counts as marked;
+   resumed (in-place outputs, `claim_dir`). Without a marker, ``legacy`` may recognise a directory of ``kind`` by
+   its content (e.g. a synthetic build's manifest name); it then counts as marked;
 4. anything else -- another kind, no marker, a file where a folder goes -- raises `OutputRefused` naming the path and
    the fix, unless ``overwrite`` (the command's ``--overwrite``). A folder where a file goes is always refused.
 
@@ -103,8 +103,8 @@ def written_listing(directory: str | os.PathLike) -> dict:
 
 def files_not_written(directory: str | os.PathLike, new_output: str | os.PathLike) -> list[str]:
     """Relative paths in ``directory`` (an earlier output of the same kind) that its command did not write: files a
-    user added. A marker without a listing (an output older than listings) counts everything the ``new_output``
-    does not hold again as the user's."""
+    user added. A marker without a listing counts everything the ``new_output`` does not hold again as the
+    user's."""
     d = Path(directory)
     written = (read_marker(d) or {}).get("written") or {}
     ours = {MARKER, DEPENDENTS, *HOUSEKEEPING}
