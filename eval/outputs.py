@@ -344,7 +344,7 @@ def check_output_dir(path: str | os.PathLike, kind: str | None, *, inputs: Itera
         raise OutputRefused(f"{option} {path} is a file, not an output folder" +
                             (f" of {kind_label(kind)}" if kind else ""), fix=force)
     # a marker being written by a concurrent claim of the same folder (another rank of a distributed job) is its
-    # temporary file `.{MARKER}.*` (eval.io.atomic_path): it does not make the folder someone else's
+    # temporary file `.{MARKER}.*` (eval.atomic.atomic_path): it does not make the folder someone else's
     if not any(not x.name.startswith(f".{MARKER}.") for x in p.iterdir()) and inside is None:
         return p
     marker = read_marker(p)
