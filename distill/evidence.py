@@ -33,6 +33,7 @@ from functools import cached_property
 from typing import Any
 
 from distill.facts import Fact
+from eval.errors import InputError
 
 STUDENT_INPUTS = ("frames", "evidence")
 EVIDENCE_PROMPT_ID = "student_evidence"
@@ -145,7 +146,7 @@ def student_template(student_input: str, prompt: str = "student_answer"):
 
 def check_input(student_input: str) -> str:
     if student_input not in STUDENT_INPUTS:
-        raise ValueError(f"student_input must be one of {list(STUDENT_INPUTS)}, got {student_input!r}")
+        raise InputError(f"student_input must be one of {list(STUDENT_INPUTS)}, got {student_input!r}")
     return student_input
 
 

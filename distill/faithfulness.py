@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 
 from distill.facts import SECTIONS, Fact, PredicateSet
+from eval.errors import InputError
 from eval.synth.lexicon import TrueState
 
 CONDITIONS = ("gold", "perturbed", "none", "shuffled")
@@ -544,14 +545,14 @@ def prepare(cfg: FaithfulnessConfig) -> FaithfulnessSetup:
     split_ids = None if cfg.split is None else {q.id for q in bench.queries(cfg.split)}
     sets = [ps for ps in everything if split_ids is None or ps.query_id in split_ids]
     if not sets:
-        raise ValueError(f"{cfg.predicates}: no predicate sets for split {cfg.split!r}")
+        raise InputError(f"{cfg.predicates}: no predicate sets for split {cfg.split!r}")
     video = {q.id: q.video_id for q in bench.queries()}
     sets = [replace(ps, video_id=ps.video_id or video.get(ps.query_id, "")) for ps in sets]
     items, drops = build_items(sets, DonorPool(everything, read_denotations(bench.root)),
                                gold_rows=_narrated(cfg.rationales),
                                perturbed_rows=_narrated(cfg.perturbed), seed=cfg.seed)
     if not items:
-        raise ValueError(f"no query of split {cfg.split!r} has a counterfactual rationale ({drops})")
+        raise InputError(f"no query of split {cfg.split!r} has a counterfactual rationale ({drops})")
     sampled = sample_by_video(items, lambda it: it.ps.video_id, cfg.limit, cfg.seed)
     return FaithfulnessSetup(bench, sampled, items, drops, members, sets,
                              1.0 / len({ps.answer for ps in everything}))

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from eval.errors import InputError
+
 #: Held-out wordings per kind ({s}: the object, {a}: a phrasing of the answer, {opp}: the opposite direction).
 HELDOUT: dict[str, tuple[str, ...]] = {
     "number": ("It changes within a second.", "The change comes a tenth of a second later.",
@@ -280,7 +282,7 @@ def run_leaks(cfg: LeaksConfig) -> dict[str, Any]:
         sem_validator.denotations = validator.denotations
     sets = _sets(cfg, cfg.split, cfg.limit, bench)
     if not sets:
-        raise ValueError(f"{cfg.predicates}: no predicate sets for split {cfg.split!r}")
+        raise InputError(f"{cfg.predicates}: no predicate sets for split {cfg.split!r}")
     result = {"split": cfg.split, **measure(sets, validator, sem_validator, cfg)}
     if semantic is not None:
         result["semantic"] = {"model": cfg.model, "threshold": semantic.threshold, "margin": semantic.margin}

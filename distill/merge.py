@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from eval.errors import InputError, MissingInput, loading_model
 from eval.io import atomic_dir
 
 
@@ -27,7 +28,7 @@ class MergeConfig:
 
     def __post_init__(self):
         if self.dtype not in ("bfloat16", "float16", "float32"):
-            raise ValueError(f"dtype must be bfloat16, float16 or float32 (merging into 4-bit is not allowed), "
+            raise InputError(f"dtype must be bfloat16, float16 or float32 (merging into 4-bit is not allowed), "
                              f"got {self.dtype!r}")
 
 
@@ -40,11 +41,13 @@ def merge_adapter(cfg: MergeConfig) -> dict:
     from forecasters.backends.hf_loading import is_vision_config, load_processor
 
     if not (Path(cfg.adapter) / "adapter_config.json").exists():
-        raise FileNotFoundError(f"{cfg.adapter}: no adapter_config.json (not a LoRA adapter directory)")
-    auto = AutoModelForImageTextToText if is_vision_config(AutoConfig.from_pretrained(cfg.model)) \
-        else AutoModelForCausalLM
-    base = auto.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype))
-    merged = PeftModel.from_pretrained(base, cfg.adapter).merge_and_unload()
+        raise MissingInput(f"{cfg.adapter}: no adapter_config.json (not a LoRA adapter directory)")
+    with loading_model(cfg.model):
+        auto = AutoModelForImageTextToText if is_vision_config(AutoConfig.from_pretrained(cfg.model)) \
+            else AutoModelForCausalLM
+        base = auto.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype))
+    with loading_model(cfg.adapter, flag="--adapter"):
+        merged = PeftModel.from_pretrained(base, cfg.adapter).merge_and_unload()
     out = Path(cfg.out)
     info = {"base_model": cfg.model, "adapter": cfg.adapter, "dtype": cfg.dtype}
     with atomic_dir(out, kind="distill merge", tag="merging", inputs=[cfg.model, cfg.adapter],

@@ -47,6 +47,7 @@ from typing import Any
 
 from distill.facts import PredicateSet
 from distill.validator import RationaleValidator, Verdict, split_answer
+from eval.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +252,7 @@ class TeacherNarrator:
         import prompts
 
         if max_tries < 1:
-            raise ValueError(f"max_tries must be >= 1, got {max_tries}")
+            raise InputError(f"max_tries must be >= 1, got {max_tries}")
         self.backend, self.validator = backend, validator
         self.template = prompts.load(template_id)
         self.temperature, self.max_tokens, self.top_p = temperature, max_tokens, top_p
@@ -374,9 +375,9 @@ class NarrateConfig:
 
     def __post_init__(self):
         if self.narrator not in (TEACHER_NARRATOR, TEMPLATE_NARRATOR, NOISY_NARRATOR):
-            raise ValueError(f"narrator must be 'teacher', 'template' or 'template-noisy', got {self.narrator!r}")
+            raise InputError(f"narrator must be 'teacher', 'template' or 'template-noisy', got {self.narrator!r}")
         if not 0.0 <= self.fault_rate < 1.0:
-            raise ValueError(f"fault_rate must be in [0, 1), got {self.fault_rate}")
+            raise InputError(f"fault_rate must be in [0, 1), got {self.fault_rate}")
 
     def identity(self) -> dict[str, Any]:
         """What changes the outputs (hashed into every line's ``config_hash``)."""
@@ -455,7 +456,7 @@ def _existing(cfg: NarrateConfig, out: Path) -> tuple[set[str], set[str]]:
     files = {name: scan(out / name) for name in ("rationales.jsonl", "failures.jsonl")}
     other = {c for lines in files.values() for c in lines.config_hashes()} - {h}
     if other:
-        raise ValueError(f"{out}: holds narration of another config ({sorted(map(str, other))}; this one is {h}); "
+        raise InputError(f"{out}: holds narration of another config ({sorted(map(str, other))}; this one is {h}); "
                          "use a new --out or pass --overwrite true")
     done = files["rationales.jsonl"].keys("query_id")
     failed = files["failures.jsonl"].keys("query_id")

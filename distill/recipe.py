@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.cli_support import Interrupted
+from eval.errors import InputError
 
 #: The repository root: relative preset and accelerate-config paths that do not exist from the working directory are
 #: looked up here (the defaults name files of the repository).
@@ -137,15 +138,15 @@ class RecipeArgs:
 
         check_input(self.student_input)
         if self.forecast_backend not in FORECAST_BACKENDS:
-            raise ValueError(f"forecast_backend must be one of {list(FORECAST_BACKENDS)}, got "
+            raise InputError(f"forecast_backend must be one of {list(FORECAST_BACKENDS)}, got "
                              f"{self.forecast_backend!r}")
         for name in ("num_processes", "limit", "max_steps", "sft_limit", "sft_eval_limit", "faithfulness_limit",
                      "top_states", "study_limit", "leaks_limit"):
             v = getattr(self, name)
             if v is not None and v < 1:
-                raise ValueError(f"{name} must be >= 1, got {v}")
+                raise InputError(f"{name} must be >= 1, got {v}")
         if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+            raise InputError(f"max_tokens must be >= 1, got {self.max_tokens}")
 
 
 # --- arguments ----------------------------------------------------------------------------------------------------

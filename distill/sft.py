@@ -46,6 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eval.errors import InputError
+
 VARIANTS = ("cot", "answer", "trajectory")  # = distill.narrate.TARGET_VARIANTS
 DEFAULT_MAX_PIXELS = 336 * 336
 #: Split names of the written sets (the Hub's names: ``datasets`` infers them from the file names).
@@ -82,12 +84,12 @@ class SFTBuildConfig:
     def __post_init__(self):
         bad = [v for v in self.variants if v not in VARIANTS]
         if bad or not self.variants:
-            raise ValueError(f"variants must be a non-empty subset of {VARIANTS}, got {self.variants}")
+            raise InputError(f"variants must be a non-empty subset of {VARIANTS}, got {self.variants}")
         from distill.evidence import check_input
 
         check_input(self.student_input)
         if self.frames < 1 or self.shard_size < 1:
-            raise ValueError(f"frames and shard_size must be >= 1, got {self.frames} and {self.shard_size}")
+            raise InputError(f"frames and shard_size must be >= 1, got {self.frames} and {self.shard_size}")
 
 
 def features(images: bool = True):
@@ -254,12 +256,12 @@ def build_sft(cfg: SFTBuildConfig) -> dict[str, Any]:
     template = student_template(cfg.student_input, cfg.prompt)
     rows = _rationale_rows(cfg.rationales, bench, cfg.split, cfg.limit)
     if not rows:
-        raise ValueError(f"{cfg.rationales}: no accepted rationales for split {cfg.split!r}")
+        raise InputError(f"{cfg.rationales}: no accepted rationales for split {cfg.split!r}")
     splits = {TRAIN_SPLIT: rows}
     if cfg.eval_rationales:
         eval_rows = _rationale_rows(cfg.eval_rationales, bench, cfg.eval_split, cfg.eval_limit)
         if not eval_rows:
-            raise ValueError(f"{cfg.eval_rationales}: no accepted rationales for split {cfg.eval_split!r}")
+            raise InputError(f"{cfg.eval_rationales}: no accepted rationales for split {cfg.eval_split!r}")
         splits[EVAL_SPLIT] = eval_rows
     for variant in cfg.variants:  # every target can be built (e.g. trajectory_target present) before writing any
         for r in (r for split_rows in splits.values() for r in split_rows):

@@ -13,6 +13,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from eval.errors import InputError
+
 
 @dataclass(frozen=True)
 class ClosedSlice:
@@ -37,10 +39,10 @@ class ClosedSlice:
 def closed_slice(bench, k: int, split: str = "train") -> ClosedSlice:
     """The K most frequent target states of ``split`` (`ClosedSlice`); an error when the split has no queries."""
     if k < 1:
-        raise ValueError(f"top_states must be >= 1, got {k}")
+        raise InputError(f"top_states must be >= 1, got {k}")
     targets = [q.target_state for q in bench.queries(split)]
     if not targets:
-        raise ValueError(f"the benchmark has no {split!r} queries to rank target states by")
+        raise InputError(f"the benchmark has no {split!r} queries to rank target states by")
     ranked = sorted(Counter(targets).items(), key=lambda sc: (-sc[1], sc[0]))[:k]
     return ClosedSlice(k=k, split=split, states=tuple(s for s, _ in ranked), counts=tuple(c for _, c in ranked))
 

@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from eval.errors import InputError, MissingInput
+
 VARIANT_NAMES = {"answer": "answer-only", "trajectory": "trajectory-labels", "cot": "CoT"}
 PAIRS = (("cot", "answer"), ("cot", "trajectory"), ("trajectory", "answer"))
 READS = ("exact", "motion")
@@ -86,9 +88,9 @@ class StudyConfig:
 
         bad = [v for v in self.variants if v not in VARIANTS]
         if bad or not self.variants:
-            raise ValueError(f"variants must be a non-empty subset of {VARIANTS}, got {self.variants}")
+            raise InputError(f"variants must be a non-empty subset of {VARIANTS}, got {self.variants}")
         if not self.seeds:
-            raise ValueError("seeds must not be empty")
+            raise InputError("seeds must not be empty")
         for b in self.budgets:
             Budget.parse(b)
 
@@ -108,7 +110,7 @@ class Budget:
         except ValueError:
             v = -1.0
         if not sep or kind not in ("steps", "epochs") or v <= 0 or (kind == "steps" and not v.is_integer()):
-            raise ValueError(f"budget {text!r}: expected steps:N (N >= 1) or epochs:E (E > 0)")
+            raise InputError(f"budget {text!r}: expected steps:N (N >= 1) or epochs:E (E > 0)")
         return cls(kind, v)
 
     @property
@@ -327,7 +329,7 @@ def _queries(cfg: StudyConfig, bench) -> list:
     ids = {q.id for q in bench.queries(cfg.split)}
     sets = [ps for ps in read_predicates(cfg.predicates) if ps.query_id in ids]
     if not sets:
-        raise ValueError(f"{cfg.predicates}: no predicate sets for split {cfg.split!r}")
+        raise InputError(f"{cfg.predicates}: no predicate sets for split {cfg.split!r}")
     qs = sorted((bench.query(ps.query_id) for ps in sets), key=lambda q: q.id)
     return sample_by_video(qs, lambda q: q.video_id, cfg.limit, 0)
 
@@ -395,7 +397,7 @@ def load_student(cfg: StudyConfig, run: str, variant: str, seed: int, step: int 
     d = run_dir(cfg, run, variant, seed)
     found = student_weights(snapshot_dir(d, step) if step is not None else d)
     if found is None:
-        raise FileNotFoundError(f"{d}: no trained weights{f' at step {step}' if step else ''}")
+        raise MissingInput(f"{d}: no trained weights{f' at step {step}' if step else ''}")
     weights, full = found
     return {"weights": weights, "full": full, **read_json(weights / STUDENT_INFO)}
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eval.errors import InputError
+
 #: The builder's record in the model directory (its size, vocabulary and corpus).
 RECORD = "psr_tiny_student.json"
 
@@ -43,7 +45,7 @@ def corpus(sft_dir: str | Path) -> list[str]:
         for msgs in load_sft(Path(sft_dir) / v, TRAIN_SPLIT)["messages"]:
             texts += [part["text"] for m in msgs for part in m["content"] if part.get("text")]
     if not texts:
-        raise ValueError(f"{sft_dir}: no SFT set with a train split (run `python -m distill sft` first)")
+        raise InputError(f"{sft_dir}: no SFT set with a train split (run `python -m distill sft` first)")
     return texts
 
 

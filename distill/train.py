@@ -77,6 +77,7 @@ from distill.train_args import (  # noqa: F401  (re-exported: the recipe's const
     resolve_batch,
     train_identity,
 )
+from eval.errors import EngineError, InputError, loading_model
 
 log = logging.getLogger("distill.train")
 
@@ -160,7 +161,8 @@ def is_vision_model(name_or_path: str, trust_remote_code: bool = False) -> bool:
 
     from forecasters.backends.hf_loading import is_vision_config
 
-    return is_vision_config(AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code))
+    with loading_model(name_or_path, flag="--model_name_or_path"):
+        return is_vision_config(AutoConfig.from_pretrained(name_or_path, trust_remote_code=trust_remote_code))
 
 
 def load_model(psr: PSRTrainArgs, sft, model_args):
@@ -180,7 +182,9 @@ def load_model(psr: PSRTrainArgs, sft, model_args):
         kw["attn_implementation"] = model_args.attn_implementation
     auto = AutoModelForImageTextToText if is_vision_model(model_args.model_name_or_path, kw["trust_remote_code"]) \
         else AutoModelForCausalLM
-    model = keep_4bit_training_layout(auto.from_pretrained(model_args.model_name_or_path, **kw))
+    with loading_model(model_args.model_name_or_path, flag="--model_name_or_path"):
+        loaded = auto.from_pretrained(model_args.model_name_or_path, **kw)
+    model = keep_4bit_training_layout(loaded)
     if psr.full_finetune:
         freeze_vision(model)
     return model
@@ -242,7 +246,7 @@ def count_parameters(model, *, full_finetune: bool = False) -> dict[str, int]:
     vision = [name for name, _ in trainable if re.match(VISION_MODULES_REGEX, name)]
     non_lora = [] if full_finetune else [name for name, _ in trainable if "lora_" not in name]
     if vision or non_lora:
-        raise RuntimeError(f"unexpected trainable parameters: vision {vision[:3]}, non-LoRA {non_lora[:3]}")
+        raise EngineError(f"unexpected trainable parameters: vision {vision[:3]}, non-LoRA {non_lora[:3]}")
     return {"trainable": sum(c for _, c in trainable), "total": sum(n(p) for p in model.parameters())}
 
 
@@ -273,7 +277,7 @@ def training_chat_template(processor) -> str | None:
     if isinstance(tpl, dict):
         tpl = tpl.get("default")
     if not tpl:
-        raise ValueError("the processor has no chat template; assistant-only loss needs one")
+        raise InputError("the processor has no chat template; assistant-only loss needs one")
     if has_generation_markers(tpl):
         return None
     try:
@@ -284,7 +288,7 @@ def training_chat_template(processor) -> str | None:
         return patched
     if "<|im_start|>" in tpl and "<|im_end|>" in tpl:
         return CHATML_TRAINING_TEMPLATE
-    raise ValueError("no training chat template (with {% generation %} markers) is known for this model's template; "
+    raise InputError("no training chat template (with {% generation %} markers) is known for this model's template; "
                      "set assistant_only_loss false or add markers to its chat template")
 
 
@@ -375,20 +379,20 @@ def prepare_dataset(ds, processor, *, max_length: int, drop_overlong: bool = Fal
     if limit is not None:
         ds = ds.select(range(min(limit, len(ds))))
     if len(ds) == 0:
-        raise ValueError(f"{name}: the dataset is empty")
+        raise InputError(f"{name}: the dataset is empty")
     rep = measure(ds, processor, max_length)
     ids = ds["query_id"] if "query_id" in ds.column_names else [f"row {i}" for i in range(len(ds))]
     empty = [q for q, s in zip(ids, rep.supervised, strict=True) if s == 0]
     if empty and assistant_only_loss:
-        raise ValueError(f"{name}: {len(empty)} example(s) with no supervised tokens, e.g. {empty[:3]}")
+        raise InputError(f"{name}: {len(empty)} example(s) with no supervised tokens, e.g. {empty[:3]}")
     if rep.overlong:
         if not drop_overlong:
-            raise ValueError(f"{name}: {len(rep.overlong)} example(s) longer than max_length={max_length} "
+            raise InputError(f"{name}: {len(rep.overlong)} example(s) longer than max_length={max_length} "
                              f"tokens (longest {max(rep.lengths)}), e.g. {rep.overlong[:3]}; raise max_length, use "
                              "fewer frames / lower max_pixels, or set drop_overlong true (never truncated)")
         keep = [i for i, n in enumerate(rep.lengths) if n <= max_length]
         if not keep:
-            raise ValueError(f"{name}: every example is longer than max_length={max_length} tokens")
+            raise InputError(f"{name}: every example is longer than max_length={max_length} tokens")
         ds = ds.select(keep)
         log.warning("%s: dropped %d example(s) longer than %d tokens", name, len(rep.overlong), max_length)
     ds = ds.select_columns([c for c in ("images", "messages") if c in ds.column_names])

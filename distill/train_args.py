@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eval.errors import InputError
+
 log = logging.getLogger("distill.train")
 
 LANGUAGE_PROJECTIONS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -93,11 +95,11 @@ class PSRTrainArgs:
 
     def __post_init__(self):
         if self.repeat < 1:
-            raise ValueError(f"repeat must be >= 1, got {self.repeat}")
+            raise InputError(f"repeat must be >= 1, got {self.repeat}")
         if self.effective_batch_size < 0:
-            raise ValueError(f"effective_batch_size must be >= 1 (or 0: off), got {self.effective_batch_size}")
+            raise InputError(f"effective_batch_size must be >= 1 (or 0: off), got {self.effective_batch_size}")
         if any(n < 1 for n in self.snapshot_steps):
-            raise ValueError(f"snapshot_steps must be >= 1, got {self.snapshot_steps}")
+            raise InputError(f"snapshot_steps must be >= 1, got {self.snapshot_steps}")
         if self.dataset_test_split in ("", "none", "null"):
             self.dataset_test_split = None
 

@@ -75,6 +75,7 @@ from dataclasses import dataclass, field
 
 from distill.facts import PredicateSet
 from distill.lexicon import FUNCTION_WORDS, Match, PhraseIndex, contains, keys, longest_first, sentence_ids, tokens
+from eval.errors import InputError
 from forecasters.parsing import clean_phrase
 
 MIN_WORDS = 80
@@ -246,7 +247,7 @@ class RationaleValidator:
     def __init__(self, members: Mapping[str, Sequence[str]], *, denotations: Mapping[str, Mapping[str, str]] | None
                  = None, min_words: int = MIN_WORDS, max_words: int = MAX_WORDS, semantic=None):
         if not 0 < min_words <= max_words:
-            raise ValueError(f"need 0 < min_words <= max_words, got {min_words}, {max_words}")
+            raise InputError(f"need 0 < min_words <= max_words, got {min_words}, {max_words}")
         self.members = {k: tuple(v) for k, v in members.items()}
         self.min_words, self.max_words = min_words, max_words
         self.semantic = semantic  # a distill.semantic.SemanticLeaks, or None (pattern checks only)

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from eval import features as feats
+from eval.errors import InputError, MissingInput, UnknownName
 from eval.io import FormatError, read_json
 from eval.schema import (
     GT_DEFINITION_FIELDS,
@@ -210,7 +211,7 @@ class Benchmark:
 
         root = resolve_data(root, "benchmark")
         if not root.is_dir():
-            raise FileNotFoundError(f"benchmark directory {root} does not exist")
+            raise MissingInput(f"benchmark directory {root} does not exist")
         for name in REQUIRED_FILES:
             if not (root / name).exists():
                 raise FormatError(root / name, "missing (a benchmark directory needs " + ", ".join(REQUIRED_FILES) + ")")
@@ -273,7 +274,7 @@ class Benchmark:
     def _row(self, ds: datasets.Dataset, index: dict[str, int], key: int | str, what: str) -> dict:
         if isinstance(key, str):
             if key not in index:
-                raise KeyError(f"unknown {what} id {key!r} in benchmark {self.root}")
+                raise UnknownName(f"unknown {what} id {key!r} in benchmark {self.root}")
             key = index[key]
         return ds[int(key)]
 
@@ -293,7 +294,7 @@ class Benchmark:
     def query_rows(self, split: str | None = None, *, fair_only: bool = False, qtypes: Iterable[str] | None = None) -> np.ndarray:
         """Row indices of the queries in ``split`` (all when None), optionally fair-only / of some question types."""
         if split is not None and split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+            raise InputError(f"unknown split {split!r}; expected one of {SPLITS}")
         mask = np.ones(len(self.queries_ds), dtype=bool)
         if split is not None:
             mask &= np.asarray(self.queries_ds["split"][:]) == split
@@ -336,9 +337,9 @@ class Benchmark:
         Unknown ids raise `KeyError` naming the query and the id.
         """
         if definition not in GT_DEFINITION_FIELDS:
-            raise KeyError(f"unknown GT definition {definition!r}; expected one of {list(GT_DEFINITION_FIELDS)}")
+            raise UnknownName(f"unknown GT definition {definition!r}; expected one of {list(GT_DEFINITION_FIELDS)}")
         if tier is not None and tier not in GT_TIERS:
-            raise KeyError(f"unknown GT tier {tier!r}; expected one of {GT_TIERS}")
+            raise UnknownName(f"unknown GT tier {tier!r}; expected one of {GT_TIERS}")
         idx = self.corpus_index
         out = []
         for q in queries:
@@ -346,7 +347,7 @@ class Benchmark:
             try:
                 out.append(np.fromiter((idx[x] for x in ids), dtype=np.int64, count=len(ids)))
             except KeyError as e:
-                raise KeyError(f"query {q.id}: GT id {e.args[0]!r} is not in the corpus") from None
+                raise UnknownName(f"query {q.id}: GT id {e.args[0]!r} is not in the corpus") from None
         return out
 
     @cached_property

@@ -2,7 +2,9 @@
 
 ``python -m eval card DIR [--out OUT]`` prints the card and writes ``OUT/card.md`` and ``OUT/card.json``.
 
-Quantities (population: the main benchmark, question types Q1-Q4, unless said otherwise):
+Quantities (population: the main benchmark, question types Q1-Q4, unless said otherwise). A key names its unit:
+``_pct`` percent (a recall, as every report prints R@k), ``_share`` a fraction in [0, 1], ``_s`` seconds; the
+other values are counts, means of counts, the tail exponent, or the shares `label_quality` describes:
 
 - ``segments``, ``states`` (canonical states carried by at least one segment), ``queries``, ``query videos``;
 - segments per state: mean, median, the most frequent state's share of the corpus (``top share``), and the tail
@@ -10,8 +12,8 @@ Quantities (population: the main benchmark, question types Q1-Q4, unless said ot
 - main-pool size as a share of the corpus: mean over the fair test queries of ``|in_dataset + cross_dataset| / N``;
 - horizon mix: the share of queries at h = 1 .. 5 (h >= 6 folded into 5);
 - prefix-to-target gap: the median of ``target_time - prefix_end`` (seconds);
-- chance R@5, exact: a uniformly random ranking of the corpus minus the query's own video (``N_q`` items, ``g_q``
-  positives) hits at 5 with probability ``1 - C(N_q - g_q, 5) / C(N_q, 5)``; the mean over the fair test queries;
+- chance R@5 in percent, exact: a uniformly random ranking of the corpus minus the query's own video (``N_q`` items,
+  ``g_q`` positives) hits at 5 with probability ``1 - C(N_q - g_q, 5) / C(N_q, 5)``; the mean over the fair test queries;
 - where segments carry ``sim_state`` (the synthetic benchmark): the canonicalization's errors against the truth
   (`canonicalization_errors`), how true the labels are (`label_quality`: ``label_truth``,
   ``same_state_agreement``), the share of queries whose prefix ends in motion (`prefix_motion_share`), and, when the
@@ -36,7 +38,7 @@ from eval.schema import MAIN_QTYPES, report_horizon
 
 #: The paper's values (000 §3.2 and 001): what a PSR-shaped benchmark looks like.
 PAPER = {"segments": 218_276, "states": 51_362, "queries": 20_182, "segments_per_state_mean": 218_276 / 51_362,
-         "h1_share": 0.56, "gap_median_s": 1.9, "chance_r5": 0.0}
+         "h1_share": 0.56, "gap_median_s": 1.9, "chance_r5_pct": 0.0}
 
 
 @dataclass
@@ -126,10 +128,10 @@ def make_card(data: str | os.PathLike) -> Card:
     for h in range(1, 6):
         r[f"h{h}_share"] = float(np.mean(horizon == h)) if len(horizon) else float("nan")
     r["gap_median_s"] = float(np.median(gap)) if len(gap) else float("nan")
-    r["chance_r5"] = float(np.nanmean(chance_recall(n_items, n_pos))) * 100 if len(test) else float("nan")
+    r["chance_r5_pct"] = float(np.nanmean(chance_recall(n_items, n_pos))) * 100 if len(test) else float("nan")
     card.paper = {"segments": PAPER["segments"], "states": PAPER["states"], "queries (Q1-Q4)": PAPER["queries"],
                   "segments_per_state_mean": round(PAPER["segments_per_state_mean"], 2), "h1_share": PAPER["h1_share"],
-                  "gap_median_s": PAPER["gap_median_s"], "chance_r5": PAPER["chance_r5"]}
+                  "gap_median_s": PAPER["gap_median_s"], "chance_r5_pct": PAPER["chance_r5_pct"]}
     canon = bench.manifest.extra.get("canonicalization", {})
     if "sim_state" in cd.column_names and all(s is not None for s in cd["sim_state"][:1]):
         err = canonicalization_errors(seg_state.astype(str), np.asarray(cd["sim_state"][:], dtype=object).astype(str))

@@ -370,7 +370,7 @@ def export_trec(
                   + (f" and {res.qrels_path} ({res.n_qrels_lines} lines)" if res.qrels_path else ""))
 
 
-# --- the Hub (see eval/hub.py) ---
+# --- the Hub (see eval/hub.py, eval/push.py) ---
 
 @app.command()
 def push(
@@ -383,7 +383,7 @@ def push(
 ) -> None:
     """Upload a built, validated benchmark as a Hub dataset repo (one commit; its .cache/ and output marker stay
     local). Every --data then takes REPO_ID[@REVISION]."""
-    from eval.hub import push_benchmark
+    from eval.push import push_benchmark
 
     res = push_benchmark(data, repo_id, private=private, revision=revision, log=console.print)
     console.print(f"[green]pushed[/] {res.files} file(s) to {res.url} (revision {res.revision}); use it as "

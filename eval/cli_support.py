@@ -6,13 +6,12 @@ Every typer app is set up with `install` (its command group reports errors, so `
 `run_typer`; argparse-style ``main(argv) -> int`` entry points run through `run_main`. Errors are reported as
 follows:
 
-- a known error -- `eval.errors.PSRError` (``FormatError``, ``InputError``, ``OutputRefused``, ``ModelNotFound``,
-  ...), an operating-system error about a file (missing, a directory, no permission, disk full), a model that is
-  neither a local path nor in the local cache (an ``OSError`` / ``ValueError`` raised while transformers,
-  sentence-transformers or huggingface_hub load it), or a check of the toolkit's own (a ``ValueError``,
-  ``LookupError`` or ``RuntimeError`` raised by a ``raise`` statement in toolkit code) -- prints ONE red line
-  ``error: WHAT AND WHERE (FIX)`` and exits with `EXIT_USER_ERROR` (`EXIT_INCOMPLETE` for an `IncompleteJob`: the
-  job ran but left items undone);
+- a known error -- by its type: an `eval.errors.PSRError` (``FormatError``, ``InputError``, ``OutputRefused``,
+  ``ModelNotFound``, ...), raised where the toolkit finds the problem; an operating-system error about a file
+  (missing, a directory, no permission, disk full); or another exception whose class declares an ``exit_code``
+  (``prompts.PromptError``: prompts depends on nothing) -- prints ONE red line ``error: WHAT AND WHERE (FIX)`` and
+  exits with the class's ``exit_code`` (`EXIT_USER_ERROR`; `EXIT_INCOMPLETE` for an `IncompleteJob`: the job ran
+  but left items undone);
 - typer/click usage errors (a missing option, a bad value, a ``--data`` that is not a benchmark directory) keep
   click's own message and exit code (2, the same as `EXIT_USER_ERROR`);
 - anything else is a bug: the traceback is printed, then one red line, and the exit code is `EXIT_INTERNAL`;
@@ -26,7 +25,6 @@ follows:
 from __future__ import annotations
 
 import contextlib
-import linecache
 import os
 import signal
 import sys
@@ -37,21 +35,12 @@ from pathlib import Path
 
 import typer
 
-from eval.errors import EXIT_INCOMPLETE, EXIT_INTERNAL, EXIT_USER_ERROR, IncompleteJob, InputError, PSRError
+from eval.errors import EXIT_INTERNAL, EXIT_USER_ERROR, InputError, PSRError
 
 DEBUG_FLAG = "--debug"
 DEBUG_ENV = "PSR_DEBUG"
-#: Keys of the click context's ``obj`` / ``meta`` that `run_typer` and the ``--debug`` option fill.
-DEBUG_KEY, ARGV_KEY = "psr_debug", "psr_argv"
-#: Top-level packages whose own ``raise`` statements are checks with a message for the user.
-TOOLKIT_PACKAGES = frozenset({"eval", "retrieval", "forecasters", "distill", "prompts"})
-#: Libraries that load models by id or path; an OSError / ValueError from them while loading means "model not found".
-MODEL_LOADERS = frozenset({"transformers", "huggingface_hub", "sentence_transformers", "peft", "tokenizers"})
-#: Local variable names under which those libraries hold the model id being loaded.
-MODEL_ARG_NAMES = ("pretrained_model_name_or_path", "model_name_or_path", "path_or_repo_id", "repo_id")
-#: The text model that ships with the toolkit's dependencies (`retrieval.encoders.PACKAGED_MINILM`; eval cannot
-#: import retrieval, so the name is repeated here).
-PACKAGED_TEXT_MODEL = "packaged:all-MiniLM-L6-v2"
+#: Key of the click context's ``obj`` / ``meta`` that `run_typer` and the ``--debug`` option fill.
+DEBUG_KEY = "psr_debug"
 OVERWRITE_HELP = ("replace an existing --out that this toolkit did not write for this command (never a path that "
                   "is, holds or lies inside an input of the job)")
 
@@ -115,13 +104,13 @@ def run_typer(app, argv: Sequence[str] | None = None, prog_name: str | None = No
     args, debug = split_debug(sys.argv[1:] if argv is None else argv)
     try:
         with signals_as_exceptions():
-            app(args=args, prog_name=prog_name, standalone_mode=True, obj={DEBUG_KEY: debug, ARGV_KEY: args})
+            app(args=args, prog_name=prog_name, standalone_mode=True, obj={DEBUG_KEY: debug})
     except SystemExit as e:  # click exits through SystemExit: usage errors, --help, typer.Exit, reported errors
         return exit_code(e.code)
     except Interrupted as e:
         return _interrupted(e)
     except Exception as e:  # outside any command (an app without `install`)
-        return report_error(e, debug=debug, argv=args)
+        return report_error(e, debug=debug)
     return 0
 
 
@@ -136,7 +125,7 @@ def run_main(main: Callable[[list[str]], int | None], argv: Sequence[str] | None
     except Interrupted as e:
         return _interrupted(e)
     except Exception as e:
-        return report_error(e, debug=debug, argv=args)
+        return report_error(e, debug=debug)
 
 
 def exit_code(code: object) -> int:
@@ -151,9 +140,9 @@ def exit_code(code: object) -> int:
 
 # --- error reporting ------------------------------------------------------------------------------------------
 
-def report_error(e: BaseException, *, debug: bool = False, argv: Sequence[str] = ()) -> int:
-    """Print ``e`` the toolkit's way (module docstring) and return the exit code."""
-    known = describe_error(e, argv)
+def report_error(e: BaseException, *, debug: bool = False) -> int:
+    """Print ``e`` the toolkit's way (module docstring; by its type alone) and return the exit code."""
+    known = describe_error(e)
     if known is None:
         traceback.print_exception(e)
         _print_line(f"internal error: {type(e).__name__}: {_one_line(str(e))} -- a bug in the toolkit; please "
@@ -161,9 +150,9 @@ def report_error(e: BaseException, *, debug: bool = False, argv: Sequence[str] =
         return EXIT_INTERNAL
     if debug:
         traceback.print_exception(e)
-    message, fix = known
+    message, fix, code = known
     _print_line("error: " + message + (f" ({fix})" if fix else ""))  # as str(PSRError): one format everywhere
-    return EXIT_INCOMPLETE if isinstance(e, IncompleteJob) else EXIT_USER_ERROR
+    return code
 
 
 def _print_line(text: str) -> None:
@@ -177,77 +166,18 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def describe_error(e: BaseException, argv: Sequence[str] = ()) -> tuple[str, str | None] | None:
-    """``(message, fix)`` for a known error, None for an unexpected one (a bug)."""
+def describe_error(e: BaseException) -> tuple[str, str | None, int] | None:
+    """``(message, fix, exit code)`` of a known error (module docstring), None for an unexpected one (a bug)."""
     if isinstance(e, PSRError):
-        return e.message, e.fix
-    model = _model_error(e, argv)
-    if model is not None:
-        return model
+        return e.message, e.fix, e.exit_code
     if isinstance(e, OSError) and e.errno is not None:
         where = f"{e.filename}: " if e.filename else ""
         fix = "check the path" if isinstance(e, FileNotFoundError | NotADirectoryError) else None
-        return where + (e.strerror or str(e)), fix
-    if isinstance(e, ValueError | LookupError | RuntimeError | FileNotFoundError) and _raised_by_toolkit(e):
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        return str(msg), None
+        return where + (e.strerror or str(e)), fix, EXIT_USER_ERROR
+    code = getattr(type(e), "exit_code", None)
+    if isinstance(code, int) and not isinstance(code, bool):
+        return str(e), None, code
     return None
-
-
-def _frames(e: BaseException):
-    return list(traceback.walk_tb(e.__traceback__))
-
-
-def _package(frame) -> str:
-    return str(frame.f_globals.get("__name__", "")).split(".")[0]
-
-
-def _raised_by_toolkit(e: BaseException) -> bool:
-    """True when the innermost frame is toolkit code and its line is a ``raise`` statement (a deliberate check,
-    not e.g. a failing ``float()`` or a dict lookup, which are bugs)."""
-    frames = _frames(e)
-    if not frames:
-        return False
-    frame, lineno = frames[-1]
-    if _package(frame) not in TOOLKIT_PACKAGES:
-        return False
-    return linecache.getline(frame.f_code.co_filename, lineno).lstrip().startswith("raise")
-
-
-def _model_error(e: BaseException, argv: Sequence[str]) -> tuple[str, str] | None:
-    """A model that could not be loaded by id or path: what it is, and how to fix it."""
-    if not isinstance(e, OSError | ValueError):
-        return None
-    frames = _frames(e)
-    if not frames or _package(frames[-1][0]) not in MODEL_LOADERS:
-        return None
-    model = next((str(f.f_locals[n]) for f, _ in frames if _package(f) in MODEL_LOADERS
-                  for n in MODEL_ARG_NAMES if isinstance(f.f_locals.get(n), str | os.PathLike)), None)
-    if model is None:
-        return None
-    flag = _flag_of(model, argv)
-    text = _one_line(str(e))
-    if Path(model).exists():
-        return (f"{model} is not a loadable model folder ({text[:200]})",
-                "pass the folder that holds the model's config.json and weights")
-    sentence = any(_package(f) == "sentence_transformers" for f, _ in frames)
-    alt = f"pass {flag} {PACKAGED_TEXT_MODEL} or a local path" if sentence else \
-        f"pass a local path as {flag} (download the model on a machine with network access)"
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip() not in ("", "0") or "connect" in text or \
-        type(e).__name__ in ("LocalEntryNotFoundError", "OfflineModeIsEnabled")
-    if offline:
-        return f"{model} is not in the local cache and the hub is unreachable", alt
-    return f"{model} is neither a local path nor a model id that could be loaded ({text[:200]})", alt
-
-
-def _flag_of(value: str, argv: Sequence[str]) -> str:
-    """The option of ``argv`` that carried ``value`` (``--model`` when it came from a default)."""
-    for i, a in enumerate(argv):
-        if a.startswith("--") and "=" in a and a.split("=", 1)[1] == value:
-            return a.split("=", 1)[0]
-        if a == value and i > 0 and argv[i - 1].startswith("--"):
-            return argv[i - 1]
-    return "--model"
 
 
 # --- shared options ----------------------------------------------------------------------------------------------
@@ -307,7 +237,7 @@ def _group_class():
             except Exception as e:
                 obj = ctx.find_root().obj if isinstance(ctx.find_root().obj, dict) else {}
                 debug = bool(obj.get(DEBUG_KEY) or ctx.meta.get(DEBUG_KEY)) or debug_env()
-                ctx.exit(report_error(e, debug=debug, argv=obj.get(ARGV_KEY, ())))
+                ctx.exit(report_error(e, debug=debug))
 
     return PSRGroup
 

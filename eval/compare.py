@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from eval.report_result import Note
 
 OUTPUT_KIND = "eval compare"
-#: Everything the command writes into ``--out`` (recognises an output folder written before markers existed).
+#: Everything the command writes into ``--out`` (`is_compare_output` recognises an unmarked folder by these names).
 OUTPUT_NAMES = frozenset({"runs", "subset", "report", "lftr", "models", "phrases", "table3.md", "compare.json"})
 SYNTH_LFTR_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "lftr" / "synth.yaml"
 SYNTH_VIDEOS = 300
@@ -291,7 +291,7 @@ def job_inputs(cfg: CompareConfig) -> list[str | Path]:
 
 
 def is_compare_output(path: Path) -> bool:
-    """An unmarked folder written by this command before output markers existed: ``runs/`` and only its names."""
+    """An unmarked folder that holds this command's output: ``runs/`` and no name outside `OUTPUT_NAMES`."""
     return (path / "runs").is_dir() and {p.name for p in path.iterdir()} <= OUTPUT_NAMES
 
 

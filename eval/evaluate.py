@@ -169,7 +169,7 @@ def evaluate_run(run, labels: QueryLabels, *, ks: Sequence[int] = DEFAULT_KS, ti
     from eval.triplets import TripletScores, triplet_summary
 
     if list(labels.query_ids) != list(run.query_ids):
-        raise ValueError(f"labels are not aligned with run {run.name!r}")
+        raise InputError(f"labels are not aligned with run {run.name!r}")
     n_in = run.n
     if population is not None:
         keep = population.mask(labels)

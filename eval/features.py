@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from eval.errors import InputError
 from eval.io import FormatError, atomic_path, read_json, read_lines, write_json
 
 TABLES = ("corpus", "states", "prefixes")
@@ -107,7 +108,7 @@ def write_table(root: str | os.PathLike, space: str, table: str, ids: list[str],
     """Write one table atomically (array first, then ids: a reader never sees ids without their rows)."""
     array = np.ascontiguousarray(array, dtype=np.float32)
     if array.shape[0] != len(ids):
-        raise ValueError(f"{table}: {array.shape[0]} rows but {len(ids)} ids")
+        raise InputError(f"{table}: {array.shape[0]} rows but {len(ids)} ids")
     d = space_dir(root, space)
     d.mkdir(parents=True, exist_ok=True)
     with atomic_path(d / f"{table}.npy") as tmp, open(tmp, "wb") as f:
@@ -123,7 +124,7 @@ KINDS = ("visual", "semantic", "prefix")
 def write_meta(root: str | os.PathLike, space: str, *, kind: str, dim: int, model: str, normalized: bool = True,
                **extra: Any) -> None:
     if kind not in KINDS:
-        raise ValueError(f"space kind must be one of {KINDS}, got {kind!r}")
+        raise InputError(f"space kind must be one of {KINDS}, got {kind!r}")
     write_json(space_dir(root, space) / "meta.json",
                {"space": space, "kind": kind, "model": model, "dim": int(dim), "normalized": bool(normalized),
                 **extra})

@@ -32,7 +32,7 @@ CARD_TARGETS = (
     ("same_state_agreement", "same-true-state pairs sharing a canonical state", 0.60, None),
     ("prefix_motion_share", "queries whose prefix ends in motion around the object", 0.80, None),
     ("fair_test_queries", "fair test queries (Q1-Q4)", 2000, None),
-    ("chance_r5", "chance R@5 (x100)", None, 1.0),
+    ("chance_r5_pct", "chance R@5 (%)", None, 1.0),
     ("top_state_share", "top state's share of the corpus", None, 0.03),
     ("h1_share", "h1 share", 0.50, 0.60),
     ("gap_median_s", "median prefix-to-target gap (s)", 1.0, 2.5),

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from eval.errors import InputError
+
 
 @dataclass(frozen=True)
 class FrameSelection:
@@ -30,9 +32,9 @@ class FrameSelection:
 
     def __post_init__(self):
         if self.mode not in ("all", "last", "spaced"):
-            raise ValueError(f"frame selection mode must be all, last or spaced, got {self.mode!r}")
+            raise InputError(f"frame selection mode must be all, last or spaced, got {self.mode!r}")
         if (self.mode == "all") != (self.k is None) or (self.k is not None and self.k < 1):
-            raise ValueError(f"invalid frame selection {self.mode}:{self.k} (K must be >= 1; 'all' takes no K)")
+            raise InputError(f"invalid frame selection {self.mode}:{self.k} (K must be >= 1; 'all' takes no K)")
 
     @classmethod
     def parse(cls, value: FrameSelection | str | int | None) -> FrameSelection:
@@ -43,7 +45,7 @@ class FrameSelection:
         if value is None:
             return cls()
         if isinstance(value, bool) or not isinstance(value, int | str):
-            raise ValueError(f"--frames: expected all, last, K or spaced:K, got {value!r}")
+            raise InputError(f"--frames: expected all, last, K or spaced:K, got {value!r}")
         text = str(value).strip().lower()
         if text in ("all", "last"):
             return cls() if text == "all" else cls("last", 1)
@@ -51,7 +53,7 @@ class FrameSelection:
         mode = mode or "last"  # a bare K: the K last frames
         if mode in ("last", "spaced") and num.isdigit() and int(num) >= 1:
             return cls(mode, int(num))
-        raise ValueError(f"--frames: expected all, last, K (the K last frames, K >= 1) or spaced:K, got {value!r}")
+        raise InputError(f"--frames: expected all, last, K (the K last frames, K >= 1) or spaced:K, got {value!r}")
 
     @property
     def key(self) -> str | None:
@@ -83,7 +85,7 @@ def subsample(paths: Sequence[str], k: int | None) -> tuple[str, ...]:
     if k is None or k >= n:
         return paths
     if k < 1:
-        raise ValueError(f"frames must be >= 1, got {k}")
+        raise InputError(f"frames must be >= 1, got {k}")
     if k == 1:
         return (paths[-1],)
     return tuple(paths[round(j * (n - 1) / (k - 1))] for j in range(k))

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import digamma
 
-from eval.errors import InputError
+from eval.errors import InputError, UnknownName
 from eval.schema import REPORT_MAX_HORIZON
 
 TIE_MODES = ("expected", "row", "optimistic", "pessimistic")
@@ -74,7 +74,7 @@ class RankStats:
     @classmethod
     def from_run(cls, run, pool: str = "type2-all") -> RankStats:
         if pool not in run.stats or "n_above" not in run.stats[pool]:
-            raise KeyError(f"run {run.name!r} has no rank statistics for pool {pool!r}; it has {run.pools}")
+            raise UnknownName(f"run {run.name!r} has no rank statistics for pool {pool!r}; it has {run.pools}")
         return cls.from_arrays(run.stats[pool])
 
     @property
@@ -89,7 +89,7 @@ class RankStats:
 
 def _check_tie(tie: str) -> None:
     if tie not in TIE_MODES:
-        raise ValueError(f"unknown tie mode {tie!r}; expected one of {TIE_MODES}")
+        raise InputError(f"unknown tie mode {tie!r}; expected one of {TIE_MODES}")
 
 
 def _factors(m: np.ndarray, n: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -157,7 +157,7 @@ def recall_at_k(st: RankStats, k: int, tie: str = "expected") -> np.ndarray:
     Equals ranx ``hit_rate@k`` on runs without ties."""
     _check_tie(tie)
     if k < 1:
-        raise ValueError("k must be >= 1")
+        raise InputError("k must be >= 1")
     if tie == "expected":
         v = 1.0 - prob_first_after(k - st.n_above, st.n_tie_neg, st.n_tie_pos)
     else:
@@ -246,7 +246,7 @@ def mask_gains(pool_names: Sequence[str], gains: Mapping[str, float], masks: np.
     """Gain of items from their pool bitmasks: the largest gain among their pools (0 when none has a gain)."""
     unknown = set(gains) - set(pool_names)
     if unknown:
-        raise KeyError(f"gains name pools the run does not hold: {sorted(unknown)}; it has {list(pool_names)}")
+        raise UnknownName(f"gains name pools the run does not hold: {sorted(unknown)}; it has {list(pool_names)}")
     out = np.zeros(len(masks), dtype=np.float64)
     for b, name in enumerate(pool_names):
         g = float(gains.get(name, 0.0))
@@ -265,7 +265,7 @@ def ndcg_at_k(ranked, k: int, gains: Mapping[str, float] | None = None) -> np.nd
     ``IDCG@k`` ranks all the query's positives by gain. ``nDCG@k = E[DCG@k] / IDCG@k``. Needs ``k <=`` the run's k
     (``ranked`` is `eval.runs.RankedPositives`)."""
     if ranked is None:
-        raise ValueError("this run carries no ranked-positive information (written without it): nDCG unavailable")
+        raise InputError("this run carries no ranked-positive information (written without it): nDCG unavailable")
     gains = dict(DEFAULT_TIER_GAINS if gains is None else gains)
     c = _discount_prefix(k)
     n = len(ranked.top_offsets) - 1

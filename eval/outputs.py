@@ -16,8 +16,8 @@ target (`check_output_dir`, `check_output_file`), in this order:
    never anything else (``--out B/features`` is refused even with ``overwrite``);
 2. a missing path or an empty directory is free (for a file output: a missing path or a zero-byte file);
 3. a directory whose marker names the same ``kind`` is ours: it is replaced (atomic outputs, `eval.io.atomic_dir`) or
-   resumed (in-place outputs, `claim_dir`). Without a marker, ``legacy`` may recognise a directory written before
-   markers existed (e.g. a synthetic build's manifest name); it then counts as marked;
+   resumed (in-place outputs, `claim_dir`). Without a marker, ``legacy`` may recognise a directory of ``kind`` by
+   its content (e.g. a synthetic build's manifest name); it then counts as marked;
 4. anything else -- another kind, no marker, a file where a folder goes -- raises `OutputRefused` naming the path and
    the fix, unless ``overwrite`` (the command's ``--overwrite``). A folder where a file goes is always refused.
 
@@ -33,6 +33,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
+from eval.atomic import write_json
 from eval.errors import OutputRefused
 
 MARKER = ".psr-output.json"
@@ -67,8 +68,6 @@ def toolkit_version() -> str:
 def write_marker(directory: str | os.PathLike, kind: str, *, written: dict | None = None) -> None:
     """Write the marker of ``kind`` into ``directory`` (atomically: a reader never sees half a marker). ``written``:
     what the command wrote there (`written_listing`), so that a rerun replaces only that (`files_not_written`)."""
-    from eval.io import write_json
-
     write_json(Path(directory) / MARKER, {"marker": MARKER_VERSION, "kind": kind, "toolkit": TOOLKIT,
                                           "version": toolkit_version(), **({"written": written} if written else {})})
 
@@ -104,8 +103,8 @@ def written_listing(directory: str | os.PathLike) -> dict:
 
 def files_not_written(directory: str | os.PathLike, new_output: str | os.PathLike) -> list[str]:
     """Relative paths in ``directory`` (an earlier output of the same kind) that its command did not write: files a
-    user added. A marker without a listing (an output older than listings) counts everything the ``new_output``
-    does not hold again as the user's."""
+    user added. A marker without a listing counts everything the ``new_output`` does not hold again as the
+    user's."""
     d = Path(directory)
     written = (read_marker(d) or {}).get("written") or {}
     ours = {MARKER, DEPENDENTS, *HOUSEKEEPING}
@@ -248,8 +247,6 @@ def _dependents_reach(out: Path) -> Iterator[tuple[Path, str]]:
 def register_dependent(folder: str | os.PathLike, dependent: str | os.PathLike) -> bool:
     """Record in ``folder``'s `DEPENDENTS` file that the benchmark ``dependent`` links into it (idempotent; entries
     that no longer depend on it are dropped). Returns False when ``folder`` is read-only."""
-    from eval.io import write_json
-
     f, dep = _resolved(folder), str(_resolved(dependent))
     keep = [str(d) for d in live_dependents(f) if str(d) != dep]
     try:
@@ -263,8 +260,6 @@ def release_dependent(folder: str | os.PathLike, dependent: str | os.PathLike) -
     """Drop ``dependent`` from ``folder``'s `DEPENDENTS` file: a job that is about to rebuild both (``retrieval
     synth``) lets the folder be replaced; the dependent then refuses to load until it is rebuilt
     (`eval.validate.link_problems`)."""
-    from eval.io import write_json
-
     f, dep = _resolved(folder), _resolved(dependent)
     if (f / DEPENDENTS).is_file():
         write_json(f / DEPENDENTS, {"dependents": sorted(str(d) for d in live_dependents(f) if d != dep)})
@@ -349,7 +344,7 @@ def check_output_dir(path: str | os.PathLike, kind: str | None, *, inputs: Itera
         raise OutputRefused(f"{option} {path} is a file, not an output folder" +
                             (f" of {kind_label(kind)}" if kind else ""), fix=force)
     # a marker being written by a concurrent claim of the same folder (another rank of a distributed job) is its
-    # temporary file `.{MARKER}.*` (eval.io.atomic_path): it does not make the folder someone else's
+    # temporary file `.{MARKER}.*` (eval.atomic.atomic_path): it does not make the folder someone else's
     if not any(not x.name.startswith(f".{MARKER}.") for x in p.iterdir()) and inside is None:
         return p
     marker = read_marker(p)
@@ -448,15 +443,6 @@ def jsonl_with_keys(*keys: str) -> Callable[[Path], bool]:
         d = first_jsonl_object(path)
         return d is not None and all(k in d for k in keys)
     return recognise
-
-
-def is_run_file(path: Path) -> bool:
-    """Recogniser of run files: Parquet with eval's ``psr_run`` schema metadata (only the footer is read)."""
-    import pyarrow.parquet as pq
-
-    from eval.runs import META_KEY
-
-    return META_KEY in (pq.read_schema(path).metadata or {})
 
 
 def json_with_keys(*keys: str) -> Callable[[Path], bool]:

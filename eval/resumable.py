@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eval.errors import OutputLocked
 from eval.io import FormatError, iter_jsonl
 
 
@@ -99,9 +100,10 @@ def cut_torn_tail(path: str | os.PathLike) -> int:
 @contextlib.contextmanager
 def locked(path: str | os.PathLike) -> Iterator[None]:
     """Hold an exclusive lock on ``<path>.lock`` (released on exit or process death); a second holder is refused
-    with a `RuntimeError`. The lock file exists only while held: the holder removes it before releasing the lock.
-    A job that opened the file just before that removal finds, once it holds the lock, that the path no longer
-    names the file it locked, and starts over with a new file (so two holders never coexist)."""
+    with `eval.errors.OutputLocked` (a ``RuntimeError``). The lock file exists only while held: the holder removes
+    it before releasing the lock. A job that opened the file just before that removal finds, once it holds the
+    lock, that the path names another file than the one it locked, and starts over with that file (so two holders
+    never coexist)."""
     lock_path = Path(str(path) + ".lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
     fd = _acquire(lock_path, path)
@@ -121,7 +123,7 @@ def _acquire(lock_path: Path, path) -> int:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise RuntimeError(f"{path}: another job is writing this file (lock {lock_path} is held)") from None
+            raise OutputLocked(f"{path}: another job is writing this file (lock {lock_path} is held)") from None
         try:
             same = os.path.samestat(os.fstat(fd), os.stat(lock_path))
         except FileNotFoundError:

@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from eval.errors import InputError
+from eval.errors import InputError, UnknownName
 from eval.io import FormatError, atomic_path
 
 RUN_FORMAT_VERSION = "1.1"
@@ -53,6 +53,12 @@ FLOAT_FIELDS = ("best",)
 RANK_FIELDS = INT_FIELDS + FLOAT_FIELDS
 PROBE_FIELDS = ("n_pos", "best")
 _RANKED_COLS = ("top_mask", "top_above", "top_tie", "pos_mask", "pos_count")
+
+
+def is_run_file(path: Path) -> bool:
+    """Recogniser of run files (`eval.outputs.check_output_file`): Parquet with the ``psr_run`` schema metadata
+    (only the footer is read)."""
+    return META_KEY in (pq.read_schema(path).metadata or {})
 
 
 @dataclass
@@ -122,25 +128,25 @@ class Run:
     name: str = field(default="")
     #: bool (n,): queries the method gave no answer for (a failed or unparseable forecast); see `mark_missed`.
     missed: np.ndarray | None = None
-    #: ``{name, version, sha256}`` of the benchmark the run was scored on (`eval.fingerprint`); None for runs
-    #: written before fingerprints existed (refused by `eval score` / `eval report`).
+    #: ``{name, version, sha256}`` of the benchmark the run was scored on (`eval.fingerprint`); None for a run file
+    #: that records none (refused by `eval score` / `eval report`).
     fingerprint: dict[str, str] | None = None
 
     def __post_init__(self) -> None:
         self.topk_scores = np.asarray(self.topk_scores, dtype=np.float32)
         n = len(self.query_ids)
         if self.topk_scores.ndim != 2 or self.topk_scores.shape[0] != n or len(self.topk_ids) != n:
-            raise ValueError(f"run {self.method!r}: {n} query ids but topk_scores {self.topk_scores.shape} "
+            raise InputError(f"run {self.method!r}: {n} query ids but topk_scores {self.topk_scores.shape} "
                              f"and {len(self.topk_ids)} top-k lists")
         for pool, d in self.stats.items():
             for f, v in d.items():
                 if len(v) != n:
-                    raise ValueError(f"run {self.method!r}: stats[{pool!r}][{f!r}] has {len(v)} values, expected {n}")
+                    raise InputError(f"run {self.method!r}: stats[{pool!r}][{f!r}] has {len(v)} values, expected {n}")
         if self.kth_tie_unlisted is None:
             self.kth_tie_unlisted = np.zeros(n, np.int64)
         self.missed = np.zeros(n, bool) if self.missed is None else np.asarray(self.missed, bool)
         if self.missed.shape != (n,):
-            raise ValueError(f"run {self.method!r}: missed has shape {self.missed.shape}, expected ({n},)")
+            raise InputError(f"run {self.method!r}: missed has shape {self.missed.shape}, expected ({n},)")
         if not self.name:
             self.name = self.method
 
@@ -162,7 +168,7 @@ class Run:
         index = {q: i for i, q in enumerate(self.query_ids)}
         missing = [q for q in ids if q not in index]
         if missing:
-            raise KeyError(f"run {self.name!r} has no query {missing[0]!r} ({len(missing)} missing)")
+            raise UnknownName(f"run {self.name!r} has no query {missing[0]!r} ({len(missing)} missing)")
         rows = np.fromiter((index[q] for q in ids), dtype=np.int64, count=len(ids))
         return Run(self.method, dict(self.config), list(ids), [self.topk_ids[i] for i in rows], self.topk_scores[rows],
                    {p: {f: v[rows] for f, v in d.items()} for p, d in self.stats.items()}, self.benchmark,
@@ -181,14 +187,14 @@ class Run:
         """
         missed = np.asarray(missed, bool)
         if missed.shape != (self.n,):
-            raise ValueError(f"missed has shape {missed.shape}, expected ({self.n},)")
+            raise InputError(f"missed has shape {missed.shape}, expected ({self.n},)")
         if not missed.any():
             return
         for pool, d in self.stats.items():
             if "n_above" not in d:
                 continue
             if pool not in n_ranked:
-                raise KeyError(f"mark_missed: no ranked-item counts for pool {pool!r}")
+                raise UnknownName(f"mark_missed: no ranked-item counts for pool {pool!r}")
             rows = missed & (d["n_pos"] > 0)  # an empty pool keeps its zero counts (it has no value either way)
             n_pos = d["n_pos"][rows]
             d["n_above"][rows] = np.maximum(np.asarray(n_ranked[pool])[rows] - n_pos, 0)
@@ -218,7 +224,7 @@ def write_run(path: str | os.PathLike, run: Run) -> Path:
     n, k = run.n, run.k
     flat_ids = [x for row in run.topk_ids for x in row]
     if len(flat_ids) != n * k:
-        raise ValueError(f"run {run.name!r}: every top-k list must hold k={k} ids")
+        raise InputError(f"run {run.name!r}: every top-k list must hold k={k} ids")
     offsets = np.arange(0, n * k + 1, k, dtype=np.int64)
     cols: dict[str, pa.Array] = {
         "query_id": pa.array(run.query_ids, type=pa.string()),
@@ -477,7 +483,7 @@ def read_run(path: str | os.PathLike) -> Run:
     if problem is not None:
         raise FormatError(path, problem[1], field=problem[0])
     run.kth_tie_unlisted = np.asarray(run.kth_tie_unlisted).astype(np.int64)
-    for d in run.stats.values():  # lossless now: the dtypes were checked; copies, so the run can be edited
+    for d in run.stats.values():  # lossless: the dtypes were checked above; copies, so the run can be edited
         for f in d:
             d[f] = np.asarray(d[f]).astype(np.float32 if f in FLOAT_FIELDS else np.int64)
     return run

@@ -28,6 +28,8 @@ from typing import Any
 
 import datasets
 
+from eval.errors import UnknownName
+
 FORMAT_VERSION = "1.0"
 
 SPLITS = ("train", "val", "test")
@@ -107,7 +109,7 @@ class GTPools:
 
     def tier(self, name: str) -> tuple[str, ...]:
         if name not in GT_TIERS:
-            raise KeyError(f"unknown GT tier {name!r}; expected one of {GT_TIERS}")
+            raise UnknownName(f"unknown GT tier {name!r}; expected one of {GT_TIERS}")
         return getattr(self, name)
 
     @classmethod
@@ -164,7 +166,7 @@ class Query:
     def gt(self, definition: str = "type2-all") -> tuple[str, ...]:
         """The ground-truth segment ids under one GT definition (`GT_DEFINITION_FIELDS`; self tier excluded)."""
         if definition not in GT_DEFINITION_FIELDS:
-            raise KeyError(f"unknown GT definition {definition!r}; expected one of {GT_DEFINITIONS}")
+            raise UnknownName(f"unknown GT definition {definition!r}; expected one of {GT_DEFINITIONS}")
         out: tuple[str, ...] = ()
         for path in GT_DEFINITION_FIELDS[definition]:
             obj: Any = self

@@ -18,6 +18,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import stats as sps
 
+from eval.errors import InputError
+
 DEFAULT_RESAMPLES = 10_000
 _CHUNK = 256
 #: Smallest number of paired queries for which `paired_bootstrap` reports a p-value. With n pairs an exact paired
@@ -54,7 +56,7 @@ class BootstrapResult:
 def _paired(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 1:
-        raise ValueError(f"paired tests need two 1-d arrays of equal length, got {a.shape} and {b.shape}")
+        raise InputError(f"paired tests need two 1-d arrays of equal length, got {a.shape} and {b.shape}")
     ok = np.isfinite(a) & np.isfinite(b)
     return a[ok], b[ok], ok
 
@@ -74,7 +76,7 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], *, n_resamples: int
     a, b, ok = _paired(a, b)
     n = len(a)
     if n == 0:
-        raise ValueError("no paired queries with values in both inputs")
+        raise InputError("no paired queries with values in both inputs")
     d = a - b
     delta = float(d.mean())
     rng = np.random.default_rng(seed)
@@ -135,7 +137,7 @@ def mcnemar_exact(hits_a: Sequence[float], hits_b: Sequence[float]) -> McNemarRe
     discordant pairs. Hits must be 0/1; `mcnemar` accepts tie-aware (expected) hits."""
     a, b_, _ = _paired(hits_a, hits_b)
     if not (np.isin(a, (0.0, 1.0)).all() and np.isin(b_, (0.0, 1.0)).all()):
-        raise ValueError("McNemar's exact test needs binary hits (0/1); use eval.stats.mcnemar for expected hits")
+        raise InputError("McNemar's exact test needs binary hits (0/1); use eval.stats.mcnemar for expected hits")
     only_a = int(np.sum((a == 1) & (b_ == 0)))
     only_b = int(np.sum((a == 0) & (b_ == 1)))
     p = 1.0 if only_a + only_b == 0 else float(sps.binomtest(only_a, only_a + only_b, 0.5).pvalue)
@@ -163,7 +165,7 @@ def mcnemar(hits_a: Sequence[float], hits_b: Sequence[float], *, n_resamples: in
     """
     a, b_, _ = _paired(hits_a, hits_b)
     if ((a < 0) | (a > 1) | (b_ < 0) | (b_ > 1)).any():
-        raise ValueError("McNemar needs per-query hits (or expected hits) in [0, 1]")
+        raise InputError("McNemar needs per-query hits (or expected hits) in [0, 1]")
     d = a - b_
     d = d[d != 0]
     if np.isin(d, (-1.0, 1.0)).all():
@@ -201,7 +203,7 @@ class SeedSummary:
 def seed_summary(values: Sequence[float] | Mapping[int, float]) -> SeedSummary:
     v = np.asarray(list(values.values()) if isinstance(values, Mapping) else values, dtype=np.float64)
     if v.size == 0:
-        raise ValueError("no seeds")
+        raise InputError("no seeds")
     return SeedSummary(float(v.mean()), float(v.std(ddof=1)) if v.size > 1 else 0.0, int(v.size), tuple(v.tolist()))
 
 
@@ -227,7 +229,7 @@ def paired_ttest(a: Mapping[int, float], b: Mapping[int, float]) -> TTestResult:
     ``t = mean(d) / (sd(d)/sqrt(n))``, ``d_s = a_s - b_s``, df = n - 1 (scipy ``ttest_rel``)."""
     seeds = tuple(sorted(set(a) & set(b)))
     if len(seeds) < 2:
-        raise ValueError(f"a paired t-test needs >= 2 common seeds, got {list(seeds)}")
+        raise InputError(f"a paired t-test needs >= 2 common seeds, got {list(seeds)}")
     x = np.array([a[s] for s in seeds], dtype=np.float64)
     y = np.array([b[s] for s in seeds], dtype=np.float64)
     res = sps.ttest_rel(x, y)

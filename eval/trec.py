@@ -70,11 +70,11 @@ def trec_tag(name: str) -> str:
 def run_lines(run, rows: Sequence[int], *, k: int, tag: str, scores: str = "run") -> Iterator[str]:
     """TREC run lines (newline-terminated) of the run's queries at ``rows``: the first ``k`` listed items each."""
     if scores not in SCORE_MODES:
-        raise ValueError(f"unknown scores mode {scores!r}; expected one of {SCORE_MODES}")
+        raise InputError(f"unknown scores mode {scores!r}; expected one of {SCORE_MODES}")
     if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
+        raise InputError(f"k must be >= 1, got {k}")
     if not tag or any(c.isspace() for c in tag):
-        raise ValueError(f"the TREC tag must be one token without whitespace, got {tag!r}")
+        raise InputError(f"the TREC tag must be one token without whitespace, got {tag!r}")
     for i in rows:
         if run.missed[i]:
             continue

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from eval.errors import UnknownName
+
 POSITIVE_POOL = "type1-all"
 TEMPORAL_PROBE = "triplet_temporal"
 SEMANTIC_PROBE = "triplet_semantic"
@@ -59,7 +61,7 @@ class TripletScores:
     def from_run(cls, run) -> TripletScores:
         missing = [p for p in (POSITIVE_POOL, TEMPORAL_PROBE, SEMANTIC_PROBE) if p not in run.stats]
         if missing:
-            raise KeyError(f"run {run.name!r} has no triplet scores ({missing} missing); score it with "
+            raise UnknownName(f"run {run.name!r} has no triplet scores ({missing} missing); score it with "
                            "eval.scoring.score_benchmark")
         get = lambda p: np.asarray(run.stats[p]["best"], dtype=np.float64)  # noqa: E731
         return cls(get(POSITIVE_POOL), get(TEMPORAL_PROBE), get(SEMANTIC_PROBE), np.asarray(run.missed, bool))

@@ -86,11 +86,11 @@ class Normalization:
         """float64 ``s`` per answer (shapes: one value per answer). ``prior_*`` are needed when ``cpn_alpha != 0``."""
         lp, n = np.asarray(logp, np.float64), np.asarray(n_tokens, np.float64)
         if np.any(n < 1):
-            raise ValueError("every answer needs at least one token")
+            raise InputError("every answer needs at least one token")
         s = lp / n if self.length_norm == "mean" else lp.copy()
         if self.uses_prior:
             if prior_logp is None or prior_n is None:
-                raise ValueError("candidate-prior normalization needs the answers' content-free log-likelihoods")
+                raise InputError("candidate-prior normalization needs the answers' content-free log-likelihoods")
             p, pn = np.asarray(prior_logp, np.float64), np.asarray(prior_n, np.float64)
             s -= self.cpn_alpha * (p / pn if self.length_norm == "mean" else p)
         return s

@@ -39,6 +39,7 @@ from pathlib import Path
 import typer
 
 from eval.cli_support import data_callback, overwrite_option
+from eval.errors import InputError
 from forecasters.spec import ForecasterSpec, PromptInput
 
 PARAPHRASE = "paraphrase"
@@ -55,7 +56,7 @@ def target_segment(query, bench):
     """The query's own target segment (see the module docstring); `ValueError` when its in-video tier is empty."""
     own = [bench.segment(x) for x in query.gt_pools.in_video]
     if not own:
-        raise ValueError(f"query {query.id}: its in-video GT tier is empty, so there is no true target segment "
+        raise InputError(f"query {query.id}: its in-video GT tier is empty, so there is no true target segment "
                          "to describe")
     same_object = [s for s in own if s.object_id == query.object_id]
     exact = [s for s in same_object if s.start == query.target_time]
@@ -139,7 +140,7 @@ def synonym_phrase_records(bench, split: str | None = "test", *, seed: int = 0, 
     if phrasing == "held-out":
         return held_out_phrase_records(bench, split, seed=seed, fair_only=fair_only)
     if phrasing != "members":
-        raise ValueError(f"unknown phrasing {phrasing!r}; expected 'held-out' or 'members'")
+        raise InputError(f"unknown phrasing {phrasing!r}; expected 'held-out' or 'members'")
     path = Path(synonyms_file) if synonyms_file else bench.root / "states.jsonl"
     sets = synonym_sets(path)
     ident = {"seed": seed, "benchmark": bench.manifest.name, "version": bench.manifest.version,

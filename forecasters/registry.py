@@ -22,6 +22,7 @@ of `forecasters.probes` (``paraphrase``, ``describe``), whose specs that module 
 
 from __future__ import annotations
 
+from eval.errors import InputError
 from forecasters.parsing import parse_answer_line
 from forecasters.presets import STUDENT_MAX_PIXELS
 from forecasters.probes import PROBES
@@ -79,12 +80,12 @@ FORECASTERS: dict[str, ForecasterSpec] = {s.name: s for s in (*BUILTIN, *PROBES)
 def register(spec: ForecasterSpec, *, replace: bool = False) -> ForecasterSpec:
     """Add a forecaster to the registry (``replace=True`` to override an existing name)."""
     if spec.name in FORECASTERS and not replace:
-        raise ValueError(f"forecaster {spec.name!r} is already registered")
+        raise InputError(f"forecaster {spec.name!r} is already registered")
     FORECASTERS[spec.name] = spec
     return spec
 
 
 def get_forecaster(name: str) -> ForecasterSpec:
     if name not in FORECASTERS:
-        raise ValueError(f"unknown forecaster {name!r}; expected one of {sorted(FORECASTERS)}")
+        raise InputError(f"unknown forecaster {name!r}; expected one of {sorted(FORECASTERS)}")
     return FORECASTERS[name]

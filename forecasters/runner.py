@@ -155,9 +155,9 @@ class RunConfig:
         try:
             i, n = (int(x) for x in self.shard.split("/"))
         except ValueError:
-            raise ValueError(f"--shard must look like i/n (0 <= i < n), got {self.shard!r}") from None
+            raise InputError(f"--shard must look like i/n (0 <= i < n), got {self.shard!r}") from None
         if not 0 <= i < n:
-            raise ValueError(f"--shard {self.shard}: need 0 <= i < n")
+            raise InputError(f"--shard {self.shard}: need 0 <= i < n")
         return i, n
 
     def default_batch_size(self) -> int:

@@ -51,6 +51,8 @@ import os
 import random
 from pathlib import Path
 
+from eval.errors import InputError, MissingInput
+
 #: Qwen's special tokens (ChatML + vision), in id order 0..8.
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
                   "<|image_pad|>", "<|video_pad|>", "<think>", "</think>")
@@ -144,13 +146,13 @@ def chat_template(kind: str, template: str | None = None) -> str:
     checkpoints' templates (TRL compares a model's template with them byte for byte)."""
     template = template or DEFAULT_TEMPLATE.get(kind, "chatml")
     if template not in TEMPLATES:
-        raise ValueError(f"unknown chat template {template!r}; expected one of {TEMPLATES}")
+        raise InputError(f"unknown chat template {template!r}; expected one of {TEMPLATES}")
     if template == "chatml":
         if kind.startswith("llava_next"):
-            raise ValueError(f"kind {kind!r} has no ChatML variant (its tokenizer is Llama's); use template 'native'")
+            raise InputError(f"kind {kind!r} has no ChatML variant (its tokenizer is Llama's); use template 'native'")
         return CHAT_TEMPLATE
     if kind not in NATIVE_TEMPLATES:
-        raise ValueError(f"no native chat template is recorded for kind {kind!r}; "
+        raise InputError(f"no native chat template is recorded for kind {kind!r}; "
                          f"kinds with one: {sorted(NATIVE_TEMPLATES)}")
     source = NATIVE_TEMPLATES[kind]
     if not source.endswith(".jinja"):
@@ -159,7 +161,7 @@ def chat_template(kind: str, template: str | None = None) -> str:
 
     path = Path(trl.__file__).parent / "chat_templates" / source
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: TRL {trl.__version__} does not ship the chat template {source!r} "
+        raise MissingInput(f"{path}: TRL {trl.__version__} does not ship the chat template {source!r} "
                                 f"(the toolkit pins trl==1.16.0)")
     return path.read_text(encoding="utf-8")
 
@@ -282,7 +284,7 @@ def _qwen_vl_parts(kind: str, tok):
         return (T.Qwen3VLConfig(text_config=dict(**text, rope_parameters={**rope, "mrope_interleaved": True}),
                                 vision_config=vision, tie_word_embeddings=True, **token_ids),
                 T.Qwen3VLForConditionalGeneration, T.Qwen3VLProcessor, 16)
-    raise ValueError(f"unknown Qwen VLM kind {kind!r}")
+    raise InputError(f"unknown Qwen VLM kind {kind!r}")
 
 
 def _build_qwen_vl(out: Path, kind: str, seed: int, template: str = CHAT_TEMPLATE) -> Path:
@@ -432,12 +434,12 @@ def build_tiny_vlm(out: str | os.PathLike, kind: str = "qwen2_vl", *, seed: int 
     Loads with ``AutoModelForImageTextToText``; the processor with `forecasters.backends.hf_loading.load_processor`.
     """
     if kind not in VLM_KINDS:
-        raise ValueError(f"unknown VLM kind {kind!r}; expected one of {VLM_KINDS}")
+        raise InputError(f"unknown VLM kind {kind!r}; expected one of {VLM_KINDS}")
     tpl = chat_template(kind, template)
     out = _save_dir(out)
     if kind == "llava":
         if tpl != CHAT_TEMPLATE:
-            raise ValueError("kind 'llava' (LLaVA-1.5 on a Qwen text model) exists with the ChatML template only")
+            raise InputError("kind 'llava' (LLaVA-1.5 on a Qwen text model) exists with the ChatML template only")
         return _build_llava(out, seed)
     if kind in ("llava_next", "llava_next_video"):
         return _build_llava_next(out, seed, video=kind == "llava_next_video")

@@ -44,6 +44,10 @@ _TOKEN = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}|[{}]")
 class PromptError(ValueError):
     """A template that cannot be loaded or rendered; the message names the template (id and file)."""
 
+    #: A user error: the commands report it as one line and exit 2 (`eval.errors.EXIT_USER_ERROR`; prompts imports
+    #: nothing of the toolkit).
+    exit_code = 2
+
 
 @dataclass(frozen=True)
 class MediaSlot:

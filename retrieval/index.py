@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from eval.errors import InputError
 from eval.features import l2_normalize
 
 
@@ -43,7 +44,7 @@ class FlatIPIndex:
         if q.ndim == 2:
             q = q[:, None, :]
         if q.ndim != 3 or q.shape[2] != self.dim:
-            raise ValueError(f"queries must be (n, d) or (n, K, d) with d={self.dim}, got {queries.shape}")
+            raise InputError(f"queries must be (n, d) or (n, K, d) with d={self.dim}, got {queries.shape}")
         n, n_samples, _ = q.shape
         k_eff = min(k, self.n_items)
         out_s = np.full((n, k), -np.inf, np.float32)

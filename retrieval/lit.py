@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from eval.benchmark import Benchmark
+from eval.errors import InputError, MissingInput
 from eval.images import segment_views
 from retrieval.encoders import PACKAGED_MINILM
 from retrieval.lftr.train import torch_threads
@@ -163,12 +164,12 @@ def train_lit(bench: Benchmark, cfg: LiTConfig, out: str | Path, *, log=print, p
     out = Path(out)
     pairs = caption_pairs(bench, cfg.split, cfg.max_pairs)
     if len(pairs.frame) == 0:
-        raise ValueError(f"{bench.root}: no {cfg.split!r} corpus segment has a raw description")
+        raise InputError(f"{bench.root}: no {cfg.split!r} corpus segment has a raw description")
     enc = text_encoder or TextEncoder(cfg.text_model)
     cfg.tower.out_dim = enc.dim
     init_rec = read_record(cfg.init) if cfg.init else None
     if cfg.init and init_rec is None:
-        raise FileNotFoundError(f"{cfg.init}: no finished tower to initialise from (train it first: "
+        raise MissingInput(f"{cfg.init}: no finished tower to initialise from (train it first: "
                                 "`python -m retrieval encoder ssl`)")
     fp = frames_fingerprint(pairs.frames, bench.root)
     thash = config_hash(cfg, fp, "\n".join(pairs.texts), (init_rec or {}).get("training_hash", ""), "lit")

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from eval.benchmark import Benchmark
+from eval.errors import InputError
 from eval.io import write_json
 from eval.schema import PREFIX_FRAMES
 from retrieval.lftr.config import LFTRConfig
@@ -60,7 +61,7 @@ def encoder_path(prep: Prepared) -> str:
 
     model = prep.prefix_space.meta.get("model", "")
     if not model or prep.prefix_space.kind != "visual":
-        raise ValueError(f"prefix space {prep.prefix_space.name!r} was not encoded by an image model "
+        raise InputError(f"prefix space {prep.prefix_space.name!r} was not encoded by an image model "
                          f"(meta model {model!r}); the LoRA baseline needs one (`retrieval encode --model DIR`)")
     return resolve_model(model)
 
@@ -78,7 +79,7 @@ def prefix_pixels(prep: Prepared, processor) -> torch.Tensor:
     ids = prep.prefix_space.prefixes.ids
     missing = [p for p in ids if p not in by_id]
     if missing:
-        raise ValueError(f"prefix {missing[0]!r} of space {prep.prefix_space.name!r} is not in the benchmark")
+        raise InputError(f"prefix {missing[0]!r} of space {prep.prefix_space.name!r} is not in the benchmark")
     out = []
     for p in ids:
         imgs = [load_view(bench.path(f), b) for f, b in by_id[p]]

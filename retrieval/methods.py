@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from eval.benchmark import Benchmark
+from eval.errors import InputError
 from retrieval import baselines, oracles
 from retrieval.lftr.data import pick_prefix_space
 from retrieval.method_names import BASELINES, NEEDS, ORACLES
@@ -22,14 +23,14 @@ def method_query_vectors(bench: Benchmark, name: str, space: Space | None, rows:
                          train_split: str = "train") -> QueryVectors:
     """Query vectors of baseline / oracle ``name`` in ``space`` (see `retrieval.baselines`, `retrieval.oracles`)."""
     if name not in BASELINES + ORACLES:
-        raise ValueError(f"unknown method {name!r}; baselines: {BASELINES}; oracles: {ORACLES}")
+        raise InputError(f"unknown method {name!r}; baselines: {BASELINES}; oracles: {ORACLES}")
     if name == "random":
         return baselines.random_baseline(bench, rows, seed=seed, space=space.name if space else "")
     if space is None:
-        raise ValueError(f"{name} needs --space")
+        raise InputError(f"{name} needs --space")
     need = NEEDS[name]
     if need == "visual" and space.kind != "visual":
-        raise ValueError(f"{name} retrieves with prefix tokens in a visual space; {space.name!r} is {space.kind}")
+        raise InputError(f"{name} retrieves with prefix tokens in a visual space; {space.name!r} is {space.kind}")
     if need == "text":
         enc = cached_query_encoder(bench, space.meta, device=device)
         if name == "paraphrase":

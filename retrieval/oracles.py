@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from eval.benchmark import Benchmark
+from eval.errors import InputError
 from eval.features import l2_normalize
 from eval.segments import SegmentTimeline
 from retrieval.queries import QueryVectors
@@ -42,7 +43,7 @@ def paraphrase(bench: Benchmark, rows: np.ndarray, space: Space, encoder, seed: 
     try:
         den = read_denotations(bench.root)
     except FileNotFoundError:
-        raise ValueError(f"{bench.root}: the held-out paraphrase oracle needs sim/phrases.jsonl (a synthetic "
+        raise InputError(f"{bench.root}: the held-out paraphrase oracle needs sim/phrases.jsonl (a synthetic "
                          "build); on other benchmarks run the LLM paraphrase probe (`forecasters run --forecaster "
                          "paraphrase`)") from None
     sel = bench.queries_ds.select(rows) if len(rows) else None
@@ -72,7 +73,7 @@ def target_segment_rows(bench: Benchmark, rows: np.ndarray) -> np.ndarray:
 
 def independent_appearance(bench: Benchmark, rows: np.ndarray, space: Space, reduce: str = "first") -> QueryVectors:
     if reduce not in ("first", "mean"):
-        raise ValueError(f"reduce must be 'first' or 'mean', got {reduce!r}")
+        raise InputError(f"reduce must be 'first' or 'mean', got {reduce!r}")
     target = target_segment_rows(bench, rows)
     vec = np.zeros((len(rows), space.dim), np.float32)
     have = target >= 0

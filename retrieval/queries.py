@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eval.errors import InputError
 from eval.io import FormatError, atomic_path
 
 
@@ -43,7 +44,7 @@ class QueryVectors:
             if self.vectors.ndim == 2:
                 self.vectors = self.vectors[:, None, :]
             if self.vectors.ndim != 3 or self.vectors.shape[0] != len(self.query_ids):
-                raise ValueError(f"vectors must be (n={len(self.query_ids)}, K, d), got {self.vectors.shape}")
+                raise InputError(f"vectors must be (n={len(self.query_ids)}, K, d), got {self.vectors.shape}")
             self.vectors = np.ascontiguousarray(self.vectors, dtype=np.float32)
         if self.miss is None:
             self.miss = (np.zeros(len(self.query_ids), bool) if self.kind != "dense"

@@ -21,8 +21,9 @@ from typing import Any
 import numpy as np
 
 from eval.benchmark import Benchmark
-from eval.outputs import check_output_file, is_run_file
-from eval.runs import Run, write_run
+from eval.errors import InputError, UnknownName
+from eval.outputs import check_output_file
+from eval.runs import Run, is_run_file, write_run
 from eval.scoring import DenseSource, FusionSource, RandomSource, score_benchmark
 from retrieval.queries import QueryVectors, load_query_vectors, save_query_vectors, sidecar_path
 from retrieval.spaces import Space
@@ -33,9 +34,9 @@ def make_source(bench: Benchmark, qv: QueryVectors, space: Space | None):
     if qv.kind == "random":
         return RandomSource(len(qv.query_ids), len(bench.corpus_ids), qv.seed)
     if space is None or space.name != qv.space:
-        raise ValueError(f"query vectors of space {qv.space!r} need that space loaded")
+        raise InputError(f"query vectors of space {qv.space!r} need that space loaded")
     if qv.vectors.shape[2] != space.dim:
-        raise ValueError(f"query vectors are {qv.vectors.shape[2]}-d but space {space.name!r} is {space.dim}-d")
+        raise InputError(f"query vectors are {qv.vectors.shape[2]}-d but space {space.name!r} is {space.dim}-d")
     return DenseSource(qv.vectors, space.items, space.item_rows, reduce="max")
 
 
@@ -43,7 +44,7 @@ def query_rows_of(bench: Benchmark, query_ids: list[str]) -> np.ndarray:
     idx = bench.query_index
     missing = [q for q in query_ids if q not in idx]
     if missing:
-        raise KeyError(f"{len(missing)} query id(s) are not in the benchmark {bench.root}, e.g. {missing[0]!r}")
+        raise UnknownName(f"{len(missing)} query id(s) are not in the benchmark {bench.root}, e.g. {missing[0]!r}")
     return np.fromiter((idx[q] for q in query_ids), np.int64, count=len(query_ids))
 
 
@@ -101,7 +102,7 @@ def load_fusable(bench: Benchmark, run_paths: list[str | os.PathLike]) -> list[Q
     for q in qvs[1:]:
         common &= set(q.query_ids)
     if not common:
-        raise ValueError("the runs share no query ids")
+        raise InputError("the runs share no query ids")
     ids = [q for q in qvs[0].query_ids if q in common]
     out = []
     for qv in qvs:
@@ -122,10 +123,10 @@ def fuse_query_vectors(bench: Benchmark, qvs: list[QueryVectors], out: str | os.
     that cover the same queries; writes the fused run to ``out`` (checked first, `check_run_output`)."""
     check_run_output(out, inputs=[*(inputs or []), bench.root], overwrite=overwrite, sidecar=False)
     if len(qvs) < 2:
-        raise ValueError("fusion needs at least two inputs")
+        raise InputError("fusion needs at least two inputs")
     ids = qvs[0].query_ids
     if any(q.query_ids != ids for q in qvs[1:]):
-        raise ValueError("fusion inputs must cover the same queries in the same order (use load_fusable)")
+        raise InputError("fusion inputs must cover the same queries in the same order (use load_fusable)")
     spaces: dict[str, Space] = {}
     for qv in qvs:
         if qv.kind == "dense" and qv.space not in spaces:

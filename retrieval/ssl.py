@@ -51,6 +51,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from eval.benchmark import Benchmark
+from eval.errors import InputError
 from retrieval.lftr.train import torch_threads
 from retrieval.towers import (
     TRAIN_RECORD,
@@ -173,7 +174,7 @@ def recon_target(view: torch.Tensor, kind: str) -> torch.Tensor:
         g = F.conv2d(F.pad(gray, (1, 1, 1, 1), mode="replicate"), k)
         t = g.pow(2).sum(1, keepdim=True).sqrt()
     else:
-        raise ValueError(f"unknown reconstruction target {kind!r}; expected gray, edges or rgb")
+        raise InputError(f"unknown reconstruction target {kind!r}; expected gray, edges or rgb")
     t = F.adaptive_avg_pool2d(t, RECON_GRID).flatten(1)
     return (t - t.mean(1, keepdim=True)) / (t.std(1, keepdim=True) + 1e-6)
 
@@ -241,7 +242,7 @@ class SSLModel(nn.Module):
     def __init__(self, cfg: SSLConfig):
         super().__init__()
         if cfg.objective not in OBJECTIVES:
-            raise ValueError(f"unknown SSL objective {cfg.objective!r}; expected one of {OBJECTIVES}")
+            raise InputError(f"unknown SSL objective {cfg.objective!r}; expected one of {OBJECTIVES}")
         self.tower = build_vit(cfg.tower)
         self.normalize = cfg.objective == "simclr"
         d, h, o = cfg.tower.out_dim, cfg.head_hidden, cfg.head_dim
@@ -337,7 +338,7 @@ def train_ssl(bench: Benchmark, cfg: SSLConfig, out: str | Path, *, log=print, p
     out = Path(out)
     paths = select_frames(train_frames(bench, cfg.split), cfg.max_frames)
     if not paths:
-        raise ValueError(f"{bench.root}: no {cfg.split!r} frames to train on")
+        raise InputError(f"{bench.root}: no {cfg.split!r} frames to train on")
     fp = frames_fingerprint(paths, bench.root)
     thash = config_hash(cfg, fp, "ssl")
     rec = read_record(out)

@@ -37,6 +37,7 @@ import torch
 import yaml
 
 from eval.benchmark import Benchmark
+from eval.errors import InputError
 from eval.images import View, load_view, prefix_views, segment_views
 from eval.io import read_yaml
 
@@ -67,7 +68,7 @@ def build_vit(cfg: TowerConfig):
     from transformers import ViTConfig, ViTModel
 
     if cfg.image_height % cfg.patch_size or cfg.image_width % cfg.patch_size:
-        raise ValueError(f"image size {cfg.image_height}x{cfg.image_width} is not a multiple of patch {cfg.patch_size}")
+        raise InputError(f"image size {cfg.image_height}x{cfg.image_width} is not a multiple of patch {cfg.patch_size}")
     vc = ViTConfig(image_size=(cfg.image_height, cfg.image_width), patch_size=cfg.patch_size,
                    hidden_size=cfg.hidden_size, num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
                    intermediate_size=cfg.mlp_ratio * cfg.hidden_size, hidden_dropout_prob=0.0,
@@ -208,12 +209,12 @@ def load_dataclass(cls: type[T], paths: Sequence[str | os.PathLike] = (), overri
     for p in paths:
         y = read_yaml(p)
         if not isinstance(y, dict):
-            raise ValueError(f"{p}: expected a mapping of config keys, got {type(y).__name__}")
+            raise InputError(f"{p}: expected a mapping of config keys, got {type(y).__name__}")
         _merge(cls, d, y, str(p))
     _merge(cls, d, {k: v for k, v in fixed.items() if v is not None}, "<options>")
     for o in overrides:
         if "=" not in o:
-            raise ValueError(f"override {o!r} is not of the form key=value")
+            raise InputError(f"override {o!r} is not of the form key=value")
         k, v = (s.strip() for s in o.split("=", 1))
         node: Any = v
         for part in reversed(k.split(".")[1:]):
@@ -226,11 +227,11 @@ def _merge(cls, d: dict, new: dict, source: str) -> None:
     known = {f.name: f for f in fields(cls)}
     for k, v in new.items():
         if k not in known:
-            raise ValueError(f"{source}: unknown {cls.__name__} key {k!r}; known keys: {sorted(known)}")
+            raise InputError(f"{source}: unknown {cls.__name__} key {k!r}; known keys: {sorted(known)}")
         sub = _dataclass_type(cls, known[k])
         if sub is not None:
             if not isinstance(v, dict):
-                raise ValueError(f"{source}: {k} takes a mapping of {sub.__name__} keys")
+                raise InputError(f"{source}: {k} takes a mapping of {sub.__name__} keys")
             _merge(sub, d[k], v, source)
         else:
             d[k] = _coerce(v, known[k].type, f"{source}: {k}")
@@ -249,7 +250,7 @@ def _coerce(v: Any, typ: str, where: str) -> Any:
                 raise ValueError
             return int(float(v))
     except (TypeError, ValueError):
-        raise ValueError(f"{where}: expected a {typ}, got {v!r}") from None
+        raise InputError(f"{where}: expected a {typ}, got {v!r}") from None
     if typ.startswith("tuple") and isinstance(v, list):
         return tuple(v)
     return v
@@ -365,7 +366,7 @@ def fit(out: Path, module: torch.nn.Module, step_loss, n_items: int, opt_cfg: Op
     if last.exists():
         st = torch.load(last, map_location="cpu", weights_only=False)
         if st["training_hash"] != training_hash:
-            raise ValueError(f"{tdir} holds a run with a different training config; use another --out")
+            raise InputError(f"{tdir} holds a run with a different training config; use another --out")
         module.load_state_dict(st["module"])
         opt.load_state_dict(st["optimizer"])
         sched.load_state_dict(st["scheduler"])

@@ -23,38 +23,43 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _module_level_imports(path: Path, name: str, known: set[str]) -> set[str]:
-    """Toolkit modules ``name`` imports when it is executed: statements at module level (outside functions and
-    ``if TYPE_CHECKING:``); ``from a import b`` counts ``a.b`` when that is a module, else ``a``."""
+def _imports(path: Path, name: str, known: set[str], *, in_functions: bool = False) -> set[str]:
+    """Toolkit modules ``name`` imports: statements at module level (outside functions and ``if TYPE_CHECKING:``),
+    and with ``in_functions`` also those inside functions and methods (run when the function is called);
+    ``from a import b`` counts ``a.b`` when that is a module, else ``a``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     is_pkg = path.name == "__init__.py"
     out: set[str] = set()
 
+    def add(node: ast.Import | ast.ImportFrom) -> None:
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in known)
+            return
+        base = node.module or ""
+        if node.level:
+            anchor = name.split(".") if is_pkg else name.split(".")[:-1]
+            anchor = anchor[: len(anchor) - node.level + 1]
+            base = ".".join(anchor + ([base] if base else []))
+        for a in node.names:
+            sub = f"{base}.{a.name}"
+            out.add(sub if sub in known else base)
+
     def visit(stmts):
         for node in stmts:
-            if isinstance(node, ast.Import):
-                out.update(a.name for a in node.names if a.name in known)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = name.split(".") if is_pkg else name.split(".")[:-1]
-                    anchor = anchor[: len(anchor) - node.level + 1]
-                    base = ".".join(anchor + ([base] if base else []))
-                for a in node.names:
-                    sub = f"{base}.{a.name}"
-                    out.add(sub if sub in known else base)
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                add(node)
             elif isinstance(node, ast.If):
-                test = ast.unparse(node.test)
-                if "TYPE_CHECKING" not in test:
+                if "TYPE_CHECKING" not in ast.unparse(node.test):
                     visit(node.body)
                 visit(node.orelse)
-            elif isinstance(node, (ast.Try,)):
+            elif isinstance(node, ast.Try):
                 visit(node.body)
                 for h in node.handlers:
                     visit(h.body)
                 visit(node.orelse)
                 visit(node.finalbody)
-            elif isinstance(node, ast.With):
+            elif isinstance(node, ast.With | ast.For | ast.While | ast.ClassDef) or (  # bodies run on import
+                    in_functions and isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)):  # ... or on a call
                 visit(node.body)
     visit(tree.body)
     return {m for m in out if m in known and m != name}
@@ -98,7 +103,7 @@ def test_no_import_cycle_between_modules():
     not."""
     mods = _modules()
     known = set(mods)
-    graph = {m: _module_level_imports(p, m, known) for m, p in mods.items()}
+    graph = {m: _imports(p, m, known) for m, p in mods.items()}
     # edges into a package's own __init__ from inside the package are how Python loads packages, not a cycle
     graph = {m: {d for d in deps if not m.startswith(d + ".")} for m, deps in graph.items()}
     assert _cycles(graph) == []
@@ -109,7 +114,30 @@ def test_the_checker_sees_a_cycle(tmp_path):
     assert _cycles(graph) == [["a.x", "a.y", "a.z"]]
     p = tmp_path / "m.py"
     p.write_text("import a.y\nfrom a import z\nif TYPE_CHECKING:\n    import a.w\ndef f():\n    import a.w\n")
-    assert _module_level_imports(p, "a.x", {"a.x", "a.y", "a.z", "a.w", "a"}) == {"a.y", "a.z"}
+    assert _imports(p, "a.x", {"a.x", "a.y", "a.z", "a.w", "a"}) == {"a.y", "a.z"}
+    assert _imports(p, "a.x", {"a.x", "a.y", "a.z", "a.w", "a"}, in_functions=True) == {"a.y", "a.z", "a.w"}
+
+
+def _subpackages() -> list[str]:
+    return sorted(m for m, p in _modules().items() if p.name == "__init__.py")
+
+
+def _package_graph(package: str) -> dict[str, set[str]]:
+    """The modules directly inside ``package`` (its own ``.py`` files, not its ``__init__`` or subpackages) and the
+    ones among them each imports, at module level or inside a function."""
+    mods = _modules()
+    known = set(mods)
+    inside = {m for m, p in mods.items() if p.name != "__init__.py" and m.rpartition(".")[0] == package}
+    return {m: _imports(mods[m], m, known, in_functions=True) & inside for m in inside}
+
+
+@pytest.mark.parametrize("package", _subpackages())
+def test_no_import_circle_inside_a_package(package):
+    """No circle among the modules of one package (eval, eval.synth, forecasters, retrieval.canon, ...), counting
+    every import statement: those at module level and those inside functions and methods (a function-level import
+    only delays the circle to the first call; two modules that need each other are one module or want a third).
+    Statements under ``if TYPE_CHECKING:`` are not imports at run time and do not count."""
+    assert _cycles(_package_graph(package)) == []
 
 
 FRESH_IMPORTS = """

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 import numpy as np
 import pyarrow.compute as pc
 
+from eval.errors import InputError
 from eval.schema import GT_DEFINITION_FIELDS, GT_DEFINITIONS, Query
 from eval.scoring.sources import DEFAULT_C_CHUNK, DEFAULT_Q_BLOCK, as_score_source
 from eval.scoring.streaming import score_stream
@@ -111,9 +112,9 @@ def score_benchmark(bench: Any, source: Any, query_rows: np.ndarray | Sequence[i
     source = as_score_source(source)
     query_rows = np.asarray(query_rows, dtype=np.int64)
     if source.n_queries != len(query_rows):
-        raise ValueError(f"the source has {source.n_queries} queries but {len(query_rows)} query rows were given")
+        raise InputError(f"the source has {source.n_queries} queries but {len(query_rows)} query rows were given")
     if source.n_items != len(bench.corpus_ds):
-        raise ValueError(f"the source scores {source.n_items} items but the corpus has {len(bench.corpus_ds)}")
+        raise InputError(f"the source scores {source.n_items} items but the corpus has {len(bench.corpus_ds)}")
     queries = queries_at(bench, query_rows)
     pools, exclude, probes = benchmark_groups(bench, queries)
     fingerprint = hashlib.sha256(json.dumps({"method": method, "config": config or {}, "benchmark": bench.name},

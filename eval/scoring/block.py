@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.errors import InputError
+from eval.errors import EngineError, InputError
 from eval.runs import RankedPositives
 from eval.scoring.sources import ScoreSource
 
@@ -107,7 +107,7 @@ def _flatten(lists: Sequence[np.ndarray], a: int, b: int, n_items: int) -> tuple
     if rows.size and (rows.min() < 0 or rows.max() >= n_items):
         bad = int(np.flatnonzero((rows < 0) | (rows >= n_items))[0])
         qi = int(np.searchsorted(np.cumsum(sizes), bad, side="right")) + a
-        raise IndexError(f"query {qi}: corpus row {int(rows[bad])} out of range [0, {n_items})")
+        raise InputError(f"query {qi}: corpus row {int(rows[bad])} out of range [0, {n_items})")
     query = np.repeat(np.arange(b - a, dtype=np.int64), sizes)
     key = np.unique(query * n_items + rows)
     query, rows = key // n_items, key % n_items
@@ -250,7 +250,7 @@ def score_block(source: ScoreSource, ctx: BlockContext, bar: Any) -> BlockResult
         # differences): re-stream the block with thresholds taken from the tiles themselves
         positive = {name: g.scores.copy() for name, g in ctx.pools.items()}
     else:
-        raise RuntimeError("the score source is not deterministic: a positive's score changed between two "
+        raise EngineError("the score source is not deterministic: a positive's score changed between two "
                            "identical passes over the corpus")
     stats = {name: pool_statistics(ctx, name, p, thresholds, counts) for p, name in enumerate(ctx.pools)}
     stats.update({name: probe_statistics(g, ctx.size) for name, g in ctx.probes.items()})
@@ -308,7 +308,7 @@ def stream_tiles(source: ScoreSource, ctx: BlockContext, thresholds: Thresholds,
         c1 = min(n_items, c0 + ctx.c_chunk)
         tile = np.ascontiguousarray(source.scores(ctx.queries, slice(c0, c1)), dtype=np.float32)
         if tile.shape != (nb, c1 - c0):
-            raise ValueError(f"the source returned scores of shape {tile.shape}, expected {(nb, c1 - c0)}")
+            raise InputError(f"the source returned scores of shape {tile.shape}, expected {(nb, c1 - c0)}")
         for g in gathering:
             g.gather(tile, c0, c1)
         tile_pass(tile, np.arange(c0, c1, dtype=np.int64), best, pool_order, first_row, floor, counts.above,

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eval.errors import InputError
 from eval.runs import RankedPositives
 from eval.scoring.block import PROBE_STAT_FIELDS, STAT_FIELDS, BlockResult, TopK
 
@@ -70,7 +71,7 @@ class Checkpoint:
             old = read_json(meta_path)
             if old != want:
                 diff = sorted(k for k in set(old) | set(want) if old.get(k) != want.get(k))
-                raise ValueError(f"checkpoint {self.root} was written for another scoring job (differs in {diff}); "
+                raise InputError(f"checkpoint {self.root} was written for another scoring job (differs in {diff}); "
                                  "delete it or use another directory")
         else:
             write_json(meta_path, want)

@@ -101,15 +101,15 @@ class FusionSource(ScoreSource):
     def __init__(self, sources: Sequence[Any], weights: Sequence[float] | None = None,
                  c_chunk: int = DEFAULT_C_CHUNK, q_block: int = DEFAULT_Q_BLOCK, names: Sequence[str] | None = None):
         if not sources:
-            raise ValueError("FusionSource needs at least one source")
+            raise InputError("FusionSource needs at least one source")
         self.sources = [as_score_source(s) for s in sources]
         nq = {s.n_queries for s in self.sources}
         ni = {s.n_items for s in self.sources}
         if len(nq) != 1 or len(ni) != 1:
-            raise ValueError(f"sources disagree on shape: n_queries {sorted(nq)}, n_items {sorted(ni)}")
+            raise InputError(f"sources disagree on shape: n_queries {sorted(nq)}, n_items {sorted(ni)}")
         self.weights = np.ones(len(sources)) if weights is None else np.asarray(weights, dtype=np.float64)
         if self.weights.shape != (len(sources),):
-            raise ValueError(f"{len(sources)} sources but {self.weights.size} weights")
+            raise InputError(f"{len(sources)} sources but {self.weights.size} weights")
         self.names = [s.label for s in self.sources] if names is None else list(names)
         self.n_queries, self.n_items = nq.pop(), ni.pop()
         self._c_chunk, self._q_block = max(1, int(c_chunk)), max(1, int(q_block))

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from eval.errors import InputError
+
 #: Default tile: 512 queries x 16,384 corpus items (32 MiB of float32 scores).
 DEFAULT_Q_BLOCK = 512
 DEFAULT_C_CHUNK = 16384
@@ -128,9 +130,9 @@ def _as_index(items: slice | np.ndarray, n: int) -> slice | np.ndarray:
         return slice(start, stop)
     idx = np.asarray(items, dtype=np.int64)
     if idx.ndim != 1:
-        raise ValueError(f"items must be a slice or a 1-d index array, got shape {idx.shape}")
+        raise InputError(f"items must be a slice or a 1-d index array, got shape {idx.shape}")
     if idx.size and (idx.min() < 0 or idx.max() >= n):
-        raise IndexError(f"item rows out of range [0, {n})")
+        raise InputError(f"item rows out of range [0, {n})")
     return idx
 
 
@@ -162,11 +164,11 @@ class DenseSource(ScoreSource):
         if q.ndim == 2:
             q = q[:, None, :]
         if q.ndim != 3:
-            raise ValueError(f"queries must be (n_q, d) or (n_q, K, d), got shape {np.shape(queries)}")
+            raise InputError(f"queries must be (n_q, d) or (n_q, K, d), got shape {np.shape(queries)}")
         if items.ndim != 2 or items.shape[1] != q.shape[2]:
-            raise ValueError(f"items must be (m, {q.shape[2]}), got shape {items.shape}")
+            raise InputError(f"items must be (m, {q.shape[2]}), got shape {items.shape}")
         if reduce not in ("max", "mean"):
-            raise ValueError(f"reduce must be 'max' or 'mean', got {reduce!r}")
+            raise InputError(f"reduce must be 'max' or 'mean', got {reduce!r}")
         self._q = _torch_view(q)
         self._items_np = items
         self._items = _torch_view(items) if items.dtype == np.float32 and items.flags.c_contiguous else None
@@ -177,9 +179,9 @@ class DenseSource(ScoreSource):
         if item_rows is not None:
             item_rows = np.asarray(item_rows, dtype=np.int64)
             if item_rows.ndim != 1:
-                raise ValueError("item_rows must be 1-d (n_corpus,)")
+                raise InputError("item_rows must be 1-d (n_corpus,)")
             if item_rows.size and (item_rows.min() < 0 or item_rows.max() >= self.m):
-                raise ValueError(f"item_rows must index rows of items in [0, {self.m}); "
+                raise InputError(f"item_rows must index rows of items in [0, {self.m}); "
                                  "map segments with unknown states explicitly")
         self.item_rows = item_rows
         self.n_items = int(len(item_rows)) if item_rows is not None else self.m

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from eval.errors import InputError
 from eval.runs import RankedPositives
 from eval.scoring.block import PROBE_STAT_FIELDS, STAT_FIELDS, BlockContext, BlockResult, Labels, score_block
 from eval.scoring.checkpoint import Checkpoint, CheckpointMeta, groups_hash
@@ -79,11 +80,11 @@ def _check_inputs(nq: int, pools: dict[str, Sequence[np.ndarray]], exclude: Sequ
                   probes: dict[str, Sequence[np.ndarray]]) -> None:
     for name, lists in {**pools, **probes}.items():
         if len(lists) != nq:
-            raise ValueError(f"pool {name!r} has {len(lists)} queries, the source has {nq}")
+            raise InputError(f"pool {name!r} has {len(lists)} queries, the source has {nq}")
     if exclude is not None and len(exclude) != nq:
-        raise ValueError(f"exclude has {len(exclude)} queries, the source has {nq}")
+        raise InputError(f"exclude has {len(exclude)} queries, the source has {nq}")
     if len(pools) > MAX_POOLS:
-        raise ValueError(f"at most {MAX_POOLS} pools (they are bits of an int64 mask)")
+        raise InputError(f"at most {MAX_POOLS} pools (they are bits of an int64 mask)")
 
 
 def score_stream(source: Any, pools: dict[str, Sequence[np.ndarray]], exclude: Sequence[np.ndarray] | None, *,
@@ -123,7 +124,7 @@ def score_stream(source: Any, pools: dict[str, Sequence[np.ndarray]], exclude: S
     names, probe_names = list(pools), list(probes)
     k = int(min(k, n_items))
     if k < 1:
-        raise ValueError("k must be >= 1 and the corpus non-empty")
+        raise InputError("k must be >= 1 and the corpus non-empty")
     q_block, c_chunk = max(1, int(q_block)), max(1, int(c_chunk))
     blocks: list[tuple[slice, BlockResult]] = []
     n_chunks = math.ceil(n_items / c_chunk)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 
+from eval.errors import InputError
 from forecasters.backends.base import (
     Backend,
     BackendConfig,
@@ -43,7 +44,7 @@ BACKENDS = {
 
 def backend_class(name: str) -> type[Backend]:
     if name not in BACKENDS:
-        raise ValueError(f"unknown backend {name!r}; expected one of {sorted(BACKENDS)}")
+        raise InputError(f"unknown backend {name!r}; expected one of {sorted(BACKENDS)}")
     module, cls = BACKENDS[name].split(":")
     try:
         return getattr(importlib.import_module(module), cls)

@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar
 
-from eval.errors import PSRError
+from eval.errors import EngineError, InputError, PSRError
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +79,9 @@ class SamplingParams:
 
     def __post_init__(self):
         if self.temperature < 0 or self.max_tokens < 1 or self.n < 1 or not 0 < self.top_p <= 1:
-            raise ValueError(f"invalid sampling parameters {self}")
+            raise InputError(f"invalid sampling parameters {self}")
         if self.n > 1 and self.temperature == 0:
-            raise ValueError("n > 1 samples need temperature > 0 (greedy decoding gives one answer)")
+            raise InputError("n > 1 samples need temperature > 0 (greedy decoding gives one answer)")
 
     @property
     def greedy(self) -> bool:
@@ -181,7 +181,7 @@ class ScoreRequest:
     def __post_init__(self):
         bad = [c for c in self.continuations if not isinstance(c, str) or not c.strip() or c != c.strip()]
         if bad:
-            raise ValueError(f"score request {self.id}: answers must be non-empty stripped strings, got {bad[:3]}")
+            raise InputError(f"score request {self.id}: answers must be non-empty stripped strings, got {bad[:3]}")
 
 
 @dataclass
@@ -215,7 +215,7 @@ class RetryPolicy:
 
     def __post_init__(self):
         if self.max_attempts < 1 or self.wait_initial < 0 or self.wait_max < 0:
-            raise ValueError(f"invalid retry policy {self}")
+            raise InputError(f"invalid retry policy {self}")
 
 
 @dataclass
@@ -266,7 +266,7 @@ class BackendConfig:
         return d
 
 
-class TransientError(RuntimeError):
+class TransientError(EngineError):
     """An error worth retrying (a backend raises it for conditions `is_transient` cannot see otherwise)."""
 
 
@@ -283,7 +283,7 @@ class ScoringUnsupported(PSRError):
     """A backend or server that cannot score answers (log-likelihood), found before the job starts."""
 
 
-class UnsupportedInput(ValueError):
+class UnsupportedInput(InputError):
     """A request this backend or model cannot serve (e.g. images for a text-only model, video over HTTP)."""
 
 
@@ -367,7 +367,7 @@ class Backend(abc.ABC):
             return []
         out = batch(list(requests))
         if len(out) != len(requests):
-            raise RuntimeError(f"{self.name} backend returned {len(out)} {what} for {len(requests)} requests")
+            raise EngineError(f"{self.name} backend returned {len(out)} {what} for {len(requests)} requests")
         return out
 
     def stream(self, items: Iterable[Request | Completion]) -> Iterator[list[Completion]]:

@@ -36,6 +36,7 @@ import inspect
 import logging
 import time
 
+from eval.errors import EngineError, InputError, loading_model
 from forecasters.backends.base import (
     Backend,
     Completion,
@@ -124,25 +125,29 @@ class HFBackend(Backend):
             self.dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
         else:
             self.dtype = getattr(torch, cfg.dtype)
-        hf_config = AutoConfig.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
+        with loading_model(cfg.model):
+            hf_config = AutoConfig.from_pretrained(cfg.model, trust_remote_code=cfg.trust_remote_code)
         self.is_vlm = is_vision_config(hf_config)
         self.trained = StudentPreprocessing.find(cfg.model, cfg.adapter)
         self.trained.check_caps(cfg.max_pixels, cfg.min_pixels)
         max_px = cfg.max_pixels or self.trained.max_pixels
         min_px = cfg.min_pixels or self.trained.min_pixels
         proc_kwargs = {k: v for k, v in (("max_pixels", max_px), ("min_pixels", min_px)) if v}
-        self.processor = load_processor(cfg.model, trust_remote_code=cfg.trust_remote_code,
-                                        **(proc_kwargs if self.is_vlm else {}))
+        with loading_model(cfg.model):
+            self.processor = load_processor(cfg.model, trust_remote_code=cfg.trust_remote_code,
+                                            **(proc_kwargs if self.is_vlm else {}))
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         auto = transformers.AutoModelForImageTextToText if self.is_vlm else transformers.AutoModelForCausalLM
-        model = auto.from_pretrained(cfg.model, dtype=self.dtype, trust_remote_code=cfg.trust_remote_code)
+        with loading_model(cfg.model):
+            model = auto.from_pretrained(cfg.model, dtype=self.dtype, trust_remote_code=cfg.trust_remote_code)
         if cfg.adapter:
             from peft import PeftModel
 
-            model = PeftModel.from_pretrained(model, cfg.adapter)  # unmerged: base weights stay as loaded
+            with loading_model(cfg.adapter, flag="--adapter"):
+                model = PeftModel.from_pretrained(model, cfg.adapter)  # unmerged: base weights stay as loaded
         self.model = model.to(self.device).eval()
         self._transformers_version = transformers.__version__
 
@@ -252,7 +257,7 @@ class HFBackend(Backend):
             same_sampling = all(r.sampling == chunk[0].sampling for r in chunk)
             try:
                 if not same_sampling:
-                    raise ValueError("mixed sampling parameters in one batch")
+                    raise InputError("mixed sampling parameters in one batch")
                 t0 = time.perf_counter()
                 comps = self._generate_many(chunk)
                 for c in comps:  # a request's latency is its batch's wall time
@@ -286,7 +291,7 @@ class HFBackend(Backend):
         n_full = enc["input_ids"].shape[1]
         cut = shared + (n_full - len(tok_prefix))  # image tokens are expanded inside the prompt, never after it
         if enc["input_ids"][0, cut:].tolist() != tok_prefix[shared:]:
-            raise RuntimeError("the processor's tokens of the prompt do not end like the tokenizer's")
+            raise EngineError("the processor's tokens of the prompt do not end like the tokenizer's")
         inputs = {k: (v[:, :cut] if k in _PER_TOKEN_KEYS else v) for k, v in enc.items()}
         cache_kw, keep = self._forward_names
         for m in self._rope_delta_modules:  # M-RoPE offsets of the previous prompt must not shift this one's answers

@@ -13,6 +13,8 @@ import inspect
 import os
 from pathlib import Path
 
+from eval.errors import InputError
+
 
 @functools.cache
 def processor_class_without_video(proc_cls: type) -> type:
@@ -92,7 +94,7 @@ def load_processor(model: str | os.PathLike, *, trust_remote_code: bool = False,
     path = Path(model)
     name = _saved_processor_class(path) if path.is_dir() else None
     if not name or not hasattr(transformers, name):
-        raise ValueError(f"{model}: could not build the image processor of this vision model (processor class "
+        raise InputError(f"{model}: could not build the image processor of this vision model (processor class "
                          f"{name!r}; AutoProcessor said: {first_error}); is torchvision missing?")
     cls = processor_class_without_video(getattr(transformers, name))
     return cls.from_pretrained(model, trust_remote_code=trust_remote_code, **kwargs)

@@ -45,7 +45,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator
 
-from eval.errors import ModelNotFound
+from eval.errors import InputError, ModelNotFound
 from forecasters.backends.base import (
     Backend,
     BadResponse,
@@ -136,7 +136,7 @@ def parse_score_body(request_id: str, body: bytes, answer: str) -> ScoreResult:
     try:
         entries = [next(iter(e.values())) for e in plp[1:]]
         if any(len(e) != 1 for e in plp[1:]):
-            raise ValueError("more than one log-probability per prompt token (asked for prompt_logprobs=0)")
+            raise InputError("more than one log-probability per prompt token (asked for prompt_logprobs=0)")
         n = answer_tokens_from_strings([e.get("decoded_token") or "" for e in entries], answer)
         logp = float(sum(float(e["logprob"]) for e in entries[-n:]))
     except (AttributeError, KeyError, TypeError, ValueError, StopIteration) as e:
@@ -185,7 +185,7 @@ class OpenAIBackend(Backend):
     def __init__(self, config):
         super().__init__(config)
         if not config.base_url:
-            raise ValueError("the openai backend needs --base-url (e.g. http://127.0.0.1:8000/v1)")
+            raise InputError("the openai backend needs --base-url (e.g. http://127.0.0.1:8000/v1)")
         self._loop: _Loop | None = None
         self._lock = threading.Lock()
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from eval.errors import InputError
+
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences."""
@@ -35,13 +37,13 @@ def render_answers(apply_chat_template: Callable[..., str], messages: list[dict]
         full = apply_chat_template(messages + [{"role": "assistant", "content": a}], tokenize=False,
                                    add_generation_prompt=False, continue_final_message=True)
         if not full.endswith(a):
-            raise ValueError(f"the chat template does not end the open assistant turn with the answer {a!r} "
+            raise InputError(f"the chat template does not end the open assistant turn with the answer {a!r} "
                              f"(rendered ...{full[-80:]!r})")
         p = full[: len(full) - len(a)]
         if prefix is None:
             prefix = p
         elif p != prefix:
-            raise ValueError("the chat template renders the prompt differently for different answers")
+            raise InputError("the chat template renders the prompt differently for different answers")
         fulls.append(full)
     return prefix or "", fulls
 
@@ -73,7 +75,7 @@ def answer_spans(tokenize: Callable[[str], list[int]], prefix_text: str, full_te
         ids = list(tokenize(text))
         start = common_prefix(prefix_ids, ids)
         if start >= len(ids):
-            raise ValueError(f"no answer tokens after the prompt in {text[-60:]!r}")
+            raise InputError(f"no answer tokens after the prompt in {text[-60:]!r}")
         full_ids.append(ids)
         starts.append(start)
     return AnswerSpans(prefix_ids, full_ids, starts)
@@ -89,4 +91,4 @@ def answer_tokens_from_strings(tokens: Sequence[str], answer: str) -> int:
             if text.endswith(answer):
                 return m
             break
-    raise ValueError(f"the prompt's last tokens {list(tokens[-8:])!r} do not spell the answer {answer!r}")
+    raise InputError(f"the prompt's last tokens {list(tokens[-8:])!r} do not spell the answer {answer!r}")

@@ -33,6 +33,7 @@ import logging
 import os
 import time
 
+from eval.errors import EngineError
 from forecasters.backends.base import (
     Backend,
     Completion,
@@ -220,13 +221,13 @@ class VLLMBackend(Backend):
             n = plans[i][1].n_tokens(j)
             ids, first = list(out.prompt_token_ids), len(out.prompt_token_ids) - n
             if ids[first:] != plans[i][1].full_ids[j][-n:]:
-                raise RuntimeError("the engine's prompt tokens do not end with the answer's tokens")
+                raise EngineError("the engine's prompt tokens do not end with the answer's tokens")
             if (out.num_cached_tokens or 0) > first - 1:
                 again.append((i, j))
                 continue
             entries = out.prompt_logprobs[first:]
             if any(e is None or tid not in e for e, tid in zip(entries, ids[first:], strict=True)):
-                raise RuntimeError("the engine returned no log-probability for an answer token")
+                raise EngineError("the engine returned no log-probability for an answer token")
             scores[i, j] = (sum(e[tid].logprob for e, tid in zip(entries, ids[first:], strict=True)), first)
         return scores, again
 

@@ -52,6 +52,7 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from eval.benchmark import Benchmark
+from eval.errors import InputError, UnknownName
 from eval.features import list_spaces, read_meta
 from eval.io import write_json, write_jsonl
 from eval.outputs import link_dependencies, register_dependent
@@ -131,7 +132,7 @@ def _phrase_rows(vocab: PhraseVocab, phrases: list[str]) -> np.ndarray:
     rows = srt[pos]
     if len(q) and not (voc[rows] == q).all():
         bad = q[voc[rows] != q][0]
-        raise KeyError(f"phrase {bad!r} is not in the vocabulary")
+        raise UnknownName(f"phrase {bad!r} is not in the vocabulary")
     return rows
 
 
@@ -268,7 +269,7 @@ def rekey(bench: Benchmark, vocab: PhraseVocab, canon: Canonical, encoder, cfg: 
         pools = list(pools)
     else:
         if emb is None:
-            raise ValueError("budgeted mining needs the vocabulary's embeddings")
+            raise InputError("budgeted mining needs the vocabulary's embeddings")
         judge = None
         if cfg.verify:
             judge, clear = _judge(bench, canon, sim, corpus)
@@ -346,11 +347,11 @@ def _judge(bench: Benchmark, canon: Canonical, sim, corpus: pd.DataFrame) -> tup
     from eval.synth.video import CONSENSUS_MIN_DURATION_S
 
     if sim is None:
-        raise ValueError(f"{bench.root}: --verify needs segments with sim_state (a synthetic build)")
+        raise InputError(f"{bench.root}: --verify needs segments with sim_state (a synthetic build)")
     try:
         den = read_denotations(bench.root)
     except FileNotFoundError:
-        raise ValueError(f"{bench.root}: --verify needs sim/phrases.jsonl (a synthetic build)") from None
+        raise InputError(f"{bench.root}: --verify needs sim/phrases.jsonl (a synthetic build)") from None
     codes, keys = sim
     judge = Judge([keys[c] for c in codes], [den.get(t) for t in canon.texts])
     clear = (corpus["end"].to_numpy() - corpus["start"].to_numpy()) >= CONSENSUS_MIN_DURATION_S

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from eval.cli_support import data_option, overwrite_option
+from eval.errors import InputError
 from eval.tracking import REPORT_TO_HELP
 
 app = typer.Typer(help="Canonicalization: greedy clustering sweep, one saved clustering, assigning and re-keying "
@@ -148,14 +149,14 @@ def apply(
     """Canonicalize a benchmark's raw vocabulary at one threshold and write a re-keyed benchmark (GT pools
     recomputed); or, with --phrases and --clustering, re-key a phrase file to a saved clustering's states."""
     if ties not in ("first", "text"):
-        raise ValueError(f"--ties must be 'first' or 'text', got {ties!r}")
+        raise InputError(f"--ties must be 'first' or 'text', got {ties!r}")
     if (data is None) == (phrases is None):
-        raise ValueError("give exactly one of --data (a benchmark) or --phrases (a phrase file, with --clustering)")
+        raise InputError("give exactly one of --data (a benchmark) or --phrases (a phrase file, with --clustering)")
     if phrases is not None:
         from retrieval.canon.assign import AssignConfig, apply_phrase_file
 
         if clustering is None:
-            raise ValueError("--phrases needs --clustering (a directory written by `canon cluster`)")
+            raise InputError("--phrases needs --clustering (a directory written by `canon cluster`)")
         apply_phrase_file(AssignConfig(clustering=str(clustering), phrases=str(phrases), out=str(out),
                                        model=model, ties=ties, new_states=new_states, overwrite=overwrite,
                                        batch_size=batch_size, device=device), log=_log)
@@ -163,7 +164,7 @@ def apply(
     from retrieval.canon.apply import ApplyConfig, apply_canonicalization
 
     if clustering is not None:
-        raise ValueError("--clustering goes with --phrases; with --data the clustering is made at --threshold")
+        raise InputError("--clustering goes with --phrases; with --data the clustering is made at --threshold")
     cfg = ApplyConfig(data=str(data), out=str(out), threshold=threshold, model=model or ApplyConfig.model,
                       similar_threshold=similar_threshold, batch_size=batch_size, device=device, copy=copy,
                       ties=ties, overwrite=overwrite, mine_budget=mine_budget, verify=verify,

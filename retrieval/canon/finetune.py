@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eval.errors import InputError
 from eval.io import write_json, write_jsonl
 from eval.tracking import TENSORBOARD_DIR, parse_report_to
 from retrieval.canon._files import check_out_dir, staged_dir
@@ -82,7 +83,7 @@ def holdout_draw(state_id: str, seed: int) -> float:
 def split_states(bench, split: str = "train", fraction: float = 0.3, seed: int = 0) -> tuple[list[str], list[str]]:
     """``(seen, held_out)`` state ids (benchmark order); see the module docstring."""
     if not 0.0 <= fraction < 1.0:
-        raise ValueError(f"holdout fraction must lie in [0, 1), got {fraction}")
+        raise InputError(f"holdout fraction must lie in [0, 1), got {fraction}")
     in_split = set(np.unique(np.asarray(bench.corpus_ds["state_id"][:], dtype=object)[_split_rows(bench, split)]))
     seen = [s for s in bench.state_ids if s in in_split and holdout_draw(s, seed) >= fraction]
     seen_set = set(seen)
@@ -129,7 +130,7 @@ def matryoshka_dims(dim: int, dims: list[int] | None = None) -> list[int]:
     if dims:
         bad = [x for x in dims if not 1 <= x <= dim]
         if bad:
-            raise ValueError(f"matryoshka dims {bad} outside 1..{dim}")
+            raise InputError(f"matryoshka dims {bad} outside 1..{dim}")
         return sorted(set(dims), reverse=True)
     out = [dim]
     p = 1 << (dim.bit_length() - 1)
@@ -156,13 +157,15 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, log=print) -> Path:
     from transformers import TrainerCallback
 
     from eval.benchmark import Benchmark
-    from retrieval.encoders import pick_device, resolve_model
+    from eval.errors import loading_model
+    from retrieval.encoders import PACKAGED_MINILM, pick_device, resolve_model
 
     report_to = list(parse_report_to(cfg.report_to)) or "none"  # a tracker not installed: stop before any work
     inputs = [p for p in (cfg.data, cfg.triples) if p]
     check_out_dir(cfg.out, "finetune", inputs=inputs, overwrite=cfg.overwrite)
     device = pick_device(cfg.device)
-    model = SentenceTransformer(resolve_model(cfg.base_model), device=device)
+    with loading_model(cfg.base_model, flag="--base-model", packaged=PACKAGED_MINILM):
+        model = SentenceTransformer(resolve_model(cfg.base_model), device=device)
     dim = int(model.get_sentence_embedding_dimension())
     dims = matryoshka_dims(dim, cfg.matryoshka_dims)
     seen: list[str] = []
@@ -179,7 +182,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, log=print) -> Path:
         seen, held = split_states(bench, cfg.split, cfg.holdout_fraction, cfg.seed)
         pairs = training_pairs(bench, seen, cfg.split)
         if len(pairs) < 2:
-            raise ValueError(f"{cfg.data}: only {len(pairs)} training pair(s) (member phrase != canonical text) in "
+            raise InputError(f"{cfg.data}: only {len(pairs)} training pair(s) (member phrase != canonical text) in "
                              f"the {cfg.split} split's seen states: nothing to fine-tune on")
         log(f"{len(pairs):,} (member -> canonical) pairs from {len(seen)} seen states; {len(held)} states held out")
         train = datasets.Dataset.from_dict({"anchor": [a for a, _ in pairs], "positive": [p for _, p in pairs]})

@@ -29,6 +29,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from eval.errors import InputError
+
 #: The grid of build embeddings: multiples of 2^-GRID_BITS.
 GRID_BITS = 16
 GRID = 2.0 ** -GRID_BITS
@@ -39,11 +41,11 @@ def snap(emb: np.ndarray) -> np.ndarray:
     (exactly: grid values need at most 17 significant bits). Raises `ValueError` for a zero or non-finite row."""
     x = np.asarray(emb, np.float64)
     if x.ndim != 2:
-        raise ValueError(f"embeddings must be (n, d), got shape {x.shape}")
+        raise InputError(f"embeddings must be (n, d), got shape {x.shape}")
     norm = np.sqrt(np.einsum("ij,ij->i", x, x))
     if not np.isfinite(norm).all() or (norm == 0).any():
         bad = int(np.flatnonzero(~np.isfinite(norm) | (norm == 0))[0])
-        raise ValueError(f"embedding row {bad} is zero or not finite: cannot normalise")
+        raise InputError(f"embedding row {bad} is zero or not finite: cannot normalise")
     return (np.round(x / norm[:, None] / GRID) * GRID).astype(np.float32)
 
 

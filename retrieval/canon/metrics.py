@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from eval.errors import InputError
+
 #: The paper's rule of thumb for the threshold: keep the mean canonical cluster size at most this.
 MAX_MEAN_CLUSTER_SIZE = 5.0
 
@@ -33,7 +35,7 @@ def contingency(pred, truth) -> sp.csr_matrix:
     """``(n_pred_clusters, n_true_classes)`` sparse counts ``n_{kc}``."""
     p, t = _codes(pred), _codes(truth)
     if len(p) != len(t):
-        raise ValueError(f"{len(p)} predicted labels but {len(t)} true labels")
+        raise InputError(f"{len(p)} predicted labels but {len(t)} true labels")
     return sp.csr_matrix((np.ones(len(p), np.int64), (p, t)), shape=(p.max(initial=-1) + 1, t.max(initial=-1) + 1))
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eval.errors import InputError
 from eval.io import write_json
 from eval.metrics import RankStats, mean_valid, recall_at_k, reciprocal_rank
 from eval.runs import read_run
@@ -90,7 +91,7 @@ def _common_ids(paths: list[str]) -> list[str]:
         common &= set(r.query_ids)
     ids = [q for q in runs[0].query_ids if q in common]
     if not ids:
-        raise ValueError(f"the runs share no query ids: {paths}")
+        raise InputError(f"the runs share no query ids: {paths}")
     return ids
 
 
@@ -115,7 +116,7 @@ def _labelled(items: list[str], option: str) -> list[tuple[str, str]]:
     for it in items:
         label, sep, path = it.partition("=")
         if not sep or not label or not path:
-            raise ValueError(f"{option} expects LABEL=RUN, got {it!r}")
+            raise InputError(f"{option} expects LABEL=RUN, got {it!r}")
         out.append((label, path))
     return out
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eval.errors import InputError
 from eval.io import read_json
 from retrieval.queries import QueryVectors
 
@@ -66,7 +67,7 @@ def snap_scores(index: CanonicalIndex, vectors: np.ndarray, top_m: int) -> tuple
 
     n, k, d = vectors.shape
     if index.emb.shape[1] != d:
-        raise ValueError(f"the canonical index is {index.emb.shape[1]}-d but the query vectors are {d}-d")
+        raise InputError(f"the canonical index is {index.emb.shape[1]}-d but the query vectors are {d}-d")
     top_m = min(top_m, index.n_states)
     states = np.full((n, top_m), -1, np.int64)
     scores = np.zeros((n, top_m), np.float32)
@@ -96,15 +97,15 @@ def snap_query_vectors(qv: QueryVectors, space, index: CanonicalIndex, top_m: in
     ``space``: the semantic `retrieval.spaces.Space` the phrases were embedded for. Returns the new query vectors
     ``(n, m, d)`` and a summary (mean top-1 snap score, queries snapped)."""
     if space.kind != "semantic":
-        raise ValueError(f"--canonicalize snaps to canonical states: it needs a semantic space, {space.name!r} is "
+        raise InputError(f"--canonicalize snaps to canonical states: it needs a semantic space, {space.name!r} is "
                          f"{space.kind}")
     if top_m < 1:
-        raise ValueError(f"top-m must be >= 1, got {top_m}")
+        raise InputError(f"top-m must be >= 1, got {top_m}")
     states, scores = snap_scores(index, qv.vectors, top_m)
     item = space.state_items  # benchmark state row -> item row
     ok = states >= 0
     if (item[states[ok]] < 0).any():
-        raise ValueError(f"space {space.name!r} lacks some canonical states: re-encode it")
+        raise InputError(f"space {space.name!r} lacks some canonical states: re-encode it")
     vec = np.zeros((len(qv.query_ids), states.shape[1], space.dim), np.float32)
     vec[ok] = space.items[item[states[ok]]] * scores[ok][:, None]
     live = ok[:, 0]

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from eval.errors import InputError
 from retrieval.canon.cluster import DEFAULT_BLOCK, DEFAULT_SEED_CHUNK, greedy_cluster, greedy_cluster_loop, unit_rows
 
 
@@ -59,7 +60,7 @@ def clustered_embeddings(n: int, n_clusters: int, dim: int, *, sigma_lo: float =
                          seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(emb (n, dim) float32 L2-normalised, true cluster (n,) int64, counts (n,) int64)``; see the module docstring."""
     if not 1 <= n_clusters <= n:
-        raise ValueError(f"need 1 <= n_clusters <= n, got {n_clusters} clusters for {n} rows")
+        raise InputError(f"need 1 <= n_clusters <= n, got {n_clusters} clusters for {n} rows")
     rng = np.random.default_rng(seed)
     centres = rng.standard_normal((n_clusters, dim), dtype=np.float32)
     centres /= np.linalg.norm(centres, axis=1, keepdims=True)

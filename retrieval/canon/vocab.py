@@ -60,13 +60,13 @@ class PhraseVocab:
     def __post_init__(self) -> None:
         self.counts = np.asarray(self.counts, np.int64)
         if len(self.counts) != len(self.phrases):
-            raise ValueError(f"{len(self.counts)} counts for {len(self.phrases)} phrases")
+            raise InputError(f"{len(self.counts)} counts for {len(self.phrases)} phrases")
         if len(set(self.phrases)) != len(self.phrases):
-            raise ValueError("phrases must be unique")
+            raise InputError("phrases must be unique")
         if self.truth is not None and len(self.truth) != len(self.phrases):
-            raise ValueError(f"{len(self.truth)} true labels for {len(self.phrases)} phrases")
+            raise InputError(f"{len(self.truth)} true labels for {len(self.phrases)} phrases")
         if self.query_ids is not None and len(self.query_ids) != len(self.phrases):
-            raise ValueError(f"{len(self.query_ids)} query-id lists for {len(self.phrases)} phrases")
+            raise InputError(f"{len(self.query_ids)} query-id lists for {len(self.phrases)} phrases")
 
     def __len__(self) -> int:
         return len(self.phrases)
@@ -88,7 +88,7 @@ def from_benchmark(bench, truth: str = "auto") -> PhraseVocab:
     import pandas as pd
 
     if truth not in ("auto", "sim_state", "state_id"):
-        raise ValueError(f"truth must be auto, sim_state or state_id, got {truth!r}")
+        raise InputError(f"truth must be auto, sim_state or state_id, got {truth!r}")
     ds = bench.corpus_ds
     sim = ds["sim_state"][:] if "sim_state" in ds.column_names else None
     has_sim = sim is not None and all(s is not None for s in sim)

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from eval.errors import InputError
 from eval.frames import FrameSelection
 from eval.io import FormatError, atomic_path
 from eval.io import read_yaml as _read_yaml_file
@@ -104,25 +105,25 @@ class LFTRConfig:
         for f in fields(self):  # a YAML or --set value of the wrong type (epochs: many) is named, not cast
             v, want = getattr(self, f.name), _TYPES.get(str(f.type))
             if want is not None and (not isinstance(v, want) or (isinstance(v, bool) and want is not bool)):
-                raise ValueError(f"{f.name} must be {f.type}, got {type(v).__name__} {v!r}")
+                raise InputError(f"{f.name} must be {f.type}, got {type(v).__name__} {v!r}")
         if self.read_rule not in READ_RULES:
-            raise ValueError(f"read_rule must be one of {READ_RULES}, got {self.read_rule!r}")
+            raise InputError(f"read_rule must be one of {READ_RULES}, got {self.read_rule!r}")
         if self.grounding_target not in GROUNDING_TARGETS:
-            raise ValueError(f"grounding_target must be one of {GROUNDING_TARGETS}, got {self.grounding_target!r}")
+            raise InputError(f"grounding_target must be one of {GROUNDING_TARGETS}, got {self.grounding_target!r}")
         if self.val_scorer not in VAL_SCORERS:
-            raise ValueError(f"val_scorer must be one of {VAL_SCORERS}, got {self.val_scorer!r}")
+            raise InputError(f"val_scorer must be one of {VAL_SCORERS}, got {self.val_scorer!r}")
         if self.intermediate_weight < 0 or self.grounding_weight < 0:
-            raise ValueError("loss weights must be >= 0")
+            raise InputError("loss weights must be >= 0")
         for name in ("d_model", "n_layers", "n_heads", "transition_depth", "rollout_depth", "n_samples", "epochs",
                      "batch_size", "val_every", "val_k"):
             if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.d_model % self.n_heads:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+            raise InputError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.tau <= 0:
-            raise ValueError(f"tau must be > 0, got {self.tau}")
+            raise InputError(f"tau must be > 0, got {self.tau}")
         if self.n_random_negatives < 0 or self.n_hard_negatives < 0:
-            raise ValueError("negative counts must be >= 0")
+            raise InputError("negative counts must be >= 0")
         parse_report_to(self.report_to, check_installed=False)  # names only: installed is checked when training
 
     @property
@@ -141,7 +142,7 @@ class LFTRConfig:
         names = {f.name: f for f in fields(cls)}
         unknown = sorted(set(d) - set(names))
         if unknown:
-            raise ValueError(f"{source}: unknown LFTR config key(s) {unknown}; known keys: {sorted(names)}")
+            raise InputError(f"{source}: unknown LFTR config key(s) {unknown}; known keys: {sorted(names)}")
         return cls(**d)
 
     @classmethod
@@ -156,7 +157,7 @@ class LFTRConfig:
         types = {f.name: f.type for f in fields(self)}
         for k, v in items:
             if k not in d:
-                raise ValueError(f"unknown LFTR config key {k!r} in override; known keys: {sorted(d)}")
+                raise InputError(f"unknown LFTR config key {k!r} in override; known keys: {sorted(d)}")
             if isinstance(v, str) and types[k] != "str":
                 v = yaml.safe_load(v)
             if isinstance(v, str) and types[k] == "float":  # YAML 1.1 reads 1e-3 (no dot) as a string
@@ -188,7 +189,7 @@ def _canonical_frames(value: Any) -> Any:
     try:
         return str(FrameSelection.parse(value))
     except ValueError:
-        raise ValueError(f"frames must be all, last, K (the K last prefix frames, K >= 1) or spaced:K, "
+        raise InputError(f"frames must be all, last, K (the K last prefix frames, K >= 1) or spaced:K, "
                          f"got {value!r}") from None
 
 
@@ -196,17 +197,17 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     """The key/value mapping of a config file; unknown keys raise `ValueError` naming the file."""
     d = _read_yaml_file(path)
     if not isinstance(d, dict):
-        raise ValueError(f"{path}: expected a mapping of config keys, got {type(d).__name__}")
+        raise InputError(f"{path}: expected a mapping of config keys, got {type(d).__name__}")
     known = {f.name for f in fields(LFTRConfig)}
     unknown = sorted(set(d) - known)
     if unknown:
-        raise ValueError(f"{path}: unknown LFTR config key(s) {unknown}; known keys: {sorted(known)}")
+        raise InputError(f"{path}: unknown LFTR config key(s) {unknown}; known keys: {sorted(known)}")
     return d
 
 
 def _split(s: str) -> tuple[str, str]:
     if "=" not in s:
-        raise ValueError(f"override {s!r} is not of the form key=value")
+        raise InputError(f"override {s!r} is not of the form key=value")
     k, v = s.split("=", 1)
     return k.strip(), v.strip()
 

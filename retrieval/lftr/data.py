@@ -34,6 +34,7 @@ import torch
 from tqdm.auto import tqdm
 
 from eval.benchmark import Benchmark
+from eval.errors import MissingInput
 from eval.features import FeatureTable, l2_normalize
 from eval.io import FormatError, atomic_path
 from eval.schema import MAIN_QTYPES, QUESTION_TYPES
@@ -121,7 +122,7 @@ def pick_prefix_space(bench: Benchmark, requested: str = "") -> str:
     for name in bench.spaces:
         if (bench.root / "features" / name / "prefixes.npy").exists():
             return name
-    raise FileNotFoundError(f"{bench.root}: no space has a prefixes table; encode a visual space first "
+    raise MissingInput(f"{bench.root}: no space has a prefixes table; encode a visual space first "
                             "(`python -m retrieval encode --space NAME --model IMAGE_MODEL`)")
 
 

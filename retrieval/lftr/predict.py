@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from eval.errors import InputError
 from eval.metrics import RankStats, first_rank
 from eval.scoring import DenseSource, benchmark_groups, score_stream
 from retrieval.lftr.model import LFTR
@@ -277,5 +278,5 @@ def predict_query_vectors(model: LFTR, prep: Prepared, rows: np.ndarray, *, rule
         best = np.where(np.isfinite(cost).any(1), cost.argmin(1), 0)
         vec = per_step[np.arange(len(rows)), best]
     else:
-        raise ValueError(f"unknown read rule {rule!r}")
+        raise InputError(f"unknown read rule {rule!r}")
     return QueryVectors(ids, vec, prep.target.name)

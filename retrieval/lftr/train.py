@@ -45,6 +45,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from eval.benchmark import Benchmark
+from eval.errors import InputError, MissingInput
 from eval.io import FormatError, atomic_path, write_json
 from eval.threads import training_threads as torch_threads  # noqa: F401  (threads + wait policy; re-exported)
 from eval.tracking import EpochReporter, parse_report_to
@@ -258,7 +259,7 @@ class Prepared:
 
 def prepare(bench: Benchmark, cfg: LFTRConfig, out: Path, device: str) -> Prepared:
     if not cfg.target_space:
-        raise ValueError("LFTR config needs target_space (--space NAME)")
+        raise InputError("LFTR config needs target_space (--space NAME)")
     target = Space.load(bench, cfg.target_space)
     prefix_space = load_prefix_space(bench, pick_prefix_space(bench, cfg.prefix_space))
     cache = cache_dir(bench, out / "cache")
@@ -316,13 +317,13 @@ def _train(bench: Benchmark, cfg: LFTRConfig, out: str | Path, *, validate, prog
     adapter = adapter_factory(prep, device) if adapter_factory is not None else None
     thash = cfg.training_hash() + (f"+{adapter.fingerprint}" if adapter is not None else "")
     if state is not None and state["training_hash"] != thash:
-        raise ValueError(f"{out} holds a run with a different training config (hash {state['training_hash']} vs "
+        raise InputError(f"{out} holds a run with a different training config (hash {state['training_hash']} vs "
                          f"{thash}); use another --out or delete {last}")
     cfg.save(out / "config.yaml")
     seed_everything(cfg.seed)
     train_rows = prep.data.rows(cfg.train_split)
     if len(train_rows) == 0:
-        raise ValueError(f"no {cfg.train_split!r} queries with a non-empty main GT pool in {bench.root}")
+        raise InputError(f"no {cfg.train_split!r} queries with a non-empty main GT pool in {bench.root}")
     hard = None
     if cfg.n_hard_negatives:
         hard = mine_hard_negatives(prep.data, train_rows, cfg.n_hard_candidates, prep.cache,
@@ -427,7 +428,7 @@ def load_checkpoint(path: str | Path, device: str = "cpu") -> tuple[LFTR, LFTRCo
     if path.is_dir():
         path = path / "best.pt"
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no checkpoint (train first with `python -m retrieval lftr train`)")
+        raise MissingInput(f"{path}: no checkpoint (train first with `python -m retrieval lftr train`)")
     try:
         ck = torch.load(path, map_location="cpu", weights_only=False)
         cfg = LFTRConfig.from_dict(ck["config"], source=str(path))

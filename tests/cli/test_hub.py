@@ -17,7 +17,8 @@ import pytest
 from cli_run import assert_one_clear_error, run_cli
 from test_error_surface import DATA_COMMANDS, DISTILL_DATA_COMMANDS
 
-from eval.hub import HubDataset, parse_hub_id, resolve_data, upload_list
+from eval.hub import HubDataset, parse_hub_id, resolve_data
+from eval.push import upload_list
 
 REPO = Path(__file__).resolve().parents[2]
 COMMIT_A, COMMIT_B = "a" * 40, "b" * 40

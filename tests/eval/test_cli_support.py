@@ -1,4 +1,5 @@
-"""eval.cli_support: one error surface (one red line, exit 2; tracebacks only for bugs or with --debug)."""
+"""eval.cli_support: one error surface (one red line, exit 2; tracebacks only for bugs or with --debug). An error is
+classified by its type alone (`eval.errors`), never by the source line that raised it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ import pytest
 import typer
 
 from eval.cli_support import run_main, run_typer, split_debug
-from eval.errors import EXIT_INTERNAL, EXIT_USER_ERROR, InputError
+from eval.errors import (
+    EXIT_INCOMPLETE,
+    EXIT_INTERNAL,
+    EXIT_USER_ERROR,
+    IncompleteJob,
+    InputError,
+    ModelNotFound,
+    UnknownName,
+    loading_model,
+)
 
 
 def _app(exc: BaseException) -> typer.Typer:
@@ -24,6 +34,13 @@ def _app(exc: BaseException) -> typer.Typer:
         print("fine")
 
     return app
+
+
+def _raising(exc: BaseException):
+    def main(argv):
+        raise exc
+
+    return main
 
 
 def _run(fn, *argv):
@@ -66,7 +83,7 @@ def test_a_bug_shows_its_traceback_and_exits_non_zero():
     assert "Traceback" in err and "ZeroDivisionError" in err and "a bug in the toolkit" in _lines(err)[-1]
 
 
-def test_library_value_error_is_a_bug_but_a_toolkit_check_is_not(tmp_path):
+def test_library_value_error_is_a_bug_but_a_typed_toolkit_check_is_not(tmp_path):
     def lib(argv):
         import numpy as np
 
@@ -75,13 +92,56 @@ def test_library_value_error_is_a_bug_but_a_toolkit_check_is_not(tmp_path):
     def check(argv):
         from eval.features import write_meta
 
-        write_meta(tmp_path, "s", kind="bogus", dim=1, model="m")  # a `raise ValueError(...)` of the toolkit
+        write_meta(tmp_path, "s", kind="bogus", dim=1, model="m")  # the toolkit raises InputError
 
     code, _, err = _run(lambda a: run_main(lib, a))
     assert code == EXIT_INTERNAL and "Traceback" in err
     code, _, err = _run(lambda a: run_main(check, a))
     assert code == EXIT_USER_ERROR
     assert _lines(err) == ["error: space kind must be one of ('visual', 'semantic', 'prefix'), got 'bogus'"]
+
+
+def test_the_type_decides_not_the_raising_line():
+    """A plain ``ValueError`` is a bug even when a ``raise`` statement of toolkit code throws it; a typed error keeps
+    its built-in base (a caller's ``except KeyError`` still works) and prints its message unquoted."""
+    code, _, err = _run(lambda a: run_main(_raising(ValueError("a check that forgot its type")), a))
+    assert code == EXIT_INTERNAL and "Traceback" in err
+    e = UnknownName("unknown pool 'x'")
+    assert isinstance(e, KeyError) and isinstance(e, ValueError) and str(e) == "unknown pool 'x'"
+    code, _, err = _run(lambda a: run_main(_raising(e), a))
+    assert code == EXIT_USER_ERROR and _lines(err) == ["error: unknown pool 'x'"]
+
+
+def test_exit_code_comes_with_the_type():
+    """`IncompleteJob` exits 3; a class outside eval.errors that declares ``exit_code`` (prompts.PromptError: prompts
+    imports nothing of the toolkit) is reported as one line too."""
+    from prompts.templates import PromptError
+
+    code, _, err = _run(lambda a: run_main(_raising(IncompleteJob("3 queries left")), a))
+    assert code == EXIT_INCOMPLETE and _lines(err) == ["error: 3 queries left"]
+    code, _, err = _run(lambda a: run_main(_raising(PromptError("template 'x': bad")), a))
+    assert code == EXIT_USER_ERROR and _lines(err) == ["error: template 'x': bad"]
+
+
+def test_loading_model_names_the_model_the_option_and_the_fix(tmp_path, monkeypatch):
+    def load(model, **kw):
+        with loading_model(model, **kw):
+            raise OSError(f"{model} does not appear to have a file named config.json")
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelNotFound) as e:
+        load("org/model", flag="--base-model", packaged="packaged:mini")
+    assert str(e.value) == ("org/model is not in the local cache and the hub is unreachable (pass --base-model "
+                            "packaged:mini or a local path)")
+    with pytest.raises(ModelNotFound, match="as --model"):
+        load("org/model")
+    with pytest.raises(ModelNotFound, match="is not a loadable model folder"):
+        load(str(tmp_path))
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    with pytest.raises(ModelNotFound, match="neither a local path nor a model id"):
+        load("org/model")
+    with pytest.raises(InputError, match="mine"), loading_model("org/model"):
+        raise InputError("mine")  # the toolkit's own errors pass through
 
 
 def test_missing_file_names_the_path(tmp_path):

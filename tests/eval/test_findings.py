@@ -70,7 +70,7 @@ def test_ceiling_checks_and_decomposition():
 
 def test_card_targets_are_checked_by_name():
     card = {"values": {"label_truth": 0.95, "same_state_agreement": 0.55, "prefix_motion_share": 0.9,
-                       "fair_test_queries": 2100, "chance_r5": 0.2, "top_state_share": 0.02, "h1_share": 0.55,
+                       "fair_test_queries": 2100, "chance_r5_pct": 0.2, "top_state_share": 0.02, "h1_share": 0.55,
                        "gap_median_s": 1.5}}
     checks = {c.quantity: c.met for c in F.card_checks(card)}
     by_key = {q.split("(`")[-1].removesuffix("`)"): m for q, m in checks.items() if "(`" in q}

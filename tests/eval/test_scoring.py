@@ -192,7 +192,7 @@ def test_random_source_is_chunking_invariant():
 
 def test_bad_rows_are_reported():
     src = DenseSource(np.ones((2, 3), np.float32), np.ones((5, 3), np.float32))
-    with pytest.raises(IndexError, match="query 1: corpus row 9"):
+    with pytest.raises(InputError, match="query 1: corpus row 9"):
         score_stream(src, {"a": [np.array([0]), np.array([9])]}, None, k=2, progress=False)
     with pytest.raises(ValueError, match="has 1 queries"):
         score_stream(src, {"a": [np.array([0])]}, None, k=2, progress=False)

@@ -449,7 +449,7 @@ def test_card(synth_dir, final):
     assert v["states"] == len({s["state_id"] for s in final["corpus"]})
     assert 0 < v["top_state_share"] <= 1 and v["segments_per_state_median"] >= 1
     assert sum(v[f"h{h}_share"] for h in range(1, 6)) == pytest.approx(1.0)
-    assert v["gap_median_s"] > 0 and 0 <= v["chance_r5"] <= 100
+    assert v["gap_median_s"] > 0 and 0 <= v["chance_r5_pct"] <= 100
     assert "true states split across canonical states" in v
     assert 0 < v["label_truth"] <= 1 and 0 < v["same_state_agreement"] <= 1 and 0.8 <= v["prefix_motion_share"] <= 1
     assert v["fair_test_queries"] == sum(q["fair"] and q["split"] == "test" and q["qtype"] != "Q5"

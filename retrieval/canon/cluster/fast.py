@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from eval.errors import InputError
 from retrieval.canon.cluster.rule import Clustering, check_order
 from retrieval.canon.cluster.screen import make_screen
 from retrieval.canon.cluster.similarity import ROW_CHUNK, check_threshold, exact_dots, unit_rows
@@ -79,7 +80,7 @@ def extend_clustering(seed_emb: np.ndarray, emb: np.ndarray, threshold: float, o
     phrases after them, when the seeds are pairwise below ``threshold`` (as the seeds of one clustering are)."""
     seeds, new = unit_rows(seed_emb), unit_rows(emb)
     if len(seeds) and len(new) and seeds.shape[1] != new.shape[1]:
-        raise ValueError(f"embeddings of dimension {new.shape[1]} against seeds of dimension {seeds.shape[1]}")
+        raise InputError(f"embeddings of dimension {new.shape[1]} against seeds of dimension {seeds.shape[1]}")
     order = check_order(order, len(new))
     k = len(seeds)
     x = np.concatenate([seeds, new]) if len(seeds) else new
@@ -99,7 +100,7 @@ def _greedy(x: np.ndarray, order: np.ndarray, threshold: float, n_fixed: int, *,
 
     t = check_threshold(threshold)
     if block < 1 or seed_chunk < 1:
-        raise ValueError("block and seed_chunk must be positive")
+        raise InputError("block and seed_chunk must be positive")
     units = np.ascontiguousarray(x[np.concatenate([np.arange(n_fixed, dtype=np.int64), order])])
     n = len(units)
     scr = make_screen(screen, [units], t)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from eval.errors import InputError
 from retrieval.canon.cluster.similarity import check_threshold, exact_dots, unit_rows
 
 #: Visiting-order rules for phrases of equal count (`visit_order`).
@@ -79,11 +80,11 @@ def visit_order(counts: Sequence[int] | np.ndarray, phrases: Sequence[str] | Non
     Returns ``(n,)`` int64 input rows."""
     counts = np.asarray(counts, np.int64)
     if ties not in TIES:
-        raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
+        raise InputError(f"ties must be one of {TIES}, got {ties!r}")
     if ties == "first":
         return np.argsort(-counts, kind="stable").astype(np.int64)
     if phrases is None or len(counts) != len(phrases):
-        raise ValueError(f"ties='text' needs one phrase per count ({len(counts)} counts, "
+        raise InputError(f"ties='text' needs one phrase per count ({len(counts)} counts, "
                          f"{'no' if phrases is None else len(phrases)} phrases)")
     text_rank = np.empty(len(phrases), np.int64)
     text_rank[np.argsort(np.asarray(phrases, dtype=object), kind="stable")] = np.arange(len(phrases))
@@ -93,7 +94,7 @@ def visit_order(counts: Sequence[int] | np.ndarray, phrases: Sequence[str] | Non
 def check_order(order: np.ndarray | None, n: int) -> np.ndarray:
     order = np.arange(n, dtype=np.int64) if order is None else np.asarray(order, np.int64)
     if order.shape != (n,) or not np.array_equal(np.sort(order), np.arange(n)):
-        raise ValueError(f"order must be a permutation of the {n} rows")
+        raise InputError(f"order must be a permutation of the {n} rows")
     return order
 
 

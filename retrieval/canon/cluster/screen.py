@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from eval.errors import InputError
 from retrieval.canon.cluster.similarity import l1_norms, row_chunks, sq_norms
 
 #: Screens keep every pair with exact dot >= t - SCREEN_SLACK: below it no rounding reaches t (|t| <= 1).
@@ -157,7 +158,7 @@ def resolve_screen(kind: str) -> str:
     if kind == "auto":
         return "int8" if int8_screen_available() else "float32"
     if kind not in SCREENS:
-        raise ValueError(f"screen must be 'auto' or one of {SCREENS}, got {kind!r}")
+        raise InputError(f"screen must be 'auto' or one of {SCREENS}, got {kind!r}")
     return kind
 
 

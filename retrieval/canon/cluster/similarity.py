@@ -23,6 +23,8 @@ from collections.abc import Iterator
 import numpy as np
 from numba import njit
 
+from eval.errors import InputError
+
 #: Rows whose squared norm is within this of 1 are unit rows as given (float32 normalisers stay far inside it).
 UNIT_TOL = 1e-5
 #: Rows converted at once (bounded temporary memory).
@@ -52,16 +54,16 @@ def unit_rows(emb: np.ndarray) -> np.ndarray:
     Raises `ValueError` for non-finite values or zero rows."""
     x = np.asarray(emb)
     if x.ndim != 2:
-        raise ValueError(f"embeddings must be (n, d), got shape {x.shape}")
+        raise InputError(f"embeddings must be (n, d), got shape {x.shape}")
     out = np.empty(x.shape, np.float32)
     for s in range(0, len(x), ROW_CHUNK):
         c = np.asarray(x[s:s + ROW_CHUNK], np.float32)
         sq = np.einsum("ij,ij->i", c, c, dtype=np.float64)
         bad = ~np.isfinite(sq)
         if bad.any():
-            raise ValueError(f"embeddings hold NaN/inf values (first bad row {s + int(np.flatnonzero(bad)[0])})")
+            raise InputError(f"embeddings hold NaN/inf values (first bad row {s + int(np.flatnonzero(bad)[0])})")
         if (sq == 0).any():
-            raise ValueError(f"embedding row {s + int(np.flatnonzero(sq == 0)[0])} is zero: cannot normalise")
+            raise InputError(f"embedding row {s + int(np.flatnonzero(sq == 0)[0])} is zero: cannot normalise")
         out[s:s + ROW_CHUNK] = c
         off = np.flatnonzero(np.abs(sq - 1.0) > UNIT_TOL)
         if len(off):
@@ -73,7 +75,7 @@ def check_threshold(threshold: float) -> float:
     """``threshold`` as a float in ``[-1, 1]`` (a cosine), else `ValueError`."""
     t = float(threshold)
     if not -1.0 <= t <= 1.0:
-        raise ValueError(f"threshold must lie in [-1, 1], got {threshold}")
+        raise InputError(f"threshold must lie in [-1, 1], got {threshold}")
     return t
 
 

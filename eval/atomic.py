@@ -1,0 +1,68 @@
+"""Atomic file writes: a file appears whole under its name or not at all, and an interrupt (SIGINT, SIGTERM) never
+leaves a temporary file behind.
+
+The lowest layer of eval's writing: `eval.io` (formats, `eval.io.atomic_dir`) and `eval.outputs` (output markers)
+build on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM for the block (delivered when it ends), so that making a temporary file or folder
+    and registering its cleanup are one step: an interrupt never finds the one without the other. A no-op outside
+    the main thread or where the platform cannot block signals."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it is fsynced and renamed over ``path``.
+
+    On an exception the temporary file is removed, so a failed job never leaves a half-written output.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp_path = None
+    try:
+        with signals_held():
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix or path.suffix or ".tmp",
+                                       dir=path.parent)
+            os.close(fd)
+            tmp_path = Path(tmp)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp_path, 0o666 & ~umask)  # mkstemp creates 0600; outputs should be readable like any other file
+        yield tmp_path
+        with open(tmp_path, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp_path, path)
+    except BaseException:
+        if tmp_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                tmp_path.unlink()
+        raise
+
+
+def write_json(path: str | os.PathLike, obj: Any, *, indent: int = 2) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=indent, ensure_ascii=False, sort_keys=False)
+        f.write("\n")
