@@ -52,6 +52,7 @@ import numpy as np
 import pymunk
 from tqdm.auto import tqdm
 
+from eval.errors import InputError, UnknownName
 from eval.features import l2_normalize, write_meta, write_table
 from eval.io import atomic_dir, read_json, write_json, write_jsonl
 from eval.schema import MAX_HORIZON, SPLITS, GTPools, Manifest, Query, Segment, State, TranscriptEntry
@@ -115,13 +116,13 @@ def build_benchmark(out_dir: str | os.PathLike, videos: int | None = None, seed:
     count, at most 8; small builds run in-process). The output does not depend on ``workers``.
     """
     if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; expected one of {sorted(PRESETS)}")
+        raise UnknownName(f"unknown preset {preset!r}; expected one of {sorted(PRESETS)}")
     p = PRESETS[preset]
     videos = p.videos if videos is None else videos
     query_videos = (p.query_videos if query_videos is None else query_videos) or videos
     image_size = tuple(image_size or p.image_size)
     if videos < len(scenes.DOMAINS):
-        raise ValueError(f"videos must be at least {len(scenes.DOMAINS)} (one per domain), got {videos}")
+        raise InputError(f"videos must be at least {len(scenes.DOMAINS)} (one per domain), got {videos}")
     out = Path(out_dir)
     with atomic_dir(out, kind=OUTPUT_KIND, overwrite=overwrite, legacy=_is_synth_build) as stage:
         queried = query_set(videos, min(query_videos, videos), seed)

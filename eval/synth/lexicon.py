@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from eval.errors import InputError
 from eval.synth import surfaces
 
 #: Object colours: name -> sRGB under neutral light.
@@ -119,7 +120,7 @@ class TrueState:
     def from_key(cls, key: str) -> TrueState:
         parts = key.split("|")
         if len(parts) != len(fields(cls)):
-            raise ValueError(f"not a true-state key: {key!r}")
+            raise InputError(f"not a true-state key: {key!r}")
         return cls(*parts)
 
 

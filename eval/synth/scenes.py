@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from eval.errors import UnknownName
 from eval.synth import record as R
 from eval.synth.lexicon import ROUND_SHAPES
 from eval.synth.world import DURATION_S, FLOOR_Y, WORLD_X, ObjectSpec, World, box, pick_objects
@@ -257,7 +258,7 @@ def simulate(family: str, rng: np.random.Generator) -> R.SimRecord:
     """Build a scene of ``family`` from ``rng``, simulate it for `DURATION_S` and return its record (mirrored when
     the scene asked for it)."""
     if family not in REGISTRY:
-        raise ValueError(f"unknown scene family {family!r}; expected one of {families()}")
+        raise UnknownName(f"unknown scene family {family!r}; expected one of {families()}")
     return REGISTRY[family].build(rng).run(DURATION_S)
 
 
