@@ -246,11 +246,11 @@ def forecast_complete(summary: Path) -> bool:
 def distill_stage(name: str, command: str, python: str, values: dict[str, Any], done: Path, *,
                   preset: str | None = None, **stage: Any) -> Stage:
     """A stage running ``python -m distill COMMAND``. ``values`` are fields of the command's config dataclass
-    (`distill.cli.config_class`): they are built into it here, so a wrong name or value fails before any stage runs,
+    (`distill.stages.config_class`): they are built into it here, so a wrong name or value fails before any stage runs,
     and passed as its flags in their order (`distill.config.to_argv`); the other fields come from ``preset``'s
     section of the command (``--config PRESET``) or the config's defaults. ``stage``: the other `Stage` fields."""
-    from distill.cli import config_class
     from distill.config import build, to_argv
+    from distill.stages import config_class
 
     cfg = build(config_class(command), values, f"distill recipe, stage {name}")
     argv = [python, "-m", "distill", command, *(["--config", preset] if preset else []), *to_argv(cfg, list(values))]

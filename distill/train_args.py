@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from distill.stages import COMMANDS
 from eval.errors import InputError
 
 log = logging.getLogger("distill.train")
@@ -43,9 +44,9 @@ VISION_MODULES_REGEX = r".*(?:visual|vision_tower|vision_model|multi_modal_proje
 #: Modules the 4-bit load leaves unquantized (transformers matches each as a name prefix, regex or suffix): the frozen
 #: vision tower and projector keep their precision, and so does the output head.
 QUANT_SKIP_MODULES = (r".*visual", r".*vision_tower", r".*multi_modal_projector", "lm_head")
-#: Stage sections of a distillation preset (``configs/distill/*.yaml``); ``train`` is this command's.
-PRESET_SECTIONS = frozenset({"predicates", "narrate", "validate", "sft", "train", "faithfulness", "answers", "merge",
-                             "recipe"})
+#: Sections of a distillation preset (``configs/distill/*.yaml``): every command's (`distill.stages`; ``train`` is
+#: this command's) and the recipe's own.
+PRESET_SECTIONS = frozenset({c.section for c in COMMANDS.values() if c.section} | {"recipe"})
 #: Keys this command does not read, each with the TRL flag that sets the same thing (named in the unknown-key error).
 RENAMED = {"model": "model_name_or_path", "dataset": "dataset_name", "bnb_4bit_use_double_quant": "use_bnb_nested_quant",
            "precision": "bf16 / fp16 (and dtype)", "device": "use_cpu", "warmup_ratio": "warmup_steps (a float < 1)",

@@ -156,9 +156,9 @@ def test_every_config_command_is_walked():
 # --- distill: stage parsers (HfArgumentParser), train (TrlParser), recipe -------------------------------------------
 
 def _stages() -> dict[str, str]:
-    from distill.cli import COMMANDS
+    from distill.stages import COMMANDS
 
-    return {name: spec for name, (spec, _) in COMMANDS.items() if spec and name not in ("train", "recipe")}
+    return {name: c.config for name, c in COMMANDS.items() if name not in ("train", "recipe")}
 
 
 @pytest.mark.parametrize("stage", sorted(_stages()))
@@ -189,7 +189,7 @@ def _help_options(text: str) -> list[list[str]]:
 @pytest.mark.parametrize("command", ["predicates", "validate", "narrate", "sft", "faithfulness", "counterfactuals",
                                      "rationale-stats", "answers", "merge", "recipe"])
 def test_distill_help_exits_0_and_shows_kebab_options(command):
-    from distill.cli import COMMANDS
+    from distill.stages import COMMANDS
 
     assert command in COMMANDS
     res = run_cli("distill", command, "--help")
@@ -199,7 +199,7 @@ def test_distill_help_exits_0_and_shows_kebab_options(command):
 
 
 def test_every_distill_command_is_covered():
-    from distill.cli import COMMANDS
+    from distill.stages import COMMANDS
 
     covered = set(_stages()) | {"train", "recipe"}
     assert covered == set(COMMANDS)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from distill.cli import COMMANDS, SECTIONS, config_class
 from distill.config import _allowed, build, parse, stage_parser, to_argv
+from distill.stages import COMMANDS, config_class
 
 REPO = Path(__file__).resolve().parents[2]
 STAGES = sorted(c for c in COMMANDS if c not in ("recipe", "train"))
@@ -69,11 +69,11 @@ def test_every_stage_config_reads_back_from_its_argv(command):
     moved = [f.name for f in dataclasses.fields(cls) if f.name in values]
     assert len(moved) > len([f for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING])
     argv = to_argv(cfg)
-    assert parse(cls, SECTIONS[command], argv, prog=command, description="") == cfg, argv
+    assert parse(cls, COMMANDS[command].section, argv, prog=command, description="") == cfg, argv
     required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING and
                 f.default_factory is dataclasses.MISSING]
     some = required + [n for n in moved if n not in required][:1]  # the others: the config's defaults
-    part = parse(cls, SECTIONS[command], to_argv(cfg, some), prog=command, description="")
+    part = parse(cls, COMMANDS[command].section, to_argv(cfg, some), prog=command, description="")
     assert part == build(cls, {k: values[k] for k in some}, "test")
 
 
@@ -127,8 +127,8 @@ def test_recipe_stage_commands_are_built_from_the_stage_configs(tmp_path, preset
             command, rest = s.argv[3], s.argv[4:]
             cls = config_class(command)
             assert isinstance(s.config, cls), s.name
-            read = parse(cls, SECTIONS[command], rest, prog=command, description="")
-            section = load_section(args.config, SECTIONS[command]) if "--config" in rest else {}
+            read = parse(cls, COMMANDS[command].section, rest, prog=command, description="")
+            section = load_section(args.config, COMMANDS[command].section) if "--config" in rest else {}
             passed = {f.name: getattr(s.config, f.name) for f in dataclasses.fields(cls)
                       if {f"--{f.name.replace('_', '-')}", f"--no-{f.name.replace('_', '-')}"} & set(rest)}
             assert passed and read == build(cls, {**section, **passed}, "test"), s.name
