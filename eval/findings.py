@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 #: Run-name prefixes of the roles the checks need (first match wins). A run named with a seed suffix
-#: (``lftr[minilm]-seed1``, `eval.report.seed_group`) belongs to its group; a group's value is its seeds' mean.
+#: (``lftr[minilm]-seed1``, `eval.runs.seed_group`) belongs to its group; a group's value is its seeds' mean.
 ROLES = {
     "random": ("random",), "lookup": ("lookup",), "persistence": ("persistence",),
     "transition": ("transition-table",),
@@ -58,7 +58,7 @@ class Check:
 def groups(report: dict) -> dict[str, list[str]]:
     """Group name -> its run names, in report order: a multi-seed entry is one group (its name without the seed
     suffix), every other run its own."""
-    from eval.report import seed_group
+    from eval.runs import seed_group
 
     out: dict[str, list[str]] = {}
     entries = report.get("entries") or [{"names": [n]} for n in report["runs"]]

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -81,16 +80,9 @@ from eval.report_result import (
     SeedGroupTest,
     TierBars,
 )
+from eval.runs import seed_group
 from eval.schema import GT_DEFINITION_FIELDS, REPORT_MAX_HORIZON
 from eval.stats import MIN_BOOTSTRAP_N, mcnemar, paired_bootstrap, paired_bootstrap_by, paired_ttest, seed_summary
-
-SEED_SUFFIX = re.compile(r"^(?P<group>.+?)[-_.]seed[-_.=]?(?P<seed>\d+)$")
-
-
-def seed_group(name: str) -> tuple[str, int | None]:
-    """``("lftr-fusion", 3)`` for ``"lftr-fusion-seed3"``; ``(name, None)`` without a seed suffix."""
-    m = SEED_SUFFIX.match(name)
-    return (m.group("group"), int(m.group("seed"))) if m else (name, None)
 
 
 @dataclass

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +60,16 @@ def is_run_file(path: Path) -> bool:
     """Recogniser of run files (`eval.outputs.check_output_file`): Parquet with the ``psr_run`` schema metadata
     (only the footer is read)."""
     return META_KEY in (pq.read_schema(path).metadata or {})
+
+
+#: A run name's seed suffix: ``lftr-fusion-seed3``, ``lftr_fusion.seed=12`` (runs of one method over seeds).
+SEED_SUFFIX = re.compile(r"^(?P<group>.+?)[-_.]seed[-_.=]?(?P<seed>\d+)$")
+
+
+def seed_group(name: str) -> tuple[str, int | None]:
+    """``("lftr-fusion", 3)`` for ``"lftr-fusion-seed3"``; ``(name, None)`` without a seed suffix."""
+    m = SEED_SUFFIX.match(name)
+    return (m.group("group"), int(m.group("seed"))) if m else (name, None)
 
 
 @dataclass

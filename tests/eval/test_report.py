@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 from eval.cli import app
 from eval.evaluate import QueryLabels, evaluate_run
 from eval.metrics import RankStats, recall_at_k
-from eval.report import group_entries, seed_group
-from eval.runs import write_run
+from eval.report import group_entries
+from eval.runs import seed_group, write_run
 from eval.scoring import RandomSource, score_benchmark
 from eval.triplets import ORDERS, TripletScores, order_probabilities, per_query_triplets, triplet_summary
 
