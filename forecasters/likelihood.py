@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from eval.errors import InputError
+from eval.fingerprint import sha256_files
 from eval.phrases import PhraseRecord
 
 log = logging.getLogger(__name__)
@@ -124,14 +125,6 @@ class CandidateSpec:
         return "states" if self.kind == "states" else f"top{self.n}:{self.run}"
 
 
-def _sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:16]
-
-
 @dataclass
 class Candidates:
     """The candidate states of each selected query. ``state_ids`` / ``texts``: the benchmark's states in row order;
@@ -179,7 +172,7 @@ def load_candidates(bench, spec: CandidateSpec, query_ids: Sequence[str]) -> Can
         return Candidates(spec, state_ids, texts, None, {}, {"candidates": "states", "states_sha256": states_sha})
     rows, tail = _top_states(bench, spec, query_ids)
     # the run's content, not its path, identifies the candidates (a moved run file resumes the same job)
-    ident = {"candidates": f"top{spec.n}", "run_sha256": _sha256_file(spec.run), "states_sha256": states_sha}
+    ident = {"candidates": f"top{spec.n}", "run_sha256": sha256_files([spec.run])[:16], "states_sha256": states_sha}
     return Candidates(spec, state_ids, texts, rows, tail, ident)
 
 

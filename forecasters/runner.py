@@ -52,7 +52,6 @@ import json
 import logging
 import os
 import platform
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -61,7 +60,9 @@ from typing import Any
 
 import prompts
 from eval import resumable
+from eval.environment import loaded_versions
 from eval.errors import IncompleteJob, InputError
+from eval.fingerprint import sha256_tree
 from eval.io import write_json, write_jsonl
 from eval.phrases import PhraseRecord
 from eval.schema import PREFIX_FRAMES
@@ -86,6 +87,8 @@ log = logging.getLogger(__name__)
 REJECTED_IN_A_ROW = 5
 #: failed requests (transient or rejected) that stop a job when none of this invocation has been answered yet
 NO_ANSWER_LIMIT = 8
+#: libraries whose versions the run config records (those imported by the run)
+RECORDED_LIBRARIES = ("torch", "transformers", "vllm", "peft", "httpx")
 
 
 @dataclass
@@ -187,19 +190,11 @@ def shard_of(prefix_id: str, n: int) -> int:
     return int(hashlib.sha1(prefix_id.encode("utf-8")).hexdigest()[:8], 16) % n
 
 
-def _hash_files(path: str) -> str | None:
-    """sha256 (16 hex) over the regular files of an adapter directory (names and bytes), None if not local."""
-    p = Path(path)
-    if not p.exists():
-        return None
-    files = sorted(f for f in (p.rglob("*") if p.is_dir() else [p]) if f.is_file())
-    h = hashlib.sha256()
-    for f in files:
-        h.update(str(f.relative_to(p) if p.is_dir() else f.name).encode())
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()[:16]
+def adapter_hash(path: str) -> str | None:
+    """`eval.fingerprint.sha256_tree` of an adapter (16 hex digits; names and bytes of its files), None if not
+    local."""
+    h = sha256_tree(path)
+    return h[:16] if h else None
 
 
 @dataclass(frozen=True)
@@ -461,7 +456,7 @@ def plan(cfg: RunConfig) -> Plan:
         candidates, norm = _scoring_setup(cfg, bench, [qid for qid, _ in selected])
     identity = RunIdentity(
         forecaster=spec.name, prompt_id=template.id, prompt_hash=template.hash, model=model, adapter=cfg.adapter,
-        adapter_hash=_hash_files(cfg.adapter) if cfg.adapter and cfg.backend != "openai" else None,
+        adapter_hash=adapter_hash(cfg.adapter) if cfg.adapter and cfg.backend != "openai" else None,
         backend=cfg.backend, decoding={} if candidates else sampling.to_dict(), frames=selection.key,
         media_as=spec.media_as, max_pixels=cfg.pixel_cap(spec), min_pixels=cfg.min_pixels, system=spec.system,
         benchmark={"name": bench.manifest.name, "version": bench.manifest.version},
@@ -600,20 +595,11 @@ def to_record(p: Plan, query_id: str, comp: Completion, *, engine: str, batch_si
     return rec
 
 
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for mod in ("torch", "transformers", "vllm", "peft", "httpx"):
-        m = sys.modules.get(mod)
-        if m is not None and hasattr(m, "__version__"):
-            out[mod] = m.__version__
-    return out
-
-
 def write_config(p: Plan, engine: str, bcfg: BackendConfig) -> None:
     write_json(p.cfg.sidecar("config"), {
         "run": dataclasses.asdict(p.cfg), "identity": dataclasses.asdict(p.identity),
         "config_hash": p.identity.config_hash, "backend": bcfg.to_dict(), "engine": engine,
-        "seed": p.cfg.seed, "batch_size": bcfg.batch_size, "versions": _versions(), "host": platform.node(),
+        "seed": p.cfg.seed, "batch_size": bcfg.batch_size, "versions": loaded_versions(RECORDED_LIBRARIES), "host": platform.node(),
         "selected": len(p.selected), "todo": len(p.todo), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "presets": {k: v for k, v in PRESETS.items() if k == (p.cfg.model or p.spec.default_model)},
         **({"candidates_per_query": p.candidates.counts()} if p.candidates is not None else {}),
