@@ -60,15 +60,16 @@ def check_phrase_out(out: Path, inputs: list, overwrite: bool, sidecars: tuple[s
 
 def _summary_table(s) -> Table:
     t = Table(title=f"forecast run -> {s.out}", show_header=False)
-    rows = [("selected queries", s.selected), ("  answered: phrase parsed", s.ok),
-            ("  answered: parse failure", s.parse_failures), ("  failed (error recorded)", s.failed),
-            ("  missing (no line yet)", s.missing), ("  outside 2-5 words", s.length_flags),
+    c = s.coverage
+    rows = [("selected queries", c.queries), ("  answered: phrase parsed", c.ok),
+            ("  answered: parse failure", c.parse_failures), ("  failed (error recorded)", c.failed),
+            ("  missing (no line yet)", c.missing), ("  outside 2-5 words", c.length_flags),
             ("this run: already done", s.skipped_done), ("this run: attempted", s.attempted),
             ("this run: failed", s.attempted_failed), ("completion tokens/s", f"{s.tokens_per_s:.1f}"),
             ("queries/s", f"{s.queries_per_s:.2f}"), ("wall time", f"{s.wall_s:.1f} s"), ("engine", s.engine),
             ("config hash", s.config_hash)]
-    if s.error_kinds:
-        rows.append(("failed lines by kind", json.dumps(s.error_kinds)))
+    if c.error_kinds:
+        rows.append(("failed lines by kind", json.dumps(c.error_kinds)))
     if s.run_file:
         rows.append(("run file", s.run_file))
     if s.aborted:
@@ -312,7 +313,7 @@ def list_all() -> None:
     for c in ("name", "prompt", "default model", "media", "max tokens", "description"):
         t.add_column(c)
     for s in FORECASTERS.values():
-        t.add_row(s.name, s.prompt, s.default_model, s.media_as, str(s.max_tokens), s.description)
+        t.add_row(s.name, s.prompt, s.default_model, s.media_kind, str(s.max_tokens), s.description)
     console.print(t)
     console.print("backends: " + ", ".join(BACKENDS))
     p = Table(title="model presets")

@@ -69,9 +69,10 @@ def describe_inputs(query, bench) -> PromptInput:
 
 
 PROBES = (
-    ForecasterSpec(name=PARAPHRASE, prompt="paraphrase", build=paraphrase_inputs, default_model="text-only",
+    ForecasterSpec(name=PARAPHRASE, prompt="paraphrase", build=paraphrase_inputs, default_model="text-only", media=(),
                    description="paraphrase oracle: an LLM rewords the query's true target state (App. U)"),
     ForecasterSpec(name=DESCRIBE, prompt="frame_description", build=describe_inputs, default_model="llava",
+                   media=("frame",),
                    description="cross-model description: a VLM describes the true target segment's frame (App. U)"),
 )
 

@@ -230,25 +230,15 @@ class RunIdentity:
 class RunSummary:
     """What the output file holds for the selected queries, and what this invocation did.
 
-    The file (over the ``selected`` queries; `phrasefile.Coverage`): ``ok`` (a phrase parsed), ``parse_failures``
-    (answered, no phrase parsed), ``failed`` (the line records an error: ``--redo-failed`` redoes it), ``missing``
-    (no line yet), ``length_flags`` (ok lines outside 2-5 words), ``error_kinds`` (failed lines by kind).
-    ``complete``: every selected query is answered (ok or parse failure). This invocation: ``skipped_done``
-    (selected queries already done), ``attempted``, ``attempted_failed``, token counts, generation and wall time,
-    ``aborted`` (why it stopped early, or None).
+    The file: ``coverage`` (`phrasefile.Coverage` over the selected queries: ok, parse failures, failed, missing,
+    length flags, failed lines by kind). ``complete``: every selected query is answered (ok or parse failure). This
+    invocation: ``skipped_done`` (selected queries already done), ``attempted``, ``attempted_failed``, token counts,
+    generation and wall time, ``aborted`` (why it stopped early, or None).
     """
 
     out: str
     config_hash: str
-    selected: int = 0
-    ok: int = 0
-    parse_failures: int = 0
-    failed: int = 0
-    missing: int = 0
-    length_flags: int = 0
-    error_kinds: dict[str, int] = field(default_factory=dict)
-    failed_ids: list[str] = field(default_factory=list)
-    missing_ids: list[str] = field(default_factory=list)
+    coverage: phrasefile.Coverage = field(default_factory=phrasefile.Coverage)
     skipped_done: int = 0
     attempted: int = 0
     attempted_failed: int = 0
@@ -264,7 +254,7 @@ class RunSummary:
 
     @property
     def complete(self) -> bool:
-        return self.ok + self.parse_failures == self.selected
+        return self.coverage.complete
 
     @property
     def tokens_per_s(self) -> float:
@@ -274,23 +264,18 @@ class RunSummary:
     def queries_per_s(self) -> float:
         return self.attempted / self.wall_s if self.wall_s > 0 else 0.0
 
-    def set_coverage(self, c: phrasefile.Coverage) -> None:
-        self.selected, self.ok, self.parse_failures, self.failed = c.queries, c.ok, c.parse_failures, c.failed
-        self.missing, self.length_flags, self.error_kinds = c.missing, c.length_flags, dict(c.error_kinds)
-        self.failed_ids, self.missing_ids = list(c.failed_ids), list(c.missing_ids)
-
     def incomplete(self, command: str | None = None) -> IncompleteJob | None:
         """The `IncompleteJob` error saying what is missing and how to finish (None when complete). ``command``:
         the command line that ran, to print the one that finishes."""
-        if self.complete:
+        c = self.coverage
+        if c.complete:
             return None
-        unanswered = self.selected - self.ok - self.parse_failures
-        kinds = ", ".join(f"{k} x{v}" for k, v in sorted(self.error_kinds.items(), key=lambda kv: -kv[1]))
-        msg = (f"{self.out}: {unanswered} of {self.selected} selected queries have no answer ({self.failed} failed"
-               + (f": {kinds}" if kinds else "") + f", {self.missing} missing)")
+        kinds = ", ".join(f"{k} x{v}" for k, v in sorted(c.error_kinds.items(), key=lambda kv: -kv[1]))
+        msg = (f"{self.out}: {c.queries - c.answered} of {c.queries} selected queries have no answer ({c.failed} "
+               "failed" + (f": {kinds}" if kinds else "") + f", {c.missing} missing)")
         if self.aborted:
             msg += f"; stopped early: {self.aborted}"
-        flag = " --redo-failed" if self.failed else ""
+        flag = " --redo-failed" if c.failed else ""
         if command:
             cmd = command + (flag if flag.strip() not in command.split() else "")
             fix = f"fix the cause, then run: {cmd}"
@@ -299,12 +284,13 @@ class RunSummary:
         return IncompleteJob(msg, fix=fix)
 
     def to_dict(self) -> dict[str, Any]:
-        file_keys = ("selected", "ok", "parse_failures", "failed", "missing", "length_flags", "error_kinds",
-                     "failed_ids", "missing_ids")
+        """The summary file: ``out``, ``config_hash``, ``complete``, the coverage (``queries`` named ``selected``)
+        and ``this_run`` (this invocation's counts and times)."""
+        cov = dataclasses.asdict(self.coverage)
         d = {"out": self.out, "config_hash": self.config_hash, "complete": self.complete,
-             **{k: getattr(self, k) for k in file_keys}}
+             "selected": cov.pop("queries"), **cov}
         run = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in file_keys and f.name not in ("out", "config_hash")}
+               if f.name not in ("out", "config_hash", "coverage")}
         run.update(tokens_per_s=round(self.tokens_per_s, 2), queries_per_s=round(self.queries_per_s, 3))
         d["this_run"] = run
         return d
@@ -549,7 +535,7 @@ def render_request(spec: ForecasterSpec, template: prompts.Template, query, benc
     ``n_frames`` is the older spelling of ``spaced:n_frames`` (K evenly spaced, the last kept)."""
     if selection is None:
         selection = FrameSelection("spaced", n_frames) if n_frames else FrameSelection()
-    inp = spec.build(query, bench)
+    inp = spec.inputs(query, bench)
     parts = []
     for part in template.render_parts(inp.values, media=tuple(inp.media)):
         if isinstance(part, str):
@@ -639,8 +625,8 @@ def execute(p: Plan, backend=None) -> RunSummary:
                 raise
             finally:
                 s.frames_loaded, s.largest_frame = frames.loads, frames.largest
-                s.set_coverage(phrasefile.coverage(phrasefile.scan(cfg.out_path).lines_of(s.config_hash),
-                                                   [qid for qid, _ in p.selected]))
+                s.coverage = phrasefile.coverage(phrasefile.scan(cfg.out_path).lines_of(s.config_hash),
+                                                 [qid for qid, _ in p.selected])
                 s.wall_s = time.perf_counter() - t_start
                 write_json(cfg.sidecar("summary"), s.to_dict())
             if p.scoring and s.complete:

@@ -73,7 +73,7 @@ def _time_contenders(contenders: dict, backend, repeats: int, tmp: Path) -> dict
             t0 = time.perf_counter()
             s = run(cfg, backend=backend)
             times[name].append(time.perf_counter() - t0)
-            assert s.complete and s.failed == 0, (name, s.to_dict())
+            assert s.complete and s.coverage.failed == 0, (name, s.to_dict())
     return {k: statistics.median(v) for k, v in times.items()}
 
 

@@ -18,6 +18,7 @@ import importlib
 from forecasters.backends.base import (
     Backend,
     BackendConfig,
+    BackendResult,
     BadResponse,
     Completion,
     ImagePart,
@@ -58,6 +59,6 @@ def get_backend(name: str, config: BackendConfig) -> Backend:
     return backend_class(name)(config)
 
 
-__all__ = ["BACKENDS", "Backend", "BackendConfig", "BadResponse", "Completion", "ImagePart", "Request", "RetryPolicy",
+__all__ = ["BACKENDS", "Backend", "BackendConfig", "BackendResult", "BadResponse", "Completion", "ImagePart", "Request", "RetryPolicy",
            "SamplingParams", "ScoreRequest", "ScoreResult", "ServerUnavailable", "TransientError", "UnsupportedInput",
            "VideoPart", "backend_class", "error_class", "get_backend"]

@@ -145,20 +145,17 @@ class Request:
 
 
 @dataclass
-class Completion:
-    """The answer to one `Request`: ``texts`` (``n`` samples) or an ``error``.
+class BackendResult:
+    """What every answer of a backend carries: the request's id, the shared prompt's token count (``None`` when the
+    engine does not report it) and either success or an ``error``.
 
     ``error_kind`` is one of ``timeout``, ``connection``, ``http_<status>``, ``bad_response``, ``unsupported``,
     ``input`` (set by the runner), ``exception``; `error_class` groups them.
-    ``prompt_tokens`` / ``completion_tokens`` (summed over samples) are ``None`` when the engine does not report them.
     ``latency_s`` is wall time from the first attempt to the answer, retries and waits included.
     """
 
     request_id: str
-    texts: list[str] = field(default_factory=list)
     prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    finish_reasons: list[str] = field(default_factory=list)
     error: str | None = None
     error_kind: str | None = None
     attempts: int = 1
@@ -167,6 +164,16 @@ class Completion:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+@dataclass
+class Completion(BackendResult):
+    """The answer to one `Request`: ``texts`` (``n`` samples) or an ``error`` (`BackendResult`).
+    ``completion_tokens`` (summed over samples) is ``None`` when the engine does not report it."""
+
+    texts: list[str] = field(default_factory=list)
+    completion_tokens: int | None = None
+    finish_reasons: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,23 +192,12 @@ class ScoreRequest:
 
 
 @dataclass
-class ScoreResult:
+class ScoreResult(BackendResult):
     """The answer to one `ScoreRequest`: per continuation ``logprobs[j] = l(c_j | prompt)`` (nats, the sum over its
-    tokens) and ``n_tokens[j] = |c_j|``, in the request's order; or an ``error`` (kinds as `Completion`).
-    ``prompt_tokens``: tokens of the shared prompt (None when the engine does not say)."""
+    tokens) and ``n_tokens[j] = |c_j|``, in the request's order; or an ``error`` (`BackendResult`)."""
 
-    request_id: str
     logprobs: list[float] = field(default_factory=list)
     n_tokens: list[int] = field(default_factory=list)
-    prompt_tokens: int | None = None
-    error: str | None = None
-    error_kind: str | None = None
-    attempts: int = 1
-    latency_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 @dataclass(frozen=True)
@@ -392,7 +388,7 @@ class Backend(abc.ABC):
     def _chunked(self, items, call) -> Iterator[list]:
         chunk: list = []
         for item in items:
-            if isinstance(item, Completion | ScoreResult):
+            if isinstance(item, BackendResult):
                 yield [item]
                 continue
             chunk.append(item)
@@ -477,7 +473,7 @@ class Backend(abc.ABC):
                     retry=tenacity.retry_if_exception(self.is_transient), reraise=True, before_sleep=before_sleep)
 
     def failure(self, request: Request | ScoreRequest, exc: BaseException, attempts: int,
-                t0: float) -> Completion | ScoreResult:
+                t0: float) -> BackendResult:
         """The failure record of a request: a `ScoreResult` for a `ScoreRequest`, else a `Completion`."""
         kind = error_kind(exc)
         msg = f"{type(exc).__name__}: {exc}".strip()
@@ -488,7 +484,7 @@ class Backend(abc.ABC):
         return cls(request_id=request.id, error=msg, error_kind=kind, attempts=attempts,
                    latency_s=time.perf_counter() - t0)
 
-    def _run_one(self, request: Request | ScoreRequest, call=None) -> Completion | ScoreResult:
+    def _run_one(self, request: Request | ScoreRequest, call=None) -> BackendResult:
         """``call(request)`` (default `_generate_one`) under the retry policy; a request that still fails becomes a
         failure record."""
         import tenacity
@@ -506,7 +502,7 @@ class Backend(abc.ABC):
         except Exception as e:  # recorded, never raised: one bad request must not crash a batch job
             return self.failure(request, e, attempts, t0)
 
-    async def _arun_one(self, request: Request | ScoreRequest, call) -> Completion | ScoreResult:
+    async def _arun_one(self, request: Request | ScoreRequest, call) -> BackendResult:
         """Async twin of `_run_one`: ``await call(request)`` under the retry policy."""
         import tenacity
 

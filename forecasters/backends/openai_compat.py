@@ -48,6 +48,7 @@ from collections.abc import Iterable, Iterator
 from eval.errors import ModelNotFound
 from forecasters.backends.base import (
     Backend,
+    BackendResult,
     BadResponse,
     Completion,
     ImagePart,
@@ -411,7 +412,7 @@ class OpenAIBackend(Backend):
 
         try:
             for item in items:
-                if isinstance(item, Completion | ScoreResult):
+                if isinstance(item, BackendResult):
                     yield [item]
                     continue
                 free.acquire()

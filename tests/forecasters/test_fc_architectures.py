@@ -170,7 +170,7 @@ def test_hf_backend_runs_the_architecture(arch_spec, arch_hf, kind, tmp_path):
                     hf["backend"], tmp_path, skip=("llava-video",))
     assert runs or kind == "llava_next_video"
     for fc, (s, recs) in runs.items():
-        assert s.failed == 0 and s.ok + s.parse_failures == len(recs) == 4, (fc, s)
+        assert s.coverage.failed == 0 and s.coverage.ok + s.coverage.parse_failures == len(recs) == 4, (fc, s)
         assert all(r.backend == "hf" and r.raw is not None for r in recs.values())
 
 

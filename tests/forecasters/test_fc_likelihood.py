@@ -312,7 +312,7 @@ def test_a_likelihood_run_over_http_reranks_and_writes_its_run(vllm_server, synt
     cfg = _lik_cfg(synth_dir, tmp_path / "http.jsonl", backend="openai", model="tiny-vl", limit=3,
                    base_url=vllm_server.base_url, candidates=f"top4:{first_stage_run}", concurrency=4)
     s = run_job(cfg)
-    assert s.complete and s.failed == 0
+    assert s.complete and s.coverage.failed == 0
     check_run_against(read_run(s.run_file), synth_bench)
     recs = read_phrases(tmp_path / "http.jsonl")
     p = plan(_lik_cfg(synth_dir, tmp_path / "local.jsonl", model="tiny-vl", limit=3,

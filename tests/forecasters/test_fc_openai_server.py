@@ -67,7 +67,7 @@ def test_every_forecaster_runs_through_the_server(vllm_server, synth_dir, synth_
                     max_tokens=32 if forecaster == "student" else None)
     s = run(cfg)
     recs = read_phrases(out)
-    assert s.failed == 0 and len(recs) == 6 and s.prompt_tokens > 0
+    assert s.coverage.failed == 0 and len(recs) == 6 and s.prompt_tokens > 0
     for r in recs.values():
         assert r.backend == "openai" and r.model == "tiny-vl" and r.error is None and r.raw is not None
         assert r.extra["engine"].startswith("openai-compatible server 0.32")
@@ -77,7 +77,7 @@ def test_video_forecaster_over_http_is_a_recorded_unsupported_failure(vllm_serve
     out = tmp_path / "video.jsonl"
     s = run(RunConfig(data=str(synth_dir), out=str(out), forecaster="llava-video", backend="openai", model="tiny-vl",
                       base_url=vllm_server.base_url, limit=2, progress=False))
-    assert s.failed == 2 and s.error_kinds == {"unsupported": 2}
+    assert s.coverage.failed == 2 and s.coverage.error_kinds == {"unsupported": 2}
     assert all("video" in r.error for r in read_phrases(out).values())
 
 
