@@ -15,6 +15,7 @@ from rich.table import Table
 
 from eval.cli_support import data_callback, data_option, install, overwrite_option, report_error
 from eval.errors import IncompleteJob, PSRError
+from forecasters.phrasefile import check_phrase_out
 
 app = typer.Typer(help="Forecasters: multimodal-LLM / text-only / student phrase predictors as resumable batch jobs.",
                   no_args_is_help=True, add_completion=False)
@@ -42,20 +43,6 @@ def _load_yaml(path: Path | None) -> dict:
     if unknown:
         raise FormatError(path, f"unknown option(s) {unknown}; known: {sorted(names)}")
     return d
-
-
-def check_phrase_out(out: Path, inputs: list, overwrite: bool, sidecars: tuple[str, ...] = ()) -> None:
-    """Refuse --out before any work (eval.outputs): missing, a phrase file of this toolkit (its first line holds
-    query_id and config_hash), or --overwrite; never a job input. ``sidecars``: ``OUT.<kind>.json`` files written
-    beside it (they hold a config_hash)."""
-    from eval.outputs import check_output_file, json_with_keys, jsonl_with_keys
-
-    check_output_file(out, "phrase", recognise=jsonl_with_keys("query_id", "config_hash"), inputs=inputs,
-                      overwrite=overwrite)
-    for kind in sidecars:
-        side = out.with_name(out.name.removesuffix(".jsonl") + f".{kind}.json")
-        check_output_file(side, f"phrase-file {kind}", recognise=json_with_keys("config_hash"), inputs=inputs,
-                          overwrite=overwrite, option="--out's sidecar")
 
 
 def _summary_table(s) -> Table:

@@ -177,7 +177,7 @@ def synonyms(
     """The deterministic paraphrase oracle: each query's true state reworded (held-out lexicon or synonym sets)."""
     from eval.benchmark import Benchmark
     from eval.io import write_json, write_jsonl
-    from forecasters.cli import check_phrase_out
+    from forecasters.phrasefile import check_phrase_out
 
     check_phrase_out(out, [data, synonyms_file], overwrite, sidecars=("config",))
     bench = Benchmark.load(data)

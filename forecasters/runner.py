@@ -32,9 +32,10 @@ Frames are resized on our side before any backend sees them (the pixel policy of
 ``--frames`` picks which prefix frames a request carries (`forecasters.media.FrameSelection`: ``all``, ``last``,
 the ``K`` last, ``spaced:K``), for every image forecaster; it is part of the config hash (None for ``all``).
 
-A scoring forecaster (``likelihood``, `forecasters.likelihood`) goes through the same steps with `ScoreRequest`
-objects (``Backend.stream_scores``, after ``Backend.check_scoring``); its lines carry the candidates' scores, and
-when every selected query is answered it also writes the run file (``--run-out``, default ``NAME.run.parquet``).
+What the forecaster does with the queries is its `Task`: `GenerateTask` (generate and parse phrases) or, for a
+scoring forecaster (``likelihood``), `forecasters.likelihood_run.ScoreTask` (score candidate states; its lines carry
+the candidates' scores, and when every selected query is answered it also writes the run file). Both go through the
+same steps.
 
 The config hash (`RunIdentity`) covers what changes outputs: forecaster, prompt id + hash, model, adapter (with a
 hash of its files), backend, decoding (temperature, max_tokens, top_p, samples, seed), frames, media mode, the pixel
@@ -56,7 +57,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import prompts
 from eval import resumable
@@ -76,9 +77,10 @@ from forecasters.backends import (
     error_class,
     get_backend,
 )
-from forecasters.backends.base import VideoPart
+from forecasters.likelihood_run import ScoreTask
 from forecasters.media import FrameCache, FrameSelection
 from forecasters.presets import PRESETS, VLLM_DEFAULTS, resolve_model
+from forecasters.prompting import render_request
 from forecasters.registry import ForecasterSpec, get_forecaster
 
 log = logging.getLogger(__name__)
@@ -221,7 +223,7 @@ class RunIdentity:
     def config_hash(self) -> str:
         d = dataclasses.asdict(self)
         if d["scoring"] is None:
-            del d["scoring"]  # generation runs keep the hash they had before scoring forecasters existed
+            del d["scoring"]  # a generation run's hash has no "scoring" key (not even null)
         blob = json.dumps(d, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
@@ -331,7 +333,8 @@ class StopRule:
 @dataclass
 class Plan:
     """Everything decided before generation: the spec, template, identity, the selected queries (``(id, row)``
-    pairs, in processing order) and the typed queries to run (``todo``)."""
+    pairs, in processing order), the typed queries to run (``todo``) and the ``task`` (`GenerateTask`, or
+    `forecasters.likelihood_run.ScoreTask` for a scoring forecaster)."""
 
     cfg: RunConfig
     spec: ForecasterSpec
@@ -343,12 +346,73 @@ class Plan:
     todo: list
     existing: phrasefile.ExistingOutput
     bench: Any
-    candidates: Any = None  # `forecasters.likelihood.Candidates` (scoring forecasters)
-    normalization: Any = None  # `forecasters.likelihood.Normalization`
+    task: Task
+
+    def request(self, query, frames: FrameCache) -> Request:
+        """The backend request of one query (`forecasters.prompting.render_request` with the run's frames)."""
+        return render_request(self.spec, self.template, query, self.bench, frames, sampling=self.sampling,
+                              selection=self.cfg.frame_selection())
+
+
+class Task(Protocol):
+    """What a forecaster does with the planned queries: `GenerateTask` generates phrases,
+    `forecasters.likelihood_run.ScoreTask` scores candidate answers. ``decoding`` and ``identity`` enter the config
+    hash (`RunIdentity`: ``decoding`` and ``scoring``)."""
+
+    decoding: dict
+    identity: dict | None
+
+    def check(self, backend) -> None:
+        """Refuse, before anything is written, a backend that cannot do the task."""
+
+    def start(self, p: Plan, backend) -> str | None:
+        """Work before the first query; returns why the job stops instead, or None."""
+
+    def stream(self, p: Plan, backend, frames: FrameCache) -> Iterator[list]:
+        """The backend's answers to ``p.todo``, in groups as they finish (`Backend.stream`)."""
+
+    def record(self, p: Plan, result, *, engine: str, batch_size: int) -> PhraseRecord:
+        """The phrase-file line of one answer."""
+
+    def finish(self, p: Plan) -> Path | None:
+        """Work once every selected query is answered; returns the file it wrote, if any."""
+
+    def config(self) -> dict:
+        """What the task adds to the run config (``OUT.config.json``)."""
+
+
+@dataclass(frozen=True)
+class GenerateTask:
+    """A generating forecaster: each query's request sampled with ``sampling``, each output parsed (`to_record`)."""
+
+    sampling: SamplingParams
 
     @property
-    def scoring(self) -> bool:
-        return self.spec.kind == "likelihood"
+    def decoding(self) -> dict:
+        return self.sampling.to_dict()
+
+    @property
+    def identity(self) -> None:
+        """Nothing: a generation run's config hash has no ``scoring`` part."""
+        return None
+
+    def check(self, backend) -> None:
+        return None
+
+    def start(self, p: Plan, backend) -> str | None:
+        return None
+
+    def stream(self, p: Plan, backend, frames: FrameCache) -> Iterator[list]:
+        return backend.stream(_requests(p, frames))
+
+    def record(self, p: Plan, result, *, engine: str, batch_size: int) -> PhraseRecord:
+        return to_record(p, result.request_id, result, engine=engine, batch_size=batch_size)
+
+    def finish(self, p: Plan) -> Path | None:
+        return None
+
+    def config(self) -> dict:
+        return {}
 
 
 def _decoding(cfg: RunConfig, spec: ForecasterSpec) -> SamplingParams:
@@ -437,16 +501,15 @@ def plan(cfg: RunConfig) -> Plan:
                          "server's processor decides", fix="drop --min-pixels, or use --backend hf / vllm")
     bench = Benchmark.load(cfg.data)
     selected = select_query_rows(bench, cfg)
-    candidates = norm = None
-    if spec.kind == "likelihood":
-        candidates, norm = _scoring_setup(cfg, bench, [qid for qid, _ in selected])
+    task = ScoreTask.setup(cfg, bench, [qid for qid, _ in selected]) if spec.kind == "likelihood" \
+        else GenerateTask(sampling)
     identity = RunIdentity(
         forecaster=spec.name, prompt_id=template.id, prompt_hash=template.hash, model=model, adapter=cfg.adapter,
         adapter_hash=adapter_hash(cfg.adapter) if cfg.adapter and cfg.backend != "openai" else None,
-        backend=cfg.backend, decoding={} if candidates else sampling.to_dict(), frames=selection.key,
+        backend=cfg.backend, decoding=task.decoding, frames=selection.key,
         media_as=spec.media_as, max_pixels=cfg.pixel_cap(spec), min_pixels=cfg.min_pixels, system=spec.system,
         benchmark={"name": bench.manifest.name, "version": bench.manifest.version},
-        scoring={**candidates.identity, **norm.to_dict()} if candidates else None)
+        scoring=task.identity)
     existing = phrasefile.scan(cfg.out_path)
     other = {h: c for h, c in existing.config_hashes.items() if h != identity.config_hash}
     if other and not (cfg.overwrite or cfg.drop_foreign):
@@ -458,29 +521,7 @@ def plan(cfg: RunConfig) -> Plan:
     done = set() if cfg.overwrite else existing.done_ids(identity.config_hash, redo_failed=cfg.redo_failed)
     todo = load_queries(bench, [row for qid, row in selected if qid not in done])  # records for the todo only
     return Plan(cfg=cfg, spec=spec, template=template, model=model, identity=identity, sampling=sampling,
-                selected=selected, todo=todo, existing=existing, bench=bench, candidates=candidates,
-                normalization=norm)
-
-
-def _scoring_setup(cfg: RunConfig, bench, query_ids: list[str]):
-    """The candidates and normalization of a scoring run (`forecasters.likelihood`); refuses sampling options."""
-    from forecasters.likelihood import CandidateSpec, Normalization, load_candidates
-
-    if cfg.samples != 1 or cfg.temperature != 0:
-        raise InputError("the likelihood forecaster scores candidates, it does not sample: drop --samples and "
-                         "--temperature")
-    if cfg.candidate_batch_size < 1:
-        raise InputError(f"--candidate-batch-size must be >= 1, got {cfg.candidate_batch_size}")
-    norm = Normalization(cfg.length_norm, cfg.cpn_alpha)
-    return load_candidates(bench, CandidateSpec.parse(cfg.candidates), query_ids), norm
-
-
-def run_file_path(cfg: RunConfig) -> Path:
-    """Where a scoring run writes its run file: ``--run-out``, else ``runs/NAME.jsonl`` -> ``runs/NAME.run.parquet``."""
-    if cfg.run_out:
-        return Path(cfg.run_out)
-    p = cfg.out_path
-    return p.with_name(p.name.removesuffix(".jsonl") + ".run.parquet")
+                selected=selected, todo=todo, existing=existing, bench=bench, task=task)
 
 
 def _prepare_output(p: Plan) -> None:
@@ -526,34 +567,6 @@ def backend_config(cfg: RunConfig, model: str) -> BackendConfig:
         seed=cfg.seed, num_threads=cfg.num_threads, candidate_batch_size=cfg.candidate_batch_size)
 
 
-def render_request(spec: ForecasterSpec, template: prompts.Template, query, bench, frames: FrameCache, *,
-                   sampling: SamplingParams, n_frames: int | None = None,
-                   selection: FrameSelection | None = None) -> Request:
-    """Render a forecaster's prompt for one query into a backend `Request` (media from the frame cache).
-
-    ``selection`` picks the frames of each media slot (`FrameSelection`: all, last, K last, spaced:K);
-    ``n_frames`` is the older spelling of ``spaced:n_frames`` (K evenly spaced, the last kept)."""
-    if selection is None:
-        selection = FrameSelection("spaced", n_frames) if n_frames else FrameSelection()
-    inp = spec.inputs(query, bench)
-    parts = []
-    for part in template.render_parts(inp.values, media=tuple(inp.media)):
-        if isinstance(part, str):
-            parts.append(part)
-            continue
-        imgs = frames.get_many(selection.apply(inp.media[part.name]))
-        if spec.media_as == "video":
-            parts.append(VideoPart(tuple(imgs)))
-        else:
-            parts.extend(imgs)
-    return Request(id=query.id, parts=tuple(parts), sampling=sampling, system=spec.system)
-
-
-def build_request(p: Plan, query, frames: FrameCache) -> Request:
-    return render_request(p.spec, p.template, query, p.bench, frames, sampling=p.sampling,
-                          selection=p.cfg.frame_selection())
-
-
 def to_record(p: Plan, query_id: str, comp: Completion, *, engine: str, batch_size: int) -> PhraseRecord:
     """The phrase-file line of one completion: parsed phrase(s), raw output, provenance and diagnostics."""
     rec = PhraseRecord(query_id=query_id, model=p.model, backend=p.cfg.backend, forecaster=p.spec.name,
@@ -588,7 +601,7 @@ def write_config(p: Plan, engine: str, bcfg: BackendConfig) -> None:
         "seed": p.cfg.seed, "batch_size": bcfg.batch_size, "versions": loaded_versions(RECORDED_LIBRARIES), "host": platform.node(),
         "selected": len(p.selected), "todo": len(p.todo), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "presets": {k: v for k, v in PRESETS.items() if k == (p.cfg.model or p.spec.default_model)},
-        **({"candidates_per_query": p.candidates.counts()} if p.candidates is not None else {}),
+        **p.task.config(),
     })
 
 
@@ -611,8 +624,7 @@ def execute(p: Plan, backend=None) -> RunSummary:
                 backend = get_backend(cfg.backend, bcfg)
             if p.todo:
                 backend.preflight()  # before anything is written: a dead server or a wrong model name stops here
-                if p.scoring:
-                    backend.check_scoring()
+                p.task.check(backend)
             _prepare_output(p)
             s.engine = backend.engine_version if backend is not None else ""
             write_config(p, s.engine, bcfg)
@@ -629,11 +641,9 @@ def execute(p: Plan, backend=None) -> RunSummary:
                                                  [qid for qid, _ in p.selected])
                 s.wall_s = time.perf_counter() - t_start
                 write_json(cfg.sidecar("summary"), s.to_dict())
-            if p.scoring and s.complete:
-                from forecasters.likelihood_run import write_likelihood_run
-
-                s.run_file = str(write_likelihood_run(p.bench, cfg.out_path, run_file_path(cfg),
-                                                      [qid for qid, _ in p.selected]))
+            written = p.task.finish(p) if s.complete else None
+            if written is not None:
+                s.run_file = str(written)
                 write_json(cfg.sidecar("summary"), s.to_dict())
         finally:
             if own_backend and backend is not None:
@@ -646,7 +656,7 @@ def _requests(p: Plan, frames: FrameCache) -> Iterator[Request | Completion]:
     template value) becomes an ``input`` failure, recorded and not fatal."""
     for q in p.todo:
         try:
-            yield build_request(p, q, frames)
+            yield p.request(q, frames)
         except Exception as e:
             yield Completion(request_id=q.id, error=f"input: {type(e).__name__}: {e}", error_kind="input")
 
@@ -656,24 +666,12 @@ def _generate(p: Plan, backend, frames: FrameCache, s: RunSummary) -> None:
     cfg = p.cfg
     rule = StopRule(max_transient=cfg.max_consecutive_failures)
     batch_size = backend.config.batch_size if hasattr(backend, "config") else cfg.default_batch_size()
-    if p.scoring:
-        from forecasters import likelihood
-
-        prior = likelihood.prior_scores(p, backend, [p.candidates.texts[r] for r in p.candidates.all_rows()]) \
-            if p.normalization.uses_prior else None
-        if isinstance(prior, str):
-            s.aborted = prior
-            log.warning("stopping: %s", prior)
-            return
-        stream = backend.stream_scores(likelihood.score_requests(p, frames))
-
-        def record(c):
-            return likelihood.to_record(p, c, prior, engine=s.engine, batch_size=batch_size)
-    else:
-        stream = backend.stream(_requests(p, frames))
-
-        def record(c):
-            return to_record(p, c.request_id, c, engine=s.engine, batch_size=batch_size)
+    stopped = p.task.start(p, backend)
+    if stopped:
+        s.aborted = stopped
+        log.warning("stopping: %s", stopped)
+        return
+    stream = p.task.stream(p, backend, frames)
     bar = _progress(len(p.todo), cfg.progress)
     t0 = time.perf_counter()
     try:
@@ -681,7 +679,7 @@ def _generate(p: Plan, backend, frames: FrameCache, s: RunSummary) -> None:
             for comps in stream:
                 records = []
                 for c in comps:
-                    records.append(record(c).to_dict())
+                    records.append(p.task.record(p, c, engine=s.engine, batch_size=batch_size).to_dict())
                     s.attempted += 1
                     s.attempted_failed += not c.ok
                     s.prompt_tokens += c.prompt_tokens or 0

@@ -87,9 +87,9 @@ def _prior_seconds(data: str, backend, base: dict, tmp: Path) -> tuple[float, in
                           "candidates": "states"}))
     req = content_free_request(p.template, p.spec.system)
     t0 = time.perf_counter()
-    (res,) = backend.score([ScoreRequest("prior", req, tuple(p.candidates.texts))])
+    (res,) = backend.score([ScoreRequest("prior", req, tuple(p.task.candidates.texts))])
     assert res.ok, res.error
-    return time.perf_counter() - t0, len(p.candidates.texts)
+    return time.perf_counter() - t0, len(p.task.candidates.texts)
 
 
 def _scale_seconds(data: str, backend, base: dict, n: int, tmp: Path, queries: int = 2) -> float:
@@ -102,8 +102,8 @@ def _scale_seconds(data: str, backend, base: dict, n: int, tmp: Path, queries: i
 
     p = plan(RunConfig(**{**base, "out": str(tmp / f"scale{n}.jsonl"), "forecaster": "likelihood",
                           "candidates": "states", "limit": queries}))
-    m = len(p.candidates.texts)
-    texts = [p.candidates.texts[i % m] + (f" {i // m}" if i >= m else "") for i in range(n)]  # distinct
+    m = len(p.task.candidates.texts)
+    texts = [p.task.candidates.texts[i % m] + (f" {i // m}" if i >= m else "") for i in range(n)]  # distinct
     reqs = [ScoreRequest(r.id, r.prompt, tuple(texts)) for r in score_requests(p, FrameCache(p.bench.root,
                                                                                            max_pixels=448 * 448))]
     t0 = time.perf_counter()

@@ -224,7 +224,7 @@ def test_topn_reranks_a_retrieval_run_and_keeps_the_rest_in_first_stage_order(sy
 def test_a_first_stage_list_with_fewer_states_than_asked_is_said(synth_dir, first_stage_run, tmp_path, caplog):
     p = plan(_lik_cfg(synth_dir, tmp_path / "few.jsonl", candidates=f"top999:{first_stage_run}"))
     assert "fewer than 999 distinct states in its top-50 list" in caplog.text and "larger --k" in caplog.text
-    assert p.candidates.counts()["max"] < 999
+    assert p.task.candidates.counts()["max"] < 999
 
 
 def test_bad_candidates_are_refused_before_anything_is_written(synth_dir, synth_bench, first_stage_run, tmp_path):
