@@ -74,6 +74,7 @@ from forecasters.backends import (
     Request,
     RetryPolicy,
     SamplingParams,
+    config_for,
     error_class,
     get_backend,
 )
@@ -548,17 +549,18 @@ def _prepare_output(p: Plan) -> None:
 
 
 def backend_config(cfg: RunConfig, model: str) -> BackendConfig:
-    """The backend's config: CLI values, else the preset's vLLM defaults, else the backend defaults."""
+    """The backend's config (`forecasters.backends.config_for`): run options, else the preset's vLLM defaults,
+    else the backend's defaults."""
     preset = VLLM_DEFAULTS.get(cfg.model or "", {}) if cfg.backend == "vllm" else {}
 
     def pick(name, default):
         v = getattr(cfg, name)
         return v if v is not None else preset.get(name, default)
 
-    return BackendConfig(
-        model=model, adapter=cfg.adapter, dtype=cfg.dtype, device=cfg.device, trust_remote_code=cfg.trust_remote_code,
-        max_pixels=cfg.pixel_cap(get_forecaster(cfg.forecaster)), min_pixels=cfg.min_pixels,
-        max_images=max(8, cfg.frame_selection().k or 8),
+    return config_for(
+        cfg.backend, model=model, adapter=cfg.adapter, dtype=cfg.dtype, device=cfg.device,
+        trust_remote_code=cfg.trust_remote_code, max_pixels=cfg.pixel_cap(get_forecaster(cfg.forecaster)),
+        min_pixels=cfg.min_pixels, max_images=max(8, cfg.frame_selection().k or 8),
         tensor_parallel_size=pick("tensor_parallel_size", 1), max_model_len=pick("max_model_len", None),
         gpu_memory_utilization=cfg.gpu_memory_utilization, enforce_eager=cfg.enforce_eager,
         max_lora_rank=cfg.max_lora_rank, batch_size=cfg.default_batch_size(), concurrency=cfg.concurrency,

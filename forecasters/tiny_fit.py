@@ -27,8 +27,8 @@ def fit_on_benchmark(model_dir: str | os.PathLike, data: str | os.PathLike, *, f
 
     import prompts
     from eval.benchmark import Benchmark
-    from forecasters.backends import BackendConfig, SamplingParams
-    from forecasters.backends.hf import HFBackend
+    from forecasters.backends import SamplingParams
+    from forecasters.backends.hf import HFBackend, HFConfig
     from forecasters.media import FrameCache
     from forecasters.registry import get_forecaster
     from forecasters.runner import render_request
@@ -37,7 +37,7 @@ def fit_on_benchmark(model_dir: str | os.PathLike, data: str | os.PathLike, *, f
     spec = get_forecaster(forecaster)
     template = prompts.load(spec.prompt)
     queries = bench.queries(split) or bench.queries()
-    backend = HFBackend(BackendConfig(model=str(model_dir), device="cpu", dtype="float32"))
+    backend = HFBackend(HFConfig(model=str(model_dir), device="cpu", dtype="float32"))
     model, tok = backend.model, backend.tokenizer
     end = tok.eos_token or ""
     frames = FrameCache(bench.root)

@@ -113,14 +113,16 @@ def _scale_seconds(data: str, backend, base: dict, n: int, tmp: Path, queries: i
 
 
 def cost(args) -> dict:
-    from forecasters.backends import BackendConfig, get_backend
+    from forecasters.backends import get_backend
+    from forecasters.backends.hf import HFConfig
+    from forecasters.backends.openai_compat import OpenAIConfig
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-lik-"))
     data, model = _setup(args.data, tmp)
     first = _first_stage(data, tmp / "first-stage.parquet")
     results = {"queries": args.queries, "repeats": args.repeats, "top": args.top, "rows": []}
-    engines = [("hf", model, BackendConfig(model=model, batch_size=8, candidate_batch_size=32,
-                                           num_threads=args.threads))]
+    engines = [("hf", model, HFConfig(model=model, batch_size=8, candidate_batch_size=32,
+                                      num_threads=args.threads))]
     server = None
     if args.server and not args.base_url:
         sys.path.insert(0, str(REPO / "tests"))
@@ -130,9 +132,9 @@ def cost(args) -> dict:
         server.wait_ready(timeout_s=600)
         args.base_url, args.served_model = server.base_url, "tiny-vl"
     if args.base_url:
-        engines.append(("openai", args.served_model, BackendConfig(model=args.served_model, base_url=args.base_url,
-                                                                   concurrency=args.concurrency,
-                                                                   batch_size=4 * args.concurrency)))
+        engines.append(("openai", args.served_model, OpenAIConfig(model=args.served_model, base_url=args.base_url,
+                                                                  concurrency=args.concurrency,
+                                                                  batch_size=4 * args.concurrency)))
     try:
         for name, served, bcfg in engines:
             backend = get_backend(name, bcfg)

@@ -216,45 +216,22 @@ class RetryPolicy:
 
 @dataclass
 class BackendConfig:
-    """Everything a backend may need; each backend reads the fields that concern it.
+    """What every backend takes; each backend's own config (`HFConfig`, `VLLMConfig`, `OpenAIConfig` in its module)
+    adds its settings.
 
-    Model: ``model`` (HF id, local path, or served model name for ``openai``), ``adapter`` (a LoRA adapter: a local
-    path for ``hf``/``vllm``; the served adapter name for ``openai``), ``dtype`` (``auto``: bf16 on CUDA, float32 on
-    CPU), ``device`` (``auto``/``cpu``/``cuda``), ``trust_remote_code``.
-    Scoring: ``candidate_batch_size`` answers per forward pass on the shared prompt's KV cache (``hf``).
-    Vision: ``max_pixels`` is the cap the caller resized the frames to (recorded; backends do not resize again),
-    ``min_pixels`` a processor floor for in-process Qwen-VL engines (``hf``, ``vllm``), ``max_images`` per prompt
-    (vLLM's ``limit_mm_per_prompt``).
-    vLLM: ``tensor_parallel_size``, ``max_model_len``, ``gpu_memory_utilization``, ``enable_prefix_caching``,
-    ``enforce_eager``, ``max_lora_rank``.
-    Throughput: ``batch_size`` (requests per engine call for in-process backends; for ``openai`` the requests
-    admitted ahead by `Backend.stream`: in flight or waiting for a retry), ``concurrency`` (requests in flight at
-    the server, ``openai``). HTTP: ``base_url``, ``api_key``, ``timeout_s`` per request; ``retry``.
+    ``model``: HF id, local path, or served model name (``openai``); ``adapter``: a LoRA adapter (a local path for
+    ``hf`` / ``vllm``, the served adapter name for ``openai``); ``max_pixels``: the cap the caller resized the frames
+    to (recorded; backends do not resize again); ``batch_size``: requests per engine call for in-process backends,
+    for ``openai`` the requests admitted ahead by `Backend.stream` (in flight or waiting for a retry); ``retry``;
+    ``seed`` (sampling, and the retry jitter).
     """
 
     model: str
     adapter: str | None = None
-    dtype: str = "auto"
-    device: str = "auto"
-    trust_remote_code: bool = False
     max_pixels: int | None = None
-    min_pixels: int | None = None
-    max_images: int = 8
-    tensor_parallel_size: int = 1
-    max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.9
-    enable_prefix_caching: bool = True
-    enforce_eager: bool | None = None
-    max_lora_rank: int = 16
     batch_size: int = 8
-    concurrency: int = 8
-    base_url: str | None = None
-    api_key: str | None = None
-    timeout_s: float = 120.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     seed: int = 0
-    num_threads: int | None = None
-    candidate_batch_size: int = 32
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -347,8 +324,13 @@ class Backend(abc.ABC):
     supports_images: ClassVar[bool] = True
     supports_video: ClassVar[bool] = False
     supports_scoring: ClassVar[bool] = False
+    #: the config this backend takes (a subclass of `BackendConfig` with its own settings)
+    config_class: ClassVar[type[BackendConfig]] = BackendConfig
 
     def __init__(self, config: BackendConfig):
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"the {self.name} backend needs its config class {self.config_class.__name__}, got "
+                            f"{type(config).__name__}")
         self.config = config
         self._rng = random.Random(config.seed)
 

@@ -4,7 +4,7 @@ Loads ``AutoModelForImageTextToText`` when the checkpoint has a vision tower, el
 its processor (`forecasters.backends.hf_loading.load_processor`). Frames arrive already resized to the run's
 ``max_pixels`` (the pixel policy in `forecasters.presets`); ``max_pixels`` and ``min_pixels`` also go to the image
 processor, so it neither shrinks nor enlarges them on its own: a frame gets the image tokens its size gives, as in
-training (`distill.train` builds its processor with the same caps). A LoRA adapter (``BackendConfig.adapter``, a
+training (`distill.train` builds its processor with the same caps). A LoRA adapter (``HFConfig.adapter``, a
 local directory) is applied unmerged with peft.
 
 A student trained by ``distill.train`` carries ``psr_student.json`` (in its adapter directory, or in the model
@@ -35,9 +35,11 @@ import functools
 import inspect
 import logging
 import time
+from dataclasses import dataclass
 
 from forecasters.backends.base import (
     Backend,
+    BackendConfig,
     Completion,
     ImagePart,
     Request,
@@ -103,13 +105,29 @@ class StudentPreprocessing:
                                         "training")
 
 
+@dataclass
+class HFConfig(BackendConfig):
+    """The ``hf`` backend's settings (`BackendConfig`'s, and): ``dtype`` (``auto``: bf16 on CUDA, float32 on CPU),
+    ``device`` (``auto`` / ``cpu`` / ``cuda``), ``trust_remote_code``, ``min_pixels`` (the Qwen-VL processor's
+    floor), ``num_threads`` (torch CPU threads; None: torch's default), ``candidate_batch_size`` (answers per
+    forward pass on the shared prompt's KV cache when scoring)."""
+
+    dtype: str = "auto"
+    device: str = "auto"
+    trust_remote_code: bool = False
+    min_pixels: int | None = None
+    num_threads: int | None = None
+    candidate_batch_size: int = 32
+
+
 class HFBackend(Backend):
     name = "hf"
     supports_images = True
     supports_video = True
     supports_scoring = True
+    config_class = HFConfig
 
-    def __init__(self, config):
+    def __init__(self, config: HFConfig):
         super().__init__(config)
         import torch
         import transformers

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from eval.phrases import read_phrases
-from forecasters.backends import BackendConfig, Request, RetryPolicy, SamplingParams, get_backend
+from forecasters.backends import Request, RetryPolicy, SamplingParams, get_backend
+from forecasters.backends.openai_compat import OpenAIConfig
 from forecasters.runner import NO_ANSWER_LIMIT, REJECTED_IN_A_ROW, RunConfig, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +28,7 @@ POST = '"messages"'  # a needle that only chat-completion bodies contain (GET /v
 
 
 def _backend(proxy, *, attempts=4, timeout=3.0, concurrency=8):
-    return get_backend("openai", BackendConfig(model="tiny-vl", base_url=proxy.base_url, timeout_s=timeout,
+    return get_backend("openai", OpenAIConfig(model="tiny-vl", base_url=proxy.base_url, timeout_s=timeout,
                                                concurrency=concurrency,
                                                retry=RetryPolicy(max_attempts=attempts, **FAST)))
 
@@ -192,7 +193,7 @@ def test_rerun_after_failure_keeps_saying_what_is_missing_until_done(fault_proxy
 def test_retry_back_off_holds_no_concurrency_slot(fault_proxy):
     p = fault_proxy
     p.add("503", match="req-a:", times=1)
-    b = get_backend("openai", BackendConfig(model="tiny-vl", base_url=p.base_url, concurrency=1, timeout_s=5.0,
+    b = get_backend("openai", OpenAIConfig(model="tiny-vl", base_url=p.base_url, concurrency=1, timeout_s=5.0,
                                             retry=RetryPolicy(max_attempts=3, wait_initial=1.5, wait_max=1.5)))
     b._rng.uniform = lambda lo, hi: hi  # wait the full 1.5 s before the retry
     try:

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from forecasters.backends import Backend, BackendConfig, Completion, ScoreResult
-from forecasters.backends.openai_compat import OpenAIBackend
+from forecasters.backends.openai_compat import OpenAIBackend, OpenAIConfig
 from forecasters.likelihood import score_requests
 from forecasters.media import FrameCache, FrameSelection
 from forecasters.runner import RunConfig, plan
@@ -69,7 +69,7 @@ def test_every_image_forecaster_sends_exactly_the_selected_frames(synth_dir, syn
 
 
 def test_the_http_body_carries_exactly_the_selected_frames(synth_dir, synth_bench, tmp_path):
-    http = OpenAIBackend(BackendConfig(model="m", base_url="http://127.0.0.1:9/v1"))
+    http = OpenAIBackend(OpenAIConfig(model="m", base_url="http://127.0.0.1:9/v1"))
     for forecaster in ("m3", "likelihood"):
         for value, keep, _ in SELECTIONS:
             p = plan(RunConfig(data=str(synth_dir), out=str(tmp_path / "x.jsonl"), forecaster=forecaster,

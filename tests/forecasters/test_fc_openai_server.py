@@ -13,7 +13,8 @@ import pytest
 from PIL import Image
 
 from eval.phrases import read_phrases
-from forecasters.backends import BackendConfig, ImagePart, Request, SamplingParams, get_backend
+from forecasters.backends import ImagePart, Request, SamplingParams, get_backend
+from forecasters.backends.openai_compat import OpenAIConfig
 from forecasters.runner import RunConfig, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ def _frames(n: int, seed: int) -> tuple[ImagePart, ...]:
 
 
 def _openai(server, **kw):
-    return get_backend("openai", BackendConfig(model="tiny-vl", base_url=server.base_url, **kw))
+    return get_backend("openai", OpenAIConfig(model="tiny-vl", base_url=server.base_url, **kw))
 
 
 def test_text_and_eight_images_over_http(vllm_server):
