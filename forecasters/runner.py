@@ -83,6 +83,7 @@ from forecasters.media import FrameCache, FrameSelection
 from forecasters.presets import PRESETS, VLLM_DEFAULTS, resolve_model
 from forecasters.prompting import render_request
 from forecasters.registry import ForecasterSpec, get_forecaster
+from forecasters.run_config import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -92,100 +93,6 @@ REJECTED_IN_A_ROW = 5
 NO_ANSWER_LIMIT = 8
 #: libraries whose versions the run config records (those imported by the run)
 RECORDED_LIBRARIES = ("torch", "transformers", "vllm", "peft", "httpx")
-
-
-@dataclass
-class RunConfig:
-    """A forecaster run. Paths are strings so the config serialises as is; ``model=None`` takes the forecaster's
-    default preset. See ``python -m forecasters run --help`` for every field."""
-
-    data: str
-    out: str
-    forecaster: str = "m3"
-    backend: str = "hf"
-    model: str | None = None
-    adapter: str | None = None
-    prompt: str | None = None
-    split: str | None = "test"
-    fair_only: bool = False
-    qtypes: list[str] | None = None
-    shard: str = "0/1"
-    limit: int | None = None
-    samples: int = 1
-    temperature: float = 0.0
-    max_tokens: int | None = None
-    top_p: float = 1.0
-    seed: int = 0
-    frames: str | int | None = None
-    max_pixels: int | None = None
-    min_pixels: int | None = None
-    dtype: str = "auto"
-    device: str = "auto"
-    batch_size: int | None = None
-    concurrency: int = 8
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    timeout_s: float = 120.0
-    max_attempts: int = 6
-    wait_initial: float = 1.0
-    wait_max: float = 60.0
-    tensor_parallel_size: int | None = None
-    max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.9
-    enforce_eager: bool | None = None
-    max_lora_rank: int = 16
-    trust_remote_code: bool = False
-    redo_failed: bool = False
-    drop_foreign: bool = False
-    overwrite: bool = False
-    max_consecutive_failures: int = 100
-    num_threads: int | None = None
-    progress: bool = True
-    candidates: str | None = None
-    length_norm: str = "mean"
-    cpn_alpha: float = 1.0
-    candidate_batch_size: int = 32
-    run_out: str | None = None
-    allow_empty: bool = False
-
-    @property
-    def out_path(self) -> Path:
-        return Path(self.out)
-
-    def sidecar(self, kind: str) -> Path:
-        """``runs/m3.jsonl`` -> ``runs/m3.<kind>.json``."""
-        p = self.out_path
-        return p.with_name(p.name.removesuffix(".jsonl") + f".{kind}.json")
-
-    def shard_spec(self) -> tuple[int, int]:
-        try:
-            i, n = (int(x) for x in self.shard.split("/"))
-        except ValueError:
-            raise ValueError(f"--shard must look like i/n (0 <= i < n), got {self.shard!r}") from None
-        if not 0 <= i < n:
-            raise ValueError(f"--shard {self.shard}: need 0 <= i < n")
-        return i, n
-
-    def default_batch_size(self) -> int:
-        if self.batch_size:
-            return self.batch_size
-        return {"hf": 8, "vllm": 256}.get(self.backend, 4 * max(1, self.concurrency))
-
-    def frame_selection(self) -> FrameSelection:
-        """The prefix frames each request carries (``--frames``: all, last, K last, spaced:K; `FrameSelection`)."""
-        try:
-            return FrameSelection.parse(self.frames)
-        except ValueError as e:
-            raise InputError(str(e), fix="e.g. --frames last (GenState-AI's last-frame ablation) or --frames 4") from None
-
-    def pixel_cap(self, spec: ForecasterSpec) -> int | None:
-        """The cap frames are resized to (pixels; None = full size): ``max_pixels`` if set (0 = none), else the
-        forecaster's."""
-        if self.max_pixels is None:
-            return spec.max_pixels
-        if self.max_pixels < 0:
-            raise InputError(f"--max-pixels must be >= 0 (0 = full-size frames), got {self.max_pixels}")
-        return self.max_pixels or None
 
 
 def shard_of(prefix_id: str, n: int) -> int:
