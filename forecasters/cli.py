@@ -231,7 +231,8 @@ def tiny_model(
                                                            "it answers with state phrases (plumbing checks)",
                                   callback=data_callback),
     forecaster: str = typer.Option("text-only", "--fit-forecaster", help="whose prompts to fit on"),
-    steps: int = typer.Option(60, "--fit-steps", min=1, help="steps of 8 examples (about 0.2 s each on CPU)"),
+    steps: int = typer.Option(60, "--fit-steps", min=1, help="steps of 8 examples"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="a progress bar of the fit"),
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Build a tiny random-weight model (a few MB, no download) for plumbing checks; optionally fit it briefly."""
@@ -249,7 +250,7 @@ def tiny_model(
         if fit_data is not None:
             from forecasters.tiny_fit import fit_on_benchmark
 
-            loss = fit_on_benchmark(path, fit_data, forecaster=forecaster, steps=steps, seed=seed)
+            loss = fit_on_benchmark(path, fit_data, forecaster=forecaster, steps=steps, seed=seed, progress=progress)
             console.print(f"fitted {steps} steps on {fit_data} ({forecaster} prompts): final loss {loss:.3f}")
     console.print(f"[green]wrote[/] {path}")
 
