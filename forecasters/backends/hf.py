@@ -285,8 +285,8 @@ class HFBackend(Backend):
     # --- scoring (log-likelihood of answers; see the module docstring) ---
     @functools.cached_property
     def _forward_names(self) -> tuple[str, bool]:
-        """(the forward's KV-cache keyword, whether it takes ``logits_to_keep``): transformers renamed
-        ``past_key_values`` to ``cache``."""
+        """(the forward's KV-cache keyword: ``cache`` where the installed transformers names it so, else
+        ``past_key_values``; whether it takes ``logits_to_keep``)."""
         base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         params = inspect.signature(base.forward).parameters
         return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params

@@ -68,3 +68,14 @@ def test_list_names_the_media_of_each_forecaster():
     assert r.exit_code == 0, r.output
     row = next(line for line in r.output.splitlines() if line.strip("│ ").startswith("text-only "))
     assert "none" in row and "images" not in row
+
+
+def test_tiny_model_fit_shows_progress_unless_turned_off(synth_dir, tmp_path):
+    on = CliRunner().invoke(app, ["tiny-model", "--out", str(tmp_path / "on"), "--fit-data", str(synth_dir),
+                                  "--fit-steps", "2"])
+    off = CliRunner().invoke(app, ["tiny-model", "--out", str(tmp_path / "off"), "--fit-data", str(synth_dir),
+                                   "--fit-steps", "2", "--no-progress"])
+    assert on.exit_code == off.exit_code == 0, (on.output, off.output)
+    assert "fit tiny model" in on.output and "2/2" in on.output
+    assert "fit tiny model" not in off.output
+    assert (tmp_path / "on" / "config.json").is_file() and (tmp_path / "off" / "config.json").is_file()
