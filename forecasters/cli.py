@@ -91,6 +91,10 @@ def _command_line(ctx: typer.Context) -> str:
     return " ".join(shlex.quote(a) for a in parts)
 
 
+#: checks of a `RunConfig` option's value before the command runs
+OPTION_CALLBACKS = {"data": data_callback}
+
+
 def _cli_type(hint: Any, cli: dict) -> Any:
     """The command-line type of a `RunConfig` field: its type without ``None`` (``cli["type"]`` for a union)."""
     if "type" in cli:
@@ -101,7 +105,7 @@ def _cli_type(hint: Any, cli: dict) -> Any:
 
 def run_options() -> list[inspect.Parameter]:
     """The options of ``forecasters run``: one per `RunConfig` field (flags, help and limits from its metadata,
-    `forecasters.runner.option`), then ``--config`` and ``--verbose``."""
+    `forecasters.run_config.option`), then ``--config`` and ``--verbose``."""
     hints = typing.get_type_hints(RunConfig)
     params = []
     for f in dataclasses.fields(RunConfig):
@@ -121,17 +125,14 @@ def run_options() -> list[inspect.Parameter]:
     return params
 
 
-#: checks of a `RunConfig` option's value before the command runs
-OPTION_CALLBACKS = {"data": data_callback}
-
-
 def run(ctx: typer.Context, **options: Any) -> None:
     """Run a forecaster over a benchmark split: one phrase-file line per query, resumable, shardable.
 
     Writes OUT (JSONL, eval.phrases format), OUT's .config.json (resolved config) and .summary.json (what OUT holds
     for the selected queries). Exit code 0 when every selected query has an answer; 3 when some failed or are
     missing (stopped early, or failed requests: the message gives the command that finishes); 2 on bad input, an
-    unreachable server or a model it does not serve.
+    unreachable server or a model it does not serve. Each option is a field of forecasters.run_config.RunConfig
+    (its YAML key in --config: the option's name with _ for -).
     """
     config, verbose = options.pop("config"), options.pop("verbose")
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

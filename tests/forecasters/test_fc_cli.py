@@ -48,8 +48,7 @@ def test_run_options_parse_into_the_run_config(tmp_path, monkeypatch):
 
     monkeypatch.setattr(runner, "run", fake_run)
     monkeypatch.setattr("forecasters.cli.check_phrase_out", lambda *a, **k: None)
-    monkeypatch.setattr("forecasters.cli.OPTION_CALLBACKS", {})
-    (tmp_path / "manifest.json").write_text("{}")
+    (tmp_path / "manifest.json").write_text("{}")  # what --data's check looks for
     r = CliRunner().invoke(app, ["run", "--data", str(tmp_path), "--out", "o.jsonl", "-f", "text-only", "--limit", "3",
                                  "--qtypes", "Q1", "--qtypes", "Q2", "--frames", "spaced:4", "--no-progress",
                                  "--split", "all", "--max-tokens", "9", "--no-enforce-eager"])
