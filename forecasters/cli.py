@@ -117,7 +117,7 @@ def run_options() -> list[inspect.Parameter]:
         params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=opt,
                                         annotation=_cli_type(hints[f.name], meta["cli"])))
     params += [
-        inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path | None, default=typer.Option(
+        inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path, default=typer.Option(
             None, "--config", help="YAML file of run options (command-line values win)")),
         inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
                           default=typer.Option(False, "--verbose", "-v", help="log what the job does")),
