@@ -510,10 +510,9 @@ def resolve_preprocessing(cfg: FaithfulnessConfig) -> FaithfulnessConfig:
 
 
 def _student(cfg: FaithfulnessConfig):
-    from forecasters.backends import BackendConfig
-    from forecasters.backends.hf import HFBackend
+    from forecasters.backends.hf import HFBackend, HFConfig
 
-    return HFBackend(BackendConfig(model=cfg.model, adapter=cfg.adapter, dtype=cfg.dtype, device=cfg.device,
+    return HFBackend(HFConfig(model=cfg.model, adapter=cfg.adapter, dtype=cfg.dtype, device=cfg.device,
                                    max_pixels=cfg.max_pixels, batch_size=cfg.batch_size, seed=cfg.seed))
 
 

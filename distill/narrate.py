@@ -437,12 +437,12 @@ def read_predicates(path: str | Path, split_ids: set[str] | None = None) -> list
 def _backend(cfg: NarrateConfig):
     import os
 
-    from forecasters.backends import BackendConfig, get_backend
+    from forecasters.backends import config_for, get_backend
 
-    bcfg = BackendConfig(model=cfg.model, dtype=cfg.dtype, tensor_parallel_size=cfg.tensor_parallel_size,
-                         max_model_len=cfg.max_model_len, base_url=cfg.base_url,
-                         api_key=os.environ.get(cfg.api_key_env), concurrency=cfg.concurrency,
-                         batch_size=cfg.batch_size, seed=cfg.seed, max_images=1)
+    bcfg = config_for(cfg.backend, model=cfg.model, dtype=cfg.dtype, tensor_parallel_size=cfg.tensor_parallel_size,
+                      max_model_len=cfg.max_model_len, base_url=cfg.base_url,
+                      api_key=os.environ.get(cfg.api_key_env), concurrency=cfg.concurrency,
+                      batch_size=cfg.batch_size, seed=cfg.seed, max_images=1)
     return get_backend(cfg.backend, bcfg)
 
 

@@ -37,7 +37,6 @@ replaced only when it is one this command wrote (it holds ``psr_sft.json``).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import time
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.errors import InputError
+from eval.fingerprint import sha256_files
 
 VARIANTS = ("cot", "answer", "trajectory")  # = distill.narrate.TARGET_VARIANTS
 DEFAULT_MAX_PIXELS = 336 * 336
@@ -174,16 +174,6 @@ def _rationale_rows(path: str, bench, split: str, limit: int | None) -> list[dic
     return rows[:limit] if limit is not None else rows
 
 
-def _sha256_files(paths: list[Path]) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        h.update(p.name.encode())
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()
-
-
 def _write_split(cfg: SFTBuildConfig, rows: list[dict], variant: str, split_name: str, data_dir: Path,
                  cache_dir: Path) -> list[Path]:
     """One split of one variant as ``data_dir/<split_name>-0000i-of-0000n.parquet`` (images embedded)."""
@@ -227,7 +217,7 @@ def build_variant(cfg: SFTBuildConfig, variant: str, splits: dict[str, list[dict
         shutil.rmtree(cache, ignore_errors=True)
         info = {"variant": variant, "preprocessing": preprocessing(cfg, template),
                 "splits": {name: len(rows) for name, rows in splits.items()},
-                "files": [f"data/{f.name}" for f in files], "sha256": _sha256_files(files)}
+                "files": [f"data/{f.name}" for f in files], "sha256": sha256_files(files, name=lambda f: f.name)}
         write_json(stage / SET_INFO, info)
     return info
 

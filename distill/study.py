@@ -201,11 +201,10 @@ def train_student(cfg: StudyConfig, run: Run, variant: str, seed: int) -> dict[s
 
 def serve(weights: Path, full: bool, base: str, *, device: str, batch_size: int):
     """The hf backend serving a trained student (a full model directory, or an adapter on its base)."""
-    from forecasters.backends import BackendConfig
-    from forecasters.backends.hf import HFBackend
+    from forecasters.backends.hf import HFBackend, HFConfig
 
     model, adapter = (str(weights), None) if full else (base, str(weights))
-    return HFBackend(BackendConfig(model=model, adapter=adapter, device=device, batch_size=batch_size))
+    return HFBackend(HFConfig(model=model, adapter=adapter, device=device, batch_size=batch_size))
 
 
 def _hash(obj: Any) -> str:

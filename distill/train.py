@@ -77,11 +77,14 @@ from distill.train_args import (  # noqa: F401  (re-exported: the recipe's const
     resolve_batch,
     train_identity,
 )
+from eval.environment import loaded_versions
 from eval.errors import EngineError, InputError, loading_model
 
 log = logging.getLogger("distill.train")
 
 STUDENT_INFO = "psr_student.json"
+#: libraries whose versions the run's record holds (those imported by the run)
+RECORDED_LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes", "datasets", "deepspeed")
 
 
 # --- device, precision, quantization, LoRA: TRL's helpers plus what the recipe needs -------------------------
@@ -417,17 +420,6 @@ def run_preprocessing(psr: PSRTrainArgs, info: dict | None) -> dict[str, Any]:
             "prompt_id": pre.get("prompt_id"), "prompt_hash": pre.get("prompt_hash")}
 
 
-def _versions() -> dict[str, str]:
-    import platform
-
-    out = {"python": platform.python_version()}
-    for mod in ("torch", "transformers", "trl", "peft", "accelerate", "bitsandbytes", "datasets", "deepspeed"):
-        m = sys.modules.get(mod)
-        if m is not None:
-            out[mod] = getattr(m, "__version__", "?")
-    return out
-
-
 # --- the run ------------------------------------------------------------------------------------------------
 
 def _processor(model_args, pre: dict, assistant_only_loss: bool):
@@ -653,7 +645,7 @@ def _write_train_config(plan: RunPlan, psr: PSRTrainArgs, sft, model_args) -> No
     write_json(plan.out / TRAIN_CONFIG, {
         "config_hash": plan.identity.config_hash, "identity": plan.identity.to_dict(), "batch": plan.batch,
         "preprocessing": plan.preprocessing, "psr": dataclasses.asdict(psr), "model": dataclasses.asdict(model_args),
-        "sft": json.loads(json.dumps(sft.to_dict(), default=str)), "versions": _versions(),
+        "sft": json.loads(json.dumps(sft.to_dict(), default=str)), "versions": loaded_versions(RECORDED_LIBRARIES),
         "fsdp": fsdp_enabled(), "deepspeed": deepspeed_enabled(sft), "resume_from": plan.resume,
         "examples": {"train": len(plan.train_ds), "eval": len(plan.eval_ds) if plan.eval_ds is not None else 0},
         "max_tokens": max(lengths), "mean_tokens": round(sum(lengths) / len(lengths), 1),

@@ -106,6 +106,17 @@ def collect() -> EnvReport:
                      model_cache=model_cache_info(), packaged_minilm=packaged_minilm_path())
 
 
+def loaded_versions(modules: Sequence[str]) -> dict[str, str]:
+    """``{"python": X.Y.Z, module: __version__}`` for those of ``modules`` already imported (nothing is imported
+    here; a module without ``__version__`` reads ``"?"``): what a run records beside its outputs."""
+    out = {"python": platform.python_version()}
+    for name in modules:
+        m = sys.modules.get(name)
+        if m is not None:
+            out[name] = getattr(m, "__version__", "?")
+    return out
+
+
 def _version(dist: str, path: Sequence[str] | None = None) -> str | None:
     if path is None:
         try:

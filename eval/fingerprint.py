@@ -13,11 +13,17 @@ the lengths and bytes of its values, for a list column each row's length (a null
 `eval.schema.Query.from_dict` reads it) and then its values. At PSR scale (20,182 queries, 218,276 segments) it
 takes well under a second (`scripts/bench_load.py` times it), so it is computed once per loaded benchmark
 (`eval.benchmark.Benchmark.fingerprint`) and not cached on disk.
+
+Files (an adapter, a run file, a written dataset) are identified by `sha256_files` / `sha256_tree`: a SHA-256 over
+each file's name (where names count) and bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -163,3 +169,28 @@ def describe(fp: dict[str, str] | None) -> str:
     if not fp:
         return "no fingerprint"
     return f"{fp.get('name')!r} v{fp.get('version')} (sha256 {str(fp.get('sha256'))[:12]})"
+
+
+def sha256_files(paths: Iterable[str | os.PathLike], *, name: Callable[[Path], str] | None = None) -> str:
+    """SHA-256 (64 hex digits) over ``paths`` in the order given: for each file, ``name(path)`` encoded as UTF-8
+    (skipped when ``name`` is None: the hash of the bytes alone), then the file's bytes."""
+    h = hashlib.sha256()
+    for p in map(Path, paths):
+        if name is not None:
+            h.update(name(p).encode())
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def sha256_tree(path: str | os.PathLike) -> str | None:
+    """`sha256_files` over a directory's regular files (recursive, sorted), each named by its path relative to the
+    directory; for a single file, its name and bytes; None when ``path`` does not exist."""
+    root = Path(path)
+    if not root.exists():
+        return None
+    if not root.is_dir():
+        return sha256_files([root], name=lambda f: f.name)
+    files = sorted(f for f in root.rglob("*") if f.is_file())
+    return sha256_files(files, name=lambda f: str(f.relative_to(root)))

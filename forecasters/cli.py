@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import logging
 import shlex
+import types
+import typing
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -15,6 +18,8 @@ from rich.table import Table
 
 from eval.cli_support import data_callback, data_option, install, overwrite_option, report_error
 from eval.errors import IncompleteJob, PSRError
+from forecasters.phrasefile import check_phrase_out
+from forecasters.run_config import RunConfig
 
 app = typer.Typer(help="Forecasters: multimodal-LLM / text-only / student phrase predictors as resumable batch jobs.",
                   no_args_is_help=True, add_completion=False)
@@ -35,8 +40,6 @@ def _load_yaml(path: Path | None) -> dict:
     d = read_yaml(path)
     if not isinstance(d, dict):
         raise FormatError(path, f"expected a mapping of run options, got {type(d).__name__}")
-    from forecasters.runner import RunConfig
-
     names = {f.name for f in dataclasses.fields(RunConfig)}
     unknown = sorted(set(d) - names)
     if unknown:
@@ -44,31 +47,18 @@ def _load_yaml(path: Path | None) -> dict:
     return d
 
 
-def check_phrase_out(out: Path, inputs: list, overwrite: bool, sidecars: tuple[str, ...] = ()) -> None:
-    """Refuse --out before any work (eval.outputs): missing, a phrase file of this toolkit (its first line holds
-    query_id and config_hash), or --overwrite; never a job input. ``sidecars``: ``OUT.<kind>.json`` files written
-    beside it (they hold a config_hash)."""
-    from eval.outputs import check_output_file, json_with_keys, jsonl_with_keys
-
-    check_output_file(out, "phrase", recognise=jsonl_with_keys("query_id", "config_hash"), inputs=inputs,
-                      overwrite=overwrite)
-    for kind in sidecars:
-        side = out.with_name(out.name.removesuffix(".jsonl") + f".{kind}.json")
-        check_output_file(side, f"phrase-file {kind}", recognise=json_with_keys("config_hash"), inputs=inputs,
-                          overwrite=overwrite, option="--out's sidecar")
-
-
 def _summary_table(s) -> Table:
     t = Table(title=f"forecast run -> {s.out}", show_header=False)
-    rows = [("selected queries", s.selected), ("  answered: phrase parsed", s.ok),
-            ("  answered: parse failure", s.parse_failures), ("  failed (error recorded)", s.failed),
-            ("  missing (no line yet)", s.missing), ("  outside 2-5 words", s.length_flags),
+    c = s.coverage
+    rows = [("selected queries", c.queries), ("  answered: phrase parsed", c.ok),
+            ("  answered: parse failure", c.parse_failures), ("  failed (error recorded)", c.failed),
+            ("  missing (no line yet)", c.missing), ("  outside 2-5 words", c.length_flags),
             ("this run: already done", s.skipped_done), ("this run: attempted", s.attempted),
             ("this run: failed", s.attempted_failed), ("completion tokens/s", f"{s.tokens_per_s:.1f}"),
             ("queries/s", f"{s.queries_per_s:.2f}"), ("wall time", f"{s.wall_s:.1f} s"), ("engine", s.engine),
             ("config hash", s.config_hash)]
-    if s.error_kinds:
-        rows.append(("failed lines by kind", json.dumps(s.error_kinds)))
+    if c.error_kinds:
+        rows.append(("failed lines by kind", json.dumps(c.error_kinds)))
     if s.run_file:
         rows.append(("run file", s.run_file))
     if s.aborted:
@@ -101,99 +91,59 @@ def _command_line(ctx: typer.Context) -> str:
     return " ".join(shlex.quote(a) for a in parts)
 
 
-@app.command()
-def run(
-    ctx: typer.Context,
-    data: Path = data_option(),
-    out: Path = typer.Option(..., "--out", help="phrase file to write / resume (JSONL), e.g. runs/m3.jsonl"),
-    forecaster: str = typer.Option("m3", "--forecaster", "-f", help="m3 | text-only | llava | llava-video | student | "
-                                    "likelihood"),
-    backend: str = typer.Option("hf", "--backend", "-b", help="hf | vllm | openai"),
-    model: str = typer.Option(None, "--model", "-m", help="preset (m3, text-only, llava, ...), HF id, local path, "
-                                                          "or served model name (openai); default: the forecaster's"),
-    adapter: str = typer.Option(None, "--adapter", help="LoRA adapter dir (hf/vllm, unmerged) or served adapter name "
-                                                        "(openai)"),
-    prompt: str = typer.Option(None, "--prompt", help="override the template: a prompts id or a .txt template file"),
-    split: str = typer.Option("test", "--split", help="train | val | test | all"),
-    fair_only: bool = typer.Option(False, "--fair-only", help="only queries whose GT is in the corpus"),
-    qtypes: list[str] = typer.Option(None, "--qtypes", help="restrict to question types (repeatable: --qtypes Q1 "
-                                    "--qtypes Q2)"),
-    shard: str = typer.Option("0/1", "--shard", help="i/n: this job takes shard i (0-based) of n, split by prefix"),
-    limit: int = typer.Option(None, "--limit", min=1, help="only the first N queries of the shard (smoke tests)"),
-    samples: int = typer.Option(1, "--samples", min=1, help="K phrases per query (needs --temperature > 0)"),
-    temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 = greedy (the paper)"),
-    max_tokens: int = typer.Option(None, "--max-tokens", min=1, help="default: 24 (baselines), 512 (student)"),
-    top_p: float = typer.Option(1.0, "--top-p"),
-    seed: int = typer.Option(0, "--seed"),
-    frames: str = typer.Option(None, "--frames", help="prefix frames per request: all (default) | last (the "
-                               "last-frame-only ablation) | K (the K last frames) | spaced:K (K evenly spaced)"),
-    max_pixels: int = typer.Option(None, "--max-pixels", min=0, help="resize frames to at most N pixels before "
-                                   "sending (every backend); default: the forecaster's (448x448; student 336x336); "
-                                   "0 = full size"),
-    min_pixels: int = typer.Option(None, "--min-pixels", help="hf / vllm: Qwen-VL processor floor (pixels)"),
-    dtype: str = typer.Option("auto", "--dtype", help="auto | float32 | bfloat16 | float16"),
-    device: str = typer.Option("auto", "--device", help="hf backend: auto | cpu | cuda"),
-    batch_size: int = typer.Option(None, "--batch-size", min=1, help="hf / vllm: requests per engine call (default 8 / "
-                                   "256); openai: requests admitted ahead, in flight or waiting for a retry "
-                                   "(default 4 x concurrency)"),
-    concurrency: int = typer.Option(8, "--concurrency", min=1, help="openai: requests in flight at the server"),
-    base_url: str = typer.Option(None, "--base-url", help="openai: server URL, e.g. http://127.0.0.1:8000/v1"),
-    api_key_env: str = typer.Option("OPENAI_API_KEY", "--api-key-env", help="env var holding the API key"),
-    timeout_s: float = typer.Option(120.0, "--timeout-s", help="openai: per-request timeout (s)"),
-    max_attempts: int = typer.Option(6, "--max-attempts", min=1, help="calls per request, retries included"),
-    wait_initial: float = typer.Option(1.0, "--wait-initial", help="first backoff cap (s), doubling per retry"),
-    wait_max: float = typer.Option(60.0, "--wait-max", help="largest backoff (s)"),
-    tensor_parallel_size: int = typer.Option(None, "--tensor-parallel-size", help="vllm: tensor parallel size"),
-    max_model_len: int = typer.Option(None, "--max-model-len", help="vllm: context cap"),
-    gpu_memory_utilization: float = typer.Option(0.9, "--gpu-memory-utilization",
-                                                 help="vllm: fraction of GPU memory"),
-    enforce_eager: bool = typer.Option(None, "--enforce-eager/--no-enforce-eager",
-                                       help="vllm: no CUDA graphs (default: on for CPU)"),
-    max_lora_rank: int = typer.Option(16, "--max-lora-rank"),
-    trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
-    redo_failed: bool = typer.Option(False, "--redo-failed", help="rerun queries whose line recorded an error"),
-    drop_foreign: bool = typer.Option(False, "--drop-foreign", help="move lines of another config out of --out (to "
-                                      "OUT.foreign), keeping this run's lines"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="discard an existing --out file (lines of another "
-                                                              "config, or a file this toolkit did not write)"),
-    max_consecutive_failures: int = typer.Option(100, "--max-consecutive-failures", min=1,
-                                                 help="stop after this many failed requests in a row"),
-    num_threads: int = typer.Option(None, "--num-threads", min=1, help="hf: torch CPU threads"),
-    progress: bool = typer.Option(True, "--progress/--no-progress"),
-    candidates: str = typer.Option(None, "--candidates", help="likelihood: states (every canonical state) | topN:RUN "
-                                   "(rerank the first N distinct states of a retrieval run file)"),
-    length_norm: str = typer.Option("mean", "--length-norm", help="likelihood: mean (log-likelihood per answer "
-                                    "token) | sum"),
-    cpn_alpha: float = typer.Option(1.0, "--cpn-alpha", help="likelihood: weight of the candidate prior (the "
-                                    "answer's log-likelihood under the content-free prompt) subtracted; 0 = off"),
-    candidate_batch_size: int = typer.Option(32, "--candidate-batch-size", min=1,
-                                             help="likelihood, hf: answers per forward pass on the prompt's KV cache"),
-    run_out: Path = typer.Option(None, "--run-out", help="likelihood: run file written when every query is "
-                                 "answered (default OUT's .run.parquet)"),
-    allow_empty: bool = typer.Option(False, "--allow-empty", help="a selection without any query is done (exit 0, "
-                                     "nothing written) instead of an error"),
-    config: Path = typer.Option(None, "--config", help="YAML file of run options (command-line values win)"),
-    verbose: bool = typer.Option(False, "--verbose", "-v"),
-) -> None:
+#: checks of a `RunConfig` option's value before the command runs
+OPTION_CALLBACKS = {"data": data_callback}
+
+
+def _cli_type(hint: Any, cli: dict) -> Any:
+    """The command-line type of a `RunConfig` field: its type without ``None`` (``cli["type"]`` for a union)."""
+    if "type" in cli:
+        return cli["type"]
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1 else hint
+
+
+def run_options() -> list[inspect.Parameter]:
+    """The options of ``forecasters run``: one per `RunConfig` field (flags, help and limits from its metadata,
+    `forecasters.run_config.option`), then ``--config`` and ``--verbose``."""
+    hints = typing.get_type_hints(RunConfig)
+    params = []
+    for f in dataclasses.fields(RunConfig):
+        meta = f.metadata
+        cli = {k: v for k, v in meta["cli"].items() if k != "type"}
+        default = ... if f.default is dataclasses.MISSING else f.default
+        flags = meta["flags"] or ("--" + f.name.replace("_", "-"),)
+        opt = typer.Option(default, *flags, help=meta["help"], callback=OPTION_CALLBACKS.get(f.name), **cli)
+        params.append(inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=opt,
+                                        annotation=_cli_type(hints[f.name], meta["cli"])))
+    params += [
+        inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, annotation=Path, default=typer.Option(
+            None, "--config", help="YAML file of run options (command-line values win)")),
+        inspect.Parameter("verbose", inspect.Parameter.KEYWORD_ONLY, annotation=bool,
+                          default=typer.Option(False, "--verbose", "-v", help="log what the job does")),
+    ]
+    return params
+
+
+def run(ctx: typer.Context, **options: Any) -> None:
     """Run a forecaster over a benchmark split: one phrase-file line per query, resumable, shardable.
 
     Writes OUT (JSONL, eval.phrases format), OUT's .config.json (resolved config) and .summary.json (what OUT holds
     for the selected queries). Exit code 0 when every selected query has an answer; 3 when some failed or are
     missing (stopped early, or failed requests: the message gives the command that finishes); 2 on bad input, an
-    unreachable server or a model it does not serve.
+    unreachable server or a model it does not serve. Each option is a field of forecasters.run_config.RunConfig
+    (its YAML key in --config: the option's name with _ for -).
     """
+    config, verbose = options.pop("config"), options.pop("verbose")
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    from forecasters.runner import RunConfig
     from forecasters.runner import run as run_job
 
     values = _load_yaml(config)
-    cli = {k: v for k, v in ctx.params.items() if k not in ("config", "verbose")}
-    for k, v in cli.items():
+    for k, v in options.items():
         src = ctx.get_parameter_source(k)
         if k not in values or getattr(src, "name", "") in ("COMMANDLINE", "ENVIRONMENT"):
             values[k] = v
     values["data"], values["out"] = str(values["data"]), str(values["out"])
-    values["run_out"] = str(values["run_out"]) if values.get("run_out") else None
     if values.get("split") == "all":
         values["split"] = None
     values["qtypes"] = list(values["qtypes"]) if values.get("qtypes") else None
@@ -205,6 +155,11 @@ def run(
     incomplete = summary.incomplete(_command_line(ctx))
     if incomplete is not None:
         _exit_for(incomplete)
+
+
+run.__signature__ = inspect.Signature(
+    [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context), *run_options()])
+app.command()(run)
 
 
 @app.command()
@@ -277,7 +232,8 @@ def tiny_model(
                                                            "it answers with state phrases (plumbing checks)",
                                   callback=data_callback),
     forecaster: str = typer.Option("text-only", "--fit-forecaster", help="whose prompts to fit on"),
-    steps: int = typer.Option(60, "--fit-steps", min=1, help="steps of 8 examples (about 0.2 s each on CPU)"),
+    steps: int = typer.Option(60, "--fit-steps", min=1, help="steps of 8 examples"),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="a progress bar of the fit"),
     overwrite: bool = overwrite_option(),
 ) -> None:
     """Build a tiny random-weight model (a few MB, no download) for plumbing checks; optionally fit it briefly."""
@@ -295,7 +251,7 @@ def tiny_model(
         if fit_data is not None:
             from forecasters.tiny_fit import fit_on_benchmark
 
-            loss = fit_on_benchmark(path, fit_data, forecaster=forecaster, steps=steps, seed=seed)
+            loss = fit_on_benchmark(path, fit_data, forecaster=forecaster, steps=steps, seed=seed, progress=progress)
             console.print(f"fitted {steps} steps on {fit_data} ({forecaster} prompts): final loss {loss:.3f}")
     console.print(f"[green]wrote[/] {path}")
 
@@ -312,7 +268,7 @@ def list_all() -> None:
     for c in ("name", "prompt", "default model", "media", "max tokens", "description"):
         t.add_column(c)
     for s in FORECASTERS.values():
-        t.add_row(s.name, s.prompt, s.default_model, s.media_as, str(s.max_tokens), s.description)
+        t.add_row(s.name, s.prompt, s.default_model, s.media_kind, str(s.max_tokens), s.description)
     console.print(t)
     console.print("backends: " + ", ".join(BACKENDS))
     p = Table(title="model presets")

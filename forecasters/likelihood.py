@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 
 from eval.errors import InputError
+from eval.fingerprint import sha256_files
 from eval.phrases import PhraseRecord
 
 log = logging.getLogger(__name__)
@@ -124,14 +125,6 @@ class CandidateSpec:
         return "states" if self.kind == "states" else f"top{self.n}:{self.run}"
 
 
-def _sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()[:16]
-
-
 @dataclass
 class Candidates:
     """The candidate states of each selected query. ``state_ids`` / ``texts``: the benchmark's states in row order;
@@ -179,7 +172,7 @@ def load_candidates(bench, spec: CandidateSpec, query_ids: Sequence[str]) -> Can
         return Candidates(spec, state_ids, texts, None, {}, {"candidates": "states", "states_sha256": states_sha})
     rows, tail = _top_states(bench, spec, query_ids)
     # the run's content, not its path, identifies the candidates (a moved run file resumes the same job)
-    ident = {"candidates": f"top{spec.n}", "run_sha256": _sha256_file(spec.run), "states_sha256": states_sha}
+    ident = {"candidates": f"top{spec.n}", "run_sha256": sha256_files([spec.run])[:16], "states_sha256": states_sha}
     return Candidates(spec, state_ids, texts, rows, tail, ident)
 
 
@@ -267,12 +260,12 @@ def score_requests(p, frames) -> Iterator:
     """The todo queries as `ScoreRequest` objects (prompt = the M3 prompt with the run's frames, answers = the
     candidate texts); a query whose prompt cannot be built becomes an ``input`` failure."""
     from forecasters.backends import ScoreRequest, ScoreResult
-    from forecasters.runner import build_request
 
+    pool = p.task.candidates
     for q in p.todo:
         try:
-            texts = tuple(p.candidates.texts[r] for r in p.candidates.of(q.id))
-            yield ScoreRequest(q.id, build_request(p, q, frames), texts)
+            texts = tuple(pool.texts[r] for r in pool.of(q.id))
+            yield ScoreRequest(q.id, p.request(q, frames), texts)
         except Exception as e:
             yield ScoreResult(request_id=q.id, error=f"input: {type(e).__name__}: {e}", error_kind="input")
 
@@ -293,12 +286,13 @@ def to_record(p, res, prior: dict[str, tuple[float, int]] | None, *, engine: str
         rec.error, rec.parse_ok = res.error, False
         rec.extra["error_kind"] = res.error_kind
         return rec
-    rows = p.candidates.of(res.request_id)
-    texts = [p.candidates.texts[r] for r in rows]
+    pool = p.task.candidates
+    rows = pool.of(res.request_id)
+    texts = [pool.texts[r] for r in rows]
     pl = pn = None
-    if p.normalization.uses_prior:
+    if p.task.normalization.uses_prior:
         pl, pn = [prior[t][0] for t in texts], [prior[t][1] for t in texts]
-    s = p.normalization.scores(res.logprobs, res.n_tokens, pl, pn).astype(np.float32)
+    s = p.task.normalization.scores(res.logprobs, res.n_tokens, pl, pn).astype(np.float32)
     if not np.isfinite(s).all():
         j = int(np.flatnonzero(~np.isfinite(s))[0])
         rec.error, rec.parse_ok = f"candidate {texts[j]!r} got the non-finite score {float(s[j])}", False
@@ -306,11 +300,11 @@ def to_record(p, res, prior: dict[str, tuple[float, int]] | None, *, engine: str
         return rec
     best = int(np.argmax(s))  # the first of the best (argmax returns the first maximum)
     rec.phrase, rec.phrases, rec.parse_ok = texts[best], [texts[best]], True
-    ids = [p.candidates.state_ids[r] for r in rows]
-    cands = ids if p.candidates.rows is not None else "states"  # every state, in states.jsonl order
-    rec.extra["likelihood"] = {"candidates": cands, "states_sha256": p.candidates.identity["states_sha256"],
+    ids = [pool.state_ids[r] for r in rows]
+    listed = ids if pool.rows is not None else "states"  # every state, in states.jsonl order
+    rec.extra["likelihood"] = {"candidates": listed, "states_sha256": pool.identity["states_sha256"],
                                "logp": [float(x) for x in res.logprobs],
                                "n_tokens": [int(x) for x in res.n_tokens], "scores": [f32(x) for x in s],
-                               "tail": [p.candidates.state_ids[r] for r in p.candidates.tail.get(res.request_id, ())]}
+                               "tail": [pool.state_ids[r] for r in pool.tail.get(res.request_id, ())]}
     rec.extra["best_state_id"] = ids[best]
     return rec

@@ -1,6 +1,12 @@
-"""The run file of a ``likelihood`` forecast: its candidates' scores, expanded from states to segments and scored by
-`eval.scoring.score_benchmark` like any method (so `eval score` / `eval report` read it, ties are exact and the
-benchmark fingerprint is recorded).
+"""A ``likelihood`` forecast through the runner (`ScoreTask`), and its run file: the candidates' scores, expanded
+from states to segments and scored by `eval.scoring.score_benchmark` like any method (so `eval score` / `eval
+report` read it, ties are exact and the benchmark fingerprint is recorded).
+
+`ScoreTask` is the runner's task for a scoring forecaster (`forecasters.runner.Task`): it loads the candidates and
+the normalization (`forecasters.likelihood`), refuses sampling options and a backend that cannot score, scores the
+content-free prior once, streams `ScoreRequest` objects (``Backend.stream_scores``), writes one line per query
+(`forecasters.likelihood.to_record`) and, when every selected query is answered, the run file (``--run-out``,
+default ``NAME.run.parquet``).
 
 Per query (one phrase-file line, `forecasters.likelihood`), with ``m`` the lowest candidate score and
 ``d = max(1, |m| * 1e-6)`` (a step float32 keeps distinct at that magnitude):
@@ -22,7 +28,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +37,9 @@ import numpy as np
 
 from eval.errors import InputError, OutputRefused
 from eval.io import FormatError
+from eval.phrases import PhraseRecord
+from forecasters import likelihood
+from forecasters.likelihood import Candidates, CandidateSpec, Normalization, load_candidates, state_texts
 
 log = logging.getLogger(__name__)
 
@@ -124,8 +134,6 @@ def build_run(bench, phrases: str | os.PathLike, query_ids: Sequence[str] | None
     unknown = [q for q in query_ids if q not in bench.query_index]
     if unknown:
         raise InputError(f"{path}: query id {unknown[0]!r} is not in {bench.root} ({len(unknown)} unknown)")
-    from forecasters.likelihood import state_texts
-
     sidx, states_sha = bench.state_index, state_texts(bench)[2]
     rows, scores, tails, missed = [], [], [], np.zeros(len(query_ids), bool)
     for i, q in enumerate(query_ids):
@@ -177,3 +185,69 @@ def write_likelihood_run(bench, phrases: str | os.PathLike, out: str | os.PathLi
     run = build_run(bench, phrases, query_ids, **kw)
     write_run(out, run)
     return out
+
+
+def run_file_path(cfg) -> Path:
+    """Where a scoring run writes its run file: ``--run-out``, else ``runs/NAME.jsonl`` -> ``runs/NAME.run.parquet``."""
+    if cfg.run_out:
+        return Path(cfg.run_out)
+    p = Path(cfg.out)
+    return p.with_name(p.name.removesuffix(".jsonl") + ".run.parquet")
+
+
+@dataclass
+class ScoreTask:
+    """The runner's task for the ``likelihood`` forecaster (`forecasters.runner.Task`; see the module docstring).
+    ``prior``: ``text -> (l(a | x_0), |a|_0)`` once `start` has scored it (None without candidate-prior
+    normalization)."""
+
+    candidates: Candidates
+    normalization: Normalization
+    prior: dict[str, tuple[float, int]] | None = None
+
+    @classmethod
+    def setup(cls, cfg, bench, query_ids: list[str]) -> ScoreTask:
+        """The candidates of ``query_ids`` and the normalization of a run config; refuses sampling options."""
+        if cfg.samples != 1 or cfg.temperature != 0:
+            raise InputError("the likelihood forecaster scores candidates, it does not sample: drop --samples and "
+                             "--temperature")
+        if cfg.candidate_batch_size < 1:
+            raise InputError(f"--candidate-batch-size must be >= 1, got {cfg.candidate_batch_size}")
+        norm = Normalization(cfg.length_norm, cfg.cpn_alpha)
+        return cls(load_candidates(bench, CandidateSpec.parse(cfg.candidates), query_ids), norm)
+
+    @property
+    def decoding(self) -> dict:
+        """Empty: scoring samples nothing, so the config hash records no decoding."""
+        return {}
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """The candidates (their source and a hash of it) and the normalization: the config hash's ``scoring``."""
+        return {**self.candidates.identity, **self.normalization.to_dict()}
+
+    def check(self, backend) -> None:
+        backend.check_scoring()
+
+    def start(self, p, backend) -> str | None:
+        """Score the content-free prior (`forecasters.likelihood.prior_scores`); the error message if it fails."""
+        if not self.normalization.uses_prior:
+            return None
+        prior = likelihood.prior_scores(p, backend, [self.candidates.texts[r] for r in self.candidates.all_rows()])
+        if isinstance(prior, str):
+            return prior
+        self.prior = prior
+        return None
+
+    def stream(self, p, backend, frames) -> Iterator[list]:
+        return backend.stream_scores(likelihood.score_requests(p, frames))
+
+    def record(self, p, result, *, engine: str, batch_size: int) -> PhraseRecord:
+        return likelihood.to_record(p, result, self.prior, engine=engine, batch_size=batch_size)
+
+    def finish(self, p) -> Path:
+        """Write the run file of the selected queries (`write_likelihood_run`)."""
+        return write_likelihood_run(p.bench, p.cfg.out_path, run_file_path(p.cfg), [qid for qid, _ in p.selected])
+
+    def config(self) -> dict[str, Any]:
+        return {"candidates_per_query": self.candidates.counts()}

@@ -21,6 +21,8 @@ by ``--redo-failed``) or *missing* (no line). A job or a merge is complete when 
 
 Merging shards (`merge_phrase_files`): all inputs must share one ``config_hash``; the last successful line of each
 query wins; the output is written atomically; coverage against an expected id list is reported.
+
+Before any work, `check_phrase_out` refuses an ``--out`` this toolkit did not write (`eval.outputs`).
 """
 
 from __future__ import annotations
@@ -209,3 +211,17 @@ def merge_phrase_files(inputs: Sequence[str | os.PathLike], out: str | os.PathLi
                        config_hash=next(iter(hashes), "") if len(hashes) == 1 else "mixed",
                        coverage=coverage(best, expected_ids if expected_ids is not None else order),
                        missing=missing, unexpected=unexpected)
+
+
+def check_phrase_out(out: Path, inputs: list, overwrite: bool, sidecars: tuple[str, ...] = ()) -> None:
+    """Refuse --out before any work (`eval.outputs`): missing, a phrase file of this toolkit (its first line holds
+    query_id and config_hash), or --overwrite; never a job input. ``sidecars``: ``OUT.<kind>.json`` files written
+    beside it (they hold a config_hash)."""
+    from eval.outputs import check_output_file, json_with_keys, jsonl_with_keys
+
+    check_output_file(out, "phrase", recognise=jsonl_with_keys("query_id", "config_hash"), inputs=inputs,
+                      overwrite=overwrite)
+    for kind in sidecars:
+        side = out.with_name(out.name.removesuffix(".jsonl") + f".{kind}.json")
+        check_output_file(side, f"phrase-file {kind}", recognise=json_with_keys("config_hash"), inputs=inputs,
+                          overwrite=overwrite, option="--out's sidecar")

@@ -70,9 +70,10 @@ def describe_inputs(query, bench) -> PromptInput:
 
 
 PROBES = (
-    ForecasterSpec(name=PARAPHRASE, prompt="paraphrase", build=paraphrase_inputs, default_model="text-only",
+    ForecasterSpec(name=PARAPHRASE, prompt="paraphrase", build=paraphrase_inputs, default_model="text-only", media=(),
                    description="paraphrase oracle: an LLM rewords the query's true target state (App. U)"),
     ForecasterSpec(name=DESCRIBE, prompt="frame_description", build=describe_inputs, default_model="llava",
+                   media=("frame",),
                    description="cross-model description: a VLM describes the true target segment's frame (App. U)"),
 )
 
@@ -177,7 +178,7 @@ def synonyms(
     """The deterministic paraphrase oracle: each query's true state reworded (held-out lexicon or synonym sets)."""
     from eval.benchmark import Benchmark
     from eval.io import write_json, write_jsonl
-    from forecasters.cli import check_phrase_out
+    from forecasters.phrasefile import check_phrase_out
 
     check_phrase_out(out, [data, synonyms_file], overwrite, sidecars=("config",))
     bench = Benchmark.load(data)

@@ -54,7 +54,7 @@ BUILTIN = (
         name="m3", prompt="m3", build=prefix_frames_inputs, default_model="m3",
         description="M3: the 8 prefix frames + the question (paper prompt, verbatim); temperature 0, 24 tokens"),
     ForecasterSpec(
-        name="text-only", prompt="text_only", build=transcript_inputs, default_model="text-only",
+        name="text-only", prompt="text_only", build=transcript_inputs, default_model="text-only", media=(),
         description="text-only predictor: the timed state transcript before the target time + the question"),
     ForecasterSpec(
         name="llava", prompt="m3", build=prefix_frames_inputs, default_model="llava",

@@ -32,9 +32,10 @@ Frames are resized on our side before any backend sees them (the pixel policy of
 ``--frames`` picks which prefix frames a request carries (`forecasters.media.FrameSelection`: ``all``, ``last``,
 the ``K`` last, ``spaced:K``), for every image forecaster; it is part of the config hash (None for ``all``).
 
-A scoring forecaster (``likelihood``, `forecasters.likelihood`) goes through the same steps with `ScoreRequest`
-objects (``Backend.stream_scores``, after ``Backend.check_scoring``); its lines carry the candidates' scores, and
-when every selected query is answered it also writes the run file (``--run-out``, default ``NAME.run.parquet``).
+What the forecaster does with the queries is its `Task`: `GenerateTask` (generate and parse phrases) or, for a
+scoring forecaster (``likelihood``), `forecasters.likelihood_run.ScoreTask` (score candidate states; its lines carry
+the candidates' scores, and when every selected query is answered it also writes the run file). Both go through the
+same steps.
 
 The config hash (`RunIdentity`) covers what changes outputs: forecaster, prompt id + hash, model, adapter (with a
 hash of its files), backend, decoding (temperature, max_tokens, top_p, samples, seed), frames, media mode, the pixel
@@ -52,16 +53,17 @@ import json
 import logging
 import os
 import platform
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import prompts
 from eval import resumable
+from eval.environment import loaded_versions
 from eval.errors import IncompleteJob, InputError
+from eval.fingerprint import sha256_tree
 from eval.io import write_json, write_jsonl
 from eval.phrases import PhraseRecord
 from eval.schema import PREFIX_FRAMES
@@ -72,13 +74,16 @@ from forecasters.backends import (
     Request,
     RetryPolicy,
     SamplingParams,
+    config_for,
     error_class,
     get_backend,
 )
-from forecasters.backends.base import VideoPart
+from forecasters.likelihood_run import ScoreTask
 from forecasters.media import FrameCache, FrameSelection
 from forecasters.presets import PRESETS, VLLM_DEFAULTS, resolve_model
+from forecasters.prompting import render_request
 from forecasters.registry import ForecasterSpec, get_forecaster
+from forecasters.run_config import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -86,100 +91,8 @@ log = logging.getLogger(__name__)
 REJECTED_IN_A_ROW = 5
 #: failed requests (transient or rejected) that stop a job when none of this invocation has been answered yet
 NO_ANSWER_LIMIT = 8
-
-
-@dataclass
-class RunConfig:
-    """A forecaster run. Paths are strings so the config serialises as is; ``model=None`` takes the forecaster's
-    default preset. See ``python -m forecasters run --help`` for every field."""
-
-    data: str
-    out: str
-    forecaster: str = "m3"
-    backend: str = "hf"
-    model: str | None = None
-    adapter: str | None = None
-    prompt: str | None = None
-    split: str | None = "test"
-    fair_only: bool = False
-    qtypes: list[str] | None = None
-    shard: str = "0/1"
-    limit: int | None = None
-    samples: int = 1
-    temperature: float = 0.0
-    max_tokens: int | None = None
-    top_p: float = 1.0
-    seed: int = 0
-    frames: str | int | None = None
-    max_pixels: int | None = None
-    min_pixels: int | None = None
-    dtype: str = "auto"
-    device: str = "auto"
-    batch_size: int | None = None
-    concurrency: int = 8
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
-    timeout_s: float = 120.0
-    max_attempts: int = 6
-    wait_initial: float = 1.0
-    wait_max: float = 60.0
-    tensor_parallel_size: int | None = None
-    max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.9
-    enforce_eager: bool | None = None
-    max_lora_rank: int = 16
-    trust_remote_code: bool = False
-    redo_failed: bool = False
-    drop_foreign: bool = False
-    overwrite: bool = False
-    max_consecutive_failures: int = 100
-    num_threads: int | None = None
-    progress: bool = True
-    candidates: str | None = None
-    length_norm: str = "mean"
-    cpn_alpha: float = 1.0
-    candidate_batch_size: int = 32
-    run_out: str | None = None
-    allow_empty: bool = False
-
-    @property
-    def out_path(self) -> Path:
-        return Path(self.out)
-
-    def sidecar(self, kind: str) -> Path:
-        """``runs/m3.jsonl`` -> ``runs/m3.<kind>.json``."""
-        p = self.out_path
-        return p.with_name(p.name.removesuffix(".jsonl") + f".{kind}.json")
-
-    def shard_spec(self) -> tuple[int, int]:
-        try:
-            i, n = (int(x) for x in self.shard.split("/"))
-        except ValueError:
-            raise InputError(f"--shard must look like i/n (0 <= i < n), got {self.shard!r}") from None
-        if not 0 <= i < n:
-            raise InputError(f"--shard {self.shard}: need 0 <= i < n")
-        return i, n
-
-    def default_batch_size(self) -> int:
-        if self.batch_size:
-            return self.batch_size
-        return {"hf": 8, "vllm": 256}.get(self.backend, 4 * max(1, self.concurrency))
-
-    def frame_selection(self) -> FrameSelection:
-        """The prefix frames each request carries (``--frames``: all, last, K last, spaced:K; `FrameSelection`)."""
-        try:
-            return FrameSelection.parse(self.frames)
-        except ValueError as e:
-            raise InputError(str(e), fix="e.g. --frames last (GenState-AI's last-frame ablation) or --frames 4") from None
-
-    def pixel_cap(self, spec: ForecasterSpec) -> int | None:
-        """The cap frames are resized to (pixels; None = full size): ``max_pixels`` if set (0 = none), else the
-        forecaster's."""
-        if self.max_pixels is None:
-            return spec.max_pixels
-        if self.max_pixels < 0:
-            raise InputError(f"--max-pixels must be >= 0 (0 = full-size frames), got {self.max_pixels}")
-        return self.max_pixels or None
+#: libraries whose versions the run config records (those imported by the run)
+RECORDED_LIBRARIES = ("torch", "transformers", "vllm", "peft", "httpx")
 
 
 def shard_of(prefix_id: str, n: int) -> int:
@@ -187,19 +100,11 @@ def shard_of(prefix_id: str, n: int) -> int:
     return int(hashlib.sha1(prefix_id.encode("utf-8")).hexdigest()[:8], 16) % n
 
 
-def _hash_files(path: str) -> str | None:
-    """sha256 (16 hex) over the regular files of an adapter directory (names and bytes), None if not local."""
-    p = Path(path)
-    if not p.exists():
-        return None
-    files = sorted(f for f in (p.rglob("*") if p.is_dir() else [p]) if f.is_file())
-    h = hashlib.sha256()
-    for f in files:
-        h.update(str(f.relative_to(p) if p.is_dir() else f.name).encode())
-        with open(f, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()[:16]
+def adapter_hash(path: str) -> str | None:
+    """`eval.fingerprint.sha256_tree` of an adapter (16 hex digits; names and bytes of its files), None if not
+    local."""
+    h = sha256_tree(path)
+    return h[:16] if h else None
 
 
 @dataclass(frozen=True)
@@ -226,7 +131,7 @@ class RunIdentity:
     def config_hash(self) -> str:
         d = dataclasses.asdict(self)
         if d["scoring"] is None:
-            del d["scoring"]  # generation runs keep the hash they had before scoring forecasters existed
+            del d["scoring"]  # a generation run's hash has no "scoring" key (not even null)
         blob = json.dumps(d, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
@@ -235,25 +140,15 @@ class RunIdentity:
 class RunSummary:
     """What the output file holds for the selected queries, and what this invocation did.
 
-    The file (over the ``selected`` queries; `phrasefile.Coverage`): ``ok`` (a phrase parsed), ``parse_failures``
-    (answered, no phrase parsed), ``failed`` (the line records an error: ``--redo-failed`` redoes it), ``missing``
-    (no line yet), ``length_flags`` (ok lines outside 2-5 words), ``error_kinds`` (failed lines by kind).
-    ``complete``: every selected query is answered (ok or parse failure). This invocation: ``skipped_done``
-    (selected queries already done), ``attempted``, ``attempted_failed``, token counts, generation and wall time,
-    ``aborted`` (why it stopped early, or None).
+    The file: ``coverage`` (`phrasefile.Coverage` over the selected queries: ok, parse failures, failed, missing,
+    length flags, failed lines by kind). ``complete``: every selected query is answered (ok or parse failure). This
+    invocation: ``skipped_done`` (selected queries already done), ``attempted``, ``attempted_failed``, token counts,
+    generation and wall time, ``aborted`` (why it stopped early, or None).
     """
 
     out: str
     config_hash: str
-    selected: int = 0
-    ok: int = 0
-    parse_failures: int = 0
-    failed: int = 0
-    missing: int = 0
-    length_flags: int = 0
-    error_kinds: dict[str, int] = field(default_factory=dict)
-    failed_ids: list[str] = field(default_factory=list)
-    missing_ids: list[str] = field(default_factory=list)
+    coverage: phrasefile.Coverage = field(default_factory=phrasefile.Coverage)
     skipped_done: int = 0
     attempted: int = 0
     attempted_failed: int = 0
@@ -269,7 +164,7 @@ class RunSummary:
 
     @property
     def complete(self) -> bool:
-        return self.ok + self.parse_failures == self.selected
+        return self.coverage.complete
 
     @property
     def tokens_per_s(self) -> float:
@@ -279,23 +174,18 @@ class RunSummary:
     def queries_per_s(self) -> float:
         return self.attempted / self.wall_s if self.wall_s > 0 else 0.0
 
-    def set_coverage(self, c: phrasefile.Coverage) -> None:
-        self.selected, self.ok, self.parse_failures, self.failed = c.queries, c.ok, c.parse_failures, c.failed
-        self.missing, self.length_flags, self.error_kinds = c.missing, c.length_flags, dict(c.error_kinds)
-        self.failed_ids, self.missing_ids = list(c.failed_ids), list(c.missing_ids)
-
     def incomplete(self, command: str | None = None) -> IncompleteJob | None:
         """The `IncompleteJob` error saying what is missing and how to finish (None when complete). ``command``:
         the command line that ran, to print the one that finishes."""
-        if self.complete:
+        c = self.coverage
+        if c.complete:
             return None
-        unanswered = self.selected - self.ok - self.parse_failures
-        kinds = ", ".join(f"{k} x{v}" for k, v in sorted(self.error_kinds.items(), key=lambda kv: -kv[1]))
-        msg = (f"{self.out}: {unanswered} of {self.selected} selected queries have no answer ({self.failed} failed"
-               + (f": {kinds}" if kinds else "") + f", {self.missing} missing)")
+        kinds = ", ".join(f"{k} x{v}" for k, v in sorted(c.error_kinds.items(), key=lambda kv: -kv[1]))
+        msg = (f"{self.out}: {c.queries - c.answered} of {c.queries} selected queries have no answer ({c.failed} "
+               "failed" + (f": {kinds}" if kinds else "") + f", {c.missing} missing)")
         if self.aborted:
             msg += f"; stopped early: {self.aborted}"
-        flag = " --redo-failed" if self.failed else ""
+        flag = " --redo-failed" if c.failed else ""
         if command:
             cmd = command + (flag if flag.strip() not in command.split() else "")
             fix = f"fix the cause, then run: {cmd}"
@@ -304,12 +194,13 @@ class RunSummary:
         return IncompleteJob(msg, fix=fix)
 
     def to_dict(self) -> dict[str, Any]:
-        file_keys = ("selected", "ok", "parse_failures", "failed", "missing", "length_flags", "error_kinds",
-                     "failed_ids", "missing_ids")
+        """The summary file: ``out``, ``config_hash``, ``complete``, the coverage (``queries`` named ``selected``)
+        and ``this_run`` (this invocation's counts and times)."""
+        cov = dataclasses.asdict(self.coverage)
         d = {"out": self.out, "config_hash": self.config_hash, "complete": self.complete,
-             **{k: getattr(self, k) for k in file_keys}}
+             "selected": cov.pop("queries"), **cov}
         run = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in file_keys and f.name not in ("out", "config_hash")}
+               if f.name not in ("out", "config_hash", "coverage")}
         run.update(tokens_per_s=round(self.tokens_per_s, 2), queries_per_s=round(self.queries_per_s, 3))
         d["this_run"] = run
         return d
@@ -350,7 +241,8 @@ class StopRule:
 @dataclass
 class Plan:
     """Everything decided before generation: the spec, template, identity, the selected queries (``(id, row)``
-    pairs, in processing order) and the typed queries to run (``todo``)."""
+    pairs, in processing order), the typed queries to run (``todo``) and the ``task`` (`GenerateTask`, or
+    `forecasters.likelihood_run.ScoreTask` for a scoring forecaster)."""
 
     cfg: RunConfig
     spec: ForecasterSpec
@@ -362,12 +254,73 @@ class Plan:
     todo: list
     existing: phrasefile.ExistingOutput
     bench: Any
-    candidates: Any = None  # `forecasters.likelihood.Candidates` (scoring forecasters)
-    normalization: Any = None  # `forecasters.likelihood.Normalization`
+    task: Task
+
+    def request(self, query, frames: FrameCache) -> Request:
+        """The backend request of one query (`forecasters.prompting.render_request` with the run's frames)."""
+        return render_request(self.spec, self.template, query, self.bench, frames, sampling=self.sampling,
+                              selection=self.cfg.frame_selection())
+
+
+class Task(Protocol):
+    """What a forecaster does with the planned queries: `GenerateTask` generates phrases,
+    `forecasters.likelihood_run.ScoreTask` scores candidate answers. ``decoding`` and ``identity`` enter the config
+    hash (`RunIdentity`: ``decoding`` and ``scoring``)."""
+
+    decoding: dict
+    identity: dict | None
+
+    def check(self, backend) -> None:
+        """Refuse, before anything is written, a backend that cannot do the task."""
+
+    def start(self, p: Plan, backend) -> str | None:
+        """Work before the first query; returns why the job stops instead, or None."""
+
+    def stream(self, p: Plan, backend, frames: FrameCache) -> Iterator[list]:
+        """The backend's answers to ``p.todo``, in groups as they finish (`Backend.stream`)."""
+
+    def record(self, p: Plan, result, *, engine: str, batch_size: int) -> PhraseRecord:
+        """The phrase-file line of one answer."""
+
+    def finish(self, p: Plan) -> Path | None:
+        """Work once every selected query is answered; returns the file it wrote, if any."""
+
+    def config(self) -> dict:
+        """What the task adds to the run config (``OUT.config.json``)."""
+
+
+@dataclass(frozen=True)
+class GenerateTask:
+    """A generating forecaster: each query's request sampled with ``sampling``, each output parsed (`to_record`)."""
+
+    sampling: SamplingParams
 
     @property
-    def scoring(self) -> bool:
-        return self.spec.kind == "likelihood"
+    def decoding(self) -> dict:
+        return self.sampling.to_dict()
+
+    @property
+    def identity(self) -> None:
+        """Nothing: a generation run's config hash has no ``scoring`` part."""
+        return None
+
+    def check(self, backend) -> None:
+        return None
+
+    def start(self, p: Plan, backend) -> str | None:
+        return None
+
+    def stream(self, p: Plan, backend, frames: FrameCache) -> Iterator[list]:
+        return backend.stream(_requests(p, frames))
+
+    def record(self, p: Plan, result, *, engine: str, batch_size: int) -> PhraseRecord:
+        return to_record(p, result.request_id, result, engine=engine, batch_size=batch_size)
+
+    def finish(self, p: Plan) -> Path | None:
+        return None
+
+    def config(self) -> dict:
+        return {}
 
 
 def _decoding(cfg: RunConfig, spec: ForecasterSpec) -> SamplingParams:
@@ -456,16 +409,15 @@ def plan(cfg: RunConfig) -> Plan:
                          "server's processor decides", fix="drop --min-pixels, or use --backend hf / vllm")
     bench = Benchmark.load(cfg.data)
     selected = select_query_rows(bench, cfg)
-    candidates = norm = None
-    if spec.kind == "likelihood":
-        candidates, norm = _scoring_setup(cfg, bench, [qid for qid, _ in selected])
+    task = ScoreTask.setup(cfg, bench, [qid for qid, _ in selected]) if spec.kind == "likelihood" \
+        else GenerateTask(sampling)
     identity = RunIdentity(
         forecaster=spec.name, prompt_id=template.id, prompt_hash=template.hash, model=model, adapter=cfg.adapter,
-        adapter_hash=_hash_files(cfg.adapter) if cfg.adapter and cfg.backend != "openai" else None,
-        backend=cfg.backend, decoding={} if candidates else sampling.to_dict(), frames=selection.key,
+        adapter_hash=adapter_hash(cfg.adapter) if cfg.adapter and cfg.backend != "openai" else None,
+        backend=cfg.backend, decoding=task.decoding, frames=selection.key,
         media_as=spec.media_as, max_pixels=cfg.pixel_cap(spec), min_pixels=cfg.min_pixels, system=spec.system,
         benchmark={"name": bench.manifest.name, "version": bench.manifest.version},
-        scoring={**candidates.identity, **norm.to_dict()} if candidates else None)
+        scoring=task.identity)
     existing = phrasefile.scan(cfg.out_path)
     other = {h: c for h, c in existing.config_hashes.items() if h != identity.config_hash}
     if other and not (cfg.overwrite or cfg.drop_foreign):
@@ -477,29 +429,7 @@ def plan(cfg: RunConfig) -> Plan:
     done = set() if cfg.overwrite else existing.done_ids(identity.config_hash, redo_failed=cfg.redo_failed)
     todo = load_queries(bench, [row for qid, row in selected if qid not in done])  # records for the todo only
     return Plan(cfg=cfg, spec=spec, template=template, model=model, identity=identity, sampling=sampling,
-                selected=selected, todo=todo, existing=existing, bench=bench, candidates=candidates,
-                normalization=norm)
-
-
-def _scoring_setup(cfg: RunConfig, bench, query_ids: list[str]):
-    """The candidates and normalization of a scoring run (`forecasters.likelihood`); refuses sampling options."""
-    from forecasters.likelihood import CandidateSpec, Normalization, load_candidates
-
-    if cfg.samples != 1 or cfg.temperature != 0:
-        raise InputError("the likelihood forecaster scores candidates, it does not sample: drop --samples and "
-                         "--temperature")
-    if cfg.candidate_batch_size < 1:
-        raise InputError(f"--candidate-batch-size must be >= 1, got {cfg.candidate_batch_size}")
-    norm = Normalization(cfg.length_norm, cfg.cpn_alpha)
-    return load_candidates(bench, CandidateSpec.parse(cfg.candidates), query_ids), norm
-
-
-def run_file_path(cfg: RunConfig) -> Path:
-    """Where a scoring run writes its run file: ``--run-out``, else ``runs/NAME.jsonl`` -> ``runs/NAME.run.parquet``."""
-    if cfg.run_out:
-        return Path(cfg.run_out)
-    p = cfg.out_path
-    return p.with_name(p.name.removesuffix(".jsonl") + ".run.parquet")
+                selected=selected, todo=todo, existing=existing, bench=bench, task=task)
 
 
 def _prepare_output(p: Plan) -> None:
@@ -526,51 +456,24 @@ def _prepare_output(p: Plan) -> None:
 
 
 def backend_config(cfg: RunConfig, model: str) -> BackendConfig:
-    """The backend's config: CLI values, else the preset's vLLM defaults, else the backend defaults."""
+    """The backend's config (`forecasters.backends.config_for`): run options, else the preset's vLLM defaults,
+    else the backend's defaults."""
     preset = VLLM_DEFAULTS.get(cfg.model or "", {}) if cfg.backend == "vllm" else {}
 
     def pick(name, default):
         v = getattr(cfg, name)
         return v if v is not None else preset.get(name, default)
 
-    return BackendConfig(
-        model=model, adapter=cfg.adapter, dtype=cfg.dtype, device=cfg.device, trust_remote_code=cfg.trust_remote_code,
-        max_pixels=cfg.pixel_cap(get_forecaster(cfg.forecaster)), min_pixels=cfg.min_pixels,
-        max_images=max(8, cfg.frame_selection().k or 8),
+    return config_for(
+        cfg.backend, model=model, adapter=cfg.adapter, dtype=cfg.dtype, device=cfg.device,
+        trust_remote_code=cfg.trust_remote_code, max_pixels=cfg.pixel_cap(get_forecaster(cfg.forecaster)),
+        min_pixels=cfg.min_pixels, max_images=max(8, cfg.frame_selection().k or 8),
         tensor_parallel_size=pick("tensor_parallel_size", 1), max_model_len=pick("max_model_len", None),
         gpu_memory_utilization=cfg.gpu_memory_utilization, enforce_eager=cfg.enforce_eager,
         max_lora_rank=cfg.max_lora_rank, batch_size=cfg.default_batch_size(), concurrency=cfg.concurrency,
         base_url=cfg.base_url, api_key=os.environ.get(cfg.api_key_env), timeout_s=cfg.timeout_s,
         retry=RetryPolicy(max_attempts=cfg.max_attempts, wait_initial=cfg.wait_initial, wait_max=cfg.wait_max),
         seed=cfg.seed, num_threads=cfg.num_threads, candidate_batch_size=cfg.candidate_batch_size)
-
-
-def render_request(spec: ForecasterSpec, template: prompts.Template, query, bench, frames: FrameCache, *,
-                   sampling: SamplingParams, n_frames: int | None = None,
-                   selection: FrameSelection | None = None) -> Request:
-    """Render a forecaster's prompt for one query into a backend `Request` (media from the frame cache).
-
-    ``selection`` picks the frames of each media slot (`FrameSelection`: all, last, K last, spaced:K);
-    ``n_frames`` is the older spelling of ``spaced:n_frames`` (K evenly spaced, the last kept)."""
-    if selection is None:
-        selection = FrameSelection("spaced", n_frames) if n_frames else FrameSelection()
-    inp = spec.build(query, bench)
-    parts = []
-    for part in template.render_parts(inp.values, media=tuple(inp.media)):
-        if isinstance(part, str):
-            parts.append(part)
-            continue
-        imgs = frames.get_many(selection.apply(inp.media[part.name]))
-        if spec.media_as == "video":
-            parts.append(VideoPart(tuple(imgs)))
-        else:
-            parts.extend(imgs)
-    return Request(id=query.id, parts=tuple(parts), sampling=sampling, system=spec.system)
-
-
-def build_request(p: Plan, query, frames: FrameCache) -> Request:
-    return render_request(p.spec, p.template, query, p.bench, frames, sampling=p.sampling,
-                          selection=p.cfg.frame_selection())
 
 
 def to_record(p: Plan, query_id: str, comp: Completion, *, engine: str, batch_size: int) -> PhraseRecord:
@@ -600,23 +503,14 @@ def to_record(p: Plan, query_id: str, comp: Completion, *, engine: str, batch_si
     return rec
 
 
-def _versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for mod in ("torch", "transformers", "vllm", "peft", "httpx"):
-        m = sys.modules.get(mod)
-        if m is not None and hasattr(m, "__version__"):
-            out[mod] = m.__version__
-    return out
-
-
 def write_config(p: Plan, engine: str, bcfg: BackendConfig) -> None:
     write_json(p.cfg.sidecar("config"), {
         "run": dataclasses.asdict(p.cfg), "identity": dataclasses.asdict(p.identity),
         "config_hash": p.identity.config_hash, "backend": bcfg.to_dict(), "engine": engine,
-        "seed": p.cfg.seed, "batch_size": bcfg.batch_size, "versions": _versions(), "host": platform.node(),
+        "seed": p.cfg.seed, "batch_size": bcfg.batch_size, "versions": loaded_versions(RECORDED_LIBRARIES), "host": platform.node(),
         "selected": len(p.selected), "todo": len(p.todo), "started_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "presets": {k: v for k, v in PRESETS.items() if k == (p.cfg.model or p.spec.default_model)},
-        **({"candidates_per_query": p.candidates.counts()} if p.candidates is not None else {}),
+        **p.task.config(),
     })
 
 
@@ -639,8 +533,7 @@ def execute(p: Plan, backend=None) -> RunSummary:
                 backend = get_backend(cfg.backend, bcfg)
             if p.todo:
                 backend.preflight()  # before anything is written: a dead server or a wrong model name stops here
-                if p.scoring:
-                    backend.check_scoring()
+                p.task.check(backend)
             _prepare_output(p)
             s.engine = backend.engine_version if backend is not None else ""
             write_config(p, s.engine, bcfg)
@@ -653,15 +546,13 @@ def execute(p: Plan, backend=None) -> RunSummary:
                 raise
             finally:
                 s.frames_loaded, s.largest_frame = frames.loads, frames.largest
-                s.set_coverage(phrasefile.coverage(phrasefile.scan(cfg.out_path).lines_of(s.config_hash),
-                                                   [qid for qid, _ in p.selected]))
+                s.coverage = phrasefile.coverage(phrasefile.scan(cfg.out_path).lines_of(s.config_hash),
+                                                 [qid for qid, _ in p.selected])
                 s.wall_s = time.perf_counter() - t_start
                 write_json(cfg.sidecar("summary"), s.to_dict())
-            if p.scoring and s.complete:
-                from forecasters.likelihood_run import write_likelihood_run
-
-                s.run_file = str(write_likelihood_run(p.bench, cfg.out_path, run_file_path(cfg),
-                                                      [qid for qid, _ in p.selected]))
+            written = p.task.finish(p) if s.complete else None
+            if written is not None:
+                s.run_file = str(written)
                 write_json(cfg.sidecar("summary"), s.to_dict())
         finally:
             if own_backend and backend is not None:
@@ -674,7 +565,7 @@ def _requests(p: Plan, frames: FrameCache) -> Iterator[Request | Completion]:
     template value) becomes an ``input`` failure, recorded and not fatal."""
     for q in p.todo:
         try:
-            yield build_request(p, q, frames)
+            yield p.request(q, frames)
         except Exception as e:
             yield Completion(request_id=q.id, error=f"input: {type(e).__name__}: {e}", error_kind="input")
 
@@ -684,24 +575,12 @@ def _generate(p: Plan, backend, frames: FrameCache, s: RunSummary) -> None:
     cfg = p.cfg
     rule = StopRule(max_transient=cfg.max_consecutive_failures)
     batch_size = backend.config.batch_size if hasattr(backend, "config") else cfg.default_batch_size()
-    if p.scoring:
-        from forecasters import likelihood
-
-        prior = likelihood.prior_scores(p, backend, [p.candidates.texts[r] for r in p.candidates.all_rows()]) \
-            if p.normalization.uses_prior else None
-        if isinstance(prior, str):
-            s.aborted = prior
-            log.warning("stopping: %s", prior)
-            return
-        stream = backend.stream_scores(likelihood.score_requests(p, frames))
-
-        def record(c):
-            return likelihood.to_record(p, c, prior, engine=s.engine, batch_size=batch_size)
-    else:
-        stream = backend.stream(_requests(p, frames))
-
-        def record(c):
-            return to_record(p, c.request_id, c, engine=s.engine, batch_size=batch_size)
+    stopped = p.task.start(p, backend)
+    if stopped:
+        s.aborted = stopped
+        log.warning("stopping: %s", stopped)
+        return
+    stream = p.task.stream(p, backend, frames)
     bar = _progress(len(p.todo), cfg.progress)
     t0 = time.perf_counter()
     try:
@@ -709,7 +588,7 @@ def _generate(p: Plan, backend, frames: FrameCache, s: RunSummary) -> None:
             for comps in stream:
                 records = []
                 for c in comps:
-                    records.append(record(c).to_dict())
+                    records.append(p.task.record(p, c, engine=s.engine, batch_size=batch_size).to_dict())
                     s.attempted += 1
                     s.attempted_failed += not c.ok
                     s.prompt_tokens += c.prompt_tokens or 0

@@ -26,7 +26,8 @@ class ForecasterSpec:
     a preset name or model id; ``max_tokens`` its default generation budget (the paper's baselines: 24);
     ``max_pixels`` the cap its frames are resized to before sending (`forecasters.presets`, pixel policy);
     ``kind``: ``generate`` (a phrase is generated and parsed) or ``likelihood`` (candidate answers are scored,
-    `forecasters.likelihood`; ``parse`` and ``max_tokens`` are not used)."""
+    `forecasters.likelihood`; ``parse`` and ``max_tokens`` are not used); ``media``: the media placeholders
+    ``build`` fills (``()`` for a text-only prompt), sent as ``media_as``."""
 
     name: str
     prompt: str
@@ -39,3 +40,18 @@ class ForecasterSpec:
     system: str | None = None
     description: str = ""
     kind: Literal["generate", "likelihood"] = "generate"
+    media: tuple[str, ...] = ("frames",)
+
+    @property
+    def media_kind(self) -> str:
+        """What the prompt carries besides text: ``none``, ``images`` or ``video``."""
+        return self.media_as if self.media else "none"
+
+    def inputs(self, query, bench) -> PromptInput:
+        """``build(query, bench)``, checked to fill only the declared ``media`` placeholders."""
+        inp = self.build(query, bench)
+        extra = sorted(set(inp.media) - set(self.media))
+        if extra:
+            raise ValueError(f"forecaster {self.name!r}: build filled media placeholder(s) {extra}, not declared in "
+                             f"its media {self.media}")
+        return inp

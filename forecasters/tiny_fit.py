@@ -4,8 +4,8 @@ A random tiny model (`forecasters.tiny_models`) emits noise, which parses to not
 forecaster -> phrase file -> retrieval -> report it helps when the tiny model says something state-like. This fits it
 on the benchmark's train split with the forecaster's own prompt: input = the rendered prompt (through the ``hf``
 backend's chat template and processor, images included), target = the query's canonical target state (the student
-prompt: ``"Answer: <state>"``) + end of turn; loss = cross-entropy on the target tokens only; AdamW, one example a
-step. A few dozen steps on CPU take seconds and produce in-vocabulary state phrases.
+prompt: ``"Answer: <state>"``) + end of turn; loss = cross-entropy on the target tokens only; AdamW, ``batch_size``
+examples a step. A progress bar (tqdm; ``progress=False`` turns it off) shows the steps and the running loss.
 """
 
 from __future__ import annotations
@@ -17,27 +17,28 @@ from pathlib import Path
 
 def fit_on_benchmark(model_dir: str | os.PathLike, data: str | os.PathLike, *, forecaster: str = "text-only",
                      steps: int = 60, batch_size: int = 8, lr: float = 3e-3, seed: int = 0,
-                     split: str = "train") -> float:
+                     split: str = "train", progress: bool = True) -> float:
     """Fit the model in ``model_dir`` in place; returns the mean loss of the last 10 steps (nats per target token).
 
     Each step: ``batch_size`` random queries of ``split``, left-padded, so every target sits at the right end of its
     row; the label mask keeps the last ``len(target tokens)`` positions of each row.
     """
     import torch
+    from tqdm.auto import tqdm
 
     import prompts
     from eval.benchmark import Benchmark
-    from forecasters.backends import BackendConfig, SamplingParams
-    from forecasters.backends.hf import HFBackend
+    from forecasters.backends import SamplingParams
+    from forecasters.backends.hf import HFBackend, HFConfig
     from forecasters.media import FrameCache
+    from forecasters.prompting import render_request
     from forecasters.registry import get_forecaster
-    from forecasters.runner import render_request
 
     bench = Benchmark.load(data)
     spec = get_forecaster(forecaster)
     template = prompts.load(spec.prompt)
     queries = bench.queries(split) or bench.queries()
-    backend = HFBackend(BackendConfig(model=str(model_dir), device="cpu", dtype="float32"))
+    backend = HFBackend(HFConfig(model=str(model_dir), device="cpu", dtype="float32"))
     model, tok = backend.model, backend.tokenizer
     end = tok.eos_token or ""
     frames = FrameCache(bench.root)
@@ -46,7 +47,8 @@ def fit_on_benchmark(model_dir: str | os.PathLike, data: str | os.PathLike, *, f
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
     losses = []
-    for _ in range(steps):
+    bar = tqdm(range(steps), desc="fit tiny model", unit="step", disable=not progress, dynamic_ncols=True)
+    for _ in bar:
         batch = [rng.choice(queries) for _ in range(batch_size)]
         reqs = [render_request(spec, template, q, bench, frames, sampling=SamplingParams()) for q in batch]
         targets = [(f"Answer: {q.target_state}" if spec.name == "student" else q.target_state) + end for q in batch]
@@ -60,6 +62,8 @@ def fit_on_benchmark(model_dir: str | os.PathLike, data: str | os.PathLike, *, f
         opt.step()
         opt.zero_grad()
         losses.append(float(loss.detach()))
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+    bar.close()
     model.eval()
     model.save_pretrained(Path(model_dir))
     tail = losses[-10:]

@@ -73,7 +73,7 @@ def _time_contenders(contenders: dict, backend, repeats: int, tmp: Path) -> dict
             t0 = time.perf_counter()
             s = run(cfg, backend=backend)
             times[name].append(time.perf_counter() - t0)
-            assert s.complete and s.failed == 0, (name, s.to_dict())
+            assert s.complete and s.coverage.failed == 0, (name, s.to_dict())
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -87,9 +87,9 @@ def _prior_seconds(data: str, backend, base: dict, tmp: Path) -> tuple[float, in
                           "candidates": "states"}))
     req = content_free_request(p.template, p.spec.system)
     t0 = time.perf_counter()
-    (res,) = backend.score([ScoreRequest("prior", req, tuple(p.candidates.texts))])
+    (res,) = backend.score([ScoreRequest("prior", req, tuple(p.task.candidates.texts))])
     assert res.ok, res.error
-    return time.perf_counter() - t0, len(p.candidates.texts)
+    return time.perf_counter() - t0, len(p.task.candidates.texts)
 
 
 def _scale_seconds(data: str, backend, base: dict, n: int, tmp: Path, queries: int = 2) -> float:
@@ -102,8 +102,8 @@ def _scale_seconds(data: str, backend, base: dict, n: int, tmp: Path, queries: i
 
     p = plan(RunConfig(**{**base, "out": str(tmp / f"scale{n}.jsonl"), "forecaster": "likelihood",
                           "candidates": "states", "limit": queries}))
-    m = len(p.candidates.texts)
-    texts = [p.candidates.texts[i % m] + (f" {i // m}" if i >= m else "") for i in range(n)]  # distinct
+    m = len(p.task.candidates.texts)
+    texts = [p.task.candidates.texts[i % m] + (f" {i // m}" if i >= m else "") for i in range(n)]  # distinct
     reqs = [ScoreRequest(r.id, r.prompt, tuple(texts)) for r in score_requests(p, FrameCache(p.bench.root,
                                                                                            max_pixels=448 * 448))]
     t0 = time.perf_counter()
@@ -113,14 +113,16 @@ def _scale_seconds(data: str, backend, base: dict, n: int, tmp: Path, queries: i
 
 
 def cost(args) -> dict:
-    from forecasters.backends import BackendConfig, get_backend
+    from forecasters.backends import get_backend
+    from forecasters.backends.hf import HFConfig
+    from forecasters.backends.openai_compat import OpenAIConfig
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-lik-"))
     data, model = _setup(args.data, tmp)
     first = _first_stage(data, tmp / "first-stage.parquet")
     results = {"queries": args.queries, "repeats": args.repeats, "top": args.top, "rows": []}
-    engines = [("hf", model, BackendConfig(model=model, batch_size=8, candidate_batch_size=32,
-                                           num_threads=args.threads))]
+    engines = [("hf", model, HFConfig(model=model, batch_size=8, candidate_batch_size=32,
+                                      num_threads=args.threads))]
     server = None
     if args.server and not args.base_url:
         sys.path.insert(0, str(REPO / "tests"))
@@ -130,9 +132,9 @@ def cost(args) -> dict:
         server.wait_ready(timeout_s=600)
         args.base_url, args.served_model = server.base_url, "tiny-vl"
     if args.base_url:
-        engines.append(("openai", args.served_model, BackendConfig(model=args.served_model, base_url=args.base_url,
-                                                                   concurrency=args.concurrency,
-                                                                   batch_size=4 * args.concurrency)))
+        engines.append(("openai", args.served_model, OpenAIConfig(model=args.served_model, base_url=args.base_url,
+                                                                  concurrency=args.concurrency,
+                                                                  batch_size=4 * args.concurrency)))
     try:
         for name, served, bcfg in engines:
             backend = get_backend(name, bcfg)

@@ -8,17 +8,22 @@ name       engine                                      where it runs
 ``openai`` any OpenAI-compatible server over HTTP      anywhere the server is reachable
 =========  ==========================================  ============================================
 
+Each backend takes its own config, a `BackendConfig` subclass defined beside it (``hf``: `HFConfig`, ``vllm``:
+`VLLMConfig`, ``openai``: `OpenAIConfig`); `config_for` builds the named backend's config from a caller's options.
 Engines are imported only when a backend is built, so ``import forecasters`` stays light.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+from typing import Any
 
 from eval.errors import InputError
 from forecasters.backends.base import (
     Backend,
     BackendConfig,
+    BackendResult,
     BadResponse,
     Completion,
     ImagePart,
@@ -55,10 +60,23 @@ def backend_class(name: str) -> type[Backend]:
 
 
 def get_backend(name: str, config: BackendConfig) -> Backend:
-    """Build the backend ``name`` (one of `BACKENDS`) from ``config``."""
+    """Build the backend ``name`` (one of `BACKENDS`) from ``config`` (its `Backend.config_class`)."""
     return backend_class(name)(config)
 
 
-__all__ = ["BACKENDS", "Backend", "BackendConfig", "BadResponse", "Completion", "ImagePart", "Request", "RetryPolicy",
+def config_for(name: str, **options: Any) -> BackendConfig:
+    """The config of backend ``name`` from ``options``: those its config class has; options that only other
+    backends take are left out, so a caller that serves any backend passes them all. An option that no backend
+    takes raises `TypeError`."""
+    cls = backend_class(name).config_class
+    takes = {f.name for f in dataclasses.fields(cls)}
+    anyone = {f.name for b in BACKENDS for f in dataclasses.fields(backend_class(b).config_class)}
+    unknown = sorted(set(options) - anyone)
+    if unknown:
+        raise TypeError(f"no backend takes the option(s) {unknown}")
+    return cls(**{k: v for k, v in options.items() if k in takes})
+
+
+__all__ = ["BACKENDS", "Backend", "BackendConfig", "BackendResult", "BadResponse", "Completion", "ImagePart", "Request", "RetryPolicy",
            "SamplingParams", "ScoreRequest", "ScoreResult", "ServerUnavailable", "TransientError", "UnsupportedInput",
-           "VideoPart", "backend_class", "error_class", "get_backend"]
+           "VideoPart", "backend_class", "config_for", "error_class", "get_backend"]

@@ -145,20 +145,17 @@ class Request:
 
 
 @dataclass
-class Completion:
-    """The answer to one `Request`: ``texts`` (``n`` samples) or an ``error``.
+class BackendResult:
+    """What every answer of a backend carries: the request's id, the shared prompt's token count (``None`` when the
+    engine does not report it) and either success or an ``error``.
 
     ``error_kind`` is one of ``timeout``, ``connection``, ``http_<status>``, ``bad_response``, ``unsupported``,
     ``input`` (set by the runner), ``exception``; `error_class` groups them.
-    ``prompt_tokens`` / ``completion_tokens`` (summed over samples) are ``None`` when the engine does not report them.
     ``latency_s`` is wall time from the first attempt to the answer, retries and waits included.
     """
 
     request_id: str
-    texts: list[str] = field(default_factory=list)
     prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    finish_reasons: list[str] = field(default_factory=list)
     error: str | None = None
     error_kind: str | None = None
     attempts: int = 1
@@ -167,6 +164,16 @@ class Completion:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+@dataclass
+class Completion(BackendResult):
+    """The answer to one `Request`: ``texts`` (``n`` samples) or an ``error`` (`BackendResult`).
+    ``completion_tokens`` (summed over samples) is ``None`` when the engine does not report it."""
+
+    texts: list[str] = field(default_factory=list)
+    completion_tokens: int | None = None
+    finish_reasons: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,23 +192,12 @@ class ScoreRequest:
 
 
 @dataclass
-class ScoreResult:
+class ScoreResult(BackendResult):
     """The answer to one `ScoreRequest`: per continuation ``logprobs[j] = l(c_j | prompt)`` (nats, the sum over its
-    tokens) and ``n_tokens[j] = |c_j|``, in the request's order; or an ``error`` (kinds as `Completion`).
-    ``prompt_tokens``: tokens of the shared prompt (None when the engine does not say)."""
+    tokens) and ``n_tokens[j] = |c_j|``, in the request's order; or an ``error`` (`BackendResult`)."""
 
-    request_id: str
     logprobs: list[float] = field(default_factory=list)
     n_tokens: list[int] = field(default_factory=list)
-    prompt_tokens: int | None = None
-    error: str | None = None
-    error_kind: str | None = None
-    attempts: int = 1
-    latency_s: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
 
 
 @dataclass(frozen=True)
@@ -220,45 +216,22 @@ class RetryPolicy:
 
 @dataclass
 class BackendConfig:
-    """Everything a backend may need; each backend reads the fields that concern it.
+    """What every backend takes; each backend's own config (`HFConfig`, `VLLMConfig`, `OpenAIConfig` in its module)
+    adds its settings.
 
-    Model: ``model`` (HF id, local path, or served model name for ``openai``), ``adapter`` (a LoRA adapter: a local
-    path for ``hf``/``vllm``; the served adapter name for ``openai``), ``dtype`` (``auto``: bf16 on CUDA, float32 on
-    CPU), ``device`` (``auto``/``cpu``/``cuda``), ``trust_remote_code``.
-    Scoring: ``candidate_batch_size`` answers per forward pass on the shared prompt's KV cache (``hf``).
-    Vision: ``max_pixels`` is the cap the caller resized the frames to (recorded; backends do not resize again),
-    ``min_pixels`` a processor floor for in-process Qwen-VL engines (``hf``, ``vllm``), ``max_images`` per prompt
-    (vLLM's ``limit_mm_per_prompt``).
-    vLLM: ``tensor_parallel_size``, ``max_model_len``, ``gpu_memory_utilization``, ``enable_prefix_caching``,
-    ``enforce_eager``, ``max_lora_rank``.
-    Throughput: ``batch_size`` (requests per engine call for in-process backends; for ``openai`` the requests
-    admitted ahead by `Backend.stream`: in flight or waiting for a retry), ``concurrency`` (requests in flight at
-    the server, ``openai``). HTTP: ``base_url``, ``api_key``, ``timeout_s`` per request; ``retry``.
+    ``model``: HF id, local path, or served model name (``openai``); ``adapter``: a LoRA adapter (a local path for
+    ``hf`` / ``vllm``, the served adapter name for ``openai``); ``max_pixels``: the cap the caller resized the frames
+    to (recorded; backends do not resize again); ``batch_size``: requests per engine call for in-process backends,
+    for ``openai`` the requests admitted ahead by `Backend.stream` (in flight or waiting for a retry); ``retry``;
+    ``seed`` (sampling, and the retry jitter).
     """
 
     model: str
     adapter: str | None = None
-    dtype: str = "auto"
-    device: str = "auto"
-    trust_remote_code: bool = False
     max_pixels: int | None = None
-    min_pixels: int | None = None
-    max_images: int = 8
-    tensor_parallel_size: int = 1
-    max_model_len: int | None = None
-    gpu_memory_utilization: float = 0.9
-    enable_prefix_caching: bool = True
-    enforce_eager: bool | None = None
-    max_lora_rank: int = 16
     batch_size: int = 8
-    concurrency: int = 8
-    base_url: str | None = None
-    api_key: str | None = None
-    timeout_s: float = 120.0
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     seed: int = 0
-    num_threads: int | None = None
-    candidate_batch_size: int = 32
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -351,8 +324,13 @@ class Backend(abc.ABC):
     supports_images: ClassVar[bool] = True
     supports_video: ClassVar[bool] = False
     supports_scoring: ClassVar[bool] = False
+    #: the config this backend takes (a subclass of `BackendConfig` with its own settings)
+    config_class: ClassVar[type[BackendConfig]] = BackendConfig
 
     def __init__(self, config: BackendConfig):
+        if not isinstance(config, self.config_class):
+            raise TypeError(f"the {self.name} backend needs its config class {self.config_class.__name__}, got "
+                            f"{type(config).__name__}")
         self.config = config
         self._rng = random.Random(config.seed)
 
@@ -392,7 +370,7 @@ class Backend(abc.ABC):
     def _chunked(self, items, call) -> Iterator[list]:
         chunk: list = []
         for item in items:
-            if isinstance(item, Completion | ScoreResult):
+            if isinstance(item, BackendResult):
                 yield [item]
                 continue
             chunk.append(item)
@@ -477,7 +455,7 @@ class Backend(abc.ABC):
                     retry=tenacity.retry_if_exception(self.is_transient), reraise=True, before_sleep=before_sleep)
 
     def failure(self, request: Request | ScoreRequest, exc: BaseException, attempts: int,
-                t0: float) -> Completion | ScoreResult:
+                t0: float) -> BackendResult:
         """The failure record of a request: a `ScoreResult` for a `ScoreRequest`, else a `Completion`."""
         kind = error_kind(exc)
         msg = f"{type(exc).__name__}: {exc}".strip()
@@ -488,7 +466,7 @@ class Backend(abc.ABC):
         return cls(request_id=request.id, error=msg, error_kind=kind, attempts=attempts,
                    latency_s=time.perf_counter() - t0)
 
-    def _run_one(self, request: Request | ScoreRequest, call=None) -> Completion | ScoreResult:
+    def _run_one(self, request: Request | ScoreRequest, call=None) -> BackendResult:
         """``call(request)`` (default `_generate_one`) under the retry policy; a request that still fails becomes a
         failure record."""
         import tenacity
@@ -506,7 +484,7 @@ class Backend(abc.ABC):
         except Exception as e:  # recorded, never raised: one bad request must not crash a batch job
             return self.failure(request, e, attempts, t0)
 
-    async def _arun_one(self, request: Request | ScoreRequest, call) -> Completion | ScoreResult:
+    async def _arun_one(self, request: Request | ScoreRequest, call) -> BackendResult:
         """Async twin of `_run_one`: ``await call(request)`` under the retry policy."""
         import tenacity
 

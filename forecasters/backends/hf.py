@@ -4,7 +4,7 @@ Loads ``AutoModelForImageTextToText`` when the checkpoint has a vision tower, el
 its processor (`forecasters.backends.hf_loading.load_processor`). Frames arrive already resized to the run's
 ``max_pixels`` (the pixel policy in `forecasters.presets`); ``max_pixels`` and ``min_pixels`` also go to the image
 processor, so it neither shrinks nor enlarges them on its own: a frame gets the image tokens its size gives, as in
-training (`distill.train` builds its processor with the same caps). A LoRA adapter (``BackendConfig.adapter``, a
+training (`distill.train` builds its processor with the same caps). A LoRA adapter (``HFConfig.adapter``, a
 local directory) is applied unmerged with peft.
 
 A student trained by ``distill.train`` carries ``psr_student.json`` (in its adapter directory, or in the model
@@ -35,10 +35,12 @@ import functools
 import inspect
 import logging
 import time
+from dataclasses import dataclass
 
 from eval.errors import EngineError, InputError, loading_model
 from forecasters.backends.base import (
     Backend,
+    BackendConfig,
     Completion,
     ImagePart,
     Request,
@@ -104,13 +106,29 @@ class StudentPreprocessing:
                                         "training")
 
 
+@dataclass
+class HFConfig(BackendConfig):
+    """The ``hf`` backend's settings (`BackendConfig`'s, and): ``dtype`` (``auto``: bf16 on CUDA, float32 on CPU),
+    ``device`` (``auto`` / ``cpu`` / ``cuda``), ``trust_remote_code``, ``min_pixels`` (the Qwen-VL processor's
+    floor), ``num_threads`` (torch CPU threads; None: torch's default), ``candidate_batch_size`` (answers per
+    forward pass on the shared prompt's KV cache when scoring)."""
+
+    dtype: str = "auto"
+    device: str = "auto"
+    trust_remote_code: bool = False
+    min_pixels: int | None = None
+    num_threads: int | None = None
+    candidate_batch_size: int = 32
+
+
 class HFBackend(Backend):
     name = "hf"
     supports_images = True
     supports_video = True
     supports_scoring = True
+    config_class = HFConfig
 
-    def __init__(self, config):
+    def __init__(self, config: HFConfig):
         super().__init__(config)
         import torch
         import transformers
@@ -272,8 +290,8 @@ class HFBackend(Backend):
     # --- scoring (log-likelihood of answers; see the module docstring) ---
     @functools.cached_property
     def _forward_names(self) -> tuple[str, bool]:
-        """(the forward's KV-cache keyword, whether it takes ``logits_to_keep``): transformers renamed
-        ``past_key_values`` to ``cache``."""
+        """(the forward's KV-cache keyword: ``cache`` where the installed transformers names it so, else
+        ``past_key_values``; whether it takes ``logits_to_keep``)."""
         base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
         params = inspect.signature(base.forward).parameters
         return ("cache" if "cache" in params else "past_key_values"), "logits_to_keep" in params

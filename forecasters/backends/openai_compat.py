@@ -4,7 +4,7 @@ One HTTP client per backend (so per job): an ``httpx.AsyncClient`` on an event l
 connection pool of ``concurrency`` keep-alive connections, posting OpenAI chat-completions JSON to
 ``<base_url>/chat/completions``. (httpx rather than the ``openai`` package's client: the latter spent about 3x the
 CPU per request, measured with ``scripts/bench_runner.py``, and on a few shared cores that CPU delays every
-answer.) At most ``BackendConfig.concurrency`` requests are in
+answer.) At most ``OpenAIConfig.concurrency`` requests are in
 flight at the server; a request waiting to be retried (the base class's back-off) holds no such slot, so the server
 keeps seeing ``concurrency`` requests while others wait. `stream` admits at most ``batch_size`` requests ahead (in
 flight or waiting for a retry; default ``4 x concurrency``), builds their messages in the caller's thread (the PNG
@@ -44,10 +44,13 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 from eval.errors import InputError, ModelNotFound
 from forecasters.backends.base import (
     Backend,
+    BackendConfig,
+    BackendResult,
     BadResponse,
     Completion,
     ImagePart,
@@ -176,13 +179,26 @@ class _Loop:
             self.loop.close()
 
 
+@dataclass
+class OpenAIConfig(BackendConfig):
+    """The ``openai`` backend's settings (`BackendConfig`'s, and): ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``),
+    ``api_key`` (never written to logs or configs), ``timeout_s`` per request, ``concurrency`` (requests in flight
+    at the server)."""
+
+    base_url: str | None = None
+    api_key: str | None = None
+    timeout_s: float = 120.0
+    concurrency: int = 8
+
+
 class OpenAIBackend(Backend):
     name = "openai"
     supports_images = True
     supports_video = False
     supports_scoring = True
+    config_class = OpenAIConfig
 
-    def __init__(self, config):
+    def __init__(self, config: OpenAIConfig):
         super().__init__(config)
         if not config.base_url:
             raise InputError("the openai backend needs --base-url (e.g. http://127.0.0.1:8000/v1)")
@@ -411,7 +427,7 @@ class OpenAIBackend(Backend):
 
         try:
             for item in items:
-                if isinstance(item, Completion | ScoreResult):
+                if isinstance(item, BackendResult):
                     yield [item]
                     continue
                 free.acquire()

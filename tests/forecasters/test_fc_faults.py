@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from eval.phrases import read_phrases
-from forecasters.backends import BackendConfig, Request, RetryPolicy, SamplingParams, get_backend
+from forecasters.backends import Request, RetryPolicy, SamplingParams, get_backend
+from forecasters.backends.openai_compat import OpenAIConfig
 from forecasters.runner import NO_ANSWER_LIMIT, REJECTED_IN_A_ROW, RunConfig, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +28,7 @@ POST = '"messages"'  # a needle that only chat-completion bodies contain (GET /v
 
 
 def _backend(proxy, *, attempts=4, timeout=3.0, concurrency=8):
-    return get_backend("openai", BackendConfig(model="tiny-vl", base_url=proxy.base_url, timeout_s=timeout,
+    return get_backend("openai", OpenAIConfig(model="tiny-vl", base_url=proxy.base_url, timeout_s=timeout,
                                                concurrency=concurrency,
                                                retry=RetryPolicy(max_attempts=attempts, **FAST)))
 
@@ -75,7 +76,7 @@ def test_runner_survives_a_storm_of_faults_with_every_query_once(fault_proxy, sy
     out = tmp_path / "storm.jsonl"
     s = run(_run_cfg(synth_dir, p, out))
     recs = read_phrases(out)
-    assert s.failed == 0 and len(recs) == 24 and sorted(_ids(out)) == sorted(set(_ids(out)))
+    assert s.coverage.failed == 0 and len(recs) == 24 and sorted(_ids(out)) == sorted(set(_ids(out)))
     faulted = sum(r.extra["attempts"] == 3 for r in recs.values())
     assert faulted >= 10 and all(r.extra["attempts"] in (1, 3) for r in recs.values())
     assert sum(p.log.count(action=a) > 0 for a in actions) >= 5
@@ -90,7 +91,7 @@ def test_server_dies_mid_run_and_comes_back(fault_proxy, synth_dir, tmp_path):
     t0 = time.monotonic()
     s = run(_run_cfg(synth_dir, p, out, max_attempts=12, wait_max=0.6))
     assert p.log.count(action="down") == 1 and time.monotonic() - t0 >= 1.5
-    assert s.failed == 0 and s.attempted == 24 and len(set(_ids(out))) == len(_ids(out)) == 24
+    assert s.coverage.failed == 0 and s.attempted == 24 and len(set(_ids(out))) == len(_ids(out)) == 24
 
 
 def test_server_dead_for_good_stops_early_then_rerun_redoes_failures(fault_proxy, synth_dir, tmp_path):
@@ -100,13 +101,13 @@ def test_server_dead_for_good_stops_early_then_rerun_redoes_failures(fault_proxy
     out = tmp_path / "dead.jsonl"
     cfg = _run_cfg(synth_dir, p, out, max_attempts=2, concurrency=2, batch_size=4, max_consecutive_failures=4)
     s = run(cfg)
-    assert s.aborted and s.failed >= 4 and s.attempted < 24
+    assert s.aborted and s.coverage.failed >= 4 and s.attempted < 24
     recs = read_phrases(out)
     assert all(r.extra["error_kind"] == "connection" for r in recs.values() if r.error)
     n_ok_before = sum(r.error is None for r in recs.values())
     p.up()  # the server is back
     s2 = run(RunConfig(**{**cfg.__dict__, "redo_failed": True}))
-    assert not s2.aborted and s2.failed == 0 and s2.attempted == 24 - n_ok_before
+    assert not s2.aborted and s2.coverage.failed == 0 and s2.attempted == 24 - n_ok_before
     ids = _ids(out)
     assert len(ids) == len(set(ids)) == 24 and all(r.error is None for r in read_phrases(out).values())
 
@@ -151,8 +152,9 @@ def test_vllm_400s_stop_the_job_after_a_run_of_them(vllm_server, synth_dir, tmp_
     out = tmp_path / "400.jsonl"  # max_tokens beyond the served context: the real server's 400 on every request
     s = run(RunConfig(data=str(synth_dir), out=str(out), forecaster="text-only", backend="openai", model="tiny-vl",
                       base_url=vllm_server.base_url, limit=49, concurrency=2, max_tokens=100_000, progress=False))
-    assert "rejected" in s.aborted and s.error_kinds == {"http_400": s.failed} and s.ok == 0
-    assert REJECTED_IN_A_ROW <= s.failed <= REJECTED_IN_A_ROW + 2 * 4 and s.missing == 49 - s.failed
+    assert "rejected" in s.aborted and s.coverage.error_kinds == {"http_400": s.coverage.failed} and s.coverage.ok == 0
+    c = s.coverage
+    assert REJECTED_IN_A_ROW <= c.failed <= REJECTED_IN_A_ROW + 2 * 4 and c.missing == 49 - c.failed
     rec = next(iter(read_phrases(out).values()))
     assert rec.error.startswith("ServerHTTPError: HTTP 400: ") and "max_tokens" in rec.error  # vLLM's own message
     assert rec.extra["error_kind"] == "http_400" and rec.extra["attempts"] == 1
@@ -163,8 +165,8 @@ def test_a_server_gone_after_the_check_stops_a_small_job(fault_proxy, synth_dir,
     p.add("down", times=1, down_s=None)  # the first chat request kills it for good: the model list was answered
     s = run(_run_cfg(synth_dir, p, tmp_path / "gone.jsonl", limit=20, concurrency=1, max_attempts=2))
     assert s.aborted and f"first {NO_ANSWER_LIMIT} requests all failed" in s.aborted
-    assert s.ok == 0 and s.failed + s.missing == 20 and not s.complete
-    assert set(s.error_kinds) == {"connection"} and s.attempted < 20
+    assert s.coverage.ok == 0 and s.coverage.failed + s.coverage.missing == 20 and not s.complete
+    assert set(s.coverage.error_kinds) == {"connection"} and s.attempted < 20
 
 
 def test_rerun_after_failure_keeps_saying_what_is_missing_until_done(fault_proxy, synth_dir, synth_bench, tmp_path):
@@ -191,7 +193,7 @@ def test_rerun_after_failure_keeps_saying_what_is_missing_until_done(fault_proxy
 def test_retry_back_off_holds_no_concurrency_slot(fault_proxy):
     p = fault_proxy
     p.add("503", match="req-a:", times=1)
-    b = get_backend("openai", BackendConfig(model="tiny-vl", base_url=p.base_url, concurrency=1, timeout_s=5.0,
+    b = get_backend("openai", OpenAIConfig(model="tiny-vl", base_url=p.base_url, concurrency=1, timeout_s=5.0,
                                             retry=RetryPolicy(max_attempts=3, wait_initial=1.5, wait_max=1.5)))
     b._rng.uniform = lambda lo, hi: hi  # wait the full 1.5 s before the retry
     try:

@@ -8,10 +8,10 @@ import json
 import pytest
 
 from forecasters.backends import Backend, BackendConfig, Completion, ScoreResult
-from forecasters.backends.openai_compat import OpenAIBackend
+from forecasters.backends.openai_compat import OpenAIBackend, OpenAIConfig
 from forecasters.likelihood import score_requests
 from forecasters.media import FrameCache, FrameSelection
-from forecasters.runner import RunConfig, build_request, plan
+from forecasters.runner import RunConfig, plan
 from forecasters.runner import run as run_job
 
 SELECTIONS = [  # --frames value, the frames it keeps of the 8, identity key
@@ -69,7 +69,7 @@ def test_every_image_forecaster_sends_exactly_the_selected_frames(synth_dir, syn
 
 
 def test_the_http_body_carries_exactly_the_selected_frames(synth_dir, synth_bench, tmp_path):
-    http = OpenAIBackend(BackendConfig(model="m", base_url="http://127.0.0.1:9/v1"))
+    http = OpenAIBackend(OpenAIConfig(model="m", base_url="http://127.0.0.1:9/v1"))
     for forecaster in ("m3", "likelihood"):
         for value, keep, _ in SELECTIONS:
             p = plan(RunConfig(data=str(synth_dir), out=str(tmp_path / "x.jsonl"), forecaster=forecaster,
@@ -79,7 +79,7 @@ def test_the_http_body_carries_exactly_the_selected_frames(synth_dir, synth_benc
             if forecaster == "likelihood":
                 bodies = [http.score_payload(r.prompt, r.continuations[0]) for r in score_requests(p, frames)]
             else:
-                bodies = [http.payload(build_request(p, q, frames)) for q in p.todo]
+                bodies = [http.payload(p.request(q, frames)) for q in p.todo]
             for q, body in zip(p.todo, bodies, strict=True):
                 user = body["messages"][0]["content"]
                 urls = [c["image_url"]["url"] for c in user if c["type"] == "image_url"]

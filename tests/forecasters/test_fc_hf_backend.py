@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from forecasters.backends import BackendConfig, ImagePart, Request, SamplingParams, get_backend
+from forecasters.backends import ImagePart, Request, SamplingParams, get_backend
+from forecasters.backends.hf import HFConfig
 
 
 def _frames(n: int, seed: int = 0) -> tuple[ImagePart, ...]:
@@ -21,7 +22,7 @@ QUESTIONS = ["What will the red ball do next?", "What happens to the purple bloc
 
 @pytest.fixture(scope="module")
 def text_backend(tiny):
-    return get_backend("hf", BackendConfig(model=str(tiny["qwen2"]), batch_size=2))
+    return get_backend("hf", HFConfig(model=str(tiny["qwen2"]), batch_size=2))
 
 
 def test_text_model_generates_and_counts_tokens(text_backend):
@@ -36,7 +37,7 @@ def test_text_model_generates_and_counts_tokens(text_backend):
 def test_batched_equals_one_by_one(text_backend, tiny):
     reqs = [Request(f"q{i}", (q,), SamplingParams(max_tokens=8)) for i, q in enumerate(QUESTIONS)]
     batched = [c.texts for c in text_backend.generate(reqs)]
-    single = get_backend("hf", BackendConfig(model=str(tiny["qwen2"]), batch_size=1))
+    single = get_backend("hf", HFConfig(model=str(tiny["qwen2"]), batch_size=1))
     assert [c.texts for c in single.generate(reqs)] == batched  # left padding does not change greedy outputs
 
 
@@ -56,7 +57,7 @@ def test_images_to_a_text_model_are_a_recorded_failure(text_backend):
 
 @pytest.mark.parametrize("kind", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl", "llava"])
 def test_vlm_kinds_take_eight_frames(tiny, kind):
-    b = get_backend("hf", BackendConfig(model=str(tiny[kind]), batch_size=2))
+    b = get_backend("hf", HFConfig(model=str(tiny[kind]), batch_size=2))
     frames_a, frames_b = _frames(8, 0), _frames(8, 1)
     reqs = [Request("a", (*frames_a, QUESTIONS[0]), SamplingParams(max_tokens=6)),
             Request("b", (*frames_b, QUESTIONS[0]), SamplingParams(max_tokens=6)),
@@ -81,8 +82,8 @@ def test_lora_adapter_is_applied_unmerged(tiny, tmp_path):
                 p.normal_(0, 0.5)  # a strong random adapter: it must change the outputs
     peft_model.save_pretrained(tmp_path / "adapter")
     reqs = [Request(f"q{i}", (q,), SamplingParams(max_tokens=8)) for i, q in enumerate(QUESTIONS)]
-    plain = [c.texts for c in get_backend("hf", BackendConfig(model=str(tiny["qwen2"]))).generate(reqs)]
-    adapted_backend = get_backend("hf", BackendConfig(model=str(tiny["qwen2"]), adapter=str(tmp_path / "adapter")))
+    plain = [c.texts for c in get_backend("hf", HFConfig(model=str(tiny["qwen2"]))).generate(reqs)]
+    adapted_backend = get_backend("hf", HFConfig(model=str(tiny["qwen2"]), adapter=str(tmp_path / "adapter")))
     assert type(adapted_backend.model).__name__.startswith("Peft")
     adapted = [c.texts for c in adapted_backend.generate(reqs)]
     assert adapted != plain
@@ -103,8 +104,8 @@ def test_pixel_caps_reach_the_processor(tiny):
     """Frames of 160 x 120 pixels: the processor's own cap (112 x 112) would shrink them to 12 image tokens; with the
     run's cap passed on they keep the 20 tokens their size gives, as in training."""
     req = [Request("a", (*_frames(2), QUESTIONS[0]), SamplingParams(max_tokens=2))]
-    plain = get_backend("hf", BackendConfig(model=str(tiny["qwen3_vl"])))
-    capped = get_backend("hf", BackendConfig(model=str(tiny["qwen3_vl"]), max_pixels=336 * 336))
+    plain = get_backend("hf", HFConfig(model=str(tiny["qwen3_vl"])))
+    capped = get_backend("hf", HFConfig(model=str(tiny["qwen3_vl"]), max_pixels=336 * 336))
     n_plain = plain.image_tokens_per_frame(req, plain.encode_prompts(req, [plain.chat_prompt(req[0])]))
     n_capped = capped.image_tokens_per_frame(req, capped.encode_prompts(req, [capped.chat_prompt(req[0])]))
     assert n_plain == [12.0] and n_capped == [20.0]
@@ -115,12 +116,12 @@ def test_a_student_is_served_the_image_tokens_it_was_trained_on(tiny, tmp_path):
 
     req = [Request("a", (*_frames(2), QUESTIONS[0]), SamplingParams(max_tokens=2))]
     good = _student_copy(tiny, tmp_path / "good", {"max_pixels": 336 * 336, "image_tokens_per_frame": [20.0]})
-    b = get_backend("hf", BackendConfig(model=good))  # no cap given: the student's is taken
+    b = get_backend("hf", HFConfig(model=good))  # no cap given: the student's is taken
     assert b.generate(req)[0].ok
     bad = _student_copy(tiny, tmp_path / "bad", {"max_pixels": 336 * 336, "image_tokens_per_frame": [12.0]})
-    b = get_backend("hf", BackendConfig(model=bad))
+    b = get_backend("hf", HFConfig(model=bad))
     with pytest.raises(PreprocessingMismatch, match=r"\[20.0\] image tokens per frame, the student was trained on"):
         b.encode_prompts(req, [b.chat_prompt(req[0])])
     assert not b.generate(req)[0].ok  # the runner's path records the failure with the reason
     with pytest.raises(PreprocessingMismatch, match="max_pixels 12544 differs"):
-        get_backend("hf", BackendConfig(model=good, max_pixels=112 * 112))
+        get_backend("hf", HFConfig(model=good, max_pixels=112 * 112))

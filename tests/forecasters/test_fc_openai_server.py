@@ -13,7 +13,8 @@ import pytest
 from PIL import Image
 
 from eval.phrases import read_phrases
-from forecasters.backends import BackendConfig, ImagePart, Request, SamplingParams, get_backend
+from forecasters.backends import ImagePart, Request, SamplingParams, get_backend
+from forecasters.backends.openai_compat import OpenAIConfig
 from forecasters.runner import RunConfig, run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ def _frames(n: int, seed: int) -> tuple[ImagePart, ...]:
 
 
 def _openai(server, **kw):
-    return get_backend("openai", BackendConfig(model="tiny-vl", base_url=server.base_url, **kw))
+    return get_backend("openai", OpenAIConfig(model="tiny-vl", base_url=server.base_url, **kw))
 
 
 def test_text_and_eight_images_over_http(vllm_server):
@@ -67,7 +68,7 @@ def test_every_forecaster_runs_through_the_server(vllm_server, synth_dir, synth_
                     max_tokens=32 if forecaster == "student" else None)
     s = run(cfg)
     recs = read_phrases(out)
-    assert s.failed == 0 and len(recs) == 6 and s.prompt_tokens > 0
+    assert s.coverage.failed == 0 and len(recs) == 6 and s.prompt_tokens > 0
     for r in recs.values():
         assert r.backend == "openai" and r.model == "tiny-vl" and r.error is None and r.raw is not None
         assert r.extra["engine"].startswith("openai-compatible server 0.32")
@@ -77,7 +78,7 @@ def test_video_forecaster_over_http_is_a_recorded_unsupported_failure(vllm_serve
     out = tmp_path / "video.jsonl"
     s = run(RunConfig(data=str(synth_dir), out=str(out), forecaster="llava-video", backend="openai", model="tiny-vl",
                       base_url=vllm_server.base_url, limit=2, progress=False))
-    assert s.failed == 2 and s.error_kinds == {"unsupported": 2}
+    assert s.coverage.failed == 2 and s.coverage.error_kinds == {"unsupported": 2}
     assert all("video" in r.error for r in read_phrases(out).values())
 
 

@@ -52,7 +52,8 @@ def test_one_line_per_query_with_provenance(synth_dir, synth_bench, tiny, tmp_pa
     out = tmp_path / "t.jsonl"
     s = run(_cfg(synth_dir, tiny, out))
     lines = _lines(out)
-    assert s.selected == s.attempted == len(lines) == 12 and s.ok + s.parse_failures + s.failed == 12
+    c = s.coverage
+    assert c.queries == s.attempted == len(lines) == 12 and c.ok + c.parse_failures + c.failed == 12
     t = prompts.load("text_only")
     test_ids = {q.id for q in synth_bench.queries("test")}
     for d in lines:
@@ -118,13 +119,13 @@ def test_failed_queries_are_recorded_and_redone_on_request(synth_dir, synth_benc
     s = run(_cfg(data, tiny, out, **kw))
     broken = {q.id for q in qs if q.video_id == video}
     recs = read_phrases(out)
-    assert s.failed == len(broken) > 0
+    assert s.coverage.failed == len(broken) > 0
     for qid in broken:
         assert recs[qid].error.startswith("input: FileNotFoundError") and recs[qid].extra["error_kind"] == "input"
     assert run(_cfg(data, tiny, out, **kw)).attempted == 0  # failed lines count as done by default
     (data / "frames" / f"{video}.hidden").rename(data / "frames" / video)
     s2 = run(_cfg(data, tiny, out, redo_failed=True, **kw))
-    assert s2.attempted == len(broken) and s2.failed == 0
+    assert s2.attempted == len(broken) and s2.coverage.failed == 0
     ids = [d["query_id"] for d in _lines(out)]
     assert len(ids) == len(set(ids)) == 10 and all(d["error"] is None for d in _lines(out))
 
@@ -162,7 +163,7 @@ def test_frames_load_once_per_prefix_and_prompts_are_sorted_by_prefix(synth_dir,
     s = run(cfg)
     distinct_frames = {f for q in p.todo for f in q.prefix_frames}  # objects of one video can share frames
     assert s.frames_loaded == len(distinct_frames) <= 8 * len(set(prefixes))
-    assert s.failed == 0 and s.attempted == 15
+    assert s.coverage.failed == 0 and s.attempted == 15
 
 
 def test_text_only_prompt_never_shows_a_state_at_or_after_the_target(synth_dir, synth_bench, tiny, tmp_path):
@@ -304,7 +305,8 @@ def test_summary_describes_the_file_and_the_exit_code_says_until_every_query_is_
     assert r.exit_code == 3 and "no answer" in r.output
     (data / "frames" / f"{video}.hidden").rename(data / "frames" / video)
     s = run(_cfg(data, tiny, out, redo_failed=True, **kw))
-    assert s.complete and s.incomplete() is None and s.attempted == len(broken) and s.failed == s.missing == 0
+    assert s.complete and s.incomplete() is None and s.attempted == len(broken)
+    assert s.coverage.failed == s.coverage.missing == 0
     assert json.loads((tmp_path / "m3.summary.json").read_text())["complete"]
     assert _cli_inproc(*args).exit_code == 0
 

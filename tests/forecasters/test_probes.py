@@ -99,7 +99,7 @@ def test_probe_runs_through_the_runner(forecaster, kind, tiny, synth_dir, tmp_pa
     cfg = RunConfig(data=str(synth_dir), out=str(out), forecaster=forecaster, backend="hf", model=str(tiny[kind]),
                     split="test", limit=3, max_tokens=8, device="cpu", dtype="float32", progress=False)
     summary = run(cfg)
-    assert summary.attempted == 3 and summary.failed == 0
+    assert summary.attempted == 3 and summary.coverage.failed == 0
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 3
     tpl = prompts.load(get_forecaster(forecaster).prompt)

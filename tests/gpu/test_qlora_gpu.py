@@ -69,7 +69,7 @@ def test_qlora_on_cuda_through_accelerate(student_set, synth_dir, tmp_path):
     s = run(RunConfig(data=str(synth_dir), out=str(phrases), forecaster="student", backend="hf", model=str(model),
                       adapter=str(out / "adapter"), split="test", limit=4, max_tokens=16, device="cuda",
                       dtype="bfloat16", progress=False))
-    assert s.attempted == 4 and s.failed == 0
+    assert s.attempted == 4 and s.coverage.failed == 0
     assert len(read_phrases(phrases)) == 4
 
 
