@@ -12,7 +12,7 @@ depend on the values.
   for the forward, the retrieval and both.
 
 - validation (``--validation-benchmark DIR``): real `retrieval.lftr.train.train` runs on a benchmark, once per
-  validation scorer (``stream``: eval's numba scorer on the CPU, the old default; ``torch``: on the training
+  validation scorer (``stream``: eval's numba scorer on the CPU; ``torch``: on the training
   device), validating every epoch; reports training seconds per epoch before and after the first validation,
   validation seconds, and the load average during each epoch (the machine is shared: compare within one run).
 

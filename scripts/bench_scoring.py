@@ -21,7 +21,7 @@ threads), ``ours_s`` (`score_stream` with `DenseSource`), ``ratio = ours_s / bar
 the process (``cpu_ratio``), the 1-minute load average before and after, ``peak_rss_mb`` (the process's peak
 resident memory, data included), ``data_mb`` (queries + items) and ``scorer_extra_mb`` (the largest peak RSS
 while a block is scored minus the RSS before it, sampled every 10 ms). Targets (issue 23): ratio <= 1.25 at 384-d, <= 1.3 at 1,024-d, peak
-memory as before (< 2 GB).
+memory < 2 GB.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ reads it), into a scratch folder under ``--work``:
 
 Every job runs at load 0 (nothing of ours in the background) and at load ``--load`` (that many busy processes,
 `scripts/busy_load.py`), under each OpenMP wait policy of ``--policies``: ``passive`` (what the training commands
-set, `eval.threads`) and ``default`` (libgomp's spin-then-sleep, the behaviour before; ``OMP_WAIT_POLICY=""``).
+set, `eval.threads`) and ``default`` (libgomp's spin-then-sleep; ``OMP_WAIT_POLICY=""``).
 Threads: the command's own choice (the CPUs this process may use, `eval.threads`; the LFTR demo config says 1).
 Per run, from the job's own history (``train/history.jsonl`` of a tower, ``history.jsonl`` of LFTR): CPU seconds
 (all threads) and wall seconds per epoch, the median over epochs after the first (warm-up), and the 1-minute load

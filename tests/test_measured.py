@@ -71,7 +71,7 @@ def test_perf_page_renders_a_section_from_its_record_and_not_measured_without(tm
     assert "| load | 1.25 |" in loading and "#### inner" in loading  # the record's heading sits under its own
     assert "load average 0.5 before, 0.8 after" in loading and "Not measured" not in loading
     scoring = text.split("## Scoring at PSR scale")[1].split("\n## ")[0]
-    assert "Not measured for this version: run `python scripts/bench_scoring.py" in scoring
+    assert "Not measured for this version: run\n\n- `python scripts/bench_scoring.py" in scoring
     for s in page.SECTIONS:  # the contents link every section
         assert f"- [{s.title}](#{page.anchor(s.title)})" in text and f"\n## {s.title}\n" in text
     assert page.anchor("Setup, tests and the demo") == "setup-tests-and-the-demo"
