@@ -92,17 +92,16 @@ def format_seconds(s: float) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--" not in argv:
-        raise SystemExit("usage: python scripts/time_command.py NAME [options] -- CMD [ARG...] (the '--' is needed)")
-    cut = argv.index("--")
+    cut = argv.index("--") if "--" in argv else len(argv)
     own, command = argv[:cut], argv[cut + 1:]
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 usage="python scripts/time_command.py NAME [options] -- CMD [ARG...]")
     ap.add_argument("name", help="the record's name (docs/perf/NAME.json)")
     ap.add_argument("--title", default=None, help="the record's heading (default: the command)")
     add_record_options(ap, None)
     a = ap.parse_args(own)
     if not command:
-        ap.error("no command after '--'")
+        ap.error("no command: give it after '--' (python scripts/time_command.py NAME -- CMD [ARG...])")
     t = run(command)
     print(f"time_command: exit code {t.exit_code}, {format_seconds(t.wall_s)} wall"
           + (f"; pytest: {t.pytest_summary}" if t.pytest_summary else ""), flush=True)

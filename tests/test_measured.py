@@ -101,6 +101,12 @@ def test_time_command_passes_the_exit_code_through(tmp_path, capsys):
     assert [r.name for r in measured.load(tmp_path)] == ["tiny"]
 
 
+def test_time_command_without_a_command_says_how(capsys):
+    with pytest.raises(SystemExit) as e:
+        _script("time_command").main(["name-only"])
+    assert e.value.code == 2 and "after '--'" in capsys.readouterr().err
+
+
 def test_time_command_records_the_pytest_summary(tmp_path):
     tc = _script("time_command")
     test = tmp_path / "test_tiny.py"
