@@ -7,6 +7,8 @@ Times, in one run on the same data (see `retrieval.canon.speed`): the fast block
 per-phrase numpy loop on a subset, extrapolated, and (b) one dense product of all phrases against the final seed set.
 Writes ``bench_canon.json`` and ``bench_canon.md`` into --out; exit code 1 when a target is missed (>= 20x faster
 than (a), within 2x of (b)) or, with --check-exact N, when the fast result differs from the exact loop on N phrases.
+Also records the Markdown (`eval.measured`: docs/perf/bench_canon.json, bench_canon_float32.json with
+``--screen float32``, which docs/performance.md shows; ``--record-dir`` / ``--no-record`` / ``--record-name``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere: the packages liv
     sys.path.insert(0, str(ROOT))
 
 from eval.io import atomic_path, write_json  # noqa: E402
+from eval.measured import add_record_options, load_now, record_from_args  # noqa: E402
 from retrieval.canon.speed import SpeedConfig, run_speed_benchmark  # noqa: E402
 
 
@@ -68,7 +71,9 @@ def main() -> int:
     ap.add_argument("--screen", choices=("int8", "float32"), default=d.screen, help="candidate screen of the fast path")
     ap.add_argument("--rounds", type=int, default=d.rounds, help="interleaved timing rounds (each method keeps its best)")
     ap.add_argument("--check-exact", type=int, default=0, help="also compare with the exact loop on N phrases")
+    add_record_options(ap, "bench_canon, or bench_canon_float32 with --screen float32")
     a = ap.parse_args()
+    load_before = load_now()
     cfg = SpeedConfig(n=a.n, n_clusters=a.clusters, dim=a.dim, threshold=a.threshold, loop_phrases=a.loop_phrases,
                       block=a.block, seed_chunk=a.seed_chunk, seed=a.seed, screen=a.screen,
                       rounds=a.rounds, check_exact=a.check_exact)
@@ -78,6 +83,10 @@ def main() -> int:
     write_json(a.out / "bench_canon.json", r)
     with atomic_path(a.out / "bench_canon.md") as tmp:
         tmp.write_text(md, encoding="utf-8")
+    body = md.split("\n", 1)[1].lstrip("\n")  # the page gives the record its own heading
+    record_from_args(a, "bench_canon" if a.screen == "int8" else f"bench_canon_{a.screen}",
+                     title=f"Greedy canonicalization: speed ({a.screen} screen)", markdown=body, data=r,
+                     load=(load_before, load_now()))
     ok = r["targets_met"] and r.get("exact_check", {"equal": True})["equal"]
     print(json.dumps({"targets_met": r["targets_met"], "exact": r.get("exact_check")}))
     return 0 if ok else 1

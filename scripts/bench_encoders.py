@@ -12,7 +12,9 @@ directory, for ``--epochs`` epochs:
 
 Reports wall-clock and CPU seconds per epoch (CPU: the process's user + system time over all its threads, which a
 shared machine inflates far less than wall time), items per second, peak RSS and the load average during the job
-(ratios within one run are the robust numbers), as JSON (``--out``) and a Markdown table (printed, and ``OUT.md``).
+(ratios within one run are the robust numbers), as JSON (``--out``) and a Markdown table (printed, and ``OUT.md``),
+which it also records (`eval.measured`: docs/perf/bench_encoders_<jobs>.json, which docs/performance.md shows;
+``--record-dir`` / ``--no-record`` / ``--record-name``).
 
 Usage::
 
@@ -126,6 +128,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path("bench_encoders.json"))
     ap.add_argument("--child", default="", help=argparse.SUPPRESS)
     ap.add_argument("--child-out", type=Path, default=None, help=argparse.SUPPRESS)
+    from eval.measured import add_record_options, load_now, record_from_args
+
+    add_record_options(ap, "bench_encoders_<jobs>")
     args = ap.parse_args()
     if args.child:
         return child(args.child, args, args.child_out)
@@ -135,6 +140,7 @@ def main() -> None:
         raise SystemExit(f"unknown job(s) {bad}; choose from {JOBS}")
     from eval.io import write_json
 
+    load_before = load_now()
     results = {"data": str(args.data), "epochs": args.epochs, "threads": args.threads, "cpu_count": os.cpu_count(),
                "jobs": {}}
     for j in jobs:
@@ -147,6 +153,10 @@ def main() -> None:
     md = markdown(results)
     args.out.with_suffix(".md").write_text(md, encoding="utf-8")
     print(md)
+    sentence = (f"On `{args.data}`, {args.epochs} epoch(s) a job, {args.threads} threads, each job in its own process"
+                + (f", at most {args.max_frames:,} frames / pairs" if args.max_frames else "") + ".")
+    record_from_args(args, "bench_encoders_" + "-".join(jobs), title=f"Encoder and LoRA training cost ({', '.join(jobs)})",
+                     markdown=sentence + "\n\n" + md, data=results, load=(load_before, load_now()))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ timed per query block of 512 with the contenders taking turns (`interleaved` of 
 block's minimum over ``--repeats``, summed), also in CPU seconds (``cpu_ratio``); and with ``--two-pass`` the same for the fusion
 that computed every input's statistics in a pass of their own before scoring (the reference kept in
 ``tests/eval/eval_sources.py``). Also the load average before and after, and the peak resident memory of the
-fusion (sampled every 10 ms) minus the RSS before it. Target (issue 23): ratio <= 1.2.
+fusion (sampled every 10 ms) minus the RSS before it. Target (issue 23): ratio <= 1.2. Prints a line per case and
+records the table of `markdown` (`eval.measured`: docs/perf/bench_fusion.json, which docs/performance.md shows).
 """
 
 from __future__ import annotations
@@ -118,7 +119,31 @@ def run_case(case: str, a) -> dict:
     return out
 
 
+def markdown(results: list[dict], two_pass: bool) -> str:
+    """A row per case: the inputs, the bare matmuls' and the fusion's seconds (each query block's minimum, summed)."""
+    r0 = results[0]
+    head = (f"{r0['queries']:,} queries, {r0['threads']} threads, minimum over {r0['repeats']} repeat(s) per query "
+            "block; bare = the sum of the inputs' chunked matmuls, measured in the same run.")
+    cols = "| case | items | inputs | bare matmuls | one-pass fusion | ratio | CPU ratio | fusion's extra memory |"
+    sep = "|---|---:|---|---:|---:|---:|---:|---:|"
+    if two_pass:
+        cols, sep = cols + " two-pass | ratio |", sep + "---:|---:|"
+    lines = [head, "", cols + " load before / after |", sep + "---|"]
+    for r in results:
+        one = r["one-pass"]
+        inputs = " + ".join(f"{i['vectors_per_query']} x {i['dim']}-d" + (" (states)" if i["state_space"] else "")
+                            for i in r["inputs"])
+        row = (f"| {r['case']} | {r['items']:,} | {inputs} | {r['bare_s']:.2f} s | {one['s']:.2f} s | "
+               f"**{one['ratio']:.2f}** | {one['cpu_ratio']:.2f} | {one['extra_mb']:,.0f} MB |")
+        if two_pass:
+            row += f" {r['two-pass']['s']:.2f} s | {r['two-pass']['ratio']:.2f} |"
+        lines.append(row + f" {r['load_before']:.1f} / {r['load_after']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
+    from eval.measured import add_record_options, load_now, record_from_args
+
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cases", nargs="+", default=["lftr", "dense"])
     p.add_argument("--queries", type=int, default=256, help="queries (each with --samples vectors in lftr)")
@@ -130,6 +155,7 @@ def main() -> None:
     p.add_argument("--two-pass", action="store_true", help="also time the two-pass fusion (and check it is equal)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="JSON file for the results")
+    add_record_options(p, "bench_fusion")
     a = p.parse_args()
     import numba
     import torch
@@ -137,6 +163,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     numba.set_num_threads(min(a.threads, numba.config.NUMBA_NUM_THREADS))
     results = []
+    load_before = load_now()
     for case in a.cases:
         r = run_case(case, a)
         results.append(r)
@@ -148,6 +175,10 @@ def main() -> None:
             line += (f"; two-pass {r['two-pass']['s']:.2f} s, ratio {r['two-pass']['ratio']:.2f} (CPU "
                      f"{r['two-pass']['cpu_ratio']:.2f})")
         print(line + f" (load {r['load_before']:.1f} -> {r['load_after']:.1f})", flush=True)
+    md = markdown(results, a.two_pass)
+    print("\n" + md, end="")
+    record_from_args(a, "bench_fusion", title="Z-score fusion against its inputs' bare matmuls", markdown=md,
+                     data={"results": results}, load=(load_before, load_now()))
     if a.out:
         from eval.io import write_json
 

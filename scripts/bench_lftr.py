@@ -16,6 +16,10 @@ depend on the values.
   device), validating every epoch; reports training seconds per epoch before and after the first validation,
   validation seconds, and the load average during each epoch (the machine is shared: compare within one run).
 
+Both print their results as JSON, write them to ``--out`` and record the table of `markdown` /
+`validation_markdown` (`eval.measured`: docs/perf/bench_lftr.json or bench_lftr_validation.json, which
+docs/performance.md shows; ``--record-dir`` / ``--no-record``).
+
 Usage::
 
     python scripts/bench_lftr.py                      # full PSR shape, CPU (writes bench_lftr.json)
@@ -38,9 +42,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file from a checkout: find the packages
 
 from eval.io import write_json  # noqa: E402
+from eval.measured import add_record_options, load_now, record_from_args  # noqa: E402
 from retrieval.index import FlatIPIndex  # noqa: E402
 from retrieval.lftr.config import LFTRConfig  # noqa: E402
-from retrieval.lftr.data import LFTRData  # noqa: E402
+from retrieval.lftr.data import HardNegatives, LFTRData  # noqa: E402
 from retrieval.lftr.model import LFTR, count_parameters  # noqa: E402
 from retrieval.lftr.train import Trainer  # noqa: E402
 
@@ -63,6 +68,14 @@ def random_data(n_train: int, n_prefixes: int, n_items: int, dim: int, n_states:
         item_state=rng.integers(0, n_states, n_items), split=np.asarray(["train"] * n_train))
 
 
+def random_hard_negatives(n_items: int, n_candidates: int, seed: int) -> HardNegatives:
+    """Random neighbours for every item (the training step's cost does not depend on which items they are; mining
+    the exact ones at PSR scale is a benchmark of its own)."""
+    rng = np.random.default_rng(seed)
+    return HardNegatives(item_rows=np.arange(n_items), slot=np.arange(n_items),
+                         neighbours=rng.integers(0, n_items, (n_items, n_candidates)).astype(np.int32))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-queries", type=int, default=14_390)
@@ -80,7 +93,9 @@ def main() -> None:
                     help="benchmark dir: measure epochs around validation with each scorer instead")
     ap.add_argument("--space", default="pixels", help="validation benchmark: target and prefix space")
     ap.add_argument("--config", type=Path, default=Path(__file__).resolve().parents[1] / "configs/lftr/synth.yaml")
+    add_record_options(ap, "bench_lftr, or bench_lftr_validation with --validation-benchmark")
     args = ap.parse_args()
+    args.load_before = load_now()
     if args.validation_benchmark is not None:
         return bench_validation(args)
     if args.threads:
@@ -89,7 +104,7 @@ def main() -> None:
     cfg = LFTRConfig(target_space="bench", device=args.device)
     data = random_data(args.train_queries, args.prefixes, args.items, args.dim, args.states, args.seed)
     rows = np.arange(args.train_queries)
-    hard = np.random.default_rng(args.seed).integers(0, args.items, (args.train_queries, cfg.n_hard_negatives))
+    hard = random_hard_negatives(args.items, 2 * cfg.n_hard_negatives, args.seed)
     trainer = Trainer(cfg, data, hard, rows, args.device)
     model = LFTR(cfg, args.dim, args.dim, 384).to(args.device)
     n_params = count_parameters(model)
@@ -156,6 +171,41 @@ def main() -> None:
     }
     write_json(args.out, res)
     print(json.dumps(res, indent=2))
+    md = markdown(res)
+    print("\n" + md, end="")
+    record_from_args(args, "bench_lftr", title="LFTR training and inference at PSR shape (random data)", markdown=md,
+                     data=res, load=(args.load_before, load_now()))
+
+
+def markdown(res: dict) -> str:
+    """A sentence on the shape and configuration, then seconds per epoch and milliseconds per query."""
+    steps = -(-res["train_queries"] // res["batch_size"])
+    return "\n".join([
+        f"{res['train_queries']:,} training queries, {res['items']:,} items x {res['dim']:,}, "
+        f"{res['parameters']:,} parameters, batch {res['batch_size']}, K = {res['n_samples']}, "
+        f"{res['negatives'][0]} + {res['negatives'][1]} negatives; device {res['device']}, {res['threads']} threads; "
+        f"retrieval on {'the GPU' if res['faiss_gpu'] else 'the CPU'} (FAISS `IndexFlatIP`).", "",
+        "| measure | value |", "|---|---:|",
+        f"| training, seconds per epoch ({steps} steps of {res['batch_size']} queries; mean of "
+        f"{res['epochs_timed']} epoch(s)) | **{res['seconds_per_epoch']:.1f} s** |",
+        f"| inference, ms per query: LFTR forward ({res['n_samples']} samples) | {res['ms_per_query_forward']:.1f} ms |",
+        f"| inference, ms per query: exact top-50 over {res['items']:,} items ({res['n_samples']} samples, max) | "
+        f"{res['ms_per_query_retrieval']:.1f} ms |",
+        f"| inference, ms per query: total ({res['infer_queries']:,} queries) | **{res['ms_per_query_total']:.1f} ms** |",
+    ]) + "\n"
+
+
+def validation_markdown(res: dict) -> str:
+    """A row per scorer and epoch: training and validation seconds and the load average the epoch ran under."""
+    lines = [f"Real LFTR training on `{res['benchmark']}` (space {res['space']}), {res['epochs']} epoch(s) per "
+             f"validation scorer, {res['threads']} threads; validating every epoch.", "",
+             "| scorer | epoch | train s | validation s | load avg |", "|---|---:|---:|---:|---:|"]
+    for scorer, r in res["scorers"].items():
+        for e, (t, v, load) in enumerate(zip(r["train_seconds"], r["val_seconds"], r["load_avg"], strict=True), 1):
+            lines.append(f"| {scorer} | {e} | {t:.1f} | {v:.1f} | {load:.1f} |")
+    lines += ["", "Best validation score: " + ", ".join(f"{scorer} {r['best_val']:.3f}"
+                                                        for scorer, r in res["scorers"].items()) + "."]
+    return "\n".join(lines) + "\n"
 
 
 def bench_validation(args) -> None:
@@ -188,6 +238,10 @@ def bench_validation(args) -> None:
             "val_s": float(np.mean([x["val_seconds"] for x in h])), "wall_s": wall, "best_val": out["best_val"]}
         print(scorer, json.dumps(res["scorers"][scorer]), flush=True)
     write_json(args.out, res)
+    md = validation_markdown(res)
+    print("\n" + md, end="")
+    record_from_args(args, "bench_lftr_validation", title="LFTR training with validation, per validation scorer",
+                     markdown=md, data=res, load=(args.load_before, load_now()))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ greedy, 24 tokens) on the same queries, the same tiny random Qwen2-VL and the sa
 ``states`` (likelihood, every canonical state). The likelihood contenders run with ``--cpn-alpha 0``: the
 content-free prior is a one-off per run (one request scoring every candidate text), timed apart (``prior``).
 Reported: seconds per query and the ratio to ``generate``. Without ``--data`` the synthetic benchmark (40 videos)
-and the tiny model are built in a temp dir.
+and the tiny model are built in a temp dir. The table is printed and recorded (`eval.measured`:
+docs/perf/bench_likelihood_cost.json, which docs/performance.md shows; ``--record-dir`` / ``--no-record``).
 
 ``quality`` (plumbing, not a baseline: a tiny model fitted for a few steps says nothing about forecasting): fit a
 tiny Qwen2-VL on the synthetic train split with the M3 prompt (`forecasters.tiny_fit`), then on the test split
@@ -165,14 +166,22 @@ def cost(args) -> dict:
     finally:
         if server is not None:
             server.stop()
-    print("| backend | contender | candidates / query | wall | s / query | / generate |")
-    print("|---|---|---:|---:|---:|---:|")
+    print(cost_markdown(results), end="")
+    return results
+
+
+def cost_markdown(results: dict) -> str:
+    """A sentence on the setup, then a row per backend and contender (medians over the repeats)."""
+    lines = [f"{results['queries']} test queries of the synthetic benchmark, tiny random Qwen2-VL, median of "
+             f"{results['repeats']} repeat(s), the contenders taking turns; likelihood without CPN.", "",
+             "| backend | contender | candidates / query | wall | s / query | / generate |",
+             "|---|---|---:|---:|---:|---:|"]
     for r in results["rows"]:
         sq = f"{r['s_per_query']:.3f}" if r["s_per_query"] is not None else "(once per run)"
         ratio = f"{r['ratio_to_generate']:.2f}" if r["ratio_to_generate"] is not None else ""
         wall = f"{r['wall_s']:.2f} s" if r["wall_s"] is not None else ""
-        print(f"| {r['backend']} | {r['contender']} | {r['candidates_per_query']} | {wall} | {sq} | {ratio} |")
-    return results
+        lines.append(f"| {r['backend']} | {r['contender']} | {r['candidates_per_query']} | {wall} | {sq} | {ratio} |")
+    return "\n".join(lines) + "\n"
 
 
 def _cli(*args: str) -> None:
@@ -212,6 +221,8 @@ def quality(args) -> dict:
 
 
 def main() -> None:
+    from eval.measured import add_record_options, load_now, record_from_args
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
     c = sub.add_parser("cost")
@@ -227,13 +238,18 @@ def main() -> None:
     c.add_argument("--base-url")
     c.add_argument("--served-model", default="tiny-vl")
     c.add_argument("--out")
+    add_record_options(c, "bench_likelihood_cost")
     q = sub.add_parser("quality")
     q.add_argument("--data")
     q.add_argument("--fit-steps", type=int, default=150)
     q.add_argument("--out", default="reports/bench-likelihood")
     args = ap.parse_args()
+    load_before = load_now()
     res = cost(args) if args.what == "cost" else quality(args)
     print(json.dumps(res, indent=2))
+    if args.what == "cost":
+        record_from_args(args, "bench_likelihood_cost", title="Likelihood scoring against free-form generation",
+                         markdown=cost_markdown(res), data=res, load=(load_before, load_now()))
     if getattr(args, "out", None) and args.what == "cost":
         Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
 

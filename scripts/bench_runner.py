@@ -27,6 +27,10 @@ The contenders take turns (the order rotates per repeat). Reported: the median w
 ``--backend hf``: raw = the rendered requests through ``backend.generate`` in chunks of ``batch_size``; runner as
 above on the same built backend; ``ratio = runner / raw``. Without ``--data`` / ``--model`` the script builds the
 synthetic benchmark (40 videos) and a tiny random Qwen2 in a temp dir.
+
+Prints the results as JSON and records them as a table (`markdown`; `eval.measured`: docs/perf/bench_runner_*.json,
+named after the backend and the options that change what is measured, which docs/performance.md shows;
+``--record-dir`` / ``--no-record`` / ``--record-name``).
 """
 
 from __future__ import annotations
@@ -263,6 +267,35 @@ def bench_hf(args, tmp: Path) -> dict:
     return res
 
 
+def record_name(args) -> str:
+    """The record's name: the backend and the options that change what is measured."""
+    if args.backend == "hf":
+        return f"bench_runner_hf_{args.forecaster}_b{args.batch_size}_t{args.max_tokens}_q{args.queries}"
+    where = "server" if args.base_url else "standin"
+    return f"bench_runner_openai_{where}_{args.forecaster}_c{args.concurrency}_q{args.queries}"
+
+
+def markdown(res: dict) -> str:
+    """One row: the contenders' median seconds and the runner's ratio to the bare minimum."""
+    if res["backend"] == "hf":
+        return "\n".join([
+            f"In process ({res['engine']}), median of {res['repeats']} repeat(s).", "",
+            "| forecaster | queries | batch / max tokens | raw `backend.generate` | runner | ratio | overhead / query |",
+            "|---|---:|---|---:|---:|---:|---:|",
+            f"| {res['forecaster']} | {res['queries']:,} | {res['batch_size']} / {res['max_tokens']} | "
+            f"{res['raw_s']:.2f} s | {res['runner_s']:.2f} s | **{res['ratio']:.2f}** | "
+            f"{res['overhead_ms_per_query']:.1f} ms |"]) + "\n"
+    server = (f"a stand-in server (latency median {res['latency_median_s']} s, sigma {res['latency_sigma']})"
+              if res["latency_median_s"] is not None else f"the server at {res['server']}")
+    return "\n".join([
+        f"Over HTTP against {server}, median of {res['repeats']} repeat(s), the contenders taking turns.", "",
+        "| forecaster | queries | in flight | bare | bare AsyncOpenAI | chunked | runner | runner / bare |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"| {res['forecaster']} | {res['queries']:,} | {res['concurrency']} | {res['bare_s']:.2f} s | "
+        f"{res['bare_openai_s']:.2f} s | {res['chunked_openai_s']:.2f} s | {res['runner_s']:.2f} s | "
+        f"**{res['ratio']:.2f}** |"]) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--backend", default="openai", choices=["openai", "hf"])
@@ -279,16 +312,23 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out")
-    args = ap.parse_args()
-    args.forecaster = args.forecaster or ("m3" if args.backend == "openai" else "text-only")
     if str(REPO) not in sys.path:  # `python scripts/bench_runner.py` from a checkout
         sys.path.insert(0, str(REPO))
+    from eval.measured import add_record_options, load_now, record_from_args
+
+    add_record_options(ap, "bench_runner_<backend>_<options>")
+    args = ap.parse_args()
+    args.forecaster = args.forecaster or ("m3" if args.backend == "openai" else "text-only")
+    load_before = load_now()
     tmp = Path(tempfile.mkdtemp(prefix="bench-runner-"))
     res = (bench_openai if args.backend == "openai" else bench_hf)(args, tmp)
     res["command"] = "python scripts/bench_runner.py " + " ".join(sys.argv[1:])
     print(json.dumps(res, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+    record_from_args(args, record_name(args), title=f"The runner against the bare minimum ({res['backend']}, "
+                                                    f"{res['forecaster']})", markdown=markdown(res), data=res,
+                     load=(load_before, load_now()))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
     python scripts/bench_scoring.py                       # 2,430 queries x 218,276 items, 384-d and 1,024-d
     python scripts/bench_scoring.py --dims 384 --repeats 3 --out reports/bench_scoring.json
 
+Prints a line per dimension and records the table of `markdown` (`eval.measured`: docs/perf/bench_scoring.json,
+which docs/performance.md shows; ``--record-dir`` / ``--no-record``).
+
 Data: random L2-normalised float32 vectors; per query, positives drawn at random for the seven pools that
 `eval.scoring.score_benchmark` scores (type2-all of 1-40 rows, split into in_dataset / cross_dataset, consensus and
 type1 subsets, 0-60 bge_similar rows, 1-3 in_video rows inside the query's own "video" of 45 excluded rows) plus
@@ -18,7 +21,7 @@ threads), ``ours_s`` (`score_stream` with `DenseSource`), ``ratio = ours_s / bar
 the process (``cpu_ratio``), the 1-minute load average before and after, ``peak_rss_mb`` (the process's peak
 resident memory, data included), ``data_mb`` (queries + items) and ``scorer_extra_mb`` (the largest peak RSS
 while a block is scored minus the RSS before it, sampled every 10 ms). Targets (issue 23): ratio <= 1.25 at 384-d, <= 1.3 at 1,024-d, peak
-memory as before (< 2 GB).
+memory < 2 GB.
 """
 
 from __future__ import annotations
@@ -157,6 +160,21 @@ def run_one(args) -> dict:
             "torch": torch.__version__, "numba": numba.__version__}
 
 
+def markdown(results: list[dict]) -> str:
+    """A sentence on the setup, then a row per dimension (seconds summed over query blocks, each block's minimum)."""
+    r0 = results[0]
+    lines = [f"{r0['queries']:,} queries x {r0['items']:,} items, random L2-normalised float32 vectors, k = {r0['k']}, "
+             f"tiles of {r0['q_block']:,} x {r0['c_chunk']:,}, {r0['threads']} threads, minimum over "
+             f"{r0['repeats']} repeat(s) per query block; torch {r0['torch']}, numba {r0['numba']}.", "",
+             "| dim | bare chunked `Q @ X.T` | `score_stream` | ratio | CPU ratio | peak RSS (data) | "
+             "scorer's own extra memory | load before / after |",
+             "|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines += [f"| {r['dim']:,} | {r['bare_s']:.2f} s | {r['ours_s']:.2f} s | **{r['ratio']:.2f}** | "
+              f"{r['cpu_ratio']:.2f} | {r['peak_rss_mb']:,.0f} MB ({r['data_mb']:,.0f} MB) | "
+              f"{r['scorer_extra_mb']:,.0f} MB | {r['load_before']:.1f} / {r['load_after']:.1f} |" for r in results]
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--queries", type=int, default=2430)
@@ -170,14 +188,20 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, default=None, help="JSON file for the results (config written beside it)")
     p.add_argument("--dim", type=int, default=None, help=argparse.SUPPRESS)  # child process
+    sys.path.insert(0, str(ROOT))
+    from eval.measured import add_record_options, load_now, record_from_args
+
+    add_record_options(p, "bench_scoring")
     args = p.parse_args()
     if args.dim is not None:
         print(json.dumps(run_one(args)))
         return
     results = []
+    load_before = load_now()
     for d in args.dims:
         cmd = [sys.executable, __file__, "--dim", str(d)] + [
-            f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items() if k not in ("dims", "out", "dim")]
+            f"--{k.replace('_', '-')}={v}" for k, v in vars(args).items()
+            if k not in ("dims", "out", "dim", "record_dir", "no_record", "record_name")]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, check=False,
                               env={**os.environ, "PYTHONPATH": str(ROOT)})
         if proc.returncode != 0:
@@ -189,13 +213,19 @@ def main() -> None:
               f"{r['cpu_ratio']:.2f}); load {r['load_before']:.1f} -> {r['load_after']:.1f}; peak RSS "
               f"{r['peak_rss_mb']:.0f} MB (data {r['data_mb']:.0f} MB, scorer +{r['scorer_extra_mb']:.0f} MB)",
               flush=True)
+    load_after = load_now()
+    md = markdown(results)
+    print("\n" + md, end="")
+    record_from_args(args, "bench_scoring", title="The streaming scorer against a bare matmul", markdown=md,
+                     data={"results": results}, load=(load_before, load_after))
     if args.out:
-        sys.path.insert(0, str(ROOT))
         from eval.io import write_json
 
         write_json(args.out, {"results": results})
         write_json(args.out.with_name(args.out.stem + "_config.json"), {k: str(v) if isinstance(v, Path) else v
-                                                                      for k, v in vars(args).items()})
+                                                                      for k, v in vars(args).items()
+                                                                      if k not in ("record_dir", "no_record",
+                                                                                   "record_name")})
 
 
 if __name__ == "__main__":

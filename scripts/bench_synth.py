@@ -7,7 +7,9 @@ describe, render, featurize) and ``retrieval canon apply`` (embed the raw descri
 mine and verify the GT) -- and records for each: wall seconds, the peak resident memory of the step's process tree
 (``ru_maxrss`` of the children), and the machine's load average before and after (the machine may be shared: the
 load says how much to trust the seconds). Then it validates the result and writes the card. Output: a JSON and a
-Markdown table in ``--report`` (default ``reports/bench_synth_<preset>.{json,md}``).
+Markdown table in ``--report`` (default ``reports/bench_synth_<preset>.{json,md}``), the table also recorded
+(`eval.measured`: docs/perf/bench_synth_<preset>.json, which docs/performance.md shows; ``--record-dir`` /
+``--no-record`` / ``--record-name``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a file from a checkout: find the packages
+    sys.path.insert(0, str(ROOT))
+
+from eval.measured import add_record_options, load_now, record_from_args  # noqa: E402
 
 PY = sys.executable
 
@@ -45,7 +53,9 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=0, help="simulation processes (0 = all cores)")
     ap.add_argument("--model", default="packaged:all-MiniLM-L6-v2")
     ap.add_argument("--report", type=Path, default=None, help="folder for the JSON and Markdown (default reports/)")
+    add_record_options(ap, "bench_synth_<preset>")
     a = ap.parse_args()
+    load_before = load_now()
     truth = a.out.with_name(a.out.name + "-truth")
     steps = [
         _step("simulate (eval synth)", [PY, "-m", "eval", "synth", "--out", str(truth), "--preset", a.preset,
@@ -69,6 +79,8 @@ def main() -> None:
            for s in steps]
     (rep / f"bench_synth_{a.preset}.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
+    record_from_args(a, f"bench_synth_{a.preset}", title=f"Building the `{a.preset}` preset", markdown="\n".join(md),
+                     data=doc, load=(load_before, load_now()))
 
 
 if __name__ == "__main__":

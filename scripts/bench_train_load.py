@@ -14,12 +14,14 @@ reads it), into a scratch folder under ``--work``:
 
 Every job runs at load 0 (nothing of ours in the background) and at load ``--load`` (that many busy processes,
 `scripts/busy_load.py`), under each OpenMP wait policy of ``--policies``: ``passive`` (what the training commands
-set, `eval.threads`) and ``default`` (libgomp's spin-then-sleep, the behaviour before; ``OMP_WAIT_POLICY=""``).
+set, `eval.threads`) and ``default`` (libgomp's spin-then-sleep; ``OMP_WAIT_POLICY=""``).
 Threads: the command's own choice (the CPUs this process may use, `eval.threads`; the LFTR demo config says 1).
 Per run, from the job's own history (``train/history.jsonl`` of a tower, ``history.jsonl`` of LFTR): CPU seconds
 (all threads) and wall seconds per epoch, the median over epochs after the first (warm-up), and the 1-minute load
 average. Reported: ``cpu_ratio = CPU s/epoch at load N / at load 0`` per job and policy (target, issue 23:
-<= 1.3 with the passive policy). The machine's own load (other users) is recorded, not removed.
+<= 1.3 with the passive policy). The machine's own load (other users) is recorded, not removed. The table of
+`markdown` is printed and recorded (`eval.measured`: docs/perf/bench_train_load.json, which docs/performance.md
+shows; ``--record-dir`` / ``--no-record`` / ``--record-name``).
 """
 
 from __future__ import annotations
@@ -92,6 +94,18 @@ def run_job(job: str, policy: str, load: int, a: argparse.Namespace) -> dict:
             "load_before": load_before, "load_after": load_after, "command_wall_s": wall, "command": cmd}
 
 
+def markdown(rows: list[dict]) -> str:
+    """A row per run: CPU and wall seconds per epoch (median after the first epoch) and, for a loaded run, its
+    ratios to the same job and policy at load 0."""
+    lines = ["| job | OpenMP policy | busy processes | epochs | CPU s/epoch | wall s/epoch | load avg before | "
+             "CPU ratio | wall ratio |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        ratios = (f"**{r['cpu_ratio']:.2f}** | {r['wall_ratio']:.2f}" if "cpu_ratio" in r else " | ")
+        lines.append(f"| {r['job']} | {r['policy']} | {r['load']} | {r['epochs']} | {r['cpu_s_per_epoch']:.1f} | "
+                     f"{r['wall_s_per_epoch']:.1f} | {r['load_before']:.1f} | {ratios} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, required=True, help="a built benchmark (frames; pixels and minilm spaces)")
@@ -102,7 +116,11 @@ def main() -> int:
     ap.add_argument("--max-frames", type=int, default=1024, help="ssl: train frames")
     ap.add_argument("--work", type=Path, default=Path("/tmp/psr-bench-train-load"), help="scratch folder")
     ap.add_argument("--out", type=Path, default=None, help="JSON file of the results")
+    from eval.measured import add_record_options, load_now, record_from_args
+
+    add_record_options(ap, "bench_train_load")
     a = ap.parse_args()
+    load_before = load_now()
     a.data, a.work = a.data.resolve(), a.work.resolve()
     a.work.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -124,6 +142,11 @@ def main() -> int:
 
         write_json(a.out, {"command": " ".join(["python", "scripts/bench_train_load.py", *sys.argv[1:]]),
                            "cpus": len(os.sched_getaffinity(0)), "runs": rows})
+    md = markdown(rows)
+    print("\n" + md, end="")
+    record_from_args(a, "bench_train_load", title="Training CPU seconds per epoch beside a background load",
+                     markdown=f"{a.epochs} epoch(s) a run; loaded runs beside {a.load} busy processes.\n\n" + md,
+                     data={"cpus": len(os.sched_getaffinity(0)), "runs": rows}, load=(load_before, load_now()))
     return 0
 
 

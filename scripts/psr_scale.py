@@ -38,6 +38,9 @@ once, not subtracted. The table (``scale.json``,
 ``scale.md`` in ``--report``, default ``OUT/scale``) names the stage that dominates, the total without LFTR
 training, and the issue's targets (pipeline <= 30 min without LFTR epochs, scoring ratio <= 1.5, peak <= 8 GB).
 
+The table is also recorded (`eval.measured`: docs/perf/psr_scale.json, which docs/performance.md shows;
+``--record-dir`` / ``--no-record`` / ``--record-name``).
+
 Resumable: a stage whose outputs exist is skipped (printed as such) and keeps its earlier measurement from
 ``scale.json``; nothing is ever deleted.
 """
@@ -373,7 +376,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples of the report")
     ap.add_argument("--fb-batches", type=int, default=8, help="batches of the forward+backward bound")
     ap.add_argument("--seed", type=int, default=0)
+    from eval.measured import add_record_options, load_now, record_from_args
+
+    add_record_options(ap, "psr_scale")
     a = ap.parse_args(argv)
+    load_before = load_now()
     a.data, a.out = a.data.resolve(), a.out.resolve()
     report = (a.report or a.out / "scale").resolve()
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -426,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
         save()
     doc = save()
     print("\n" + markdown(doc))
+    record_from_args(a, "psr_scale", title="The whole pipeline at PSR scale, stage by stage", markdown=markdown(doc),
+                     data=doc, load=(load_before, load_now()),
+                     argv=["scripts/psr_scale.py", *(sys.argv[1:] if argv is None else argv)])
     print(f"dominant stage: {doc['dominant']['stage']} ({doc['dominant']['share'] * 100:.0f}% of {doc['total_s']:.0f} s)"
           f"; table in {report / 'scale.md'}")
     return 0

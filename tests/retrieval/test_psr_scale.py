@@ -27,7 +27,8 @@ def test_psr_scale_measures_every_stage_and_resumes(synth_dir, lftr_test_config,
     assert not (data / "features" / "minilm").exists()  # the pipeline encodes the semantic space itself
     out, report = tmp_path / "out", tmp_path / "scale"
     argv = ["--data", str(data), "--out", str(out), "--report", str(report), "--lftr-epochs", "1",
-            "--lftr-config", str(lftr_test_config), "--resamples", "200", "--fb-batches", "2"]
+            "--lftr-config", str(lftr_test_config), "--resamples", "200", "--fb-batches", "2",
+            "--record-dir", str(tmp_path / "perf")]
     ps = _script()
     assert ps.main(argv) == 0
     doc = json.loads((report / "scale.json").read_text())
@@ -52,6 +53,8 @@ def test_psr_scale_measures_every_stage_and_resumes(synth_dir, lftr_test_config,
     rep = json.loads((out / "report" / "report.json").read_text())
     assert json.dumps(rep).count("lftr-fusion[minilm+pixels]") > 0
     assert "dominant stage:" in capsys.readouterr().out
+    rec = json.loads((tmp_path / "perf" / "psr_scale.json").read_text())  # the record docs/performance.md shows
+    assert rec["markdown"] == md and rec["command"].startswith("python scripts/psr_scale.py --data")
 
     # a rerun skips every finished stage, keeps their measurements and rewrites nothing it finished
     mtimes = {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*.parquet")}
