@@ -39,6 +39,7 @@ import yaml
 from eval.benchmark import Benchmark
 from eval.images import View, load_view, prefix_views, segment_views
 from eval.io import read_yaml
+from retrieval.seeding import seed_everything
 
 #: File in a tower directory that records what trained it (trainer, config, data fingerprint, train info).
 TRAIN_RECORD = "psr_tower.json"
@@ -284,14 +285,6 @@ def read_record(model_dir: str | os.PathLike) -> dict | None:
     if not p.exists() or not (Path(model_dir) / "config.json").exists():
         return None
     return json.loads(p.read_text(encoding="utf-8"))
-
-
-def seed_everything(seed: int) -> None:
-    import random
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 # ---------------------------------------------------------------------------------------------------------------
