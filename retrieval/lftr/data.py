@@ -37,7 +37,7 @@ from eval.benchmark import Benchmark
 from eval.features import FeatureTable, l2_normalize
 from eval.io import FormatError, atomic_path
 from eval.schema import MAIN_QTYPES, QUESTION_TYPES
-from retrieval.spaces import Space
+from retrieval.spaces import Space, space_meta
 
 
 @dataclass
@@ -136,7 +136,7 @@ def question_embeddings(bench: Benchmark, space_name: str, cache: Path, device: 
     from retrieval.encoders import query_text_encoder
 
     texts = bench.queries_ds["question"][:]
-    meta = bench.space_meta(space_name)
+    meta = space_meta(bench, space_name)
     h = hashlib.sha256((meta.get("model", "") + "\x00" + str(meta.get("query_prompt")) + "\x00" + "\n".join(texts))
                        .encode()).hexdigest()[:16]
     f = cache / f"question-{space_name}-{h}.npy"
