@@ -11,8 +11,8 @@ from rich.markup import escape
 
 from eval.cli_support import OVERWRITE_HELP, data_option, install
 from eval.tracking import REPORT_TO_HELP
-from retrieval.encode import parse_shard
 from retrieval.method_names import BASELINES, ORACLES
+from retrieval.shard import parse_shard
 
 app = typer.Typer(help="PSR retrieval: encode spaces, baselines, oracles, phrase search, fusion, LFTR.",
                   no_args_is_help=True, add_completion=False)

@@ -47,6 +47,7 @@ from retrieval.encoders import (
     resolve_model,
     show_progress,
 )
+from retrieval.shard import parse_shard
 from retrieval.towers import TEXT_TOWER_FILE
 
 #: Output kind of a space directory written by encode (`eval.outputs`).
@@ -164,18 +165,6 @@ def _check_space_target(root: Path, cfg: EncodeConfig) -> Path:
         raise OutputRefused(f"{d} links to {d.resolve()}, outside the benchmark; encode never writes through a link",
                             fix="encode into a new --space name")
     return check_output_dir(d, OUTPUT_KIND, overwrite=cfg.overwrite, legacy=_written_by_encode, option="--space")
-
-
-def parse_shard(shard: str | tuple[int, int]) -> tuple[int, int]:
-    """``"I/N"`` or ``(I, N)`` -> ``(I, N)``: this node computes the chunks ``j`` with ``j % N == I``; needs
-    ``0 <= I < N``. The parser of ``--shard`` (a ValueError is the option's error)."""
-    try:
-        i, n = (int(x) for x in (shard.split("/") if isinstance(shard, str) else shard))
-    except (TypeError, ValueError):
-        raise ValueError(f"--shard must be I/N (e.g. 0/4), got {shard!r}") from None
-    if not 0 <= i < n:
-        raise ValueError(f"--shard must be I/N with 0 <= I < N, got {i}/{n}")
-    return i, n
 
 
 def encode_space(cfg: EncodeConfig, *, progress: bool | None = None) -> Path:

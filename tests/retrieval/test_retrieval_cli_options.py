@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import retrieval.cli
 from retrieval.cli import app
-from retrieval.encode import parse_shard
+from retrieval.shard import parse_shard
 
 #: Flags that mean something different per command, so each command defines its own: what ``--out`` writes; the
 #: ``--k`` of `complementarity` (an R@k cutoff, not a top-k list); ``--overwrite`` of `encode` (the space folder, not
