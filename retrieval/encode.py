@@ -45,7 +45,9 @@ from retrieval.encoders import (
     is_vision_model,
     pick_device,
     resolve_model,
+    show_progress,
 )
+from retrieval.shard import parse_shard
 from retrieval.towers import TEXT_TOWER_FILE
 
 #: Output kind of a space directory written by encode (`eval.outputs`).
@@ -149,7 +151,8 @@ def _prefix_frames(bench: Benchmark, crop: bool = False) -> tuple[list[str], lis
 
 
 def _written_by_encode(d: Path) -> bool:
-    """A space folder encode wrote before output markers existed (or an interrupted job's chunks)."""
+    """A space folder without the output marker that encode wrote all the same: it holds encode's config, or an
+    interrupted job's chunks."""
     return (d / "encode_config.json").exists() or (d / ".partial").is_dir()
 
 
@@ -164,19 +167,17 @@ def _check_space_target(root: Path, cfg: EncodeConfig) -> Path:
     return check_output_dir(d, OUTPUT_KIND, overwrite=cfg.overwrite, legacy=_written_by_encode, option="--space")
 
 
-def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
+def encode_space(cfg: EncodeConfig, *, progress: bool | None = None) -> Path:
     """Encode the tables of one space (see the module docstring); returns the space directory. A sharded job
-    (``cfg.shard``) only leaves its chunks in the partial folder."""
+    (``cfg.shard``) only leaves its chunks in the partial folder. ``progress``: a bar per chunk of rows and one per
+    batch (None: when stderr is a terminal, `retrieval.encoders.show_progress`)."""
+    progress = show_progress(progress)
     bench = Benchmark.load(cfg.data)
     cfg = cfg.resolved(bench)
     root = bench.root
     _check_space_target(root, cfg)  # refuse before loading a model
     extra: dict = {}
-    shard = cfg.shard
-    if shard is not None:
-        i, n = shard
-        if not (n >= 1 and 0 <= i < n):
-            raise InputError(f"--shard must be i/n with 0 <= i < n, got {i}/{n}")
+    shard = parse_shard(cfg.shard) if cfg.shard is not None else None
 
     def write(table: str, ids: list[str], arr: np.ndarray | None, shape: tuple[int, ...]) -> None:
         if arr is not None:
@@ -186,7 +187,7 @@ def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
         texts = bench.states_ds["text"][:]
         ids = bench.state_ids
         arr = _encode_chunked(root, cfg.space, "states", ids, _fingerprint(cfg, "states", ids), cfg.chunk_size,
-                              lambda s, e: enc.encode_items(texts[s:e]), progress, shard)
+                              lambda s, e: enc.encode_items(texts[s:e], progress=progress), progress, shard)
         write("states", ids, arr, (len(ids), enc.dim))
         dim, extra = enc.dim, {"encoder": "sentence-transformers", "query_prompt": cfg.query_prompt}
     else:
@@ -201,14 +202,16 @@ def encode_space(cfg: EncodeConfig, *, progress: bool = True) -> Path:
             views = segment_views(bench, crop)
             ids = bench.corpus_ids
             arr = _encode_chunked(root, cfg.space, "corpus", ids, _fingerprint(cfg, "corpus", ids), cfg.chunk_size,
-                                  lambda s, e: enc.encode_images(images(views[s:e])), progress, shard)
+                                  lambda s, e: enc.encode_images(images(views[s:e]), progress=progress), progress,
+                                  shard)
             write("corpus", ids, arr, (len(ids), dim))
         if "prefixes" in cfg.tables:
             pids, pviews = _prefix_frames(bench, crop)
             flat = [v for fr in pviews for v in fr]
             step = max(1, cfg.chunk_size // PREFIX_FRAMES)
             arr = _encode_chunked(root, cfg.space, "prefixes", pids, _fingerprint(cfg, "prefixes", pids), step,
-                                  lambda s, e: enc.encode_images(images(flat[s * PREFIX_FRAMES:e * PREFIX_FRAMES]))
+                                  lambda s, e: enc.encode_images(images(flat[s * PREFIX_FRAMES:e * PREFIX_FRAMES]),
+                                                                  progress=progress)
                                   .reshape(e - s, PREFIX_FRAMES, dim), progress, shard)
             write("prefixes", pids, arr, (len(pids), PREFIX_FRAMES, dim))
         has_text = enc.model_type in TEXT_TOWER_MODEL_TYPES

@@ -9,10 +9,14 @@ DINOv2 and other plain vision backbones.
 
 The text encoder is the API other modules reuse (e.g. canonicalization): ``TextEncoder(model).encode_items(texts)``
 for state strings and ``.encode_queries(texts)`` for predicted phrases, questions and oracle texts.
+
+Progress: every ``encode_*`` shows a bar per batch when stderr is a terminal (``progress=None``, the default);
+``progress=False`` (or the environment variable ``TQDM_DISABLE=1``) turns it off.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -98,21 +102,26 @@ class TextEncoder:
         get = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
         return int(get())
 
-    def _encode(self, fn, texts: Sequence[str], progress: bool, **kw) -> np.ndarray:
+    def _encode(self, fn, texts: Sequence[str], progress: bool | None, **kw) -> np.ndarray:
         if len(texts) == 0:
             return np.zeros((0, self.dim), np.float32)
-        out = fn(list(texts), batch_size=self.batch_size, show_progress_bar=progress, convert_to_numpy=True,
-                 normalize_embeddings=True, **kw)
+        out = fn(list(texts), batch_size=self.batch_size, show_progress_bar=show_progress(progress),
+                 convert_to_numpy=True, normalize_embeddings=True, **kw)
         return _normalize_rows(out)
 
-    def encode_items(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+    def encode_items(self, texts: Sequence[str], *, progress: bool | None = None) -> np.ndarray:
         """Corpus-side strings -> ``(n, dim)`` float32, L2-normalised."""
         return self._encode(self.model.encode_document, texts, progress)
 
-    def encode_queries(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+    def encode_queries(self, texts: Sequence[str], *, progress: bool | None = None) -> np.ndarray:
         """Query-side strings -> ``(n, dim)`` float32, L2-normalised (see the class docstring for prompts)."""
         kw = {"prompt": self.query_prompt} if self.query_prompt and not self.model.prompts.get("query") else {}
         return self._encode(self.model.encode_query, texts, progress, **kw)
+
+
+def show_progress(progress: bool | None) -> bool:
+    """Whether to draw progress bars: ``None`` means when stderr is a terminal (never under a pipe or in tests)."""
+    return sys.stderr.isatty() if progress is None else bool(progress)
 
 
 def _load_image(x):
@@ -159,13 +168,13 @@ class ImageEncoder:
         out = out if hasattr(out, "shape") else out.pooler_output
         return out.flatten(1)  # pooled conv features come as (B, C, 1, 1)
 
-    def encode_images(self, images: Sequence, *, progress: bool = False) -> np.ndarray:
+    def encode_images(self, images: Sequence, *, progress: bool | None = None) -> np.ndarray:
         import torch
         from tqdm.auto import tqdm
 
         chunks = []
         starts = range(0, len(images), self.batch_size)
-        for s in tqdm(starts, desc="images", unit="batch", disable=not progress):
+        for s in tqdm(starts, desc="images", unit="batch", disable=not show_progress(progress)):
             batch = [_load_image(x) for x in images[s:s + self.batch_size]]
             inputs = self.processor(images=batch, return_tensors="pt")
             pv = inputs["pixel_values"].to(self.device, dtype=next(self.model.parameters()).dtype)
@@ -200,12 +209,13 @@ class ClipTextEncoder:
         self.max_length = int(min(getattr(cfg, "max_position_embeddings", 77), self.tokenizer.model_max_length))
         self.padding = "max_length" if self.model.config.model_type.startswith("siglip") else True
 
-    def encode_queries(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+    def encode_queries(self, texts: Sequence[str], *, progress: bool | None = None) -> np.ndarray:
         import torch
         from tqdm.auto import tqdm
 
         chunks = []
-        for s in tqdm(range(0, len(texts), self.batch_size), desc="texts", unit="batch", disable=not progress):
+        batches = range(0, len(texts), self.batch_size)
+        for s in tqdm(batches, desc="texts", unit="batch", disable=not show_progress(progress)):
             tok = self.tokenizer(list(texts[s:s + self.batch_size]), padding=self.padding, truncation=True,
                                  max_length=self.max_length, return_tensors="pt").to(self.device)
             with torch.inference_mode():

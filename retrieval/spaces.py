@@ -23,8 +23,23 @@ import numpy as np
 import scipy.sparse as sp
 
 from eval.benchmark import Benchmark
+from eval.errors import InputError
 from eval.features import FeatureTable, check_finite, has_table, l2_normalize, space_dir
 from eval.io import FormatError
+
+
+def space_meta(bench: Benchmark, name: str) -> dict:
+    """The ``meta.json`` of space ``name``; a space the benchmark lacks is an `InputError` that lists the spaces it
+    has and the command that makes one."""
+    d = space_dir(bench.root, name)
+    if not (d / "meta.json").exists():
+        have = [s for s in bench.spaces if (space_dir(bench.root, s) / "meta.json").exists()]
+        what = f"{d} holds no finished space (no meta.json)" if d.is_dir() else f"no space {name!r} in {bench.root}"
+        raise InputError(f"{what}; its spaces: {', '.join(have) or 'none'}",
+                         fix=f"make it with `python -m retrieval encode --data {bench.root} --space {name} --model "
+                             "MODEL` (a sentence-transformers text model, or CLIP / SigLIP / DINOv2 for a visual "
+                             "space)")
+    return bench.space_meta(name)
 
 
 @dataclass
@@ -63,7 +78,7 @@ class Space:
     @classmethod
     def load(cls, bench: Benchmark, name: str) -> Space:
         """Load a space and check that it covers the benchmark's corpus (a `FormatError` names what is missing)."""
-        meta = bench.space_meta(name)
+        meta = space_meta(bench, name)
         kind = meta.get("kind")
         d = space_dir(bench.root, name)
         if kind == "semantic":

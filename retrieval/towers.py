@@ -40,6 +40,7 @@ from eval.benchmark import Benchmark
 from eval.errors import InputError
 from eval.images import View, load_view, prefix_views, segment_views
 from eval.io import read_yaml
+from retrieval.seeding import seed_everything
 
 #: File in a tower directory that records what trained it (trainer, config, data fingerprint, train info).
 TRAIN_RECORD = "psr_tower.json"
@@ -81,7 +82,7 @@ def image_processor(cfg: TowerConfig):
     [-1, 1] (mean 0.5, std 0.5 per channel)."""
     try:
         from transformers import ViTImageProcessorPil as Proc  # the PIL backend (no torchvision here)
-    except ImportError:  # pragma: no cover - older transformers
+    except ImportError:  # pragma: no cover - a transformers without the PIL-backend class
         from transformers import ViTImageProcessor as Proc
     return Proc(do_resize=True, size={"height": cfg.image_height, "width": cfg.image_width}, do_rescale=True,
                 do_normalize=True, image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5])
@@ -159,7 +160,7 @@ def data_record(bench: Benchmark, split: str) -> dict:
 def tower_videos(model_dir: str | os.PathLike) -> set[str]:
     """Every video whose frames shaped the tower in ``model_dir``: its own training data and, recursively, the
     data of the tower it was initialised from (``init_data`` in the record). `InputError` when the directory holds
-    no finished tower or its record does not list its videos (a tower of an older toolkit: retrain it)."""
+    no finished tower or its record does not list its videos (retrain such a tower)."""
     from eval.errors import InputError
 
     rec = read_record(model_dir)
@@ -285,14 +286,6 @@ def read_record(model_dir: str | os.PathLike) -> dict | None:
     if not p.exists() or not (Path(model_dir) / "config.json").exists():
         return None
     return json.loads(p.read_text(encoding="utf-8"))
-
-
-def seed_everything(seed: int) -> None:
-    import random
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 # ---------------------------------------------------------------------------------------------------------------

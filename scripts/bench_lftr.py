@@ -5,7 +5,7 @@ of 1,024-d targets, the paper's full configuration (width 512, 3 layers, 8 heads
 hard negatives, batch 256). Random features (L2-normalised Gaussian) stand in for encoder outputs: the cost does not
 depend on the values.
 
-- training: ``--epochs`` timed epochs (after one warm-up step) of the real training step (`Trainer.loss`,
+- training: ``--epochs`` timed epochs (after one warm-up step) of the real training step (`retrieval.lftr.losses.LFTRLoss`,
   AdamW, cosine schedule) over all training queries; reports seconds per epoch (mean of the timed epochs);
 - inference: for ``--infer-queries`` queries, the LFTR forward (K = 32 samples at the matched step) plus exact
   retrieval over all 218,276 items (top-50 by max over the K samples: FAISS ``IndexFlatIP``); reports ms per query
@@ -44,10 +44,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file fr
 from eval.io import write_json  # noqa: E402
 from eval.measured import add_record_options, load_now, record_from_args  # noqa: E402
 from retrieval.index import FlatIPIndex  # noqa: E402
+from retrieval.lftr.batches import TrainBatches  # noqa: E402
 from retrieval.lftr.config import LFTRConfig  # noqa: E402
 from retrieval.lftr.data import HardNegatives, LFTRData  # noqa: E402
+from retrieval.lftr.losses import LFTRLoss  # noqa: E402
 from retrieval.lftr.model import LFTR, count_parameters  # noqa: E402
-from retrieval.lftr.train import Trainer  # noqa: E402
 
 
 def random_data(n_train: int, n_prefixes: int, n_items: int, dim: int, n_states: int, seed: int) -> LFTRData:
@@ -105,8 +106,9 @@ def main() -> None:
     data = random_data(args.train_queries, args.prefixes, args.items, args.dim, args.states, args.seed)
     rows = np.arange(args.train_queries)
     hard = random_hard_negatives(args.items, 2 * cfg.n_hard_negatives, args.seed)
-    trainer = Trainer(cfg, data, hard, rows, args.device)
+    trainer = TrainBatches(cfg, data, hard, rows, args.device)
     model = LFTR(cfg, args.dim, args.dim, 384).to(args.device)
+    loss_fn = LFTRLoss(model, trainer, cfg)
     n_params = count_parameters(model)
     print(f"LFTR {n_params:,} parameters; {args.train_queries:,} training queries; {args.items:,} items x {args.dim}; "
           f"device {args.device}, {torch.get_num_threads()} threads")
@@ -116,7 +118,7 @@ def main() -> None:
     gen = torch.Generator().manual_seed(args.seed)
 
     def step(batch_rows):
-        loss, _ = trainer.loss(model, trainer.batch(batch_rows, gen), gen)
+        loss, _ = loss_fn(trainer.batch(batch_rows, gen), gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)

@@ -160,7 +160,7 @@ class Demo:
         if self.learned:  # the learned visual space against raw pixels, and the SSL space's prototype ceiling
             s = "-seed0" if self.args.seeds > 1 else ""  # with several seeds, the pair test reads the first seed's runs
             pairs = ["--pair", f"lftr[ssl]{s}:lftr[pixels]{s}", "--pair",
-                     "state-prototype[ssl]:independent-appearance[ssl]"]
+                     "oracle-state-prototype[ssl]:oracle-independent-appearance[ssl]"]
         card = self.args.out / "card" / "card.json"  # the horizon-shares plot shows the card's shares beside the runs'
         self.run([PY, "-m", "eval", "report", *runs, "--data", str(self.args.data), "--out", str(self.args.out / "report"),
                   "--reference", self.reference(runs), *pairs, *(["--card", str(card)] if card.exists() else [])],

@@ -25,7 +25,7 @@ same run, right after the stage, in this process with torch's default threads** 
   writing a run costs and the scoring-ratio target leaves it out);
 - ``encode``: a matmul with the multiply-adds of the encoder's linear layers over the tokens encoded
   (``n_tokens x params_linear``, tokens counted with the model's tokenizer);
-- ``lftr-train``: forward + backward only (`Trainer.loss` and ``backward`` on ``--fb-batches`` pre-built batches
+- ``lftr-train``: forward + backward only (`retrieval.lftr.losses.LFTRLoss` and ``backward`` on ``--fb-batches`` pre-built batches
   of the training set, scaled to an epoch): ``ratio`` = s/epoch (train, no validation) / that, and
   ``outside_fb_share`` = 1 - fb / train seconds, the share of an epoch spent outside forward/backward
   (batch assembly, hard negatives, optimiser);
@@ -138,9 +138,11 @@ def fb_bound(bench, ckpt: Path, n_batches: int) -> tuple[float, dict]:
     scaled to the epoch's steps) for the checkpoint's config."""
     import torch
 
+    from retrieval.lftr.batches import TrainBatches
     from retrieval.lftr.config import LFTRConfig
     from retrieval.lftr.data import mine_hard_negatives
-    from retrieval.lftr.train import Trainer, build_model, prepare, torch_threads
+    from retrieval.lftr.losses import LFTRLoss
+    from retrieval.lftr.train import build_model, prepare, torch_threads
 
     cfg = LFTRConfig.from_yaml(ckpt / "config.yaml")
     with torch_threads(cfg.threads):
@@ -150,19 +152,20 @@ def fb_bound(bench, ckpt: Path, n_batches: int) -> tuple[float, dict]:
         if cfg.n_hard_negatives:
             hard = mine_hard_negatives(prep.data, rows, cfg.n_hard_candidates, prep.cache,
                                        tag=f"{cfg.target_space}|{bench.root.resolve()}", progress=False)
-        trainer = Trainer(cfg, prep.data, hard, rows, "cpu")
+        trainer = TrainBatches(cfg, prep.data, hard, rows, "cpu")
         model = build_model(cfg, prep.dims).train()
+        loss_fn = LFTRLoss(model, trainer, cfg)
         gen = torch.Generator().manual_seed(cfg.seed)
         perm = rows[torch.randperm(len(rows), generator=gen).numpy()]
         steps = math.ceil(len(rows) / cfg.batch_size)
         batches = [trainer.batch(perm[s:s + cfg.batch_size], gen)
                    for s in range(0, min(len(perm), n_batches * cfg.batch_size), cfg.batch_size)]
-        loss, _ = trainer.loss(model, batches[0], gen)  # warm-up
+        loss, _ = loss_fn(batches[0], gen)  # warm-up
         loss.backward()
         t0 = time.perf_counter()
         for b in batches:
             model.zero_grad(set_to_none=True)
-            loss, _ = trainer.loss(model, b, gen)
+            loss, _ = loss_fn(b, gen)
             loss.backward()
         per_step = (time.perf_counter() - t0) / len(batches)
     return per_step * steps, {"steps_per_epoch": steps, "fb_batches": len(batches), "fb_s_per_step": per_step,

@@ -27,7 +27,7 @@ from eval.io import FormatError, read_json, read_jsonl, write_json, write_jsonl
 from retrieval.canon._files import check_out_dir, staged_dir
 from retrieval.canon.cluster import TIES, Clustering, greedy_cluster, unit_rows, visit_order
 from retrieval.canon.metrics import vocabulary_stats
-from retrieval.canon.vocab import PhraseVocab
+from retrieval.canon.vocab import PhraseVocab, embed_vocab, load_vocab
 
 CLUSTERING_KIND = "cluster"
 
@@ -152,8 +152,6 @@ def write_clustering(out: str | Path, vocab: PhraseVocab, emb: np.ndarray, cl: C
 def run_cluster(cfg: ClusterConfig, *, progress: bool = True, log=print, encoder=None) -> dict:
     """Embed, cluster at ``cfg.threshold`` and write ``cfg.out``; returns the ``clustering.json`` document.
     ``encoder``: an already loaded text encoder of ``cfg.model`` (else it is loaded)."""
-    from retrieval.canon.sweep import embed_vocab, load_vocab
-
     cfg.check()
     inputs = [cfg.data, cfg.phrases]
     check_out_dir(cfg.out, CLUSTERING_KIND, inputs=inputs, overwrite=cfg.overwrite)  # refuse before the work

@@ -33,7 +33,7 @@ from retrieval.canon._files import check_out_dir, staged_dir
 from retrieval.canon.cluster import TIES, greedy_cluster, visit_order
 from retrieval.canon.metrics import MAX_MEAN_CLUSTER_SIZE, partition_scores, vocabulary_stats
 from retrieval.canon.store import clusters_rows, phrase_rows
-from retrieval.canon.vocab import PhraseVocab, from_benchmark, from_file
+from retrieval.canon.vocab import PhraseVocab, embed_vocab, load_vocab
 
 DEFAULT_THRESHOLDS = (0.80, 0.85, 0.90)
 
@@ -74,28 +74,6 @@ def threshold_label(t: float) -> str:
     distinct thresholds differ, so their files never collide)."""
     two = f"{float(t):.2f}"
     return two if float(two) == float(t) else repr(float(t))
-
-
-def load_vocab(data: str | None, phrases: str | None) -> PhraseVocab:
-    """The vocabulary of a benchmark directory (``data``) or of a phrase file (`retrieval.canon.vocab.from_file`)."""
-    if data is not None:
-        from eval.benchmark import Benchmark
-
-        if not Path(data).is_dir():
-            raise InputError(f"benchmark directory {data} does not exist" if not Path(data).exists()
-                             else f"--data {data} is not a directory (a benchmark is a directory)")
-        return from_benchmark(Benchmark.load(data))
-    return from_file(phrases)
-
-
-def embed_vocab(vocab: PhraseVocab, model: str, *, batch_size: int = 128, device: str | None = None,
-                progress: bool = True, encoder=None) -> np.ndarray:
-    """``(n, d)`` float32 L2-normalised embeddings of the vocabulary (the encoder's corpus side); ``encoder``: an
-    already loaded `retrieval.encoders.TextEncoder` of ``model``."""
-    from retrieval.encoders import TextEncoder
-
-    enc = encoder or TextEncoder(model, device=device, batch_size=batch_size)
-    return enc.encode_items(vocab.phrases, progress=progress)
 
 
 def sweep_vocab(vocab: PhraseVocab, emb: np.ndarray, thresholds, *, ties: str = "first",

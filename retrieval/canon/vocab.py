@@ -307,3 +307,25 @@ def _add_records(acc: _Counter, records: list[tuple[int | None, str, dict]]) -> 
             for sample in rec.samples:
                 acc.add(sample, 1, query_id=rec.query_id, line=line, at=at)
     return answered
+
+
+def load_vocab(data: str | None, phrases: str | None) -> PhraseVocab:
+    """The vocabulary of a benchmark directory (``data``) or of a phrase file (`from_file`)."""
+    if data is not None:
+        from eval.benchmark import Benchmark
+
+        if not Path(data).is_dir():
+            raise InputError(f"benchmark directory {data} does not exist" if not Path(data).exists()
+                             else f"--data {data} is not a directory (a benchmark is a directory)")
+        return from_benchmark(Benchmark.load(data))
+    return from_file(phrases)
+
+
+def embed_vocab(vocab: PhraseVocab, model: str, *, batch_size: int = 128, device: str | None = None,
+                progress: bool = True, encoder=None) -> np.ndarray:
+    """``(n, d)`` float32 L2-normalised embeddings of the vocabulary (the encoder's corpus side); ``encoder``: an
+    already loaded `retrieval.encoders.TextEncoder` of ``model``."""
+    from retrieval.encoders import TextEncoder
+
+    enc = encoder or TextEncoder(model, device=device, batch_size=batch_size)
+    return enc.encode_items(vocab.phrases, progress=progress)

@@ -11,7 +11,7 @@ every GT pool").
 Hard negatives (paper §4.2, App. H): mined per **positive item** ``p`` as its nearest items in the target space
 (cosine, exact), excluding items of ``p``'s own state; ``n_candidates`` of them are kept per positive
 (`mine_hard_negatives`), and at batch time the query's excluded items are dropped and the first ``n_hard``
-remaining ones are its hard negatives (`retrieval.lftr.train.Trainer`). In a semantic space the only positive is
+remaining ones are its hard negatives (`retrieval.lftr.batches.TrainBatches`). In a semantic space the only positive is
 the target state, so this equals mining around the GT centroid. The neighbour table (int32, one row per distinct
 positive item of the training queries) is cached as ``.npy`` under ``DIR/.cache/lftr/`` (or the checkpoint folder
 when the benchmark is read-only).
@@ -38,7 +38,7 @@ from eval.errors import MissingInput
 from eval.features import FeatureTable, l2_normalize
 from eval.io import FormatError, atomic_path
 from eval.schema import MAIN_QTYPES, QUESTION_TYPES
-from retrieval.spaces import Space
+from retrieval.spaces import Space, space_meta
 
 
 @dataclass
@@ -137,7 +137,7 @@ def question_embeddings(bench: Benchmark, space_name: str, cache: Path, device: 
     from retrieval.encoders import query_text_encoder
 
     texts = bench.queries_ds["question"][:]
-    meta = bench.space_meta(space_name)
+    meta = space_meta(bench, space_name)
     h = hashlib.sha256((meta.get("model", "") + "\x00" + str(meta.get("query_prompt")) + "\x00" + "\n".join(texts))
                        .encode()).hexdigest()[:16]
     f = cache / f"question-{space_name}-{h}.npy"

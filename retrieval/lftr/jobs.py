@@ -17,6 +17,7 @@ from retrieval.encoders import pick_device
 from retrieval.lftr.config import LFTRConfig, load_config
 from retrieval.lftr.predict import predict_query_vectors, validation_recall
 from retrieval.lftr.train import load_checkpoint, prepare, torch_threads, train
+from retrieval.method_names import run_label
 from retrieval.runs import fuse_runs, query_rows_of, score_query_vectors
 
 #: The LFTR config the demo uses on the synthetic benchmark (a few small epochs; see the file).
@@ -172,8 +173,8 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
             return
         t0 = time.time()
         qv = method_query_vectors(bench, name, space, rows, prefix_space=plan.visual, seed=seeds[0], **kw)
-        label = name if space is None else f"{name}[{space.name}]"
-        score_query_vectors(bench, qv, space, p, method=label, config={"split": split}, progress=progress)
+        score_query_vectors(bench, qv, space, p, method=run_label(name, space.name if space else None),
+                            config={"split": split}, progress=progress)
         timings[stem] = time.time() - t0
         log(f"{stem}: {timings[stem]:.1f}s")
 

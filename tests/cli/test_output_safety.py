@@ -68,7 +68,7 @@ def test_same_command_replaces_its_output_another_command_is_refused(world):
     res = run_cli("retrieval", "canon", "sweep", "--phrases", world["phrases"], "--out", out, "--model", MINILM)
     assert_one_clear_error(res, str(out), "holds the output of `eval score` or `eval report`", "--overwrite")
     assert_unchanged(before, snapshot(world["root"]))
-    # a report written before output markers existed is recognised by its files
+    # an unmarked report folder (no marker file) is recognised by its files
     (out / ".psr-output.json").unlink()
     res = run_cli("eval", "report", world["run"], "--data", world["bench"], "--out", out, "--resamples", "100")
     assert res.code == 0, res.text

@@ -19,6 +19,22 @@ def test_text_encoder_normalised_and_semantic(text_encoder):
     assert sims[2] > sims[1] + 0.2  # a synonym beats an unrelated state
 
 
+def test_progress_bars_show_on_a_terminal_only(text_encoder, monkeypatch, capsys):
+    import sys
+
+    from retrieval.encoders import show_progress
+
+    assert show_progress(True) and not show_progress(False)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    assert show_progress(None)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False, raising=False)
+    assert not show_progress(None)
+    text_encoder.encode_items(["falling", "rolling"])  # default: no terminal, no bar
+    assert "Batches" not in capsys.readouterr().err
+    text_encoder.encode_items(["falling", "rolling"], progress=True)
+    assert "Batches" in capsys.readouterr().err
+
+
 def test_text_encoder_query_prompt_changes_only_queries():
     from retrieval.encoders import BGE_QUERY_INSTRUCTION, PACKAGED_MINILM, TextEncoder
 

@@ -45,15 +45,15 @@ def _excluded_sets(prep, rows):
 
 
 def test_hard_negatives_are_nearest_neighbours_of_the_positive_outside_every_pool(pixels_prep):
+    from retrieval.lftr.batches import TrainBatches
     from retrieval.lftr.data import mine_hard_negatives
-    from retrieval.lftr.train import Trainer
 
     cfg, prep = pixels_prep
     data = prep.data
     rows = data.rows("train")
     assert data.items.shape[0] > 1 + cfg.n_random_negatives + cfg.n_hard_negatives  # not a full softmax: they matter
     hard = mine_hard_negatives(data, rows, cfg.n_hard_candidates, None, progress=False)
-    tr = Trainer(cfg, data, hard, rows, "cpu")
+    tr = TrainBatches(cfg, data, hard, rows, "cpu")
     assert tr.hard_nb is not None and not tr.full_softmax
     b = tr.batch(rows[:64], torch.Generator().manual_seed(0))
     excl = _excluded_sets(prep, rows[:64])
@@ -75,11 +75,11 @@ def test_hard_negatives_are_nearest_neighbours_of_the_positive_outside_every_poo
 
 
 def test_exclusion_mask_matches_the_records(pixels_prep):
-    from retrieval.lftr.train import Trainer
+    from retrieval.lftr.batches import TrainBatches
 
     cfg, prep = pixels_prep
     rows = prep.data.rows("train")[:40]
-    tr = Trainer(cfg, prep.data, None, prep.data.rows("train"), "cpu")
+    tr = TrainBatches(cfg, prep.data, None, prep.data.rows("train"), "cpu")
     cand = torch.randint(0, prep.data.items.shape[0], (len(rows), 200), generator=torch.Generator().manual_seed(1))
     excl = _excluded_sets(prep, rows)
     # force some candidates into the excluded sets so both outcomes are tested
@@ -92,9 +92,10 @@ def test_exclusion_mask_matches_the_records(pixels_prep):
 
 
 def test_n_hard_negatives_zero_on_a_space_where_they_are_used(pixels_prep):
+    from retrieval.lftr.batches import TrainBatches
     from retrieval.lftr.data import mine_hard_negatives
+    from retrieval.lftr.losses import LFTRLoss
     from retrieval.lftr.model import LFTR
-    from retrieval.lftr.train import Trainer
 
     cfg, prep = pixels_prep
     rows = prep.data.rows("train")
@@ -103,7 +104,7 @@ def test_n_hard_negatives_zero_on_a_space_where_they_are_used(pixels_prep):
     for n in (0, 16):
         c = cfg.with_overrides({"n_hard_negatives": n})
         hard = mine_hard_negatives(prep.data, rows, c.n_hard_candidates, None, progress=False) if n else None
-        tr = Trainer(c, prep.data, hard, rows, "cpu")
+        tr = TrainBatches(c, prep.data, hard, rows, "cpu")
         assert (tr.hard_nb is None) == (n == 0) and not tr.full_softmax
         torch.manual_seed(0)
         model = LFTR(c, *dims)
@@ -111,7 +112,7 @@ def test_n_hard_negatives_zero_on_a_space_where_they_are_used(pixels_prep):
         b = tr.batch(rows[:64], gen)
         assert (b.hard is None) == (n == 0)
         torch.manual_seed(1)
-        losses[n] = tr.loss(model, b, gen)[1]["nce"]
+        losses[n] = LFTRLoss(model, tr, c)(b, gen)[1]["nce"]
     assert losses[16] > losses[0]  # more (and harder) candidates in the softmax
 
 
@@ -173,8 +174,9 @@ def test_torch_validation_equals_the_streaming_scorer(synth_sem_dir, tmp_path):
 
 
 def test_intermediate_states_and_grounding_switches(pixels_prep):
+    from retrieval.lftr.batches import TrainBatches
+    from retrieval.lftr.losses import LFTRLoss
     from retrieval.lftr.model import LFTR
-    from retrieval.lftr.train import Trainer
 
     cfg, prep = pixels_prep
     data, bench = prep.data, prep.bench
@@ -192,15 +194,15 @@ def test_intermediate_states_and_grounding_switches(pixels_prep):
         data.inter_state[data.inter_ptr[r]:data.inter_ptr[r + 1]].tolist()
     rows = data.rows("train")[:64]
     dims = (data.prefix.shape[-1], data.items.shape[1], data.question.shape[1])
-    proto = Trainer(cfg.with_overrides({"grounding_target": "prototype"}), data, None, rows, "cpu")
+    proto = TrainBatches(cfg.with_overrides({"grounding_target": "prototype"}), data, None, rows, "cpu")
     assert np.allclose(proto.ground[rows].numpy(), data.state_proto[data.target_state[rows]])
-    cen = Trainer(cfg, data, None, rows, "cpu")
+    cen = TrainBatches(cfg, data, None, rows, "cpu")
     assert np.allclose(cen.ground[rows].numpy(), data.centroid[rows])
-    inter = Trainer(cfg.with_overrides({"intermediate_weight": 0.5}), data, None, rows, "cpu")
+    inter = TrainBatches(cfg.with_overrides({"intermediate_weight": 0.5}), data, None, rows, "cpu")
     torch.manual_seed(0)
     model = LFTR(cfg, *dims)
     gen = torch.Generator().manual_seed(0)
-    loss, parts = inter.loss(model, inter.batch(rows, gen), gen)
+    loss, parts = LFTRLoss(model, inter, inter.cfg)(inter.batch(rows, gen), gen)
     assert parts["inter"] > 0 and torch.isfinite(loss)
 
 

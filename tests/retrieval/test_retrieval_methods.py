@@ -105,6 +105,21 @@ def test_method_errors_name_the_problem(tiny_dir, tmp_path):
     assert not (tmp_path / "x.parquet").exists()
 
 
+def test_oracle_runs_are_named_oracle(tiny_dir, tmp_path):
+    from eval.runs import read_run
+    from retrieval.cli import app
+    from retrieval.method_names import BASELINES, ORACLES, run_label
+
+    assert all(run_label(n, "s").startswith("oracle-") for n in ORACLES)
+    assert not any(run_label(n, "s").startswith("oracle") for n in BASELINES)
+    assert run_label("random", "s") == "random" and run_label("persistence", "pixels") == "persistence[pixels]"
+    out = tmp_path / "proto.parquet"
+    res = CliRunner().invoke(app, ["oracle", "state-prototype", "--data", str(tiny_dir), "--space", "pixels",
+                                   "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert read_run(out).method == "oracle-state-prototype[pixels]"
+
+
 def test_lftr_cli_train_predict_seeds(synth_sem_dir, tmp_path):
     import json
 

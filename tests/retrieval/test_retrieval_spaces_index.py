@@ -44,6 +44,15 @@ def test_space_missing_rows_is_a_clear_error(tiny_copy):
         Space.load(Benchmark.load(tiny_copy), "pixels")
 
 
+def test_an_unknown_space_lists_the_spaces_and_how_to_make_one(tiny_bench):
+    from eval.errors import InputError
+    from retrieval.spaces import Space
+
+    with pytest.raises(InputError, match=r"no space 'dinov2'.*its spaces: minilm, pixels") as e:
+        Space.load(tiny_bench, "dinov2")
+    assert "python -m retrieval encode" in e.value.fix and "--space dinov2" in e.value.fix
+
+
 @pytest.mark.parametrize("n_samples", [1, 3])
 def test_faiss_topk_agrees_with_streaming_scorer(n_samples):
     from eval.scoring import DenseSource, score_stream
