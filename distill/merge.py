@@ -51,7 +51,7 @@ def merge_adapter(cfg: MergeConfig) -> dict:
     out = Path(cfg.out)
     info = {"base_model": cfg.model, "adapter": cfg.adapter, "dtype": cfg.dtype}
     with atomic_dir(out, kind="distill merge", tag="merging", inputs=[cfg.model, cfg.adapter],
-                    overwrite=cfg.overwrite, legacy=("psr_merge.json",)) as stage:
+                    overwrite=cfg.overwrite, recognise=("psr_merge.json",)) as stage:
         merged.save_pretrained(stage)
         load_processor(cfg.model).save_pretrained(stage)
         write_json(stage / "psr_merge.json", info)

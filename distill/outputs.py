@@ -98,14 +98,14 @@ def with_overwrite(cls, argv: Sequence[str]) -> tuple[list[str], bool]:
 def stage_output(stage: str, cfg, overwrite: bool = False) -> Iterator[Path | None]:
     """`prepare_output` around a stage's run: a directory it created is removed again when the stage fails before
     writing anything (`eval.outputs.claimed_dir`)."""
-    name, how, legacy = OUTPUTS.get(stage, (None, None, None))
+    name, how, recognise = OUTPUTS.get(stage, (None, None, None))
     target = getattr(cfg, name, None) if name else None
     if how != "dir" or not target:
         yield prepare_output(stage, cfg, overwrite)
         return
     if getattr(cfg, "data", None):
         check_benchmark_dir(cfg.data)
-    with claimed_dir(target, output_kind(stage), inputs=_inputs(cfg), legacy=legacy, option=f"--{name}",
+    with claimed_dir(target, output_kind(stage), inputs=_inputs(cfg), recognise=recognise, option=f"--{name}",
                      overwrite=overwrite or bool(getattr(cfg, "overwrite", False))) as p:
         yield p
 
@@ -118,7 +118,7 @@ def train_output(psr, sft, model_args, *, overwrite: bool = False):
     """`eval.outputs.claimed_dir` of ``python -m distill.train``'s ``--output_dir`` (its inputs: the SFT dataset and
     a local base model); `distill.checkpoints.check_output_dir` then checks the run's config hash inside it."""
     inputs = [psr.dataset_name, model_args.model_name_or_path]
-    return claimed_dir(sft.output_dir, output_kind("train"), inputs=inputs, overwrite=overwrite, legacy=TRAIN_FILES,
+    return claimed_dir(sft.output_dir, output_kind("train"), inputs=inputs, overwrite=overwrite, recognise=TRAIN_FILES,
                        option="--output_dir")
 
 
@@ -130,14 +130,14 @@ def prepare_output(stage: str, cfg, overwrite: bool = False) -> Path | None:
         check_benchmark_dir(cfg.data)
     if stage not in OUTPUTS:
         return None
-    name, how, legacy = OUTPUTS[stage]
+    name, how, recognise = OUTPUTS[stage]
     target = getattr(cfg, name, None)
     if not target:
         return None
     overwrite = overwrite or bool(getattr(cfg, "overwrite", False))
     option = f"--{name}"
     if how == "file":
-        out = check_output_file(target, output_kind(stage), recognise=legacy, inputs=_inputs(cfg),
+        out = check_output_file(target, output_kind(stage), recognise=recognise, inputs=_inputs(cfg),
                                 overwrite=overwrite, option=option)
         side = out.with_name(out.name.removesuffix(".jsonl") + ".config.json")
         if stage == "predicates":
@@ -146,6 +146,6 @@ def prepare_output(stage: str, cfg, overwrite: bool = False) -> Path | None:
         return out
     if how == "atomic":
         return check_output_dir(target, output_kind(stage), inputs=_inputs(cfg), overwrite=overwrite,
-                                legacy=legacy, option=option)
-    return claim_dir(target, output_kind(stage), inputs=_inputs(cfg), overwrite=overwrite, legacy=legacy,
+                                recognise=recognise, option=option)
+    return claim_dir(target, output_kind(stage), inputs=_inputs(cfg), overwrite=overwrite, recognise=recognise,
                      option=option)

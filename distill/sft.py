@@ -208,7 +208,7 @@ def build_variant(cfg: SFTBuildConfig, variant: str, splits: dict[str, list[dict
 
     target = Path(cfg.out) / variant
     _replaceable(target)
-    with atomic_dir(target, kind=f"distill sft {variant}", legacy=(SET_INFO,)) as stage:
+    with atomic_dir(target, kind=f"distill sft {variant}", recognise=(SET_INFO,)) as stage:
         cache = stage / ".datasets-cache"  # inside the stage: an interrupt anywhere removes it with the stage
         (stage / "data").mkdir()
         files = []

@@ -400,7 +400,7 @@ def compare(cfg: CompareConfig, *, overwrite: bool = False, run: StepRunner = ru
     check_inputs(cfg, before_setup=True)
     if not cfg.synthetic:
         plan_rows(cfg)  # its errors before anything is written
-    with claimed_dir(cfg.out, OUTPUT_KIND, inputs=job_inputs(cfg), overwrite=overwrite, legacy=is_compare_output):
+    with claimed_dir(cfg.out, OUTPUT_KIND, inputs=job_inputs(cfg), overwrite=overwrite, recognise=is_compare_output):
         (cfg.out / "runs").mkdir(parents=True, exist_ok=True)
         if cfg.synthetic:
             cfg = with_synthetic(cfg, synthetic_setup(cfg.data, cfg.out, cfg.split, run))

@@ -57,12 +57,12 @@ def read_jsonl(path: str | os.PathLike, **kw) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def atomic_dir(path: str | os.PathLike, *, kind: str | None = None, tag: str = "building", inputs=(),
-               overwrite: bool = False, legacy=None) -> Iterator[Path]:
+               overwrite: bool = False, recognise=None) -> Iterator[Path]:
     """Yield an empty staging directory beside ``path``; on success it replaces ``path``, on an exception it is
     deleted, so a failed job never leaves a half-written output directory.
 
     Only an output of the same ``kind`` is ever replaced (`eval.outputs`): the target is checked on entry and again
-    before the swap (`eval.outputs.check_output_dir` with ``inputs``, ``overwrite``, ``legacy``), and the stage gets
+    before the swap (`eval.outputs.check_output_dir` with ``inputs``, ``overwrite``, ``recognise``), and the stage gets
     the marker of ``kind``, listing what the job wrote. Replacing an earlier output of the same kind keeps the files
     a user added to it (`eval.outputs.files_not_written`: they are moved into the new output; one whose name the new
     output also writes refuses the swap). ``kind`` None replaces only a missing or empty directory (or anything,
@@ -73,7 +73,7 @@ def atomic_dir(path: str | os.PathLike, *, kind: str | None = None, tag: str = "
     from eval.outputs import check_output_dir, write_marker, written_listing
 
     def check() -> None:
-        check_output_dir(path, kind, inputs=inputs, overwrite=overwrite, legacy=legacy)
+        check_output_dir(path, kind, inputs=inputs, overwrite=overwrite, recognise=recognise)
 
     check()
     final = Path(os.path.abspath(path))  # "." and ".." name their folder; its name makes the stage's

@@ -16,7 +16,7 @@ target (`check_output_dir`, `check_output_file`), in this order:
    never anything else (``--out B/features`` is refused even with ``overwrite``);
 2. a missing path or an empty directory is free (for a file output: a missing path or a zero-byte file);
 3. a directory whose marker names the same ``kind`` is ours: it is replaced (atomic outputs, `eval.io.atomic_dir`) or
-   resumed (in-place outputs, `claim_dir`). Without a marker, ``legacy`` may recognise a directory of ``kind`` by
+   resumed (in-place outputs, `claim_dir`). Without a marker, ``recognise`` may identify a directory of ``kind`` by
    its content (e.g. a synthetic build's manifest name); it then counts as marked;
 4. anything else -- another kind, no marker, a file where a folder goes -- raises `OutputRefused` naming the path and
    the fix, unless ``overwrite`` (the command's ``--overwrite``). A folder where a file goes is always refused.
@@ -40,8 +40,8 @@ MARKER = ".psr-output.json"
 MARKER_VERSION = 1
 TOOLKIT = "psr-toolkit"
 
-#: ``legacy``: file names that together identify an unmarked directory of this kind, or a predicate on the path.
-Legacy = Sequence[str] | Callable[[Path], bool] | None
+#: ``recognise``: file names that together identify an unmarked directory of this kind, or a predicate on the path.
+Recognise = Sequence[str] | Callable[[Path], bool] | None
 
 #: Output kinds written by more than one command: a message names every command that writes the kind (a user who ran
 #: ``eval score`` is not told about an output "of `eval report`").
@@ -314,19 +314,19 @@ def _inside_refusal(path, inside: Path, option: str, what: str) -> OutputRefused
                          fix=_FIX_NEW.format(option=option) + " outside the inputs")
 
 
-def _recognised(p: Path, legacy: Legacy) -> bool:
-    if legacy is None:
+def _recognised(p: Path, recognise: Recognise) -> bool:
+    if recognise is None:
         return False
-    if callable(legacy):
+    if callable(recognise):
         try:
-            return bool(legacy(p))
+            return bool(recognise(p))
         except Exception:  # a recogniser that cannot read the folder does not recognise it
             return False
-    return bool(legacy) and all((p / name).exists() for name in legacy)
+    return bool(recognise) and all((p / name).exists() for name in recognise)
 
 
 def check_output_dir(path: str | os.PathLike, kind: str | None, *, inputs: Iterable = (), overwrite: bool = False,
-                     legacy: Legacy = None, option: str = "--out") -> Path:
+                     recognise: Recognise = None, option: str = "--out") -> Path:
     """Check that the directory ``path`` may receive an output of ``kind`` (module docstring); returns ``path``.
 
     ``kind`` None: only a missing or empty directory is free (or any, with ``overwrite``). Raises `OutputRefused`.
@@ -350,7 +350,7 @@ def check_output_dir(path: str | os.PathLike, kind: str | None, *, inputs: Itera
     marker = read_marker(p)
     if kind is not None and marker is not None and marker["kind"] == kind:
         return p
-    if kind is not None and marker is None and _recognised(p, legacy):
+    if kind is not None and marker is None and _recognised(p, recognise):
         return p
     if inside is not None:
         raise _inside_refusal(path, inside, option, "exists and is not an earlier output of this command")
@@ -392,11 +392,11 @@ def check_output_file(path: str | os.PathLike, kind: str, *, recognise: Callable
 
 
 def claim_dir(path: str | os.PathLike, kind: str, *, inputs: Iterable = (), overwrite: bool = False,
-              legacy: Legacy = None, option: str = "--out") -> Path:
+              recognise: Recognise = None, option: str = "--out") -> Path:
     """For outputs written in place (resumable jobs: checkpoints, encoded spaces, narration): check ``path`` as
     `check_output_dir`, create it and write the marker. Returns ``path``. Files already there are kept (a resumed
     job reads them); the job replaces only the files it writes."""
-    p = check_output_dir(path, kind, inputs=inputs, overwrite=overwrite, legacy=legacy, option=option)
+    p = check_output_dir(path, kind, inputs=inputs, overwrite=overwrite, recognise=recognise, option=option)
     if (p.is_symlink() and not p.exists()) or (p.exists() and not p.is_dir()):
         p.unlink()  # a file (or a dangling link) where the folder goes: check_output_dir allowed it (overwrite)
     p.mkdir(parents=True, exist_ok=True)
@@ -407,11 +407,11 @@ def claim_dir(path: str | os.PathLike, kind: str, *, inputs: Iterable = (), over
 
 @contextlib.contextmanager
 def claimed_dir(path: str | os.PathLike, kind: str, *, inputs: Iterable = (), overwrite: bool = False,
-                legacy: Legacy = None, option: str = "--out") -> Iterator[Path]:
+                recognise: Recognise = None, option: str = "--out") -> Iterator[Path]:
     """`claim_dir` for the duration of a job: should the job fail before writing anything, the folder it created
     (holding only the marker) is removed again, so a failed job leaves nothing behind."""
     created = not os.path.lexists(path)
-    p = claim_dir(path, kind, inputs=inputs, overwrite=overwrite, legacy=legacy, option=option)
+    p = claim_dir(path, kind, inputs=inputs, overwrite=overwrite, recognise=recognise, option=option)
     try:
         yield p
     except BaseException:

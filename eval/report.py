@@ -480,7 +480,7 @@ def build_report(runs: Sequence[Any], bench, out_dir: str | Path, cfg: ReportCon
     from eval.outputs import check_output_dir
 
     cfg = cfg or ReportConfig()
-    target = dict(kind=OUTPUT_KIND, inputs=inputs, overwrite=overwrite, legacy=UNMARKED_FILES)
+    target = dict(kind=OUTPUT_KIND, inputs=inputs, overwrite=overwrite, recognise=UNMARKED_FILES)
     check_output_dir(out_dir, **target)  # before any work
     prepared = _prepare(runs, bench, cfg)
     report = evaluate_report(prepared, cfg, progress, card)

@@ -290,7 +290,7 @@ def _claim(out: Path, kind: str, inputs: list, overwrite: bool):
     own_files = {"retrieval lftr train": ("config.yaml", "train_info.json"),
                  "retrieval lftr seeds": lambda d: any(d.glob("seed*/train_info.json")),
                  "retrieval demo": ("random.parquet", "question-only.parquet")}
-    return claimed_dir(out, kind, inputs=inputs, overwrite=overwrite, legacy=own_files.get(kind))
+    return claimed_dir(out, kind, inputs=inputs, overwrite=overwrite, recognise=own_files.get(kind))
 
 
 @lftr_app.command("train")

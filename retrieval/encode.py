@@ -164,7 +164,7 @@ def _check_space_target(root: Path, cfg: EncodeConfig) -> Path:
     if d.exists() and not d.resolve().is_relative_to(root.resolve()):
         raise OutputRefused(f"{d} links to {d.resolve()}, outside the benchmark; encode never writes through a link",
                             fix="encode into a new --space name")
-    return check_output_dir(d, OUTPUT_KIND, overwrite=cfg.overwrite, legacy=_written_by_encode, option="--space")
+    return check_output_dir(d, OUTPUT_KIND, overwrite=cfg.overwrite, recognise=_written_by_encode, option="--space")
 
 
 def encode_space(cfg: EncodeConfig, *, progress: bool | None = None) -> Path:

@@ -124,7 +124,7 @@ def build_benchmark(out_dir: str | os.PathLike, videos: int | None = None, seed:
     if videos < len(scenes.DOMAINS):
         raise InputError(f"videos must be at least {len(scenes.DOMAINS)} (one per domain), got {videos}")
     out = Path(out_dir)
-    with atomic_dir(out, kind=OUTPUT_KIND, overwrite=overwrite, legacy=_is_synth_build) as stage:
+    with atomic_dir(out, kind=OUTPUT_KIND, overwrite=overwrite, recognise=_is_synth_build) as stage:
         queried = query_set(videos, min(query_videos, videos), seed)
         results = _make_videos(stage, videos, seed, workers, progress, image_size, queried)
         _assemble(stage, results, seed, image_size, preset, queried)

@@ -29,7 +29,7 @@ def _canon_marked(job: str):
 
 def check_out_dir(final: str | os.PathLike, job: str, *, inputs: Iterable = (), overwrite: bool = False) -> Path:
     """Refuse ``final`` before any work unless it may receive the output of ``canon <job>`` (`eval.outputs`)."""
-    return check_output_dir(final, output_kind(job), inputs=inputs, overwrite=overwrite, legacy=_canon_marked(job))
+    return check_output_dir(final, output_kind(job), inputs=inputs, overwrite=overwrite, recognise=_canon_marked(job))
 
 
 @contextlib.contextmanager
@@ -39,5 +39,5 @@ def staged_dir(final: str | os.PathLike, kind: str, *, inputs: Iterable = (), ov
     ``final`` may be missing, empty, or an earlier output of the same job ``kind``; anything else raises
     `eval.errors.OutputRefused` (a `FileExistsError`) unless ``overwrite``, and never a path of ``inputs``."""
     with atomic_dir(final, kind=output_kind(kind), tag=kind, inputs=inputs, overwrite=overwrite,
-                    legacy=_canon_marked(kind)) as stage:
+                    recognise=_canon_marked(kind)) as stage:
         yield stage

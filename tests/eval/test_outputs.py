@@ -127,7 +127,7 @@ def test_legacy_outputs_without_a_marker(tmp_path):
     old.mkdir()
     for name in ("report.json", "report_config.json", "main.md"):
         (old / name).write_text("{}")
-    with atomic_dir(old, kind="eval report", legacy=("report.json", "report_config.json")) as stage:
+    with atomic_dir(old, kind="eval report", recognise=("report.json", "report_config.json")) as stage:
         _write(stage)
     assert read_marker(old)["kind"] == "eval report"
 
