@@ -250,3 +250,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = collect()
     print(json.dumps(report.to_dict(), indent=2) if args.json else render(report))
     return 0
+
+
+def exclude_bitsandbytes() -> None:
+    """Keep bitsandbytes out of a process that never quantizes (every `eval` and `retrieval` command): peft, which
+    transformers and sentence-transformers import whenever it is installed, imports bitsandbytes when it can, and on
+    CPUs with AVX512-BF16 bitsandbytes then logs "Failed to load CPU gemm_4bit_forward ..." on every text-model load.
+    A None entry in ``sys.modules`` makes the import fail as if the package were absent. Call it before anything
+    imports transformers; the 4-bit paths (`distill`, `forecasters`) do not call it."""
+    sys.modules.setdefault("bitsandbytes", None)
