@@ -310,7 +310,7 @@ def test_student_lora_unmerged_agrees_across_hf_vllm_and_the_server(arch_runs, a
     spec = arch_runs.spec()
     runs = _run_all(dict(data=spec["synth_dir"], backend="hf", model=spec["models"]["qwen3_vl"]), BY_KIND["qwen3_vl"],
                     arch_hf("qwen3_vl", adapter=True)["backend"], tmp_path, adapter=spec["adapter"])
-    assert set(runs) == {"student"} and runs["student"][0].failed == 0
+    assert set(runs) == {"student"} and runs["student"][0].coverage.failed == 0
     assert all(r.extra["adapter"] == spec["adapter"] for r in runs["student"][1].values())
     for key in ("vllm_lora_runs", "openai_lora_runs"):
         s = res[key]["student"]
