@@ -106,15 +106,28 @@ def test_loaders_refuse_broken_links_and_a_rebuilt_source(linked):
     assert kinds.count("broken_link") == 5  # four links (pixels and sim features, frames, sim) and the dependency
 
 
+#: Videos of the canonicalization encoder's disjoint world in the rebuild test (the default is `ENCODER_VIDEOS`): the
+#: fine-tune runs as in every build, on fewer triples (each seed fine-tunes its own encoder).
+ENCODER_TEST_VIDEOS = 12
+
+
 @pytest.mark.slow
-def test_retrieval_synth_rebuilds_a_truth_its_own_benchmark_links_to(tmp_path):
+def test_retrieval_synth_rebuilds_a_truth_its_own_benchmark_links_to(tmp_path, monkeypatch):
     """`retrieval synth` may replace the truth build its own `--out` links to: it rebuilds both."""
+    import functools
+
+    import retrieval.synth
     from eval.benchmark import Benchmark
     from retrieval.synth import build_synth
 
+    monkeypatch.setattr(retrieval.synth, "canonicalization_encoder",
+                        functools.partial(retrieval.synth.canonicalization_encoder, videos=ENCODER_TEST_VIDEOS))
     out = tmp_path / "psr"
     build_synth(out, videos=4, seed=0, progress=False, log=lambda *_: None)
     first = Benchmark.load(out).fingerprint
     build_synth(out, videos=4, seed=1, progress=False, log=lambda *_: None)
     b = Benchmark.load(out)  # links and dependency consistent again
     assert b.fingerprint != first and b.manifest.extra["seed"] == 1
+    tuned = json.loads((tmp_path / "psr-encoder" / "finetune_config.json").read_text())["source"]
+    assert tuned["seed"] == 1 + retrieval.synth.ENCODER_SEED_OFFSET  # the rebuild fine-tuned its own encoder
+    assert b.manifest.extra["canonicalization"]["model"] == str((tmp_path / "psr-encoder" / "model").resolve())
