@@ -31,20 +31,33 @@ def encoder():
     return TextEncoder(MINILM, device="cpu")
 
 
-@pytest.fixture
-def linked(truth_template, encoder, tmp_path):
-    """A private truth build ``truth`` and the benchmark ``bench`` canonicalized from it (linking into it)."""
+def _link(truth_template, encoder, root) -> dict:
+    """A truth build ``root/b-truth`` copied from the template and the benchmark ``root/b`` canonicalized from it
+    (linking into it), with a random run of it."""
     from retrieval.canon.apply import ApplyConfig, apply_canonicalization
 
-    truth = tmp_path / "b-truth"
+    truth = root / "b-truth"
     shutil.copytree(truth_template, truth, ignore=shutil.ignore_patterns(".cache"))
-    bench = tmp_path / "b"
+    bench = root / "b"
     apply_canonicalization(ApplyConfig(data=str(truth), out=str(bench), threshold=0.85, model=MINILM),
                            progress=False, log=lambda *_: None, encoder=encoder)
-    run = tmp_path / "random.parquet"
+    run = root / "random.parquet"
     res = run_cli("retrieval", "baseline", "random", "--data", bench, "--out", run, "--split", "train")
     assert res.code == 0, res.text
-    return {"root": tmp_path, "truth": truth, "bench": bench, "run": run}
+    return {"root": root, "truth": truth, "bench": bench, "run": run}
+
+
+@pytest.fixture(scope="module")
+def linked(truth_template, encoder, tmp_path_factory):
+    """The linked pair shared by the tests that only read it or are refused writing into it (each checks that the
+    truth build is unchanged)."""
+    return _link(truth_template, encoder, tmp_path_factory.mktemp("linked"))
+
+
+@pytest.fixture
+def linked_private(truth_template, encoder, tmp_path):
+    """A private linked pair, for a test that rewrites and moves its truth build."""
+    return _link(truth_template, encoder, tmp_path)
 
 
 def _truth_files(w) -> dict[str, str]:
@@ -82,12 +95,12 @@ def test_score_and_apply_into_what_an_input_links_to_are_refused(linked):
     assert _truth_files(w) == before
 
 
-def test_loaders_refuse_broken_links_and_a_rebuilt_source(linked):
+def test_loaders_refuse_broken_links_and_a_rebuilt_source(linked_private):
     from eval.benchmark import Benchmark
     from eval.io import FormatError
     from eval.validate import validate
 
-    w = linked
+    w = linked_private
     Benchmark.load(w["bench"])
     # the source rebuilt in place (here: its manifest changed) -> the links now show other data
     m = json.loads((w["truth"] / "manifest.json").read_text())
