@@ -424,6 +424,9 @@ def demo(
     perfect_space: Annotated[str, typer.Option("--perfect-space", help="prefix space of the simulator's state: LFTR "
                                                                        "from it into the semantic space is "
                                                                        "perfect-perception LFTR ('' = none)")] = "sim",
+    workers: Annotated[int, typer.Option("--workers", min=0, help="processes training LFTR heads side by side (0: "
+                                                                  "the CPUs this process may use / the config's "
+                                                                  "threads)")] = 0,
 ) -> None:
     """Encode the semantic space, run every baseline and oracle, LFTR in every space per seed (from frames, and from
     the simulator's state), the fusions and the complementarity analysis (resumable). --config: LFTR YAML
@@ -435,7 +438,7 @@ def demo(
                     perfect=perfect_space)
     with _claim(out, "retrieval demo", [data, *config], overwrite):
         paths = run_demo(Benchmark.load(data), out, text_model=text_model, plan=plan, configs=list(config),
-                         seeds=_seed_list(seeds), split=split, log=console.print)
+                         seeds=_seed_list(seeds), split=split, log=console.print, workers=workers)
     console.print(f"[green]{len(paths)} runs in[/] {out}")
 
 

@@ -131,9 +131,76 @@ def _run_name(method: str, seed: int, seeds: list[int]) -> str:
     return f"{method}-seed{seed}" if len(seeds) > 1 else method
 
 
+def demo_workers(cfg: LFTRConfig, requested: int = 0) -> int:
+    """Processes that train the demo's LFTR heads side by side: ``requested`` when positive, else as many as the
+    CPUs this process may use hold heads of ``cfg.threads`` threads each (1 when ``threads`` is 0: one head then
+    takes every CPU)."""
+    from eval.threads import affinity_cpus
+
+    if requested > 0:
+        return requested
+    return max(1, affinity_cpus() // cfg.threads) if cfg.threads > 0 else 1
+
+
+@dataclass(frozen=True)
+class LFTRJob:
+    """One LFTR head of the demo: train ``out/<stem>/`` with ``overrides`` over the demo config, then write its run
+    of ``split`` to ``path`` under the run name ``method``."""
+
+    stem: str
+    method: str
+    split: str
+    path: Path
+    overrides: dict
+
+
+def _train_and_predict(bench: Benchmark, cfg: LFTRConfig, out: Path, job: LFTRJob, *, log: Callable[[str], None],
+                       progress: bool) -> float:
+    """Run one `LFTRJob` (training skipped when its checkpoint already finished) -> seconds taken."""
+    t0 = time.time()
+    ck = out / job.stem
+    c = cfg.with_overrides(job.overrides)
+    if not (ck / "best.pt").exists() or not _finished(ck, c):
+        train(bench, c, ck, validate=validation_recall, log=log, progress=progress)
+    job.path.parent.mkdir(parents=True, exist_ok=True)
+    predict_run(bench, ck, job.path, split=job.split, method=job.method, progress=progress)
+    return time.time() - t0
+
+
+def _pool_job(root: str, cfg: LFTRConfig, out: str, job: LFTRJob) -> tuple[str, float]:
+    """A worker process's `LFTRJob` (no progress bars; its log lines name the head)."""
+    bench = Benchmark.load(root)
+    seconds = _train_and_predict(bench, cfg, Path(out), job,
+                                 log=lambda m: print(f"[{job.stem}] {m}", flush=True), progress=False)
+    return job.stem, seconds
+
+
+def run_jobs_in_pool(bench: Benchmark, cfg: LFTRConfig, out: Path, jobs: list[LFTRJob], workers: int,
+                     log: Callable[[str], None] = print) -> dict[str, float]:
+    """Train and predict ``jobs`` in ``workers`` processes (spawned: each loads the benchmark memory-mapped and
+    trains with ``cfg.threads`` threads), heads whose run exists skipped; -> seconds per stem. Each head is seeded by
+    its own config, so its checkpoint and run are those the same job writes alone."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    todo = [j for j in jobs if not j.path.exists()]
+    if not todo:
+        return {}
+    log(f"training {len(todo)} LFTR heads in {min(workers, len(todo))} processes")
+    timings: dict[str, float] = {}
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx) as pool:
+        futures = [pool.submit(_pool_job, str(bench.root), cfg, str(out), j) for j in todo]
+        for f in as_completed(futures):
+            stem, seconds = f.result()
+            timings[f"{stem}/{next(j.split for j in todo if j.stem == stem)}"] = seconds
+            log(f"{stem}: {seconds:.1f}s")
+    return timings
+
+
 def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPlan, configs: list[Path] | None = None,
              seeds: list[int] | None = None, split: str = "test", log: Callable[[str], None] = print,
-             progress: bool = True) -> list[Path]:
+             progress: bool = True, workers: int = 0) -> list[Path]:
     """Every baseline and oracle, LFTR in every target space per seed, perfect-perception LFTR, the fusions and the
     complementarity analysis into ``out/<stem>.parquet`` (resumable: a run whose file exists is skipped; LFTR
     checkpoints live in ``out/<stem>/``).
@@ -149,7 +216,10 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
     - fusion: the pair (semantic + one visual target space) with the best validation R@5 (first seed; written to
       ``fusion_selection.json``) and the fusion of every target space, per seed (the paper reports both: its
       two-space headline and the stack of App. I);
-    - ``complementarity.{json,md}`` of the first seed's LFTR runs."""
+    - ``complementarity.{json,md}`` of the first seed's LFTR runs.
+
+    The LFTR heads train side by side in ``workers`` processes (0: `demo_workers`); each writes the files it writes
+    alone."""
     from retrieval.encode import EncodeConfig, encode_space
     from retrieval.methods import method_query_vectors
     from retrieval.spaces import Space
@@ -200,35 +270,39 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
 
     cfg = load_config(configs or [SYNTH_CONFIG], prefix_space=plan.visual, question_space=plan.semantic)
 
-    def lftr_run(stem: str, method: str, seed: int, split_: str = split, **over) -> Path:
+    def job(stem: str, method: str, seed: int, split_: str = split, **over) -> LFTRJob:
         p = out / f"{stem}.parquet" if split_ == split else out / "val" / f"{stem}.parquet"
-        if p.exists():
-            return p
-        t0 = time.time()
-        ck = out / stem
-        c = cfg.with_overrides({"seed": seed, **over})
-        if not (ck / "best.pt").exists() or not _finished(ck, c):
-            train(bench, c, ck, validate=validation_recall, log=log, progress=progress)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        predict_run(bench, ck, p, split=split_, method=method, progress=progress)
-        timings[f"{stem}/{split_}"] = time.time() - t0
-        log(f"{stem} ({split_}): {timings[f'{stem}/{split_}']:.1f}s")
-        return p
+        return LFTRJob(stem, method, split_, p, {"seed": seed, **over})
 
-    per_seed: dict[int, dict[str, Path]] = {}
+    def lftr_run(stem: str, method: str, seed: int, split_: str = split, **over) -> Path:
+        j = job(stem, method, seed, split_, **over)
+        if not j.path.exists():
+            timings[f"{stem}/{split_}"] = _train_and_predict(bench, cfg, out, j, log=log, progress=progress)
+            log(f"{stem} ({split_}): {timings[f'{stem}/{split_}']:.1f}s")
+        return j.path
+
+    heads: list[tuple[int, str, LFTRJob]] = []  # (seed, key in per_seed, job) in the order the runs are listed
     for seed in seeds:
-        runs = per_seed[seed] = {}
         for n in plan.targets():
             own = {"prefix_space": n} if n == plan.compare and spaces[n].has_prefixes else {}
-            runs[n] = lftr_run(_run_name(f"lftr-{n}", seed, seeds), _run_name(f"lftr[{n}]", seed, seeds), seed,
-                               target_space=n, **own)
+            heads.append((seed, n, job(_run_name(f"lftr-{n}", seed, seeds), _run_name(f"lftr[{n}]", seed, seeds),
+                                       seed, target_space=n, **own)))
         if plan.perfect and plan.perfect in bench.spaces:
-            runs["perfect"] = lftr_run(_run_name(f"lftr-sim-{plan.semantic}", seed, seeds),
-                                       _run_name(f"lftr-sim[{plan.semantic}]", seed, seeds), seed,
-                                       target_space=plan.semantic, prefix_space=plan.perfect)
-        paths += list(runs.values())
-    paths.append(lftr_run(f"lftr-{plan.visual}-last", f"lftr[{plan.visual}] last frame only", seeds[0],
-                          target_space=plan.visual, frames="last"))
+            heads.append((seed, "perfect", job(_run_name(f"lftr-sim-{plan.semantic}", seed, seeds),
+                                               _run_name(f"lftr-sim[{plan.semantic}]", seed, seeds), seed,
+                                               target_space=plan.semantic, prefix_space=plan.perfect)))
+    last = job(f"lftr-{plan.visual}-last", f"lftr[{plan.visual}] last frame only", seeds[0], target_space=plan.visual,
+               frames="last")
+    n_workers = demo_workers(cfg, workers)
+    if n_workers > 1:
+        timings.update(run_jobs_in_pool(bench, cfg, out, [j for _, _, j in heads] + [last], n_workers, log))
+    per_seed: dict[int, dict[str, Path]] = {s: {} for s in seeds}
+    for seed, key, j in heads:
+        per_seed[seed][key] = lftr_run(j.stem, j.method, seed, j.split, **{k: v for k, v in j.overrides.items()
+                                                                            if k != "seed"})
+    for seed in seeds:
+        paths += list(per_seed[seed].values())
+    paths.append(lftr_run(last.stem, last.method, seeds[0], last.split, target_space=plan.visual, frames="last"))
 
     singles = [n for n in plan.targets()]
     pair = _select_fusion(bench, out, plan, singles, seeds, per_seed, lftr_run, cfg, log, progress)

@@ -178,3 +178,37 @@ def test_read_rules(synth_sem_dir, tmp_path):
                                                                                              "best_step_oracle")}
     ok = np.isfinite(rank["matched"])
     assert np.all(rank["best_step_oracle"][ok] <= rank["matched"][ok] + 1e-9)
+
+
+@pytest.mark.slow
+def test_demo_heads_trained_side_by_side_equal_heads_trained_alone(synth_sem_dir, tmp_path):
+    """`run_demo(workers=2)` trains the LFTR heads in two processes; every run and checkpoint equals the one the
+    same demo writes with one process (each head is seeded by its own config)."""
+    import torch
+    import yaml
+
+    from eval.benchmark import Benchmark
+    from eval.runs import read_run
+    from retrieval.encoders import PACKAGED_MINILM
+    from retrieval.lftr.jobs import DemoPlan, run_demo
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"d_model": 32, "n_layers": 1, "n_heads": 2, "n_samples": 4, "epochs": 1,
+                                   "batch_size": 64, "n_random_negatives": 64, "n_hard_negatives": 16, "threads": 1}))
+    logs: dict[int, list[str]] = {1: [], 2: []}
+    for w in (1, 2):
+        run_demo(Benchmark.load(synth_sem_dir), tmp_path / f"w{w}", text_model=PACKAGED_MINILM, plan=DemoPlan(),
+                 configs=[cfg], seeds=[0, 1], log=logs[w].append, progress=False, workers=w)
+    assert any("in 2 processes" in m for m in logs[2]) and not any("processes" in m for m in logs[1])
+    runs = sorted(p.relative_to(tmp_path / "w1") for p in (tmp_path / "w1").rglob("*.parquet"))
+    assert runs == sorted(p.relative_to(tmp_path / "w2") for p in (tmp_path / "w2").rglob("*.parquet"))
+    assert any(str(p).startswith("lftr-fusion") for p in runs) and any("seed1" in str(p) for p in runs)
+    for rel in runs:
+        a, b = read_run(tmp_path / "w1" / rel), read_run(tmp_path / "w2" / rel)
+        assert (a.method, a.query_ids, a.topk_ids) == (b.method, b.query_ids, b.topk_ids), rel
+        np.testing.assert_array_equal(a.topk_scores, b.topk_scores, err_msg=str(rel))
+    for ck in sorted((tmp_path / "w1").glob("lftr-*/best.pt")):
+        sa = torch.load(ck, map_location="cpu", weights_only=False)["model"]
+        sb = torch.load(tmp_path / "w2" / ck.relative_to(tmp_path / "w1"), map_location="cpu",
+                        weights_only=False)["model"]
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa), ck
