@@ -16,7 +16,8 @@ other values are counts, means of counts, the tail exponent, or the shares `labe
   ``g_q`` positives) hits at 5 with probability ``1 - C(N_q - g_q, 5) / C(N_q, 5)``; the mean over the fair test queries;
 - where segments carry ``sim_state`` (the synthetic benchmark): the canonicalization's errors against the truth
   (`canonicalization_errors`), how true the labels are (`label_quality`: ``label_truth``,
-  ``same_state_agreement``), the share of queries whose prefix ends in motion (`prefix_motion_share`), and, when the
+  ``same_state_agreement``), the share of queries whose prefix ends in motion (`prefix_motion_share`), how much of
+  the future the true present determines (`present_predictability`: ``<slot>_from_present_share``), and, when the
   construction recorded them, the mined pools' measured precision;
 - the build fingerprint (`eval.fingerprint.build_fingerprint`): one hash of every record, so two builds (two machines,
   two thread counts) are compared by one line (`fingerprint_line`; the results page prints it too).
@@ -143,6 +144,7 @@ def make_card(data: str | os.PathLike) -> Card:
         motion = prefix_motion_share(bench, main)
         if motion is not None:
             r["prefix_motion_share"] = motion
+        r.update(present_predictability(bench))
     card.extra["build_fingerprint"] = build_fingerprint(bench)
     prec = (canon.get("mining") or {}).get("precision") or {}
     if prec.get("main") is not None:
@@ -217,6 +219,66 @@ def prefix_motion_share(bench: Benchmark, rows: np.ndarray) -> float | None:
         for i in np.flatnonzero(video == v):
             hits[i] = eng[min(int(round(end[i] * rec.fps)), rec.n_frames - 1), ids.index(str(obj[i]))]
     return float(hits.mean())
+
+
+#: The attributes of a true state (`eval.synth.lexicon.TrueState`), in key order.
+SLOTS = ("motion", "place", "relation", "other", "pose")
+
+
+def present_predictability(bench: Benchmark) -> dict[str, float]:
+    """How much of the target the true present determines, per attribute and whole: over the fair test queries
+    (Q1-Q4) whose main pool records its true state (``gt_sim_exact``), the share whose target's attribute (``state``:
+    the whole true state) equals the most frequent one among the training queries of the same true current state
+    (the object's segment at ``prefix_end``), question type and horizon -- falling back to the same current state,
+    then to the question type and horizon (count ties to the lexically first value). A table of the present: a
+    forecaster that perceives more than the present's label (speeds, distances) can exceed it, a label that is
+    not decided by the scene before the prefix's end bounds every forecaster. Keys ``<attribute>_from_present_share``
+    and ``state_from_present_share``; empty without ``sim_state``."""
+    cd, qd = bench.corpus_ds, bench.queries_ds
+    true_of = dict(zip(cd["id"][:], cd["sim_state"][:], strict=True))
+    spans: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
+    for v, o, s, e, t in zip(cd["video_id"][:], cd["object_id"][:], cd["start"][:], cd["end"][:], cd["sim_state"][:],
+                             strict=True):
+        spans.setdefault((v, o), []).append((float(s), float(e), str(t)))
+    rows = []
+    for q in qd.select_columns(["qtype", "horizon", "split", "fair", "video_id", "object_id", "prefix_end",
+                                "gt_sim_exact"]):
+        if q["qtype"] not in MAIN_QTYPES or q["split"] not in ("train", "test") or not q["gt_sim_exact"]:
+            continue
+        if q["split"] == "test" and not q["fair"]:
+            continue
+        end = float(q["prefix_end"]) + 1e-6
+        now = [t for s, e, t in spans.get((q["video_id"], q["object_id"]), []) if s <= end < e + 1e-6]
+        if now:
+            rows.append((q["split"], now[-1], q["qtype"], int(q["horizon"]), str(true_of[q["gt_sim_exact"][0]])))
+    train = [r[1:] for r in rows if r[0] == "train"]
+    test = [r[1:] for r in rows if r[0] == "test"]
+    return present_table_shares(train, test) if test else {}
+
+
+def present_table_shares(train: list[tuple[str, str, int, str]], test: list[tuple[str, str, int, str]]
+                         ) -> dict[str, float]:
+    """`present_predictability` from ``(current true key, question type, horizon, target true key)`` rows."""
+    from collections import Counter
+
+    out = {}
+    for i, name in [*enumerate(SLOTS), (-1, "state")]:
+        def value(key: str, i: int = i) -> str:
+            return key if i < 0 else key.split("|")[i]
+
+        tables: list[dict] = [{}, {}, {}]
+        for now, qt, h, target in train:
+            for table, key in zip(tables, ((now, qt, h), (now,), (qt, h)), strict=True):
+                table.setdefault(key, Counter())[value(target)] += 1
+        hits = 0
+        for now, qt, h, target in test:
+            for table, key in zip(tables, ((now, qt, h), (now,), (qt, h)), strict=True):
+                if key in table:
+                    best = min(table[key].items(), key=lambda kv: (-kv[1], kv[0]))[0]
+                    hits += best == value(target)
+                    break
+        out[f"{name}_from_present_share"] = hits / len(test)
+    return out
 
 
 def canonicalization_errors(canonical, truth) -> dict[str, float]:

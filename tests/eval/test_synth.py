@@ -12,7 +12,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from eval.card import canonicalization_errors, chance_recall, label_scores, make_card, tail_exponent
+from eval.card import (
+    SLOTS,
+    canonicalization_errors,
+    chance_recall,
+    label_scores,
+    make_card,
+    present_table_shares,
+    tail_exponent,
+)
 from eval.features import load_table, read_meta
 from eval.io import read_json, read_jsonl
 from eval.schema import MAX_HORIZON, PREFIX_FRAMES, QUESTION_TYPES, SPLITS
@@ -452,6 +460,8 @@ def test_card(synth_dir, final):
     assert v["gap_median_s"] > 0 and 0 <= v["chance_r5_pct"] <= 100
     assert "true states split across canonical states" in v
     assert 0 < v["label_truth"] <= 1 and 0 < v["same_state_agreement"] <= 1 and 0.8 <= v["prefix_motion_share"] <= 1
+    shares = [v[f"{a}_from_present_share"] for a in ("motion", "place", "relation", "other", "pose", "state")]
+    assert all(0 <= x <= 1 for x in shares) and shares[-1] <= max(shares[:-1])
     assert v["fair_test_queries"] == sum(q["fair"] and q["split"] == "test" and q["qtype"] != "Q5"
                                          for q in final["queries"])
     assert "| segments |" in card.markdown() and card.paper["segments"] == 218_276
@@ -481,6 +491,23 @@ def test_label_scores_count_true_labels_and_shared_pairs():
                      ["c0", "c0", "c1", "c2"], den)
     assert q["label_truth"] == pytest.approx(2 / 3)
     assert q["same_state_agreement"] == pytest.approx(1 / 3)  # 3 pairs in the true state, 1 shares a label
+
+
+def test_present_table_shares_count_what_the_present_decides():
+    """Targets decided by the current state score 1; a current state unseen in training falls back to the
+    (question type, horizon) table; a count tie goes to the lexically first value; attributes are scored apart."""
+    a, b = TrueState("rolling", "floor").key, TrueState("at_rest", "floor").key
+    c, d = TrueState("crashing", "table", other="ball").key, TrueState("at_rest", "table").key
+    train = [(a, "Q1", 1, b), (a, "Q1", 1, b), (c, "Q1", 1, d), (c, "Q1", 1, a)]
+    shares = present_table_shares(train, [(a, "Q1", 1, b)])
+    assert set(shares) == {f"{x}_from_present_share" for x in (*SLOTS, "state")} and set(shares.values()) == {1.0}
+    tie = present_table_shares(train, [(c, "Q1", 1, d)])  # 1 vs 1: "at_rest|table..." < "rolling|floor..."
+    assert tie["state_from_present_share"] == 1.0
+    unseen = present_table_shares(train, [(TrueState("sliding", "ramp_upper").key, "Q1", 1, b)])
+    assert unseen["state_from_present_share"] == 1.0  # (Q1, h1): b twice, d once, a once
+    wrong = present_table_shares(train, [(a, "Q1", 1, TrueState("at_rest", "table").key)])
+    assert wrong["state_from_present_share"] == 0 and wrong["motion_from_present_share"] == 1
+    assert wrong["place_from_present_share"] == 0
 
 
 def test_shapes_cover_the_lexicon():
