@@ -198,11 +198,11 @@ def test_demo_heads_trained_side_by_side_equal_heads_trained_alone(synth_sem_dir
     logs: dict[int, list[str]] = {1: [], 2: []}
     for w in (1, 2):
         run_demo(Benchmark.load(synth_sem_dir), tmp_path / f"w{w}", text_model=PACKAGED_MINILM, plan=DemoPlan(),
-                 configs=[cfg], seeds=[0, 1], log=logs[w].append, progress=False, workers=w)
+                 configs=[cfg], seeds=[0], log=logs[w].append, progress=False, workers=w)
     assert any("in 2 processes" in m for m in logs[2]) and not any("processes" in m for m in logs[1])
     runs = sorted(p.relative_to(tmp_path / "w1") for p in (tmp_path / "w1").rglob("*.parquet"))
     assert runs == sorted(p.relative_to(tmp_path / "w2") for p in (tmp_path / "w2").rglob("*.parquet"))
-    assert any(str(p).startswith("lftr-fusion") for p in runs) and any("seed1" in str(p) for p in runs)
+    assert any(str(p).startswith("lftr-fusion") for p in runs) and any(str(p).endswith("-last.parquet") for p in runs)
     for rel in runs:
         a, b = read_run(tmp_path / "w1" / rel), read_run(tmp_path / "w2" / rel)
         assert (a.method, a.query_ids, a.topk_ids) == (b.method, b.query_ids, b.topk_ids), rel
