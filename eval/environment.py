@@ -23,7 +23,6 @@ import platform
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 #: Distributions whose versions are reported: (label, candidate distribution names, first installed wins).
@@ -118,6 +117,8 @@ def loaded_versions(modules: Sequence[str]) -> dict[str, str]:
 
 
 def _version(dist: str, path: Sequence[str] | None = None) -> str | None:
+    from importlib import metadata  # costs a fifth of a second: only where a version is read
+
     if path is None:
         try:
             return metadata.version(dist)

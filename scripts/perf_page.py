@@ -56,8 +56,12 @@ talks to it, so its wall time is mostly the server's start. `make demo` also wri
 (its Commands table); most of its time goes to LFTR training, the canonicalization probes and the distillation
 recipe. The forecaster architecture tests (marked `slow`) spend most of their time starting servers: vLLM on CPU
 spawns its engine process, which imports vllm again; `PSR_ARCH_RUNS_DIR=DIR` re-checks a kept run folder. Per-engine
-load and request times are in [the forecasters reference](forecasters-reference.md#tests-without-a-gpu).""", (
+load and request times are in [the forecasters reference](forecasters-reference.md#tests-without-a-gpu). The
+`--help` of an entry point is the fixed cost of every command it starts: the packages import their heavy
+dependencies (torch, transformers, datasets, `importlib.metadata`) only inside the commands that use them.""", (
         Measure("make-test", f"{TIME} make-test -- make test"),
+        Measure("retrieval-help", f"{TIME} retrieval-help -- python -m retrieval --help"),
+        Measure("psr-help", f"{TIME} psr-help -- psr --help"),
         Measure("make-test-fast", f"{TIME} make-test-fast -- make test-fast"),
         Measure("make-demo", f"{TIME} make-demo -- make demo"),
         Measure("make-vllm-venv", f"{TIME} make-vllm-venv -- make vllm-venv"),
