@@ -156,10 +156,16 @@ class DenseSource(ScoreSource):
       all ``m`` items once (cached for the block) and gathered, so tied segments are bitwise identical.
 
     ``n_items`` is ``n_corpus`` with ``item_rows``, else ``m``.
+
+    ``moments`` (the per-query statistics a fusion needs, `moments`): ``"closed"`` takes them in closed form (one
+    query vector per query only), ``"stream"`` from the scores of every item (`stream_moments`; inside a fusion the
+    very arrays it scores, `eval.scoring.fusion`), ``"auto"`` the cheaper: the closed form costs one ``d x d``
+    product over the ``m`` items, a stream one pass of the ``n_q`` queries (``n_q m d``), so the closed form is
+    taken for one vector per query when ``d <= n_q`` or with ``item_rows`` (``m`` states, not the corpus).
     """
 
     def __init__(self, queries: np.ndarray, items: np.ndarray, item_rows: np.ndarray | None = None,
-                 reduce: str = "max"):
+                 reduce: str = "max", moments: str = "auto"):
         q = np.asarray(queries, dtype=np.float32)
         if q.ndim == 2:
             q = q[:, None, :]
@@ -175,6 +181,13 @@ class DenseSource(ScoreSource):
         self.reduce = reduce
         self.K = int(q.shape[1])
         self.n_queries = int(q.shape[0])
+        if moments not in ("auto", "closed", "stream"):
+            raise InputError(f"moments must be 'auto', 'closed' or 'stream', got {moments!r}")
+        if moments == "closed" and self.K != 1:
+            raise InputError(f"moments='closed' needs one vector per query, got K = {self.K} samples (a max or mean "
+                             "over samples is not linear in the query vector)")
+        self._closed_form = self.K == 1 and (moments == "closed" or (
+            moments == "auto" and (item_rows is not None or int(q.shape[2]) <= self.n_queries)))
         self.m = int(items.shape[0])
         if item_rows is not None:
             item_rows = np.asarray(item_rows, dtype=np.int64)
@@ -232,11 +245,12 @@ class DenseSource(ScoreSource):
         return self._state_block(slice(*q.indices(self.n_queries)[:2])), self.item_rows
 
     def streams_moments(self) -> bool:
-        return self.K != 1  # a max or mean over samples is not linear in the query vector
+        return not self._closed_form  # the class docstring's ``moments``
 
     def moments(self, q: slice, c_chunk: int = DEFAULT_C_CHUNK) -> tuple[np.ndarray, np.ndarray]:
         """Per-query mean and std of the scores over all ``n_items`` corpus rows, float64 (n_q,): in closed form
-        for K = 1 (below), streamed otherwise (`ScoreSource.moments`: a max or mean over samples is not linear).
+        (below) where the class docstring's ``moments`` chooses it, streamed otherwise (`ScoreSource.moments`; a max
+        or mean over samples is not linear).
 
         With ``c_r`` the number of corpus rows mapped to item ``r`` (1 without expansion), ``n = sum_r c_r``, a
         shift ``x0`` (the mean of the first chunk of items) and ``y_r = x_r - x0``: ``mu = x0 + (1/n) sum_r c_r y_r``,

@@ -9,6 +9,7 @@ from eval_sources import oracle_and_pixels
 from eval.errors import InputError
 from eval.runs import Run, read_run, write_run
 from eval.scoring import SPREAD_RTOL, DenseSource, FusionSource, RandomSource, score_stream, stream_moments
+from eval.scoring.fusion import needs_full_scores
 
 
 def _lattice(rng, n, d, k=None):
@@ -462,7 +463,7 @@ def test_constant_fusion_input_gets_weight_zero_or_is_refused():
     d, m = 16, 500
     items = np.tile(rng.standard_normal(d).astype(np.float32) * 7, (m, 1))  # every item the same vector
     q = rng.standard_normal((6, d)).astype(np.float32)
-    const = DenseSource(q, items)
+    const = DenseSource(q, items, moments="closed")
     mean, std = const.moments(slice(0, 6))
     assert (std == 0).all() and np.allclose(mean, q.astype(np.float64) @ items[0].astype(np.float64), rtol=1e-6)
     m2, s2 = stream_moments(const, slice(0, 6), c_chunk=37)
@@ -485,3 +486,24 @@ def test_constant_fusion_input_gets_weight_zero_or_is_refused():
     v = varied.scores(slice(0, 6), slice(0, m)).astype(np.float64)
     np.testing.assert_allclose(z[1], (v[1] - v[1].mean()) / v[1].std(), rtol=1e-4, atol=1e-4)
     assert np.abs(a).max() < 1e3  # nothing like the 8,000-20,000 weights of a mis-measured spread
+
+
+def test_dense_moments_take_the_cheaper_of_closed_form_and_stream():
+    """``moments="auto"``: the closed form (a d x d product over the items) for one vector per query when d <= n_q
+    or for a state space; a stream (one pass of the queries, the fusion's own score arrays) otherwise; both agree."""
+    rng = np.random.default_rng(5)
+    items = rng.standard_normal((300, 16)).astype(np.float32)
+    few, many = rng.standard_normal((6, 16)).astype(np.float32), rng.standard_normal((20, 16)).astype(np.float32)
+    assert DenseSource(few, items).streams_moments() and not DenseSource(many, items).streams_moments()
+    assert not DenseSource(few, items[:9], item_rows=rng.integers(0, 9, 300)).streams_moments()
+    assert DenseSource(rng.standard_normal((20, 3, 16)).astype(np.float32), items).streams_moments()
+    assert not DenseSource(few, items, moments="closed").streams_moments()
+    assert DenseSource(many, items, moments="stream").streams_moments()
+    with pytest.raises(InputError, match="one vector per query"):
+        DenseSource(rng.standard_normal((4, 3, 16)).astype(np.float32), items, moments="closed")
+    full = few.astype(np.float64) @ items.T.astype(np.float64)
+    for how in ("auto", "closed", "stream"):
+        mean, std = DenseSource(few, items, moments=how).moments(slice(0, 6))
+        np.testing.assert_allclose(mean, full.mean(1), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(std, full.std(1), rtol=1e-5)
+    assert needs_full_scores(DenseSource(few, items)) and not needs_full_scores(DenseSource(many, items))
