@@ -6,7 +6,8 @@ scores of query i over all ``n_items`` corpus rows (the PSR paper's score-level 
 
 Where the statistics come from, per input:
 
-- a closed form (`eval.scoring.DenseSource` with one vector per query: ``<u, mu>`` and ``u^T C u``), or a source
+- a closed form (`eval.scoring.DenseSource` with one vector per query, where its ``d x d`` product costs less than
+  a pass of the queries: ``<u, mu>`` and ``u^T C u``), or a source
   with a per-block cache (``cached_blocks``: a state-space source, whose streamed moments cost gathers, not a
   product): taken for every query before scoring, as `ScoreSource.moments` gives them;
 - otherwise (K samples reduced by max or mean, a duck-typed source) the statistics need the input's score of every
