@@ -123,7 +123,7 @@ class SSLConfig:
     head_hidden: int = 256  # 0: no projection head (vicreg / barlow regularise the representation itself)
     head_dim: int = 256
     center: bool = True  # fold the training frames' mean embedding into the pooler (a centred space)
-    whiten: float = 1e-3  # with center: fold a ZCA whitening into the pooler too; eigenvalue floor, share of the largest (0 = off)
+    whiten: float = 1e-4  # with center: fold a ZCA whitening into the pooler too; eigenvalue floor, share of the largest (0 = off)
     sim_weight: float = 25.0  # vicreg: invariance (lambda)
     var_weight: float = 25.0  # vicreg: variance hinge (mu)
     cov_weight: float = 1.0  # vicreg: covariance (nu)
