@@ -169,6 +169,54 @@ def test_vicreg_and_barlow_terms_on_known_batches():
     assert agree.item() < 0.05 and noise.item() > 7.0  # the diagonal sum of (1 - C_ii)^2 is ~8 for unrelated views
 
 
+def _encoded_geometry(tower, bench: Benchmark) -> dict:
+    """Effective dimension and anisotropy of the corpus frames as the saved tower encodes them (a space's items)."""
+    from eval.images import load_view, segment_views
+    from retrieval.complementarity import geometry
+    from retrieval.encoders import ImageEncoder
+
+    images = [load_view(bench.root / path, box) for path, box in segment_views(bench)]
+    return geometry(ImageEncoder(str(tower), device="cpu").encode_images(images, progress=False))
+
+
+def test_ssl_space_is_not_collapsed(synth_bench, tmp_path):
+    """A tower trained for a few steps stores a space, not a few directions around a common offset: the encoded
+    corpus frames reach an effective dimension of at least a quarter of the width and point in no common direction.
+    Without the centring and whitening folded into the pooler the same tower stores ~2 of 32 dimensions around a
+    common offset (anisotropy ~0.8)."""
+    from retrieval.towers import TRAIN_RECORD
+
+    rec = _ssl(synth_bench, tmp_path / "ssl", "optim.epochs=2", "max_frames=256")
+    width = rec["config"]["tower"]["out_dim"]
+    g = _encoded_geometry(tmp_path / "ssl", synth_bench)
+    assert g["effective_dim"] >= 0.25 * width and g["anisotropy"] < 0.3, g
+    std = json.loads((tmp_path / "ssl" / TRAIN_RECORD).read_text())["standardized"]
+    assert std["effective_dim_after"] > 2 * std["effective_dim_before"]
+    raw = _ssl(synth_bench, tmp_path / "raw", "optim.epochs=2", "max_frames=256", "center=false")
+    assert raw["standardized"] is None and raw["centred_by"] is None
+    assert _encoded_geometry(tmp_path / "raw", synth_bench)["effective_dim"] < g["effective_dim"]
+
+
+def test_standardized_pooler_centres_and_whitens_the_training_frames():
+    """`standardize_pooler` folds mean and ZCA map into the linear pooler: the training frames' outputs have mean 0
+    and covariance eigenvalues l / (l + floor * max l) (at most 1), for any tower."""
+    from retrieval.ssl import SSLConfig, pooler_outputs, standardize_pooler
+    from retrieval.towers import build_vit, load_dataclass
+
+    cfg = load_dataclass(SSLConfig, [], TINY_TOWER)
+    torch.manual_seed(0)
+    tower = build_vit(cfg.tower)
+    frames = torch.randint(0, 256, (300, 3, 36, 48), dtype=torch.uint8)
+    before = pooler_outputs(tower, frames, cfg)
+    lam = torch.linalg.eigvalsh(torch.cov(before.T)).clamp(min=0)
+    out = standardize_pooler(tower, frames, cfg)
+    after = pooler_outputs(tower, frames, cfg)
+    assert after.mean(0).abs().max().item() < 1e-3
+    expect = lam / (lam + cfg.whiten * lam.max())
+    assert torch.allclose(torch.linalg.eigvalsh(torch.cov(after.T)), expect, atol=1e-3)
+    assert out["mean_norm"] == pytest.approx(float(before.mean(0).norm()))
+
+
 @pytest.mark.slow
 def test_ssl_tower_round_trips_through_encode(synth_towers_dir):
     """The stored `ssl` features equal the saved tower's own forward on the processed object window (AutoModel +
