@@ -186,6 +186,10 @@ def run_jobs_in_pool(bench: Benchmark, cfg: LFTRConfig, out: Path, jobs: list[LF
     todo = [j for j in jobs if not j.path.exists()]
     if not todo:
         return {}
+    if cfg.question_space and cfg.condition_question:  # every head reads them: embed once, here, into the cache
+        from retrieval.lftr.data import cache_dir, question_embeddings
+
+        question_embeddings(bench, cfg.question_space, cache_dir(bench, out / "cache"))
     log(f"training {len(todo)} LFTR heads in {min(workers, len(todo))} processes")
     timings: dict[str, float] = {}
     ctx = multiprocessing.get_context("spawn")
