@@ -56,6 +56,9 @@ Frames = Annotated[str, typer.Option("--frames", help="prefix frames LFTR reads:
 Seeds = Annotated[list[str], typer.Option("--seeds", help="LFTR seeds, comma-separated and/or repeated (--seeds 0,1,2 "
                                                          "or --seeds 0 --seeds 1 --seeds 2); with several, run names "
                                                          "end in -seed<S> and reports show mean ± std")]
+Workers = Annotated[int, typer.Option("--workers", min=0, help="processes working side by side: the simulation's "
+                                                             "videos (synth), the LFTR heads (demo); 0 = one per "
+                                                             "CPU this job may use (demo: per config `threads`)")]
 StopAfter = Annotated[int, typer.Option("--stop-after", min=0, help="run at most N epochs now (resume later)")]
 TextModel = Annotated[str, typer.Option("--text-model", help="sentence-transformers text model (HF id or path)")]
 Shard = Annotated[str | None, typer.Option("--shard", metavar="I/N", parser=parse_shard,
@@ -391,8 +394,7 @@ def synth(
                                                help="fine-tune the embedder on describer triples of a disjoint world "
                                                     "first (OUT-encoder/); off: cluster with the embedder as it "
                                                     "is")] = True,
-    workers: Annotated[int, typer.Option("--workers", min=0, help="processes of the simulation (0 = all "
-                                                                  "cores)")] = 0,
+    workers: Workers = 0,
 ) -> None:
     """Build the synthetic benchmark the way the paper builds PSR: simulate (eval synth), then canonicalize, mine and
     verify the GT (canon apply). Each step is reused when its output holds the same build."""
@@ -424,9 +426,7 @@ def demo(
     perfect_space: Annotated[str, typer.Option("--perfect-space", help="prefix space of the simulator's state: LFTR "
                                                                        "from it into the semantic space is "
                                                                        "perfect-perception LFTR ('' = none)")] = "sim",
-    workers: Annotated[int, typer.Option("--workers", min=0, help="processes training LFTR heads side by side (0: "
-                                                                  "the CPUs this process may use / the config's "
-                                                                  "threads)")] = 0,
+    workers: Workers = 0,
 ) -> None:
     """Encode the semantic space, run every baseline and oracle, LFTR in every space per seed (from frames, and from
     the simulator's state), the fusions and the complementarity analysis (resumable). --config: LFTR YAML
