@@ -168,17 +168,17 @@ def _train_and_predict(bench: Benchmark, cfg: LFTRConfig, out: Path, job: LFTRJo
 
 
 def _pool_job(root: str, cfg: LFTRConfig, out: str, job: LFTRJob) -> tuple[str, float]:
-    """A worker process's `LFTRJob` (no progress bars; its log lines name the head)."""
+    """A worker process's `LFTRJob` (no progress bars; its log lines name the head) -> (``stem/split``, seconds)."""
     bench = Benchmark.load(root)
     seconds = _train_and_predict(bench, cfg, Path(out), job,
                                  log=lambda m: print(f"[{job.stem}] {m}", flush=True), progress=False)
-    return job.stem, seconds
+    return f"{job.stem}/{job.split}", seconds
 
 
 def run_jobs_in_pool(bench: Benchmark, cfg: LFTRConfig, out: Path, jobs: list[LFTRJob], workers: int,
                      log: Callable[[str], None] = print) -> dict[str, float]:
     """Train and predict ``jobs`` in ``workers`` processes (spawned: each loads the benchmark memory-mapped and
-    trains with ``cfg.threads`` threads), heads whose run exists skipped; -> seconds per stem. Each head is seeded by
+    trains with ``cfg.threads`` threads), heads whose run exists skipped; -> seconds per ``stem/split``. Each head is seeded by
     its own config, so its checkpoint and run are those the same job writes alone."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -196,9 +196,9 @@ def run_jobs_in_pool(bench: Benchmark, cfg: LFTRConfig, out: Path, jobs: list[LF
     with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx) as pool:
         futures = [pool.submit(_pool_job, str(bench.root), cfg, str(out), j) for j in todo]
         for f in as_completed(futures):
-            stem, seconds = f.result()
-            timings[f"{stem}/{next(j.split for j in todo if j.stem == stem)}"] = seconds
-            log(f"{stem}: {seconds:.1f}s")
+            key, seconds = f.result()
+            timings[key] = seconds
+            log(f"{key}: {seconds:.1f}s")
     return timings
 
 
@@ -278,12 +278,15 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
         p = out / f"{stem}.parquet" if split_ == split else out / "val" / f"{stem}.parquet"
         return LFTRJob(stem, method, split_, p, {"seed": seed, **over})
 
-    def lftr_run(stem: str, method: str, seed: int, split_: str = split, **over) -> Path:
-        j = job(stem, method, seed, split_, **over)
+    def run_job(j: LFTRJob) -> Path:
         if not j.path.exists():
-            timings[f"{stem}/{split_}"] = _train_and_predict(bench, cfg, out, j, log=log, progress=progress)
-            log(f"{stem} ({split_}): {timings[f'{stem}/{split_}']:.1f}s")
+            key = f"{j.stem}/{j.split}"
+            timings[key] = _train_and_predict(bench, cfg, out, j, log=log, progress=progress)
+            log(f"{key}: {timings[key]:.1f}s")
         return j.path
+
+    def lftr_run(stem: str, method: str, seed: int, split_: str = split, **over) -> Path:
+        return run_job(job(stem, method, seed, split_, **over))
 
     heads: list[tuple[int, str, LFTRJob]] = []  # (seed, key in per_seed, job) in the order the runs are listed
     for seed in seeds:
@@ -302,11 +305,10 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
         timings.update(run_jobs_in_pool(bench, cfg, out, [j for _, _, j in heads] + [last], n_workers, log))
     per_seed: dict[int, dict[str, Path]] = {s: {} for s in seeds}
     for seed, key, j in heads:
-        per_seed[seed][key] = lftr_run(j.stem, j.method, seed, j.split, **{k: v for k, v in j.overrides.items()
-                                                                            if k != "seed"})
+        per_seed[seed][key] = run_job(j)
     for seed in seeds:
         paths += list(per_seed[seed].values())
-    paths.append(lftr_run(last.stem, last.method, seeds[0], last.split, target_space=plan.visual, frames="last"))
+    paths.append(run_job(last))
 
     singles = [n for n in plan.targets()]
     pair = _select_fusion(bench, out, plan, singles, seeds, per_seed, lftr_run, cfg, log, progress)
