@@ -531,16 +531,20 @@ def complementarity(
     geometry_space: Annotated[list[str], typer.Option("--geometry-space", help="another space to report the geometry "
                                                                                "of (effective dimension, anisotropy; "
                                                                                "repeat)")] = (),
+    split: Annotated[str, typer.Option("--split", help="population: the fair Q1-Q4 queries of this split (the main "
+                                                       "table's), or 'all' for every query of the runs")] = "test",
 ) -> None:
     """For runs of one method in different spaces: per-query wins of each space, their union, the correlation of
-    per-pair state similarity across spaces, and each space's geometry."""
+    per-pair state similarity across spaces, and each space's geometry, over the main table's population."""
     from eval.benchmark import Benchmark
+    from eval.evaluate import Population
     from eval.io import write_json
     from retrieval.complementarity import complementarity as analyse
     from retrieval.complementarity import to_markdown
 
+    population = None if split == "all" else Population((split,))
     res = analyse(Benchmark.load(data), {p.name.split(".")[0]: p for p in run}, fused=fused, k=k,
-                  geometry_spaces=geometry_space)
+                  geometry_spaces=geometry_space, population=population)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "complementarity.json", res)
     (out / "complementarity.md").write_text(to_markdown(res), encoding="utf-8")

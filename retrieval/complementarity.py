@@ -2,7 +2,8 @@
 queries, and do they organise states differently?
 
 Given runs of one method in several spaces (e.g. LFTR in the semantic, SSL and CLIP-style spaces), over their common
-queries with a main-pool GT:
+queries with a main-pool GT in the population (`eval.evaluate.Population`; by default the main table's: fair test
+queries of Q1-Q4, so both tables count the same queries):
 
 - **per-query wins**: ``h_s(q)`` = the tie-aware expected hit@5 of run ``s`` on query ``q`` (eval's R@k per
   query: the probability that a GT item is in the top 5 under a random order of tied items, so a semantic space's
@@ -35,6 +36,7 @@ import numpy as np
 
 from eval.benchmark import Benchmark
 from eval.errors import InputError
+from eval.evaluate import Population
 from eval.metrics import RankStats, recall_at_k
 from eval.runs import read_run
 
@@ -103,18 +105,25 @@ def space_geometry(bench: Benchmark, space: str, *, max_items: int = 50_000, see
 
 
 def complementarity(bench: Benchmark, runs: dict[str, str | Path], *, fused: str | Path | None = None, k: int = 5,
-                    max_pairs: int = 200_000, geometry_spaces: list[str] = ()) -> dict:
-    """The analysis of the runs ``{label: path}`` (module docstring)."""
+                    max_pairs: int = 200_000, geometry_spaces: list[str] = (),
+                    population: Population | None = Population()) -> dict:
+    """The analysis of the runs ``{label: path}`` over their common queries in ``population`` (None: every query
+    of the runs; module docstring)."""
     if len(runs) < 2:
         raise InputError("complementarity needs runs in at least two spaces")
     hits = {name: run_hits(read_run(p), k) for name, p in runs.items()}
-    common = sorted(set.intersection(*(set(h) for h in hits.values())))
+    common = set.intersection(*(set(h) for h in hits.values()))
+    if population is not None:
+        common &= set(population.query_ids(bench))
+    common = sorted(common)
     if not common:
-        raise InputError("the runs share no query with a main-pool GT")
+        where = "" if population is None else f" in the population ({population.describe()})"
+        raise InputError(f"the runs share no query with a main-pool GT{where}")
     H = np.asarray([[hits[n][q] for q in common] for n in runs], dtype=np.float64)  # (n_runs, n_queries)
     names = list(runs)
     miss = 1.0 - H
     out = {"queries": len(common), "k": k,
+           "population": population.describe() if population is not None else "every query of the runs",
            "recall": {n: float(H[i].mean()) for i, n in enumerate(names)},
            "only": {n: float((H[i] * np.delete(miss, i, 0).prod(0)).mean()) for i, n in enumerate(names)},
            "all": float(H.prod(0).mean()), "union": float((1.0 - miss.prod(0)).mean()),
@@ -137,7 +146,9 @@ def complementarity(bench: Benchmark, runs: dict[str, str | Path], *, fused: str
 
 def to_markdown(res: dict) -> str:
     k = res["k"]
-    lines = [f"Per-query wins (tie-aware expected hit@{k}; {res['queries']} queries with GT common to all runs)", "",
+    pop = res.get("population", "every query of the runs")
+    lines = [f"Per-query wins (tie-aware expected hit@{k}; {res['queries']} queries with GT common to all runs; "
+             f"population: {pop})", "",
              f"| run (space) | R@{k} | only this space right |", "|---|---:|---:|"]
     for n, r in res["recall"].items():
         lines.append(f"| {n} ({res['spaces'][n]}) | {100 * r:.1f} | {100 * res['only'][n]:.1f} |")

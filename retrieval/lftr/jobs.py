@@ -220,7 +220,8 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
     - fusion: the pair (semantic + one visual target space) with the best validation R@5 (first seed; written to
       ``fusion_selection.json``) and the fusion of every target space, per seed (the paper reports both: its
       two-space headline and the stack of App. I);
-    - ``complementarity.{json,md}`` of the first seed's LFTR runs.
+    - ``complementarity.{json,md}`` of the first seed's LFTR runs, over the main table's population (fair ``split``
+      queries of Q1-Q4).
 
     The LFTR heads train side by side in ``workers`` processes (0: `demo_workers`); each writes the files it writes
     alone."""
@@ -321,12 +322,13 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
                 fuse_runs(bench, [per_seed[seed][m] for m in members], p,
                           method=_run_name(f"lftr-fusion[{label}]", seed, seeds), progress=progress)
     if len(singles) > 1:
+        from eval.evaluate import Population
         from retrieval.complementarity import complementarity, to_markdown
 
         first = per_seed[seeds[0]]
         fused = out / f"{_run_name('lftr-fusion-' + '+'.join(singles), seeds[0], seeds)}.parquet"
         res = complementarity(bench, {f"lftr-{n}": first[n] for n in singles}, fused=fused if fused.exists() else None,
-                              geometry_spaces=[plan.compare] if plan.compare else [])
+                              geometry_spaces=[plan.compare] if plan.compare else [], population=Population((split,)))
         write_json(out / "complementarity.json", res)
         (out / "complementarity.md").write_text(to_markdown(res), encoding="utf-8")
     if timings:

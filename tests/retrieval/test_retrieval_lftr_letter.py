@@ -287,11 +287,20 @@ def test_complementarity_of_runs(synth_demo_out, synth_sem_dir, tmp_path):
     from retrieval.cli import app
     from retrieval.complementarity import complementarity, run_hits
 
+    from eval.evaluate import Population
+    from eval.schema import MAIN_QTYPES
+
+    bench = Benchmark.load(synth_sem_dir)
     paths = {n: synth_demo_out / f"{n}.parquet" for n in ("lftr-minilm", "lftr-pixels")}
-    res = complementarity(Benchmark.load(synth_sem_dir), paths,
-                          fused=synth_demo_out / "lftr-fusion-minilm+pixels.parquet")
+    res = complementarity(bench, paths, fused=synth_demo_out / "lftr-fusion-minilm+pixels.parquet")
     h = {n: run_hits(read_run(p)) for n, p in paths.items()}
-    common = sorted(set(h["lftr-minilm"]) & set(h["lftr-pixels"]))
+    every = set(h["lftr-minilm"]) & set(h["lftr-pixels"])
+    # the main table's population (fair test queries of Q1-Q4), not every query with a GT: Q5 is left out
+    qtype = dict(zip(bench.queries_ds["id"][:], bench.queries_ds["qtype"][:], strict=True))
+    assert any(qtype[q] not in MAIN_QTYPES for q in every)
+    common = sorted(every & set(Population().query_ids(bench)))
+    assert common and all(qtype[q] in MAIN_QTYPES for q in common)
+    assert complementarity(bench, paths, population=None)["queries"] == len(every) > len(common)
     a = np.asarray([h["lftr-minilm"][q] for q in common])
     b = np.asarray([h["lftr-pixels"][q] for q in common])
     assert res["queries"] == len(common) and res["spaces"] == {"lftr-minilm": "minilm", "lftr-pixels": "pixels"}
