@@ -119,6 +119,9 @@ class RecipeArgs:
     study_limit: int | None = field(default=None, metadata={"help": "study: score at most N test queries"})
     leaks_limit: int | None = field(default=None, metadata={
         "help": "validator catch rates (python -m distill leaks): at most N test predicate sets"})
+    study_workers: int | None = field(default=None, metadata={
+        "help": "study: processes training and answering students side by side, one thread each (0: one per CPU) "
+                "[default: the study's, 1]"})
     study_threads: int | None = field(default=None, metadata={
         "help": "study: torch threads (default: torch's; the CPU demo runs its other stages on one thread)"})
     cpu_demo: bool = field(default=False, metadata={
@@ -145,6 +148,8 @@ class RecipeArgs:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise InputError(f"{name} must be >= 1, got {v}")
+        if self.study_workers is not None and self.study_workers < 0:
+            raise InputError(f"study_workers must be >= 0, got {self.study_workers}")
         if self.max_tokens < 1:
             raise InputError(f"max_tokens must be >= 1, got {self.max_tokens}")
 
@@ -335,24 +340,27 @@ def _input_stages(args: RecipeArgs, inp: Inputs) -> list[Stage]:
 
 def _narration_stages(args: RecipeArgs, inp: Inputs) -> list[Stage]:
     """Predicates of every split; narration of train (SFT), val (eval loss and answer accuracy while training) and
-    test (deterministic template: the test side of the leakage probe); the rationale statistics."""
+    test (deterministic template: the test side of the leakage probe); the rationale statistics. Train and val
+    narrate only as many predicate sets as the SFT sets take (``sft_limit``, ``sft_eval_limit``: the first N of the
+    split in the predicates file), not every one of the split."""
     py, out, cfg = inp.python, Path(args.out), args.config
     pred = str(out / "predicates.jsonl")
     teacher = given(narrator=args.narrator)
     if args.teacher_url:
         teacher.update(backend="openai", base_url=args.teacher_url)
 
-    def narrate(split: str, name: str, narrator: dict[str, Any]) -> Stage:
+    def narrate(split: str, name: str, narrator: dict[str, Any], limit: int | None = None) -> Stage:
         return distill_stage(f"narrate-{split}", "narrate", py,
-                             {"data": inp.data, "predicates": pred, **narrator, "split": split, "out": str(out / name)},
+                             {"data": inp.data, "predicates": pred, **narrator, "split": split, "out": str(out / name),
+                              **given(limit=limit)},
                              out / name / "narrate.summary.json", preset=cfg, after=("predicates", "synth"))
 
     return [
         distill_stage("predicates", "predicates", py,
                       {"data": inp.data, "out": pred, **given(top_states=args.top_states)},
                       out / "predicates.config.json", preset=cfg, after=("synth",)),
-        narrate("train", "rationales", teacher),
-        narrate("val", "rationales-val", teacher),
+        narrate("train", "rationales", teacher, args.sft_limit),
+        narrate("val", "rationales-val", teacher, args.sft_eval_limit),
         narrate("test", "rationales-test", {"narrator": "template"}),
         distill_stage("rationale-stats", "rationale-stats", py,
                       {"data": inp.data, "rationales": [str(out / "rationales"), str(out / "rationales-test")],
@@ -399,7 +407,8 @@ def _study_stage(args: RecipeArgs, inp: Inputs) -> Stage:
         "data": inp.data, "sft": str(out / "sft"), "predicates": str(out / "predicates.jsonl"),
         "out": str(out / "study"), "train_config": args.config, "model": inp.model,
         **given(seeds=args.seeds or None, budgets=args.budgets or None), "max_new_tokens": args.max_tokens,
-        **given(limit=args.study_limit, faithfulness_limit=args.faithfulness_limit, num_threads=args.study_threads),
+        **given(limit=args.study_limit, faithfulness_limit=args.faithfulness_limit, num_threads=args.study_threads,
+                workers=args.study_workers),
         "progress": False}, out / "study" / "study.json", after=("sft", "tiny-student", "predicates"), quiet=True)
 
 

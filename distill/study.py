@@ -2,8 +2,10 @@
 
 The students are the three SFT targets over the same queries and prompts (`distill.narrate.TARGET_VARIANTS`):
 ``answer`` (answer-only), ``trajectory`` (the answer plus the intermediate state labels, no reasoning text) and
-``cot`` (the rationale). Each is trained (`distill.train.train`, in process, the recipe's ``train:`` section of
-``--config``) once per seed and per budget:
+``cot`` (the rationale). Each is trained (`distill.train.train`, the recipe's ``train:`` section of ``--config``)
+once per seed and per budget, in this process or, with ``--workers``, side by side in processes of one thread each
+(a small student on a CPU trains faster on one thread than on several, so two processes on two cores nearly halve
+the wall time; each student writes only its own folder, so its files are those it writes alone):
 
 - ``steps:N``: every student makes the same N optimizer steps;
 - ``epochs:E``: every student sees its training set E times.
@@ -81,6 +83,9 @@ class StudyConfig:
     device: str = field(default="auto", metadata={"help": "auto | cpu | cuda"})
     resamples: int = field(default=2000, metadata={"help": "bootstrap resamples (over videos)"})
     num_threads: int | None = field(default=None, metadata={"help": "torch threads (default: torch's)"})
+    workers: int = field(default=1, metadata={
+        "help": "processes training and answering students side by side, one torch thread each (0: one per CPU "
+                "this process may use; 1: every student in this process, one after another)"})
     progress: bool = field(default=True, metadata={"help": "show progress bars"})
 
     def __post_init__(self):
@@ -93,6 +98,8 @@ class StudyConfig:
             raise InputError("seeds must not be empty")
         for b in self.budgets:
             Budget.parse(b)
+        if self.workers < 0:
+            raise InputError(f"workers must be >= 0, got {self.workers}")
 
 
 @dataclass(frozen=True)
@@ -349,7 +356,16 @@ def run_study(cfg: StudyConfig) -> dict[str, Any]:
     lookup, motion = phrasing_lookup(bench), motion_classes(bench)
     k, majority = _slice_floor(cfg, bench)
     runs, where = plan_runs(cfg)
-    trained = {(r, v, s): train_student(cfg, runs[r], v, s) for r in runs for v in cfg.variants for s in cfg.seeds}
+    workers = study_workers(cfg)
+    # the longest students first, so the processes finish together
+    order = sorted(cfg.variants, key=lambda v: -COST_ORDER.index(v) if v in COST_ORDER else 0)
+    jobs = [(runs[r], v, s) for r in runs for v in order for s in cfg.seeds]
+    trained = dict(zip([(r.name, v, s) for r, v, s in jobs], in_processes(train_student, cfg, jobs, workers),
+                       strict=True))
+    answers = [(b.name, *where[b.name], v, s) for b in map(Budget.parse, cfg.budgets) for v in order for s in cfg.seeds]
+    answered = dict(zip([(b, v, s) for b, _, _, v, s in answers],
+                        in_processes(answer_student, cfg, [(*a, trained[(a[1], a[3], a[4])]["base_model"])
+                                                           for a in answers], workers), strict=True))
     result: dict[str, Any] = {"n": len(queries), "videos": len({q.video_id for q in queries}), "k": k,
                               "chance": 1.0 / k, "majority_state": majority, "budgets": {},
                               "runs": {name: {"flags": list(r.flags), "snapshots": list(r.snapshots)}
@@ -364,15 +380,9 @@ def run_study(cfg: StudyConfig) -> dict[str, Any]:
                 info = {**trained[(run, variant, seed)], "run": run, "snapshot_step": step}
                 if step is not None:
                     info.update(global_step=step, wall_s=None)
-                student = load_student(cfg, run, variant, seed, step)
-                path = Path(cfg.out) / "phrases" / budget.name / f"{variant}-s{seed}.jsonl"
-                backend = serve(student["weights"], student["full"], info["base_model"], device=cfg.device,
-                                batch_size=cfg.batch_size)
-                try:
-                    info["predict"] = predict(cfg, backend, queries, bench, student, path)
-                finally:
-                    backend.close()
-                per_seed.setdefault(variant, []).append(hits(path, queries, lookup, motion))
+                info["predict"] = answered[(budget.name, variant, seed)]
+                per_seed.setdefault(variant, []).append(hits(phrase_path(cfg, budget.name, variant, seed), queries,
+                                                             lookup, motion))
                 infos.setdefault(variant, []).append(info)
         scored = score_budget(cfg, per_seed, queries, majority, motion)
         for v, rs in infos.items():
@@ -386,6 +396,57 @@ def run_study(cfg: StudyConfig) -> dict[str, Any]:
     write_json(out / "study.json", result)
     (out / "study.md").write_text(to_markdown(result), encoding="utf-8")
     return result
+
+
+#: the students from the cheapest to train and answer (a few words) to the dearest (a rationale)
+COST_ORDER = ("answer", "trajectory", "cot")
+
+
+def study_workers(cfg: StudyConfig) -> int:
+    """Processes of the study: ``cfg.workers``, or (0) one per CPU this process may use."""
+    from eval.threads import affinity_cpus
+
+    return cfg.workers if cfg.workers > 0 else affinity_cpus()
+
+
+def phrase_path(cfg: StudyConfig, budget: str, variant: str, seed: int) -> Path:
+    return Path(cfg.out) / "phrases" / budget / f"{variant}-s{seed}.jsonl"
+
+
+def answer_student(cfg: StudyConfig, budget: str, run: str, step: int | None, variant: str, seed: int,
+                   base_model: str) -> dict[str, Any]:
+    """One student's answers to the scored queries (`predict`, its phrase file under ``phrases/<budget>/``)."""
+    from eval.benchmark import Benchmark
+
+    bench = Benchmark.load(cfg.data)
+    student = load_student(cfg, run, variant, seed, step)
+    backend = serve(student["weights"], student["full"], base_model, device=cfg.device, batch_size=cfg.batch_size)
+    try:
+        return predict(cfg, backend, _queries(cfg, bench), bench, student, phrase_path(cfg, budget, variant, seed))
+    finally:
+        backend.close()
+
+
+def _one_thread_worker() -> None:
+    """Pool initializer: the worker's torch (and OpenMP) run one thread, so the processes share the CPUs."""
+    import os
+
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+
+def in_processes(fn, cfg: StudyConfig, jobs: list[tuple], workers: int) -> list[Any]:
+    """``[fn(cfg, *job) for job in jobs]``, in ``workers`` spawned processes of one thread each when ``workers > 1``
+    (each job writes only its own student's folder or phrase file, so the files are those it writes alone)."""
+    if workers <= 1 or len(jobs) <= 1:
+        return [fn(cfg, *job) for job in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
+                             initializer=_one_thread_worker) as pool:
+        futures = [pool.submit(fn, cfg, *job) for job in jobs]
+        return [f.result() for f in futures]
 
 
 def load_student(cfg: StudyConfig, run: str, variant: str, seed: int, step: int | None) -> dict[str, Any]:

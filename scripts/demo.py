@@ -241,11 +241,20 @@ class Demo:
                  "at equal budget, faithfulness, the validator's catch rates ([distill/results.md](distill/results.md)) |",
                  "",
                  *self.findings(), "## Commands", "", "| stage | seconds | command |", "|---|---:|---|"]
-        lines += [f"| {x['stage']} | {x['seconds']} | `{x['cmd']}` |" for x in self.log]
+        log = self.merged_log(out / "demo_log.json")
+        lines += [f"| {x['stage']} | {x['seconds']} | `{x['cmd']}` |" for x in log]
         (out / "README.md").write_text("\n".join(lines) + "\n")
-        (out / "demo_log.json").write_text(json.dumps(self.log, indent=2) + "\n")
+        (out / "demo_log.json").write_text(json.dumps(log, indent=2) + "\n")
         if self.args.results:
             self.results_page(self.args.results)
+
+    def merged_log(self, path: Path) -> list[dict]:
+        """The commands of this invocation, after those an earlier one logged in ``path`` for the stages not rerun
+        now (a rerun of one stage keeps the others' commands and seconds)."""
+        rerun = {x["stage"] for x in self.log}
+        old = json.loads(path.read_text()) if path.exists() else []
+        log = [x for x in old if x.get("stage") not in rerun] + self.log
+        return sorted(log, key=lambda x: STAGES.index(x["stage"]) if x.get("stage") in STAGES else len(STAGES))
 
     def tower_costs(self) -> list[str]:
         """The learned encoders' training cost from their records: epochs, items, parameters, s/epoch (wall and CPU),

@@ -106,6 +106,12 @@ def test_evidence_plan_runs_the_study_on_the_slice(synth_dir, tmp_path):
     assert study[study.index("--seeds") + 1:study.index("--seeds") + 4] == [str(s) for s in rec["seeds"]]
     assert study[study.index("--budgets") + 1:study.index("--budgets") + 3] == rec["budgets"]
     assert "tiny-student" in stages["study"].after and "sft" in stages["tiny-student"].after
+    assert study[study.index("--workers") + 1] == str(rec["study_workers"])
+    # train and val narrate only what the SFT sets take; test narrates every set (the leakage probe)
+    for split, key in (("train", "sft_limit"), ("val", "sft_eval_limit")):
+        nar = stages[f"narrate-{split}"].argv
+        assert nar[nar.index("--limit") + 1] == str(rec[key])
+    assert "--limit" not in stages["narrate-test"].argv
     _, stages = _plan("--cpu-demo", "--config", preset, "--data", synth_dir, "--out", out, "--top-states", 7)
     p = stages["predicates"].argv
     assert p[p.index("--top-states") + 1] == "7"

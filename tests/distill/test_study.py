@@ -91,10 +91,12 @@ def test_motion_class_is_the_commonest_motion_of_a_states_segments(synth_bench):
 
 
 @pytest.mark.slow
-def test_study_end_to_end_on_a_tiny_slice(synth_dir, tmp_path):
+def test_study_end_to_end_on_a_tiny_slice(synth_dir, tmp_path, monkeypatch):
     """Predicates of a 3-state slice, template narration, evidence SFT sets, a tiny student, 2 seeds x (steps:2
     nested in epochs:1): every student is trained, answers, is scored; faithfulness has its floors; the section of
-    the results page renders from the outputs."""
+    the results page renders from the outputs. The same study in two processes (``workers=2``) trains the same
+    weights and writes the same answers as one process on one thread."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the one-process run on one thread, as each pooled worker
     from distill.narrate import NarrateConfig, run_narration
     from distill.predicates import PredicatesConfig, write_predicates
     from distill.results import section
@@ -135,3 +137,25 @@ def test_study_end_to_end_on_a_tiny_slice(synth_dir, tmp_path):
     assert phrases.stat().st_mtime_ns == stamp
     text = "\n".join(section(tmp_path))
     assert "three students" in text and "majority class" in text and "shuffled-body floor" in text
+
+    from dataclasses import replace
+
+    import torch
+    from safetensors.torch import load_file
+
+    from distill.study import load_student
+
+    pooled = replace(cfg, out=str(tmp_path / "study-pooled"), workers=2)
+    r2 = run_study(pooled)
+    for b in r["budgets"]:
+        for v in ("answer", "trajectory", "cot"):
+            for seed in (0, 1):
+                rel = Path("phrases") / b / f"{v}-s{seed}.jsonl"
+                one = [json.loads(x)["raw"] for x in (tmp_path / "study" / rel).read_text().splitlines()]
+                two = [json.loads(x)["raw"] for x in (tmp_path / "study-pooled" / rel).read_text().splitlines()]
+                assert one == two, rel
+    for v in ("answer", "cot"):
+        w1, w2 = (load_student(c, "epochs-1", v, 1, None)["weights"] for c in (cfg, pooled))
+        t1, t2 = (load_file(next(w.glob("*.safetensors"))) for w in (w1, w2))
+        assert t1.keys() == t2.keys() and all(torch.equal(t1[k], t2[k]) for k in t1)
+    assert r2["budgets"]["epochs-1"]["students"]["cot"]["exact"] == r["budgets"]["epochs-1"]["students"]["cot"]["exact"]

@@ -1,0 +1,31 @@
+"""`scripts/demo.py`: a rerun of some stages keeps the other stages' commands and seconds in the demo's log."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _demo_module():
+    spec = importlib.util.spec_from_file_location("demo_script", ROOT / "scripts" / "demo.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rerun_of_one_stage_keeps_the_other_stages_log(tmp_path):
+    mod = _demo_module()
+    path = tmp_path / "demo_log.json"
+    first = [{"stage": s, "cmd": f"cmd {s}", "seconds": 1.0} for s in ("data", "retrieval", "distill")]
+    path.write_text(json.dumps(first))
+    demo = mod.Demo(argparse.Namespace())
+    demo.log = [{"stage": "distill", "cmd": "cmd distill again", "seconds": 2.0},
+                {"stage": "encoders", "cmd": "cmd encoders", "seconds": 3.0}]
+    log = demo.merged_log(path)
+    assert [x["stage"] for x in log] == ["data", "encoders", "retrieval", "distill"]  # in stage order
+    assert [x["cmd"] for x in log if x["stage"] == "distill"] == ["cmd distill again"]  # the rerun replaces its own
+    assert demo.merged_log(tmp_path / "none.json") == sorted(demo.log, key=lambda x: mod.STAGES.index(x["stage"]))
