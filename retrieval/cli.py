@@ -531,11 +531,11 @@ def complementarity(
     geometry_space: Annotated[list[str], typer.Option("--geometry-space", help="another space to report the geometry "
                                                                                "of (effective dimension, anisotropy; "
                                                                                "repeat)")] = (),
-    split: Annotated[str, typer.Option("--split", help="population: the fair Q1-Q4 queries of this split (the main "
-                                                       "table's), or 'all' for every query of the runs")] = "test",
+    split: Split = "test",
 ) -> None:
     """For runs of one method in different spaces: per-query wins of each space, their union, the correlation of
-    per-pair state similarity across spaces, and each space's geometry, over the main table's population."""
+    per-pair state similarity across spaces, and each space's geometry, over the main table's population: the fair
+    Q1-Q4 queries of --split (--split all: every query of the runs)."""
     from eval.benchmark import Benchmark
     from eval.evaluate import Population
     from eval.io import write_json
