@@ -541,11 +541,11 @@ def prepare(cfg: FaithfulnessConfig) -> FaithfulnessSetup:
     bench = Benchmark.load(cfg.data)
     members = {s: list(p) for s, p in OracleIndex(bench, use_sim=False).members.items()}
     everything = read_predicates(cfg.predicates)
-    split_ids = None if cfg.split is None else {q.id for q in bench.queries(cfg.split)}
+    split_ids = None if cfg.split is None else set(bench.query_field("id", cfg.split))
     sets = [ps for ps in everything if split_ids is None or ps.query_id in split_ids]
     if not sets:
         raise InputError(f"{cfg.predicates}: no predicate sets for split {cfg.split!r}")
-    video = {q.id: q.video_id for q in bench.queries()}
+    video = bench.query_field("video_id")
     sets = [replace(ps, video_id=ps.video_id or video.get(ps.query_id, "")) for ps in sets]
     items, drops = build_items(sets, DonorPool(everything, read_denotations(bench.root)),
                                gold_rows=_narrated(cfg.rationales),

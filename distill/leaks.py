@@ -171,8 +171,8 @@ def _sets(cfg: LeaksConfig, split: str, limit: int | None, bench):
     from distill.faithfulness import sample_by_video
     from distill.narrate import read_predicates
 
-    ids = {q.id for q in bench.queries(split)}
-    video = {q.id: q.video_id for q in bench.queries()}
+    ids = set(bench.query_field("id", split))
+    video = bench.query_field("video_id")
     sets = [ps for ps in read_predicates(cfg.predicates) if ps.query_id in ids]
     for ps in sets:
         ps.video_id = ps.video_id or video.get(ps.query_id, "")

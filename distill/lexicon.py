@@ -70,18 +70,17 @@ class Token:
     end: int
 
 
-def tokens(text: str) -> list[Token]:
-    """The content words of ``text`` (function words dropped) with their keys and spans."""
-    out = []
-    for m in _TOKEN.finditer(text):
-        w = m.group(0).lower()
-        if w in FUNCTION_WORDS:
-            continue
-        out.append(Token(word_key(w), m.start(), m.end()))
-    return out
+@lru_cache(maxsize=4096)
+def tokens(text: str) -> tuple[Token, ...]:
+    """The content words of ``text`` (function words dropped) with their keys and spans (cached: the validator's
+    checks of one body each read its words)."""
+    return tuple(Token(word_key(w), m.start(), m.end()) for m in _TOKEN.finditer(text)
+                 if (w := m.group(0).lower()) not in FUNCTION_WORDS)
 
 
+@lru_cache(maxsize=262144)
 def keys(text: str) -> tuple[str, ...]:
+    """The keys of ``text``'s content words (cached: the validator keys the same state phrasings for every body)."""
     return tuple(t.key for t in tokens(text))
 
 

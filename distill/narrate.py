@@ -482,7 +482,7 @@ def run_narration(cfg: NarrateConfig, backend=None) -> NarrateSummary:
         for name in ("rationales.jsonl", "rejects.jsonl", "failures.jsonl"):
             (out / name).unlink(missing_ok=True)
     bench = Benchmark.load(cfg.data)
-    split_ids = None if cfg.split is None else {q.id for q in bench.queries(cfg.split)}
+    split_ids = None if cfg.split is None else set(bench.query_field("id", cfg.split))
     sets = read_predicates(cfg.predicates, split_ids)
     sets = sets[: cfg.limit] if cfg.limit is not None else sets
     done, failed = _existing(cfg, out)

@@ -200,8 +200,8 @@ def rationale_stats(cfg: RationaleStatsConfig) -> dict[str, Any]:
     bench = Benchmark.load(cfg.data)
     validator = validator_for(bench)
     rows, dirs = _rows(cfg.rationales)
-    split = {q.id: q.split for q in bench.queries()}
-    question = {q.id: q.question for q in bench.queries()}
+    split = bench.query_field("split")
+    question = bench.query_field("question")
     rows = [r for r in rows if r.get("query_id") in split]
     by_split = {s: [r for r in rows if split[r["query_id"]] == s] for s in sorted({split[r["query_id"]] for r in rows})}
     tr, te = by_split.get(cfg.train_split, []), by_split.get(cfg.test_split, [])

@@ -160,7 +160,7 @@ def _rationale_rows(path: str, bench, split: str, limit: int | None) -> list[dic
         path = path / "rationales.jsonl"
     if not path.exists():
         raise FormatError(path, "rationales file does not exist (run `python -m distill narrate` first)")
-    split_ids = {q.id for q in bench.queries(split)}
+    split_ids = set(bench.query_field("id", split))
     rows = []
     for i, d in enumerate(read_records(path), start=1):
         for key in ("query_id", "rationale"):

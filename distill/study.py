@@ -332,7 +332,7 @@ def _queries(cfg: StudyConfig, bench) -> list:
     from distill.faithfulness import sample_by_video
     from distill.narrate import read_predicates
 
-    ids = {q.id for q in bench.queries(cfg.split)}
+    ids = set(bench.query_field("id", cfg.split))
     sets = [ps for ps in read_predicates(cfg.predicates) if ps.query_id in ids]
     if not sets:
         raise InputError(f"{cfg.predicates}: no predicate sets for split {cfg.split!r}")
@@ -473,7 +473,7 @@ def _slice_floor(cfg: StudyConfig, bench) -> tuple[int, str]:
     if sl:
         return int(sl["k"]), sl["majority"]
     sets = read_predicates(cfg.predicates)
-    train = {q.id for q in bench.queries("train")}
+    train = set(bench.query_field("id", "train"))
     counts = Counter(ps.answer for ps in sets if ps.query_id in train) or Counter(ps.answer for ps in sets)
     return len({ps.answer for ps in sets}), min(counts.items(), key=lambda kv: (-kv[1], kv[0]))[0]
 

@@ -196,7 +196,8 @@ def count_words(text: str) -> int:
 def numbers_in(body: str) -> list[str]:
     """Digits, numeric characters (``½``), spelled measures, fractions and decimals found in ``body``."""
     found = re.findall(r"\S*\d\S*", body)
-    found += [ch for ch in body if not "0" <= ch <= "9" and unicodedata.numeric(ch, None) is not None]
+    if not body.isascii():  # ASCII's only numeric characters are its digits
+        found += [ch for ch in body if not "0" <= ch <= "9" and unicodedata.numeric(ch, None) is not None]
     for rx in (_SPELLED_MEASURE, _SPELLED_FRACTION, _SPELLED_DECIMAL):
         found += [m.group(0) for m in rx.finditer(body)]
     return list(dict.fromkeys(found))

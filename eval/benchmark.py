@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Sequence
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import datasets
 import numpy as np
@@ -289,7 +290,19 @@ class Benchmark:
 
     def queries(self, split: str | None = None, *, fair_only: bool = False, qtypes: Iterable[str] | None = None) -> list[Query]:
         """Typed queries, optionally restricted to a split, the fair subset, and question types (file order)."""
-        return [Query.from_dict(r) for r in self.queries_ds.select(self.query_rows(split, fair_only=fair_only, qtypes=qtypes))]
+        # Arrow's to_pylist: the same rows as datasets' row iteration, about 3x faster.
+        rows = self.query_rows(split, fair_only=fair_only, qtypes=qtypes)
+        ds = self.queries_ds if len(rows) == len(self.queries_ds) else self.queries_ds.select(rows)
+        return [Query.from_dict(r) for r in ds.to_list()]
+
+    def query_field(self, field: str, split: str | None = None) -> dict[str, Any]:
+        """``{query id: its field}`` for the queries of ``split`` (all when None), read as columns: what a job that
+        needs one field of many queries reads instead of building every typed `Query`."""
+        if field not in self.queries_ds.column_names:
+            raise InputError(f"queries have no field {field!r}; they have {sorted(self.queries_ds.column_names)}")
+        rows = self.queries_ds.select_columns(sorted({"id", field})).to_dict()
+        keep = range(len(rows["id"])) if split is None else self.query_rows(split)
+        return {rows["id"][i]: rows[field][i] for i in keep}
 
     def query_rows(self, split: str | None = None, *, fair_only: bool = False, qtypes: Iterable[str] | None = None) -> np.ndarray:
         """Row indices of the queries in ``split`` (all when None), optionally fair-only / of some question types."""
@@ -325,10 +338,10 @@ class Benchmark:
                                  "empty output")
 
     def segments(self) -> list[Segment]:
-        return [Segment.from_dict(r) for r in self.corpus_ds]
+        return [Segment.from_dict(r) for r in self.corpus_ds.to_list()]
 
     def states(self) -> list[State]:
-        return [State.from_dict(r) for r in self.states_ds]
+        return [State.from_dict(r) for r in self.states_ds.to_list()]
 
     # --- ground truth as corpus rows ---
     def gt_rows(self, queries: Sequence[Query], definition: str = "type2-all", tier: str | None = None) -> list[np.ndarray]:

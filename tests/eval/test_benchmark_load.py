@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from eval.benchmark import Benchmark
+from eval.errors import InputError
 from eval.io import FormatError
 
 
@@ -71,3 +72,12 @@ def test_a_malformed_manifest_is_named(bench_copy, content, needle):
     (bench_copy / "manifest.json").write_bytes(content)
     with pytest.raises(FormatError, match=needle):
         Benchmark.load(bench_copy)
+
+
+def test_query_field_reads_what_the_typed_queries_hold(synth_bench):
+    for split in (None, "train", "test"):
+        typed = synth_bench.queries(split)
+        assert synth_bench.query_field("video_id", split) == {q.id: q.video_id for q in typed}
+        assert set(synth_bench.query_field("id", split)) == {q.id for q in typed}
+    with pytest.raises(InputError, match="no field 'nope'"):
+        synth_bench.query_field("nope")

@@ -283,12 +283,11 @@ def test_lora_baseline_trains_only_adapters_and_its_frozen_control_is_plain_lftr
 def test_complementarity_of_runs(synth_demo_out, synth_sem_dir, tmp_path):
     from typer.testing import CliRunner
 
+    from eval.evaluate import Population
     from eval.runs import read_run
+    from eval.schema import MAIN_QTYPES
     from retrieval.cli import app
     from retrieval.complementarity import complementarity, run_hits
-
-    from eval.evaluate import Population
-    from eval.schema import MAIN_QTYPES
 
     bench = Benchmark.load(synth_sem_dir)
     paths = {n: synth_demo_out / f"{n}.parquet" for n in ("lftr-minilm", "lftr-pixels")}
