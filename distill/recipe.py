@@ -34,6 +34,12 @@ otherwise it runs, and the command itself
 resumes its own partial output (narration, forecasts, training) or refuses one of another config. A stage that exits
 non-zero stops the recipe with an error naming the stage, its log and the command that resumes. ``--dry-run`` prints
 what would run and what would be skipped, and runs nothing.
+
+``--jobs N`` runs up to N stages side by side, each once every stage it reads from (`Stage.after`) is done, in plan
+order otherwise (`run_side_by_side`). Side by side a stage's output goes to its log only; the console gets a line as
+each starts and ends. A failing stage lets the running ones finish, then stops the recipe as above; an interrupt
+stops every running stage. The default, 1, runs the stages one at a time in plan order: on GPUs the training and
+serving stages each want the whole device.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -133,6 +140,9 @@ class RecipeArgs:
         "help": "write into an --out that holds something else (each stage still refuses to replace what it did "
                 "not write)"})
     dry_run: bool = field(default=False, metadata={"help": "print what would run and what would be skipped"})
+    jobs: int = field(default=1, metadata={
+        "help": "stages run side by side, each once the stages it reads from are done (0: one per CPU; side by "
+                "side, a stage's output goes to its log only) [default: 1, one at a time]"})
 
     def __post_init__(self):
         if self.accelerate is not None and self.accelerate.strip().lower() in ("", "none", "null"):
@@ -148,8 +158,9 @@ class RecipeArgs:
             v = getattr(self, name)
             if v is not None and v < 1:
                 raise InputError(f"{name} must be >= 1, got {v}")
-        if self.study_workers is not None and self.study_workers < 0:
-            raise InputError(f"study_workers must be >= 0, got {self.study_workers}")
+        for name in ("study_workers", "jobs"):
+            if getattr(self, name) is not None and getattr(self, name) < 0:
+                raise InputError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.max_tokens < 1:
             raise InputError(f"max_tokens must be >= 1, got {self.max_tokens}")
 
@@ -409,7 +420,8 @@ def _study_stage(args: RecipeArgs, inp: Inputs) -> Stage:
         **given(seeds=args.seeds or None, budgets=args.budgets or None), "max_new_tokens": args.max_tokens,
         **given(limit=args.study_limit, faithfulness_limit=args.faithfulness_limit, num_threads=args.study_threads,
                 workers=args.study_workers),
-        "progress": False}, out / "study" / "study.json", after=("sft", "tiny-student", "predicates"), quiet=True)
+        "progress": False}, out / "study" / "study.json", after=("sft", "tiny-student", "tiny-model", "predicates"),
+        quiet=True)
 
 
 def _training_stages(args: RecipeArgs, inp: Inputs) -> list[Stage]:
@@ -510,19 +522,54 @@ def stage_env(args: RecipeArgs) -> dict[str, str]:
     return env
 
 
-def run_stage(stage: Stage, log: Path, env: dict[str, str]) -> int:
-    """Run ``stage``, its output copied to the console (unless quiet) and appended to ``log``; the exit code."""
+class LiveStages:
+    """The processes of the stages running side by side: `stop` signals every one and keeps any other from
+    starting, whichever thread is about to start it."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._procs: dict[str, subprocess.Popen] = {}
+        self._stopping = False
+
+    def start(self, name: str, argv: list[str], **popen: Any) -> subprocess.Popen | None:
+        with self._lock:
+            if self._stopping:
+                return None
+            self._procs[name] = proc = subprocess.Popen(argv, **popen)
+            return proc
+
+    def ended(self, name: str) -> None:
+        with self._lock:
+            self._procs.pop(name, None)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+            for proc in self._procs.values():
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+
+
+def run_stage(stage: Stage, log: Path, env: dict[str, str], *, echo: bool = True,
+              live: LiveStages | None = None) -> tuple[int, float]:
+    """Run ``stage``, its output copied to the console (when ``echo`` and the stage is not quiet) and appended to
+    ``log``; its exit code and CPU seconds (its processes, all threads). With ``live`` (side by side) the stage's
+    process starts through it, and not at all once it is stopping (exit code -SIGTERM)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     decode = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "env": env}
     with open(log, "ab") as f:
         f.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} $ {stage.command}\n".encode())
         f.flush()
-        proc = subprocess.Popen(stage.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(stage.argv, **popen) if live is None else live.start(stage.name, stage.argv, **popen)
+        if proc is None:
+            f.write(b"=== not started: the recipe was interrupted\n")
+            return -signal.SIGTERM, 0.0
         try:
             while chunk := proc.stdout.read1(1 << 16):
                 f.write(chunk)
                 f.flush()
-                if not stage.quiet:
+                if echo and not stage.quiet:
                     sys.stdout.write(decode.decode(chunk))
                     sys.stdout.flush()
         except BaseException:  # interrupted (eval.cli_support.Interrupted): stop the stage, let it clean up
@@ -530,9 +577,25 @@ def run_stage(stage: Stage, log: Path, env: dict[str, str]) -> int:
                 proc.send_signal(signal.SIGTERM)
             raise
         finally:
-            rc = proc.wait()
+            rc, cpu = reap(proc)
+            if live is not None:
+                live.ended(stage.name)
             f.write(f"=== exit {rc}\n".encode())
-    return rc
+    return rc, cpu
+
+
+def reap(proc: subprocess.Popen) -> tuple[int, float]:
+    """Wait for ``proc``: its exit code and CPU seconds (its own and its waited-for children's, from ``wait4``)."""
+    while True:
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:  # already reaped
+            return proc.wait(), 0.0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_utime + usage.ru_stime
 
 
 class RecipeState:
@@ -578,16 +641,20 @@ def run_recipe(args: RecipeArgs, argv: Sequence[str] = ()) -> dict[str, Any]:
     state = RecipeState(out / STATE_FILE, args)
     env, ran, skipped, t_start = stage_env(args), set(), [], time.perf_counter()
     resume = shlex.join(["python", "-m", "distill", "recipe", *argv])
-    for stage in stages:
-        why = decide(stage, state, ran)
-        if why is None:
-            print(f"\n[{stage.name}] skipped: done ({stage.done})", flush=True)
-            skipped.append(stage.name)
-            continue
-        print(f"\n[{stage.name}] ({why}) $ {stage.command}", flush=True)
-        ran.add(stage.name)
-        if not args.dry_run:
-            execute(stage, out / "logs" / f"{stage.name}.log", env, state, resume)
+    jobs = args.jobs or os.cpu_count() or 1
+    if jobs > 1 and not args.dry_run:
+        run_side_by_side(stages, jobs, out, env, state, resume, ran, skipped)
+    else:
+        for stage in stages:
+            why = decide(stage, state, ran)
+            if why is None:
+                print(f"\n[{stage.name}] skipped: done ({stage.done})", flush=True)
+                skipped.append(stage.name)
+                continue
+            print(f"\n[{stage.name}] ({why}) $ {stage.command}", flush=True)
+            ran.add(stage.name)
+            if not args.dry_run:
+                execute(stage, out / "logs" / f"{stage.name}.log", env, state, resume)
     if not args.dry_run:
         print_summary(args)
         write_results(args)
@@ -613,24 +680,82 @@ def claim_out(args: RecipeArgs) -> None:
 
 def execute(stage: Stage, log: Path, env: dict[str, str], state: RecipeState, resume: str) -> None:
     """Run one stage and record it as finished; `IncompleteJob` when it exits non-zero."""
-    import resource
-
-    from eval.errors import IncompleteJob
-
     t0 = time.perf_counter()
-    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     try:
-        rc = run_stage(stage, log, env)
+        rc, cpu = run_stage(stage, log, env)
     except (KeyboardInterrupt, Interrupted):
         print(f"\ninterrupted in stage {stage.name} (log: {log}); to resume: {resume}", file=sys.stderr)
         raise
     if rc != 0:
-        raise IncompleteJob(f"stage {stage.name} failed (exit code {rc}); its output is in {log}",
-                            fix=f"fix the cause and rerun `{resume}` to resume: finished stages are skipped")
-    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime)  # the stage's processes, all threads
+        raise stage_failed(stage.name, rc, log, resume)
     state.finished(stage, time.perf_counter() - t0, cpu)
     print(f"  ({time.perf_counter() - t0:.0f} s, {cpu:.0f} CPU s)", flush=True)
+
+
+def stage_failed(name: str, rc: int, log: Path, resume: str) -> Exception:
+    from eval.errors import IncompleteJob
+
+    return IncompleteJob(f"stage {name} failed (exit code {rc}); its output is in {log}",
+                         fix=f"fix the cause and rerun `{resume}` to resume: finished stages are skipped")
+
+
+def run_side_by_side(stages: list[Stage], jobs: int, out: Path, env: dict[str, str], state: RecipeState,
+                     resume: str, ran: set[str], skipped: list[str]) -> None:
+    """``--jobs N``: run up to ``jobs`` stages at once, each once every stage of the plan it reads from
+    (`Stage.after`) is done or skipped, in plan order among the ready ones; each is decided (`decide`) when it
+    becomes ready, so a rerun of a stage still reruns what reads from it. A failure lets the running stages finish
+    and record themselves, then raises for the first failed stage in plan order; an interrupt stops every running
+    stage (SIGTERM, as one at a time) and re-raises."""
+    from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+    names = {s.name for s in stages}
+    order = {s.name: i for i, s in enumerate(stages)}
+    pending, settled, failed = list(stages), set(), []
+    running: dict[Any, tuple[Stage, float]] = {}
+    live = LiveStages()
+
+    def launch() -> None:
+        for stage in list(pending):
+            if len(running) >= jobs or failed:
+                return
+            if any(d in names and d not in settled for d in stage.after):
+                continue
+            pending.remove(stage)
+            why = decide(stage, state, ran)
+            if why is None:
+                print(f"\n[{stage.name}] skipped: done ({stage.done})", flush=True)
+                skipped.append(stage.name)
+                settled.add(stage.name)
+                continue
+            log = out / "logs" / f"{stage.name}.log"
+            print(f"\n[{stage.name}] ({why}; output in {log}) $ {stage.command}", flush=True)
+            ran.add(stage.name)
+            running[pool.submit(run_stage, stage, log, env, echo=False, live=live)] = (stage, time.perf_counter())
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        try:
+            launch()
+            while running:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for fut in sorted(done, key=lambda f: order[running[f][0].name]):
+                    stage, t0 = running.pop(fut)
+                    rc, cpu = fut.result()
+                    if rc != 0:
+                        failed.append((stage, rc))
+                        print(f"[{stage.name}] failed (exit code {rc})", flush=True)
+                        continue
+                    state.finished(stage, time.perf_counter() - t0, cpu)
+                    settled.add(stage.name)
+                    print(f"[{stage.name}] done ({time.perf_counter() - t0:.0f} s, {cpu:.0f} CPU s)", flush=True)
+                launch()
+        except (KeyboardInterrupt, Interrupted):
+            live.stop()
+            which = ", ".join(s.name for s, _ in sorted(running.values(), key=lambda r: order[r[0].name]))
+            print(f"\ninterrupted in stage {which} (logs: {out / 'logs'}); to resume: {resume}", file=sys.stderr)
+            raise
+    if failed:
+        stage, rc = min(failed, key=lambda f: order[f[0].name])
+        raise stage_failed(stage.name, rc, out / "logs" / f"{stage.name}.log", resume)
 
 
 def print_summary(args: RecipeArgs) -> None:
