@@ -599,24 +599,35 @@ def reap(proc: subprocess.Popen) -> tuple[int, float]:
 
 
 class RecipeState:
-    """``<out>/recipe.json``: the resolved arguments and, per finished stage, its command, key and duration."""
+    """``<out>/recipe.json``: the resolved arguments, per finished stage its command, key and duration, and the wall
+    seconds of the last invocation that ran stages."""
 
     def __init__(self, path: Path, args: RecipeArgs):
         self.path = path
         old = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
         self.stages: dict[str, Any] = old.get("stages", {})
+        self.last_run: dict[str, Any] | None = old.get("last_run")
         self.config = dataclasses.asdict(args)
 
     def key(self, name: str) -> list[str] | None:
         return (self.stages.get(name) or {}).get("key")
 
     def finished(self, stage: Stage, seconds: float, cpu_seconds: float | None = None) -> None:
-        from eval.io import write_json
-
         self.stages[stage.name] = {"command": stage.command, "key": stage.key, "seconds": round(seconds, 1),
                                    "cpu_seconds": None if cpu_seconds is None else round(cpu_seconds, 1),
                                    "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        write_json(self.path, {"config": self.config, "stages": self.stages})
+        self.write()
+
+    def ran(self, stages: list[str], seconds: float, jobs: int) -> None:
+        """Record the wall seconds of an invocation that ran ``stages`` (``jobs`` at a time)."""
+        self.last_run = {"stages": stages, "seconds": round(seconds, 1), "jobs": jobs}
+        self.write()
+
+    def write(self) -> None:
+        from eval.io import write_json
+
+        write_json(self.path, {"config": self.config, "stages": self.stages,
+                               **({"last_run": self.last_run} if self.last_run else {})})
 
 
 def decide(stage: Stage, state: RecipeState, ran: set[str]) -> str | None:
@@ -655,10 +666,12 @@ def run_recipe(args: RecipeArgs, argv: Sequence[str] = ()) -> dict[str, Any]:
             ran.add(stage.name)
             if not args.dry_run:
                 execute(stage, out / "logs" / f"{stage.name}.log", env, state, resume)
+    seconds = round(time.perf_counter() - t_start, 1)
     if not args.dry_run:
+        if ran:
+            state.ran([s.name for s in stages if s.name in ran], seconds, jobs)
         print_summary(args)
         write_results(args)
-    seconds = round(time.perf_counter() - t_start, 1)
     print(f"\ndistill recipe {'planned' if args.dry_run else 'done'} in {seconds:.0f} s: {out}", flush=True)
     return {"out": str(out), "ran": [s.name for s in stages if s.name in ran], "skipped": skipped, "seconds": seconds}
 

@@ -83,9 +83,14 @@ def stage_seconds(out: Path) -> list[str]:
     rows = [f"| {name} | {s.get('seconds', 0):.0f} | {cpu(s)} |" for name, s in stages.items()]
     total = sum(s.get("seconds", 0) for s in stages.values())
     total_cpu = sum(s.get("cpu_seconds") or 0 for s in stages.values())
-    return ["| stage | wall s | CPU s |", "|---|---:|---:|", *rows, f"| **total** | **{total:.0f}** | **{total_cpu:.0f}** |",
+    last = rec.get("last_run") or {}
+    whole = ([f"| **the recipe's last run** ({len(last.get('stages', []))} stages, {last.get('jobs', 1)} at a time) | "
+              f"**{last['seconds']:.0f}** | |"] if last.get("seconds") else [])
+    return ["| stage | wall s | CPU s |", "|---|---:|---:|", *rows,
+            f"| **sum of the stages** | **{total:.0f}** | **{total_cpu:.0f}** |", *whole,
             "", "Wall seconds are those of the machine the recipe ran on (shared or not); CPU seconds are the stage's "
-            "processes' user + system time, every thread counted."]
+            "processes' user + system time, every thread counted. Stages side by side (`--jobs`) overlap, so the "
+            "last run's wall time can be below their sum."]
 
 
 def section(out: str | Path) -> list[str]:

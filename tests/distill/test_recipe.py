@@ -124,9 +124,12 @@ def test_results_section_reads_the_recipes_outputs(tmp_path):
     (tmp_path / "recipe.json").write_text(json.dumps({"config": {"config": "configs/distill/evidence-cpu.yaml",
                                                                  "student_input": "evidence"},
                                                       "stages": {"sft": {"seconds": 12.0, "cpu_seconds": 10.5},
-                                                                 "study": {"seconds": 300.4, "cpu_seconds": 290.0}}}))
+                                                                 "study": {"seconds": 300.4, "cpu_seconds": 290.0}},
+                                                      "last_run": {"stages": ["sft", "study"], "seconds": 250.2,
+                                                                   "jobs": 2}}))
     rows = stage_seconds(tmp_path)
-    assert "| sft | 12 | 10 |" in rows and "| **total** | **312** | **300** |" in rows
+    assert "| sft | 12 | 10 |" in rows and "| **sum of the stages** | **312** | **300** |" in rows
+    assert "| **the recipe's last run** (2 stages, 2 at a time) | **250** | |" in rows
 
 
 @pytest.mark.parametrize(("section", "flags", "needle"), [

@@ -126,3 +126,12 @@ def test_an_interrupt_stops_every_running_stage(tmp_path, jobs_env, capsys):
         assert (out / "logs" / f"{name}.log").read_text().rstrip().endswith(f"=== exit {-signal.SIGTERM}")
     assert not any((out / f"{n}.json").exists() for n in spec) and not (out / "recipe.json").exists()
     assert "interrupted in stage a, b" in capsys.readouterr().err
+
+
+def test_the_recipe_records_its_last_runs_wall_time(tmp_path):
+    from distill.recipe import STATE_FILE
+
+    state = RecipeState(tmp_path / STATE_FILE, RecipeArgs(out=str(tmp_path), dry_run=True))
+    state.ran(["a", "b"], 12.34, 2)
+    again = RecipeState(tmp_path / STATE_FILE, RecipeArgs(out=str(tmp_path), dry_run=True))
+    assert again.last_run == {"stages": ["a", "b"], "seconds": 12.3, "jobs": 2}
