@@ -114,6 +114,8 @@ def test_an_interrupt_stops_every_running_stage(tmp_path, jobs_env, capsys):
     out.mkdir()
     spec = {"a": (60.0, (), False), "b": (60.0, (), False), "c": (0.1, ("a",), False)}
     timer = threading.Timer(1.5, os.kill, (os.getpid(), signal.SIGINT))
+    # Python's own SIGINT handler, whatever an earlier test of the session installed
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     t0 = time.time()
     timer.start()
     try:
@@ -121,6 +123,7 @@ def test_an_interrupt_stops_every_running_stage(tmp_path, jobs_env, capsys):
             _run(out, _stages(out, spec), jobs_env)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert time.time() - t0 < 30
     for name in ("a", "b"):
         assert (out / "logs" / f"{name}.log").read_text().rstrip().endswith(f"=== exit {-signal.SIGTERM}")
