@@ -764,7 +764,7 @@ def run_side_by_side(stages: list[Stage], jobs: int, out: Path, env: dict[str, s
         except (KeyboardInterrupt, Interrupted):
             live.stop()
             which = ", ".join(s.name for s, _ in sorted(running.values(), key=lambda r: order[r[0].name]))
-            print(f"\ninterrupted in stage {which} (logs: {out / 'logs'}); to resume: {resume}", file=sys.stderr)
+            print(f"\ninterrupted in stage {which or '(none running)'} (logs: {out / 'logs'}); to resume: {resume}", file=sys.stderr)
             raise
     if failed:
         stage, rc = min(failed, key=lambda f: order[f[0].name])

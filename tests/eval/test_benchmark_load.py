@@ -74,6 +74,16 @@ def test_a_malformed_manifest_is_named(bench_copy, content, needle):
         Benchmark.load(bench_copy)
 
 
+def test_typed_records_are_those_of_datasets_row_iteration(synth_bench):
+    from eval.schema import Query, Segment, State
+
+    assert synth_bench.queries() == [Query.from_dict(r) for r in synth_bench.queries_ds]
+    rows = synth_bench.query_rows("test", fair_only=True)
+    assert synth_bench.queries("test", fair_only=True) == [Query.from_dict(r) for r in synth_bench.queries_ds.select(rows)]
+    assert synth_bench.segments() == [Segment.from_dict(r) for r in synth_bench.corpus_ds]
+    assert synth_bench.states() == [State.from_dict(r) for r in synth_bench.states_ds]
+
+
 def test_query_field_reads_what_the_typed_queries_hold(synth_bench):
     for split in (None, "train", "test"):
         typed = synth_bench.queries(split)
