@@ -58,6 +58,35 @@ def synth_dir(synth_truth_dir):
     return apply_canonicalization(cfg, progress=False, log=lambda *_: None)
 
 
+@pytest.fixture
+def synth_copy(synth_dir, tmp_path):
+    """A private copy of the session's synthetic benchmark for a test whose commands write into their benchmark
+    (a semantic space encoded by `distill recipe`, say): its files copied, its frames and spaces linked."""
+    import shutil
+
+    d = shutil.copytree(synth_dir, tmp_path / "synth-copy", symlinks=True,
+                        ignore=shutil.ignore_patterns("frames", ".cache"))
+    (d / "frames").symlink_to(synth_dir / "frames", target_is_directory=True)
+    return d
+
+
+def _listing(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for d in (root, root / "features") if d.is_dir() for p in d.iterdir()
+                  if p.name != ".cache")
+
+
+@pytest.fixture(autouse=True)
+def _shared_benchmarks_stay_read_only(request):
+    """A test that writes into the session's shared benchmarks would change what every later test reads: fail it."""
+    names = [n for n in ("synth_truth_dir", "synth_dir") if n in request.fixturenames]
+    before = {n: _listing(request.getfixturevalue(n)) for n in names}
+    yield
+    for n in names:
+        after = _listing(request.getfixturevalue(n))
+        assert after == before[n], (f"the test wrote into the shared `{n}` fixture (treat it as read-only; use "
+                                    f"`synth_copy`): {sorted(set(after) ^ set(before[n]))}")
+
+
 @pytest.fixture(scope="session")
 def synth_bench(synth_dir):
     from eval.benchmark import Benchmark

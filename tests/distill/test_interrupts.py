@@ -108,7 +108,7 @@ def test_train_interrupted_then_rerun_resumes(sft_dir, tiny_vlm, tmp_path, sig):
 
 
 @pytest.mark.parametrize("sig", SIGNALS)
-def test_recipe_interrupted_stops_its_stage_then_rerun_finishes_it(synth_dir, tiny_vlm, tmp_path, sig):
+def test_recipe_interrupted_stops_its_stage_then_rerun_finishes_it(synth_copy, tiny_vlm, tmp_path, sig):
     import yaml
 
     doc = yaml.safe_load(TINY.read_text(encoding="utf-8"))
@@ -116,8 +116,8 @@ def test_recipe_interrupted_stops_its_stage_then_rerun_finishes_it(synth_dir, ti
     preset = tmp_path / "preset.yaml"
     preset.write_text(yaml.safe_dump(doc), encoding="utf-8")
     out = tmp_path / "out"
-    argv = ["-m", "distill", "recipe", "--config", str(preset), "--data", str(synth_dir), "--model", str(tiny_vlm),
-            "--out", str(out)]
+    argv = ["-m", "distill", "recipe", "--config", str(preset), "--data", str(synth_copy), "--model", str(tiny_vlm),
+            "--out", str(out)]  # its encode stage writes a semantic space into the benchmark
     log = out / "logs" / "predicates.log"
     rc, text = _interrupt(argv, lambda: log.is_file() and b"$ " in log.read_bytes(), sig)
     _assert_interrupted(rc, text, sig)
