@@ -3,8 +3,14 @@ GT mining and verification, the canonicalization record, the card."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from collections import Counter, defaultdict
 from itertools import combinations
 from pathlib import Path
@@ -34,6 +40,7 @@ from eval.synth.record import load_npz
 from eval.synth.states import MIN_SEGMENT_S, frame_attributes, smooth, trajectories
 from eval.synth.video import frame_path
 
+ROOT = Path(__file__).resolve().parents[2]
 _OPAQUE = re.compile(r"^frames/(v[0-9a-f]{10})/[0-9a-f]{12}\.jpg$")
 
 
@@ -189,6 +196,31 @@ def test_build_is_byte_identical_and_worker_independent(tmp_path):
         build_benchmark(tmp_path / "foreign", videos=8, progress=False)
     assert (tmp_path / "foreign" / "notes.txt").read_text() == "keep me"
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_build_stops_its_workers_and_leaves_nothing(tmp_path, sig):
+    """A Ctrl-C (or a ``pkill``) reaches the command and its pool workers at once: the command ends at once with
+    128 + the signal, no worker is left, and neither the benchmark nor its staging folder remains."""
+    out = tmp_path / "b"
+    proc = subprocess.Popen([sys.executable, "-m", "eval", "synth", "--out", str(out), "--videos", "300", "--workers",
+                             "2"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    t0 = time.monotonic()
+    while not any(p.is_dir() and any(p.iterdir()) for p in tmp_path.glob(".b.building-*/frames")):
+        assert proc.poll() is None and time.monotonic() - t0 < 300, "the build never started its videos"
+        time.sleep(0.05)
+    os.killpg(proc.pid, sig)
+    try:
+        text = proc.communicate(timeout=60)[0].decode(errors="replace")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 128 + sig and f"interrupted by {signal.Signals(sig).name}" in text, text[-2000:]
+    assert "Traceback" not in text, text[-2000:]
+    with pytest.raises(ProcessLookupError):  # no worker left in the command's process group
+        os.killpg(proc.pid, 0)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 def test_query_videos_keep_the_corpus_whole(tmp_path):
