@@ -439,12 +439,9 @@ def in_processes(fn, cfg: StudyConfig, jobs: list[tuple], workers: int) -> list[
     (each job writes only its own student's folder or phrase file, so the files are those it writes alone)."""
     if workers <= 1 or len(jobs) <= 1:
         return [fn(cfg, *job) for job in jobs]
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
+    from eval.pools import process_pool
 
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
-                             initializer=_one_thread_worker) as pool:
+    with process_pool(min(workers, len(jobs)), initializer=_one_thread_worker) as pool:
         futures = [pool.submit(fn, cfg, *job) for job in jobs]
         return [f.result() for f in futures]
 

@@ -41,9 +41,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import multiprocessing
 import os
-import signal
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +53,7 @@ from tqdm.auto import tqdm
 from eval.errors import InputError, UnknownName
 from eval.features import l2_normalize, write_meta, write_table
 from eval.io import atomic_dir, read_json, write_json, write_jsonl
+from eval.pools import process_pool
 from eval.schema import MAX_HORIZON, SPLITS, GTPools, Manifest, Query, Segment, State, TranscriptEntry
 from eval.synth import lexicon, render, scenes, simspace, states, world
 from eval.synth import prefix as P
@@ -167,20 +166,10 @@ def _make_videos(stage: Path, videos: int, seed: int, workers: int | None, progr
     try:
         if serial or workers <= 1:
             return [_tick(bar, V.make_video_star(a)) for a in args]
-        method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-        # leaving the block terminates the workers: on an interrupt the videos in flight are dropped at once
-        with multiprocessing.get_context(method).Pool(workers, initializer=_worker_signals) as pool:
-            return [_tick(bar, r) for r in pool.imap(V.make_video_star, args, chunksize=8)]
+        with process_pool(workers, start="fork") as pool:
+            return [_tick(bar, r) for r in pool.map(V.make_video_star, args, chunksize=8)]
     finally:
         bar.close()
-
-
-def _worker_signals() -> None:
-    """Pool initializer. A forked worker would inherit the command's interrupt handler, and an exception raised in
-    it leaves the worker blocked on its result pipe while the command waits for it. So the parent alone handles
-    SIGINT (a Ctrl-C reaches the whole process group) and terminates the pool; SIGTERM ends a worker at once."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _tick(bar, result):

@@ -180,8 +180,9 @@ def run_jobs_in_pool(bench: Benchmark, cfg: LFTRConfig, out: Path, jobs: list[LF
     """Train and predict ``jobs`` in ``workers`` processes (spawned: each loads the benchmark memory-mapped and
     trains with ``cfg.threads`` threads), heads whose run exists skipped; -> seconds per ``stem/split``. Each head is seeded by
     its own config, so its checkpoint and run are those the same job writes alone."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures import as_completed
+
+    from eval.pools import process_pool
 
     todo = [j for j in jobs if not j.path.exists()]
     if not todo:
@@ -192,8 +193,7 @@ def run_jobs_in_pool(bench: Benchmark, cfg: LFTRConfig, out: Path, jobs: list[LF
         question_embeddings(bench, cfg.question_space, cache_dir(bench, out / "cache"))
     log(f"training {len(todo)} LFTR heads in {min(workers, len(todo))} processes")
     timings: dict[str, float] = {}
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=ctx) as pool:
+    with process_pool(min(workers, len(todo))) as pool:
         futures = [pool.submit(_pool_job, str(bench.root), cfg, str(out), j) for j in todo]
         for f in as_completed(futures):
             key, seconds = f.result()
