@@ -9,8 +9,6 @@ VLLM_VENV  := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 DEMO_DATA ?= data/psr-synth
 DEMO_OUT  ?= reports/demo
-# pytest-xdist processes of `make test` / `make test-fast` (0: one process); each test file runs in one of them.
-TEST_WORKERS ?= 2
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
@@ -42,11 +40,11 @@ demo: setup
 
 # PSR_REQUIRE_VLLM=1: the vLLM server tests fail (instead of skipping) when the server cannot start.
 test: setup vllm-venv
-	PSR_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=30 tests
+	PSR_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q --durations=30 tests
 
 # The inner loop: no vLLM venv, slow / vllm / gpu tests deselected (docs/install.md).
 test-fast: setup
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "$(FAST_MARKS)" tests
+	$(BIN)/python -m pytest -q -m "$(FAST_MARKS)" tests
 
 lint: setup
 	$(BIN)/ruff check .
