@@ -48,6 +48,7 @@ def _call_chunk(fn: Callable[..., Any], chunk: list[tuple]) -> list[Any]:
 
 
 def _worker_init(initializer: Callable[..., None] | None, initargs: tuple) -> None:
+    """In each worker: SIGINT ignored (the command handles it), SIGTERM the default (end), then ``initializer``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if initializer is not None:
@@ -73,7 +74,7 @@ def process_pool(workers: int, *, start: str = "spawn", initializer: Callable[..
     if start == "fork" and "fork" not in multiprocessing.get_all_start_methods():
         start = "spawn"
     pool = StoppingPool(workers, mp_context=multiprocessing.get_context(start), initializer=_worker_init,
-                               initargs=(initializer, initargs))
+                        initargs=(initializer, initargs))
     try:
         yield pool
     except BaseException:

@@ -19,7 +19,7 @@ from eval.pools import process_pool
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: A command whose 6 jobs (2 workers) each mark their start and then sleep 60 s; it prints its workers' pids.
+#: A command whose 6 jobs (2 workers) each write their worker's pid into ``started-<i>``, then sleep 60 s.
 SCRIPT = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
@@ -50,7 +50,7 @@ def _square(x: int) -> int:
 def _fail(folder: Path, x: int) -> int:
     (folder / f"pid-{x}").write_text(str(os.getpid()))
     if x == 3:
-        time.sleep(1)
+        time.sleep(1)  # job 1 is running in the other worker when job 3 fails
         raise ValueError("job 3 failed")
     time.sleep(30)
     return x
