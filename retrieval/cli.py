@@ -537,13 +537,19 @@ def complementarity(
     per-pair state similarity across spaces, and each space's geometry, over the main table's population: the fair
     Q1-Q4 queries of --split (--split all: every query of the runs)."""
     from eval.benchmark import Benchmark
+    from eval.errors import InputError
     from eval.evaluate import Population
     from eval.io import write_json
     from retrieval.complementarity import complementarity as analyse
     from retrieval.complementarity import to_markdown
+    from retrieval.queries import run_stem
 
     population = None if split == "all" else Population((split,))
-    res = analyse(Benchmark.load(data), {p.name.split(".")[0]: p for p in run}, fused=fused, k=k,
+    names = [run_stem(p) for p in run]
+    if len(set(names)) < len(names):
+        raise InputError(f"two --run files have the same name {sorted(n for n in names if names.count(n) > 1)[0]!r} "
+                         "(runs are named by their file names)", fix="pass runs with different file names")
+    res = analyse(Benchmark.load(data), dict(zip(names, run, strict=True)), fused=fused, k=k,
                   geometry_spaces=geometry_space, population=population)
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "complementarity.json", res)

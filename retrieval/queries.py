@@ -55,10 +55,16 @@ class QueryVectors:
         return int(self.miss.sum())
 
 
-def sidecar_path(run_path: str | os.PathLike) -> Path:
-    """``runs/m3.parquet`` -> ``runs/m3.qvec.npz``."""
+def run_stem(run_path: str | os.PathLike) -> str:
+    """A run file's name without its last suffix (``runs/lftr-f0.25.parquet`` -> ``lftr-f0.25``): what names the
+    run's sidecar, scoring checkpoint and default labels, so runs whose names differ only after a dot stay apart."""
     p = Path(run_path)
-    return p.with_name(p.name.split(".")[0] + ".qvec.npz") if "." in p.name else p.with_name(p.name + ".qvec.npz")
+    return p.name[: -len(p.suffix)] if p.suffix else p.name
+
+
+def sidecar_path(run_path: str | os.PathLike) -> Path:
+    """``runs/m3.parquet`` -> ``runs/m3.qvec.npz`` (`run_stem`)."""
+    return Path(run_path).with_name(run_stem(run_path) + ".qvec.npz")
 
 
 def save_query_vectors(path: str | os.PathLike, qv: QueryVectors, *, method: str = "") -> Path:

@@ -25,7 +25,7 @@ from eval.errors import InputError, UnknownName
 from eval.outputs import check_output_file
 from eval.runs import Run, is_run_file, write_run
 from eval.scoring import DenseSource, FusionSource, RandomSource, score_benchmark
-from retrieval.queries import QueryVectors, load_query_vectors, save_query_vectors, sidecar_path
+from retrieval.queries import QueryVectors, load_query_vectors, run_stem, save_query_vectors, sidecar_path
 from retrieval.spaces import Space
 
 
@@ -92,7 +92,7 @@ def _digest(qv: QueryVectors) -> str:
 def _checkpoint_dir(out: str | os.PathLike) -> Path:
     """``runs/m3.parquet`` -> ``runs/.ckpt-m3/``: finished query blocks of an interrupted scoring job."""
     out = Path(out)
-    return out.with_name(f".ckpt-{out.name.split('.')[0]}")
+    return out.with_name(f".ckpt-{run_stem(out)}")
 
 
 def load_fusable(bench: Benchmark, run_paths: list[str | os.PathLike]) -> list[QueryVectors]:
@@ -154,6 +154,6 @@ def fuse_runs(bench: Benchmark, run_paths: list[str | os.PathLike], out: str | o
     inputs = [*run_paths, *(sidecar_path(p) for p in run_paths)]
     check_run_output(out, inputs=[*inputs, bench.root], overwrite=overwrite, sidecar=False)
     qvs = load_fusable(bench, run_paths)
-    name = method or "fusion(" + "+".join(Path(p).name.split(".")[0] for p in run_paths) + ")"
+    name = method or "fusion(" + "+".join(run_stem(p) for p in run_paths) + ")"
     return fuse_query_vectors(bench, qvs, out, method=name, weights=weights, k=k, progress=progress,
                               inputs=[str(p) for p in run_paths], overwrite=overwrite)

@@ -313,6 +313,10 @@ def test_complementarity_of_runs(synth_demo_out, synth_sem_dir, tmp_path):
                                    "--run", str(paths["lftr-pixels"]), "--out", str(tmp_path / "c")])
     assert out.exit_code == 0, out.output
     assert "union (any space right)" in (tmp_path / "c" / "complementarity.md").read_text()
+    twice = CliRunner().invoke(app, ["complementarity", "--data", str(synth_sem_dir), "--run",
+                                     str(paths["lftr-minilm"]), "--run", str(paths["lftr-minilm"]), "--out",
+                                     str(tmp_path / "c2")])
+    assert twice.exit_code != 0 and "same name 'lftr-minilm'" in twice.output + str(twice.exception)
     g = res["geometry"]
     assert set(g) == {"minilm", "pixels"} and g["pixels"]["kind"] == "visual" and g["minilm"]["kind"] == "semantic"
     assert all(1 <= v["effective_dim"] <= v["dim"] for v in g.values())

@@ -99,3 +99,12 @@ def test_query_vector_sidecar_roundtrip(tmp_path):
     assert back.query_ids == qv.query_ids and np.array_equal(back.vectors, v) and back.n_misses == 1
     with pytest.raises(FormatError, match="cannot be fused"):
         load_query_vectors(tmp_path / "other.qvec.npz")
+
+
+def test_runs_whose_names_differ_after_a_dot_keep_their_own_sidecars(tmp_path):
+    from retrieval.queries import sidecar_path
+
+    names = ["lftr-f0.125-s0.parquet", "lftr-f0.125-s1.parquet", "lftr-f0.5-s0.parquet", "m3.parquet", "m3"]
+    got = [sidecar_path(tmp_path / n).name for n in names]
+    assert got == ["lftr-f0.125-s0.qvec.npz", "lftr-f0.125-s1.qvec.npz", "lftr-f0.5-s0.qvec.npz", "m3.qvec.npz",
+                   "m3.qvec.npz"]
