@@ -93,6 +93,10 @@ class LFTRConfig:
     val_scorer: str = "torch"  # torch (on the training device) | stream (eval's numba scorer on the CPU)
     val_max_queries: int = 0  # 0 = every validation query; else a fixed random subset of this size (seeded)
     train_split: str = "train"
+    #: share of the training split's videos whose queries train the head (1 = all): the first of them in the order
+    #: of `fraction_videos` (a hash of the video id, the same for every seed), so smaller shares are nested in larger
+    #: ones -- a learning curve (`scripts/ceiling_curve.py`); validation is never subsampled
+    train_fraction: float = 1.0
     val_split: str = "val"
     # --- tracking ---
     report_to: str = "none"  # none | tensorboard | wandb | tensorboard,wandb | all (`eval.tracking`)
@@ -122,6 +126,8 @@ class LFTRConfig:
             raise InputError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
         if self.tau <= 0:
             raise InputError(f"tau must be > 0, got {self.tau}")
+        if not 0 < self.train_fraction <= 1:
+            raise InputError(f"train_fraction must be in (0, 1], got {self.train_fraction}")
         if self.n_random_negatives < 0 or self.n_hard_negatives < 0:
             raise InputError("negative counts must be >= 0")
         parse_report_to(self.report_to, check_installed=False)  # names only: installed is checked when training
@@ -179,6 +185,8 @@ class LFTRConfig:
                                                                      "val_scorer", "report_to")}
         if d["frames"] == "all":  # the default reads every frame: checkpoints written before the key keep their hash
             del d["frames"]
+        if d["train_fraction"] == 1:  # likewise: every training video
+            del d["train_fraction"]
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -18,6 +18,7 @@ Checkpoint folder::
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -184,6 +185,8 @@ def _start(bench: Benchmark, cfg: LFTRConfig, out: Path, *, adapter_factory, pro
     cfg.save(out / "config.yaml")
     seed_everything(cfg.seed)
     train_rows = prep.data.rows(cfg.train_split)
+    if cfg.train_fraction < 1:
+        train_rows = fraction_rows(bench, train_rows, cfg.train_fraction)
     if len(train_rows) == 0:
         raise InputError(f"no {cfg.train_split!r} queries with a non-empty main GT pool in {bench.root}")
     hard = None
@@ -207,6 +210,26 @@ def _start(bench: Benchmark, cfg: LFTRConfig, out: Path, *, adapter_factory, pro
     return job
 
 
+def fraction_videos(video_ids: list[str], fraction: float) -> set[str]:
+    """The first ``ceil(fraction * n)`` of the distinct ``video_ids`` in the order of the SHA-256 of each id (at
+    least one): the same for every seed and machine, and nested (a smaller fraction's videos are among a larger
+    one's)."""
+    order = sorted(set(video_ids), key=lambda v: hashlib.sha256(v.encode()).hexdigest())
+    return set(order[:max(1, math.ceil(fraction * len(order)))])
+
+
+def _videos(bench: Benchmark, rows: np.ndarray) -> np.ndarray:
+    """The video id of each query row."""
+    return np.asarray(bench.queries_ds["video_id"][:], dtype=object)[rows]
+
+
+def fraction_rows(bench: Benchmark, rows: np.ndarray, fraction: float) -> np.ndarray:
+    """The query ``rows`` whose video is among `fraction_videos` of the rows' videos (``train_fraction``)."""
+    videos = _videos(bench, rows)
+    keep = fraction_videos(list(videos), fraction)
+    return rows[np.fromiter((v in keep for v in videos), bool, count=len(rows))]
+
+
 def _write_train_info(job: _Job, device: str, log) -> None:
     cfg, prep, n_params, n_train = job.cfg, job.prep, job.n_params, len(job.train_rows)
     log(f"LFTR: {n_params:,} trainable parameters ({n_params / 1e6:.2f}M); prefix {prep.prefix_space.name} "
@@ -215,7 +238,8 @@ def _write_train_info(job: _Job, device: str, log) -> None:
     write_json(job.out / "train_info.json", {
         "parameters": n_params, "d_in": prep.dims[0], "d_out": prep.dims[1], "d_text": prep.dims[2],
         "prefix_space": prep.prefix_space.name, "target_space": cfg.target_space, "n_items": int(prep.data.items.shape[0]),
-        "train_queries": int(n_train), "val_queries": int(len(prep.data.rows(cfg.val_split, main_only=True))),
+        "train_queries": int(n_train), "train_videos": len(set(_videos(job.prep.bench, job.train_rows))),
+        "val_queries": int(len(prep.data.rows(cfg.val_split, main_only=True))),
         "device": device, "full_softmax": job.batches.full_softmax, "torch": torch.__version__,
         "adapter_parameters": count_parameters(job.adapter.module) if job.adapter is not None else 0})
 

@@ -1,0 +1,214 @@
+"""The perfect-perception ceiling against the amount of training data: a learning curve of ``lftr-sim``.
+
+    python scripts/ceiling_curve.py --data data/psr-synth --out reports/ceiling-curve
+    python scripts/ceiling_curve.py --data DIR --out DIR --fractions 0.25,1 --seeds 0,1 --doc docs/ceiling-curve.md
+
+``lftr-sim[<semantic>]`` is LFTR reading the simulator's exact state at the prefix's end (the ``sim`` prefix space,
+`eval.synth.simspace`) into the semantic space: the forecaster with perfect perception, whose R@5 against the
+semantic-text oracle is the benchmark's predictability ceiling (`python -m eval findings --calibration`). This
+script asks whether that ceiling is set by the world or by the amount of data: it trains the same head on nested
+shares of the training videos (``--fractions``; LFTR's ``train_fraction``, `retrieval.lftr.train.fraction_videos`),
+each for the same number of optimizer steps (``epochs = round(E / fraction)``, E the config's epochs, validated
+every ``round(1 / fraction)`` epochs; the checkpoint of the best validation R@5 is kept, and validation always uses
+the whole validation split), predicts
+the test split and scores every head and the semantic-text oracle with one `python -m eval report` (the main
+table's population: fair test queries, Q1-Q4).
+
+Reported (``OUT/curve.md``, ``OUT/curve.json``; ``--doc FILE`` also writes the Markdown there): per share, the
+training videos and queries, the epochs, R@5 (mean +- std over ``--seeds``), its share of the oracle and R@5 by
+horizon; the least-squares slope of R@5 against log2(training queries) (points per doubling of the data) and, only
+as a log-linear extrapolation, the data at which that slope would reach 30% of the oracle (the issue's lower
+bound). Commands run as subprocesses (`python -m retrieval lftr train | predict`, `python -m retrieval oracle`,
+`python -m eval report`), ``--workers`` heads at a time (each head trains on the config's threads).
+
+Resumable: a head resumes from its ``last.pt``, a finished prediction or oracle run is kept; nothing is deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT)]
+PY = sys.executable
+ORACLE = "oracle-semantic-text"
+
+
+def run(cmd: list[str], log: Path) -> None:
+    """Run one toolkit command, its output into ``log``; a failure stops the script naming the command and log."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "w", encoding="utf-8") as f:
+        rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
+                            env={**os.environ, "TQDM_DISABLE": "1"}).returncode
+    if rc:
+        tail = log.read_text(encoding="utf-8", errors="replace")[-2000:]
+        raise SystemExit(f"failed (exit {rc}): {shlex.join(cmd)}\nlog: {log}\n{tail}")
+
+
+def head_name(semantic: str, fraction: float, seed: int) -> str:
+    return f"lftr-sim[{semantic}] train {fraction:g} seed {seed}"
+
+
+def train_and_predict(a: argparse.Namespace, base_epochs: int, fraction: float, seed: int) -> Path:
+    """Train one head on ``fraction`` of the training videos and predict the test split; the run file."""
+    stem = f"f{fraction:g}-s{seed}"
+    ck, run_file = a.out / "heads" / stem, a.out / "runs" / f"lftr-sim-{stem}.parquet"
+    if run_file.exists():
+        return run_file
+    epochs = max(1, round(base_epochs / fraction))
+    configs = [x for c in a.config for x in ("--config", str(c))]
+    rb = [PY, "-m", "retrieval", "lftr"]
+    run([*rb, "train", "--data", str(a.data), "--space", a.semantic_space, "--prefix-space", a.prefix_space,
+         "--question-space", a.semantic_space, *configs, "--set", f"train_fraction={fraction}",
+         "--set", f"epochs={epochs}", "--set", f"val_every={max(1, round(1 / fraction))}", "--seed", str(seed),
+         "--out", str(ck)], a.out / "logs" / f"train-{stem}.log")
+    run([*rb, "predict", "--data", str(a.data), "--ckpt", str(ck), "--out", str(run_file), "--split", "test",
+         "--method", head_name(a.semantic_space, fraction, seed)], a.out / "logs" / f"predict-{stem}.log")
+    return run_file
+
+
+def slope_per_doubling(n: list[float], r5: list[float]) -> float | None:
+    """Least-squares slope of ``r5`` against log2(``n``) (None with fewer than two distinct sizes)."""
+    if len(set(n)) < 2:
+        return None
+    return float(np.polyfit(np.log2(np.asarray(n, float)), np.asarray(r5, float), 1)[0])
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository when it lies inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def table(a: argparse.Namespace, report: dict, info: dict[float, dict], base_epochs: int) -> tuple[str, dict]:
+    """The Markdown page and its JSON from the report (module docstring)."""
+    runs = report["runs"]
+    oracle = 100 * runs[f"{ORACLE}[{a.semantic_space}]"]["main"]["R@5"]
+    n_pop = report["population"].get("n") if isinstance(report.get("population"), dict) else None
+    rows, points = [], []
+    for f in a.fractions:
+        vals = [100 * runs[head_name(a.semantic_space, f, s)]["main"]["R@5"] for s in a.seeds]
+        by_h: dict[str, list[float]] = {}
+        for s in a.seeds:
+            for h, v in runs[head_name(a.semantic_space, f, s)].get("by_horizon", {}).items():
+                if v.get("R@5") is not None:
+                    by_h.setdefault(h, []).append(100 * v["R@5"])
+        mean, std = float(np.mean(vals)), float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
+        points.append((info[f]["train_queries"], mean))
+        rows.append(dict(fraction=f, train_videos=info[f]["train_videos"], train_queries=info[f]["train_queries"],
+                         epochs=max(1, round(base_epochs / f)), r5=vals, r5_mean=mean, r5_std=std,
+                         share_of_oracle=mean / oracle if oracle else None,
+                         by_horizon={h: float(np.mean(v)) for h, v in sorted(by_h.items())}))
+    slope = slope_per_doubling([p[0] for p in points], [p[1] for p in points])
+    full = max(rows, key=lambda r: r["fraction"])
+    target = 0.3 * oracle
+    factor = None
+    if slope and slope > 0 and full["r5_mean"] < target:
+        factor = 2 ** ((target - full["r5_mean"]) / slope)
+    cmd = shlex.join(["python", "scripts/ceiling_curve.py", *sys.argv[1:]])
+    seeds = ", ".join(map(str, a.seeds))
+    lines = [
+        "# The perfect-perception ceiling against the training data",
+        "",
+        f"Generated by `{cmd}`; do not edit by hand: rerun the command to regenerate. Benchmark "
+        f"`{a.data}`; `lftr-sim[{a.semantic_space}]` (LFTR from the `{a.prefix_space}` prefix space: the "
+        "simulator's exact state at the prefix's end) trained on nested shares of the training videos, each for "
+        f"the same number of optimizer steps; seeds {seeds}; config {', '.join(_shown(c) for c in a.config)}. "
+        f"R@5 x100 on the main table's population (fair test queries, Q1-Q4"
+        + (f"; n = {n_pop:,}" if n_pop else "") + "), scored by `python -m eval report`.",
+        "",
+        "| share of training videos | videos | training queries | epochs | R@5 | share of the oracle | "
+        + " | ".join(f"h{h}" for h in rows[0]["by_horizon"]) + " |",
+        "|---:|---:|---:|---:|---:|---:|" + "---:|" * len(rows[0]["by_horizon"]),
+    ]
+    for r in rows:
+        r5 = f"{r['r5_mean']:.2f}" + (f" ± {r['r5_std']:.2f}" if len(a.seeds) > 1 else "")
+        lines.append(f"| {r['fraction']:g} | {r['train_videos']:,} | {r['train_queries']:,} | {r['epochs']} | {r5} | "
+                     f"{100 * r['share_of_oracle']:.0f}% | "
+                     + " | ".join(f"{v:.1f}" for v in r["by_horizon"].values()) + " |")
+    lines += ["", f"Semantic-text oracle (`{ORACLE}[{a.semantic_space}]`): R@5 {oracle:.2f}; 30% of it: "
+              f"{target:.2f}."]
+    if slope is not None:
+        lines.append(f"Slope: R@5 {slope:+.2f} points per doubling of the training queries (least squares over "
+                     f"log2 of the training queries, seeds' means).")
+    if factor is not None:
+        lines.append(f"Log-linear extrapolation (an assumption: the slope holds beyond the measured range): 30% of "
+                     f"the oracle at about {factor:.0f}x the full training set "
+                     f"({factor * full['train_queries']:,.0f} training queries).")
+    md = "\n".join(lines) + "\n"
+    data = dict(command=cmd, data=str(a.data), oracle_r5=oracle, target_r5=target, slope_per_doubling=slope,
+                extrapolated_factor=factor, rows=rows)
+    return md, data
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--data", type=Path, required=True, help="a built benchmark with the sim prefix space")
+    p.add_argument("--out", type=Path, required=True, help="folder of the heads, runs, report and curve")
+    p.add_argument("--fractions", default="0.125,0.25,0.5,1", help="comma-separated shares of the training videos")
+    p.add_argument("--seeds", default="0", help="comma-separated seeds per share")
+    p.add_argument("--semantic-space", default="minilm", help="the target (and question) space")
+    p.add_argument("--prefix-space", default="sim", help="the perfect-perception prefix space")
+    p.add_argument("--config", type=Path, action="append", default=None,
+                   help="LFTR config file(s) (default: configs/lftr/synth.yaml, the demo's)")
+    p.add_argument("--workers", type=int, default=2, help="heads trained at a time")
+    p.add_argument("--doc", type=Path, default=None, help="also write the Markdown page here")
+    a = p.parse_args(argv)
+    try:
+        a.fractions = sorted({float(x) for x in a.fractions.split(",") if x.strip()})
+        a.seeds = [int(x) for x in a.seeds.split(",") if x.strip()]
+    except ValueError as e:
+        p.error(f"--fractions / --seeds: {e}")
+    if not a.fractions or any(not 0 < f <= 1 for f in a.fractions) or not a.seeds:
+        p.error("--fractions must be shares in (0, 1] and --seeds at least one seed")
+    a.config = a.config or [ROOT / "configs" / "lftr" / "synth.yaml"]
+    sim_meta = a.data / "features" / a.prefix_space / "meta.json"
+    sem_meta = a.data / "features" / a.semantic_space / "meta.json"
+    for need, how in ((sim_meta, "build the benchmark with `python -m retrieval synth` (it writes the sim space)"),
+                      (sem_meta, f"encode it: python -m retrieval encode --data {a.data} --space "
+                                 f"{a.semantic_space} --model packaged:all-MiniLM-L6-v2 --kind semantic")):
+        if not need.exists():
+            raise SystemExit(f"{need} is missing: {how}")
+
+    from retrieval.lftr.config import load_config
+
+    base_epochs = load_config([str(c) for c in a.config]).epochs
+    a.out.mkdir(parents=True, exist_ok=True)
+    oracle = a.out / "runs" / f"{ORACLE}.parquet"
+    if not oracle.exists():
+        run([PY, "-m", "retrieval", "oracle", "semantic-text", "--data", str(a.data), "--out", str(oracle),
+             "--split", "test", "--space", a.semantic_space], a.out / "logs" / "oracle.log")
+    jobs = [(f, s) for f in a.fractions for s in a.seeds]
+    print(f"{len(jobs)} head(s), {a.workers} at a time; logs in {a.out / 'logs'}", flush=True)
+    with ThreadPoolExecutor(max(1, a.workers)) as pool:
+        run_files = list(pool.map(lambda js: train_and_predict(a, base_epochs, *js), jobs))
+    info = {}
+    for f in a.fractions:
+        ti = json.loads((a.out / "heads" / f"f{f:g}-s{a.seeds[0]}" / "train_info.json").read_text())
+        info[f] = dict(train_queries=int(ti["train_queries"]), train_videos=int(ti["train_videos"]))
+    run([PY, "-m", "eval", "report", str(oracle), *map(str, run_files), "--data", str(a.data), "--out",
+         str(a.out / "report"), "--split", "test"], a.out / "logs" / "report.log")
+    report = json.loads((a.out / "report" / "report.json").read_text())
+    md, data = table(a, report, info, base_epochs)
+    (a.out / "curve.md").write_text(md, encoding="utf-8")
+    (a.out / "curve.json").write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    if a.doc:
+        a.doc.write_text(md, encoding="utf-8")
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
