@@ -216,7 +216,8 @@ class Demo:
                           "What the labels allow (the semantic-text oracle), what forecasting allows (LFTR reading the "
                           "simulator's exact state at the prefix's end: perfect perception), the present as a label "
                           "(the transition table), and what perception plus forecasting reach from frames. R@5, "
-                          "seeds' means.", "", ceiling]
+                          "seeds' means. How the perfect-perception row grows with the training data: "
+                          "`docs/ceiling-curve.md` (`python scripts/ceiling_curve.py`).", "", ceiling]
             lines += ["## Findings (computed from `report/report.json`)", "", *F.findings(rep), ""]
         return lines
 
