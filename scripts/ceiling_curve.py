@@ -21,14 +21,15 @@ as a log-linear extrapolation, the data at which that slope would reach 30% of t
 bound). Commands run as subprocesses (`python -m retrieval lftr train | predict`, `python -m retrieval oracle`,
 `python -m eval report`), ``--workers`` heads at a time (each head trains on the config's threads).
 
-Resumable: a head resumes from its ``last.pt``, a finished prediction or oracle run is kept; nothing is deleted.
+Resumable: a head resumes from its ``last.pt`` (a finished head trains nothing; a head folder of another config is
+refused by ``lftr train``), a prediction newer than its head's ``best.pt`` and the oracle run are kept (a run of
+another benchmark is refused by ``eval report``); nothing is deleted.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import subprocess
 import sys
@@ -47,8 +48,7 @@ def run(cmd: list[str], log: Path) -> None:
     """Run one toolkit command, its output into ``log``; a failure stops the script naming the command and log."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w", encoding="utf-8") as f:
-        rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT,
-                            env={**os.environ, "TQDM_DISABLE": "1"}).returncode
+        rc = subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode
     if rc:
         tail = log.read_text(encoding="utf-8", errors="replace")[-2000:]
         raise SystemExit(f"failed (exit {rc}): {shlex.join(cmd)}\nlog: {log}\n{tail}")
@@ -62,8 +62,6 @@ def train_and_predict(a: argparse.Namespace, base_epochs: int, fraction: float, 
     """Train one head on ``fraction`` of the training videos and predict the test split; the run file."""
     stem = f"f{fraction:g}-s{seed}"
     ck, run_file = a.out / "heads" / stem, a.out / "runs" / f"lftr-sim-{stem}.parquet"
-    if run_file.exists():
-        return run_file
     epochs = max(1, round(base_epochs / fraction))
     configs = [x for c in a.config for x in ("--config", str(c))]
     rb = [PY, "-m", "retrieval", "lftr"]
@@ -71,6 +69,10 @@ def train_and_predict(a: argparse.Namespace, base_epochs: int, fraction: float, 
          "--question-space", a.semantic_space, *configs, "--set", f"train_fraction={fraction}",
          "--set", f"epochs={epochs}", "--set", f"val_every={max(1, round(1 / fraction))}", "--seed", str(seed),
          "--out", str(ck)], a.out / "logs" / f"train-{stem}.log")
+    # the train command resumes: a finished head trains nothing, and another config in its folder is refused, so
+    # a prediction newer than the head's checkpoint is that head's
+    if run_file.exists() and run_file.stat().st_mtime_ns >= (ck / "best.pt").stat().st_mtime_ns:
+        return run_file
     run([*rb, "predict", "--data", str(a.data), "--ckpt", str(ck), "--out", str(run_file), "--split", "test",
          "--method", head_name(a.semantic_space, fraction, seed)], a.out / "logs" / f"predict-{stem}.log")
     return run_file

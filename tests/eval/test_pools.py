@@ -50,7 +50,7 @@ def _square(x: int) -> int:
 def _fail(folder: Path, x: int) -> int:
     (folder / f"pid-{x}").write_text(str(os.getpid()))
     if x == 3:
-        time.sleep(1)  # job 1 is running in the other worker when job 3 fails
+        time.sleep(1)  # fails while the other worker runs a 30 s job (either way both workers are then busy)
         raise ValueError("job 3 failed")
     time.sleep(30)
     return x

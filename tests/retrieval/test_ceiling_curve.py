@@ -94,6 +94,12 @@ def test_the_curve_script_trains_each_share_scores_them_and_resumes(synth_dir, s
     again = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     assert again.returncode == 0, again.stderr[-3000:]
     assert [p.stat().st_mtime_ns for p in runs] == stamps  # nothing retrained or rescored
+    other = tmp_path / "other.yaml"
+    other.write_text(cfg.read_text().replace("d_model: 32", "d_model: 16"))
+    stale = subprocess.run([*cmd[:cmd.index("--config") + 1], str(other)], cwd=REPO, capture_output=True,
+                           text=True, env=env)
+    assert stale.returncode != 0 and "different training config" in stale.stderr, stale.stderr[-2000:]
+    assert [p.stat().st_mtime_ns for p in runs] == stamps  # another config never reuses these heads' runs
 
 
 def test_the_curve_script_names_a_missing_space(synth_sem_dir, tmp_path):
