@@ -115,6 +115,30 @@ def checkpoint_callback(identity):
     return PSRCheckpoints()
 
 
+def clock_callback():
+    """A Trainer callback that stamps every log-history entry with the CPU seconds (``cpu_s``: every thread of this
+    process, `time.process_time`) and wall seconds (``wall_s``) since training began in this process, so
+    ``train_log.json`` gives the cost of each logged window of steps (`scripts/bench_train_load.py` reads it)."""
+    import time
+
+    from transformers import TrainerCallback
+
+    class Clock(TrainerCallback):
+        t0 = c0 = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.t0, self.c0 = time.perf_counter(), time.process_time()
+            return control
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if self.t0 is not None and state.log_history:
+                state.log_history[-1].update(cpu_s=round(time.process_time() - self.c0, 3),
+                                             wall_s=round(time.perf_counter() - self.t0, 3))
+            return control
+
+    return Clock()
+
+
 def loss_over_all_steps(history: list[dict], resumed_at: int, run_loss: float, global_step: int) -> float | None:
     """Mean training loss over all ``global_step`` optimizer steps, those before a resumption included.
 

@@ -32,7 +32,8 @@ student is served with: frames, max/min pixels, image tokens per frame, prompt i
 it unmerged with ``python -m forecasters run --forecaster student --model <base> --adapter <output_dir>/adapter``, or
 merge it into bf16 weights, never into the 4-bit ones), ``train.config.json`` (config hash, resolved arguments, batch
 arithmetic, versions; a directory holding another config's is refused), ``train_log.json`` (the Trainer's log
-history: loss per logging step, eval loss and answer accuracy per evaluation) and ``metrics.json``.
+history: loss per logging step, eval loss and answer accuracy per evaluation, each entry with the CPU and wall
+seconds since training began in this process, ``cpu_s`` / ``wall_s``) and ``metrics.json``.
 
 A text-only SFT set (the evidence input, `distill.evidence`) trains a causal LM (``AutoModelForCausalLM``, its
 tokenizer as processor). ``--full_finetune true`` (with ``--use_peft false --load_in_4bit false``) trains every
@@ -64,6 +65,7 @@ from distill.checkpoints import (
     TRAIN_CONFIG,
     check_output_dir,
     checkpoint_callback,
+    clock_callback,
     eval_history,
     loss_over_all_steps,
     resolve_resume,
@@ -554,7 +556,7 @@ def build_trainer(psr: PSRTrainArgs, sft, model_args, *, train_ds, eval_ds=None,
                                max_length=None,  # lengths were checked: never truncate (image tokens stay whole)
                                eval_strategy=sft.eval_strategy if eval_ds is not None else "no")
     model = load_model(psr, sft, model_args)
-    callbacks = [checkpoint_callback(identity)]
+    callbacks = [checkpoint_callback(identity), clock_callback()]
     if psr.snapshot_steps:
         if fsdp_enabled() or deepspeed_enabled(sft):
             from eval.errors import InputError

@@ -79,7 +79,7 @@ def validate(
 @app.command()
 def synth(
     out: Path = typer.Option(..., "--out", help="directory to write the benchmark into"),
-    preset: str = typer.Option("demo", "--preset", help="build size: demo (default, ~10k segments) or psr "
+    preset: str = typer.Option("demo", "--preset", help="build size: demo (default, ~17k segments) or psr "
                                                           "(~218k segments, ~20k queries)"),
     videos: int = typer.Option(0, "--videos", min=0, help="number of simulated videos (0 = the preset's)"),
     query_videos: int = typer.Option(0, "--query-videos", min=0,

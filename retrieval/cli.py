@@ -380,7 +380,7 @@ def lftr_seeds(
 def synth(
     out: Annotated[Path, typer.Option("--out", help="benchmark directory (step 1 writes OUT-truth)")] = Path(
         "data/psr-synth"),
-    preset: Annotated[str, typer.Option("--preset", help="demo (~10k segments) or psr (~218k segments, ~20k "
+    preset: Annotated[str, typer.Option("--preset", help="demo (~17k segments) or psr (~218k segments, ~20k "
                                                          "queries)")] = "demo",
     seed: Seed = 0,
     videos: Annotated[int, typer.Option("--videos", min=0, help="simulated videos (0 = the preset's)")] = 0,

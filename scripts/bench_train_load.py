@@ -10,13 +10,19 @@ reads it), into a scratch folder under ``--work``:
   ``--max-frames`` train frames;
 - ``lftr``: ``python -m retrieval lftr train --space pixels --prefix-space pixels --question-space minilm --config
   configs/lftr/synth.yaml`` (the demo's LFTR; the benchmark needs a ``minilm`` space:
-  ``python -m retrieval encode --data DIR --space minilm --model packaged:all-MiniLM-L6-v2 --kind semantic``).
+  ``python -m retrieval encode --data DIR --space minilm --model packaged:all-MiniLM-L6-v2 --kind semantic``);
+- ``distill``: ``python -m distill.train --config configs/distill/tiny-cpu.yaml`` (the CPU preset's QLoRA loop: a
+  4-bit tiny random Qwen3-VL, 8 frames an example) for ``--epochs`` optimizer steps, logging every step, on a CoT set
+  built once under ``--work`` from the benchmark (predicates, template narration, ``--distill-examples`` train
+  examples; `prepare_distill`). Its "epoch" is an optimizer step: the CPU and wall seconds of each step come from
+  the ``cpu_s`` / ``wall_s`` stamps of ``train_log.json`` (`distill.checkpoints.clock_callback`).
 
 Every job runs at load 0 (nothing of ours in the background) and at load ``--load`` (that many busy processes,
 `scripts/busy_load.py`), under each OpenMP wait policy of ``--policies``: ``passive`` (what the training commands
 set, `eval.threads`) and ``default`` (libgomp's spin-then-sleep; ``OMP_WAIT_POLICY=""``).
 Threads: the command's own choice (the CPUs this process may use, `eval.threads`; the LFTR demo config says 1).
-Per run, from the job's own history (``train/history.jsonl`` of a tower, ``history.jsonl`` of LFTR): CPU seconds
+Per run, from the job's own history (``train/history.jsonl`` of a tower, ``history.jsonl`` of LFTR,
+``train_log.json`` of distillation): CPU seconds
 (all threads) and wall seconds per epoch, the median over epochs after the first (warm-up), and the 1-minute load
 average. Reported: ``cpu_ratio = CPU s/epoch at load N / at load 0`` per job and policy (target, issue 23:
 <= 1.3 with the passive policy). The machine's own load (other users) is recorded, not removed. The table of
@@ -54,7 +60,56 @@ def command(job: str, a: argparse.Namespace, out: Path) -> tuple[list[str], Path
                  "--question-space", "minilm", "--config", str(ROOT / "configs" / "lftr" / "synth.yaml"),
                  "--set", f"epochs={a.epochs}", "--set", "val_every=1000", "--out", str(out)],
                 out / "history.jsonl", "train_")
-    raise SystemExit(f"unknown job {job!r} (ssl, lftr)")
+    if job == "distill":
+        sft, model = prepare_distill(a)
+        return ([PY, "-m", "distill.train", "--config", str(ROOT / "configs" / "distill" / "tiny-cpu.yaml"),
+                 "--model_name_or_path", str(model), "--dataset_name", str(sft / "cot"), "--output_dir", str(out),
+                 "--max_steps", str(a.epochs + 1), "--logging_steps", "1", "--save_steps", "100000",
+                 "--eval_strategy", "no", "--seed", "0"], out / "train_log.json", "")
+    raise SystemExit(f"unknown job {job!r} (ssl, lftr, distill)")
+
+
+def prepare_distill(a: argparse.Namespace) -> tuple[Path, Path]:
+    """The distill job's inputs, built once under ``a.work`` (reused by every run): a CoT SFT set of the benchmark's
+    train split (predicates from the simulator, template narration, ``--distill-examples`` examples of 8 frames) and
+    a tiny random Qwen3-VL. Returns (SFT folder, model folder)."""
+    root = a.work / "distill-inputs"
+    sft, model, done = root / "sft", root / "qwen3_vl", root / ".bench-train-load-done"
+    if done.exists():
+        return sft, model
+    if root.exists() and not (a.work / ".distill-inputs.bench-train-load").exists():
+        raise SystemExit(f"{root} exists and was not written by this script; remove it or pick another --work")
+    (a.work / ".distill-inputs.bench-train-load").touch()
+    shutil.rmtree(root, ignore_errors=True)  # ours: an unfinished preparation of an earlier run
+    from distill.narrate import NarrateConfig, run_narration
+    from distill.predicates import PredicatesConfig, write_predicates
+    from distill.sft import SFTBuildConfig, build_sft
+    from forecasters.tiny_models import build_tiny_vlm
+
+    print(f"distill: building the SFT set and the tiny student under {root}", flush=True)
+    write_predicates(PredicatesConfig(data=str(a.data), out=str(root / "predicates.jsonl"), progress=False))
+    run_narration(NarrateConfig(data=str(a.data), predicates=str(root / "predicates.jsonl"),
+                                out=str(root / "rationales"), narrator="template", progress=False))
+    build_sft(SFTBuildConfig(data=str(a.data), rationales=str(root / "rationales"), out=str(sft), frames=8,
+                             variants=["cot"], limit=a.distill_examples, progress=False))
+    build_tiny_vlm(model, "qwen3_vl", seed=0)
+    done.touch()
+    return sft, model
+
+
+def per_epoch(history: Path, prefix: str) -> tuple[list[float], list[float], list]:
+    """CPU and wall seconds of each epoch (distill: each optimizer step) and the load average of each, from a
+    job's history file."""
+    if history.suffix == ".json":  # distill.train's train_log.json: cumulative cpu_s / wall_s per logged step
+        steps = sorted((h["step"], h["cpu_s"], h["wall_s"]) for h in json.loads(history.read_text("utf-8"))
+                       if "loss" in h)
+        prev = [(0, 0.0, 0.0), *steps[:-1]]
+        cpu = [(c - pc) / (s - ps) for (s, c, _), (ps, pc, _) in zip(steps, prev, strict=True)]
+        sec = [(w - pw) / (s - ps) for (s, _, w), (ps, _, pw) in zip(steps, prev, strict=True)]
+        return cpu, sec, [None] * len(steps)
+    hist = [json.loads(x) for x in history.read_text(encoding="utf-8").splitlines() if x.strip()]
+    return ([h[f"{prefix}cpu_seconds"] for h in hist], [h[f"{prefix}seconds"] for h in hist],
+            [h.get("load_avg") for h in hist])
 
 
 def run_job(job: str, policy: str, load: int, a: argparse.Namespace) -> dict:
@@ -84,13 +139,12 @@ def run_job(job: str, policy: str, load: int, a: argparse.Namespace) -> dict:
         load_after = os.getloadavg()[0]
     if rc != 0:
         raise SystemExit(f"{' '.join(cmd)} failed (exit {rc}); its log: {log}")
-    hist = [json.loads(x) for x in history.read_text(encoding="utf-8").splitlines() if x.strip()]
-    cpu = [h[f"{prefix}cpu_seconds"] for h in hist]
-    sec = [h[f"{prefix}seconds"] for h in hist]
-    steady = slice(1, None) if len(hist) > 1 else slice(None)
-    return {"job": job, "policy": policy, "load": load, "busy_pids": pids, "epochs": len(hist),
+    cpu, sec, loads = per_epoch(history, prefix)
+    steady = slice(1, None) if len(cpu) > 1 else slice(None)
+    return {"job": job, "policy": policy, "load": load, "busy_pids": pids, "epochs": len(cpu),
+            "unit": "step" if job == "distill" else "epoch",
             "cpu_s_per_epoch": statistics.median(cpu[steady]), "wall_s_per_epoch": statistics.median(sec[steady]),
-            "cpu_s_all": cpu, "wall_s_all": sec, "load_avg_epochs": [h.get("load_avg") for h in hist],
+            "cpu_s_all": cpu, "wall_s_all": sec, "load_avg_epochs": loads,
             "load_before": load_before, "load_after": load_after, "command_wall_s": wall, "command": cmd}
 
 
@@ -101,19 +155,23 @@ def markdown(rows: list[dict]) -> str:
              "CPU ratio | wall ratio |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         ratios = (f"**{r['cpu_ratio']:.2f}** | {r['wall_ratio']:.2f}" if "cpu_ratio" in r else " | ")
-        lines.append(f"| {r['job']} | {r['policy']} | {r['load']} | {r['epochs']} | {r['cpu_s_per_epoch']:.1f} | "
-                     f"{r['wall_s_per_epoch']:.1f} | {r['load_before']:.1f} | {ratios} |")
+        unit = " (steps)" if r.get("unit") == "step" else ""
+        digits = 2 if r.get("unit") == "step" else 1
+        lines.append(f"| {r['job']} | {r['policy']} | {r['load']} | {r['epochs']}{unit} | "
+                     f"{r['cpu_s_per_epoch']:.{digits}f} | {r['wall_s_per_epoch']:.{digits}f} | "
+                     f"{r['load_before']:.1f} | {ratios} |")
     return "\n".join(lines) + "\n"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, required=True, help="a built benchmark (frames; pixels and minilm spaces)")
-    ap.add_argument("--jobs", default="ssl,lftr")
+    ap.add_argument("--jobs", default="ssl,lftr", help="comma-separated, of ssl, lftr, distill")
     ap.add_argument("--policies", default="passive,default", help=f"comma-separated, of {sorted(POLICIES)}")
     ap.add_argument("--load", type=int, default=4, help="busy processes of the loaded runs")
-    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--epochs", type=int, default=3, help="epochs a run (distill: optimizer steps after the first)")
     ap.add_argument("--max-frames", type=int, default=1024, help="ssl: train frames")
+    ap.add_argument("--distill-examples", type=int, default=16, help="distill: train examples of the CoT set")
     ap.add_argument("--work", type=Path, default=Path("/tmp/psr-bench-train-load"), help="scratch folder")
     ap.add_argument("--out", type=Path, default=None, help="JSON file of the results")
     from eval.measured import add_record_options, load_now, record_from_args

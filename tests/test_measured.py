@@ -147,3 +147,20 @@ def test_every_benchmark_records(name):
     them loads torch)."""
     src = (ROOT / "scripts" / f"{name}.py").read_text(encoding="utf-8")
     assert "add_record_options(" in src and "record_from_args(" in src
+
+
+def test_bench_train_load_reads_per_epoch_and_per_step_costs(tmp_path):
+    """The tower / LFTR history (one line per epoch) and distill.train's log (cumulative ``cpu_s`` / ``wall_s`` per
+    logged step, eval entries among them) both give the seconds of each epoch or optimizer step."""
+    btl = _script("bench_train_load")
+    hist = tmp_path / "history.jsonl"
+    hist.write_text("\n".join(json.dumps({"train_cpu_seconds": c, "train_seconds": w, "load_avg": 1.0})
+                              for c, w in [(9.0, 5.0), (7.0, 4.0)]) + "\n")
+    assert btl.per_epoch(hist, "train_") == ([9.0, 7.0], [5.0, 4.0], [1.0, 1.0])
+    log = tmp_path / "train_log.json"
+    log.write_text(json.dumps([{"loss": 2.0, "step": 1, "cpu_s": 3.0, "wall_s": 2.0},
+                               {"eval_loss": 1.9, "step": 1, "cpu_s": 3.5, "wall_s": 2.2},
+                               {"loss": 1.8, "step": 3, "cpu_s": 4.0, "wall_s": 3.0},
+                               {"loss": 1.7, "step": 4, "cpu_s": 4.25, "wall_s": 3.25}]))
+    cpu, wall, loads = btl.per_epoch(log, "")
+    assert cpu == [3.0, 0.5, 0.25] and wall == [2.0, 0.5, 0.25] and loads == [None] * 3

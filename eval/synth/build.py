@@ -97,7 +97,7 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    "demo": Preset(1080, None, render.DEFAULT_SIZE, "the embedded default: ~16k segments, every video queried, "
+    "demo": Preset(1080, None, render.DEFAULT_SIZE, "the embedded default: ~17k segments, every video queried, "
                                                     "~2k fair test queries"),
     "psr": Preset(13700, 1250, (80, 60), "PSR-scale: ~218k segments, ~20k queries over ~1.25k query videos"),
 }

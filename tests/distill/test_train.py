@@ -29,6 +29,9 @@ def test_loss_goes_down_on_a_tiny_repeated_set(tiny_train_args, sft_dir, tmp_pat
     assert sum(losses[-2:]) / 2 < sum(losses[:2]) / 2
     log = json.loads((tmp_path / "train_log.json").read_text())
     assert [h["loss"] for h in log if "loss" in h] == losses
+    # every entry carries the CPU and wall seconds since training began (bench_train_load reads them per step)
+    cpu, wall = [h["cpu_s"] for h in log], [h["wall_s"] for h in log]
+    assert cpu == sorted(cpu) and wall == sorted(wall) and cpu[0] > 0 and wall[-1] > wall[0]
     assert (tmp_path / "adapter" / "adapter_model.safetensors").exists()
 
 
