@@ -203,7 +203,8 @@ def main() -> int:
     md = markdown(rows)
     print("\n" + md, end="")
     record_from_args(a, "bench_train_load", title="Training CPU seconds per epoch beside a background load",
-                     markdown=f"{a.epochs} epoch(s) a run; loaded runs beside {a.load} busy processes.\n\n" + md,
+                     markdown=f"{a.epochs} epoch(s) a run (distill: {a.epochs + 1} optimizer steps), the first left "
+                              f"out of the median; loaded runs beside {a.load} busy processes.\n\n" + md,
                      data={"cpus": len(os.sched_getaffinity(0)), "runs": rows}, load=(load_before, load_now()))
     return 0
 

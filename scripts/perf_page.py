@@ -182,10 +182,11 @@ method keeping its best; `--check-exact N` also compares it with the exact loop.
                                 "--out reports/canon"),
     )),
     Section("Training under a background load", """\
-`scripts/bench_train_load.py` runs the toolkit's training commands (the demo's SSL tower and LFTR) as fresh
-processes with nothing of ours in the background and beside busy processes, under each OpenMP wait policy, and
-compares CPU seconds per epoch (the median over epochs after the first): the CPU ratio says how much a background
-load costs the training loop beyond sharing the cores.""", (
+`scripts/bench_train_load.py` runs the toolkit's training commands (the demo's SSL tower and LFTR, and the CPU
+preset's QLoRA distillation loop) as fresh processes with nothing of ours in the background and beside busy
+processes, under each OpenMP wait policy, and compares CPU seconds per epoch (distillation: per optimizer step; the
+median over those after the first): the CPU ratio says how much a background load costs the training loop beyond
+sharing the cores.""", (
         Measure("bench_train_load*", "python scripts/bench_train_load.py --data data/psr-synth"),
     )),
 )
