@@ -67,6 +67,7 @@ def _extra_modules() -> list[str]:
                   if {canonicalize_name(d) for d in ds} & dists and not {canonicalize_name(d) for d in ds} & core)
 
 
+@pytest.mark.slow
 def test_core_imports_and_answers_help_without_the_job_extras():
     blocked = _extra_modules()
     assert {"pymunk", "trl", "peft", "httpx", "tenacity", "sklearn"} <= set(blocked)

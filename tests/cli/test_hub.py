@@ -106,6 +106,7 @@ def test_every_data_option_names_an_uncached_id_and_how_to_fetch_it(command, hub
     assert list(tmp_path.iterdir()) == [hub_cache.parent]  # nothing written
 
 
+@pytest.mark.slow
 def test_a_fresh_process_resolves_the_id_from_hf_home(cli_world, tmp_path):
     """The real entry point and environment: HF_HOME locates the cache, HF_HUB_OFFLINE=1 keeps it off the network."""
     cache_dataset(tmp_path / "hf" / "hub", "psr-test/tiny", folder_files(cli_world["bench"]), COMMIT_A)

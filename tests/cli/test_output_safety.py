@@ -58,6 +58,7 @@ def test_out_dot_neither_crashes_nor_leaves_stray_folders(world, monkeypatch, ou
     assert not stray and sorted(p.name for p in here.iterdir()) == ["keep.txt"]
 
 
+@pytest.mark.slow
 def test_same_command_replaces_its_output_another_command_is_refused(world):
     out = world["root"] / "report"
     for _ in range(2):

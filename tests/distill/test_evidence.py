@@ -91,6 +91,7 @@ def test_closed_slice_takes_the_most_frequent_train_targets(synth_bench):
     assert kept and all(q.target_state in sl for q in kept)
 
 
+@pytest.mark.slow
 def test_predicates_top_states_keeps_the_slice_only(synth_dir, synth_bench, tmp_path):
     from distill.predicates import PredicatesConfig, write_predicates
     from distill.slice import closed_slice
@@ -113,6 +114,7 @@ def evidence_sft(synth_dir, pred_file, template_rationales, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_evidence_sets_are_text_only(evidence_sft):
     from distill.sft import load_sft, read_set_info
 
@@ -133,6 +135,7 @@ def tiny_student(evidence_sft, tmp_path_factory):
     return out, summary
 
 
+@pytest.mark.slow
 def test_tiny_student_tokenizer_fits_the_set(tiny_student):
     _, s = tiny_student
     assert s["tokens_per_word"] < 2.0 and 0 < s["parameters"] < 2_000_000
@@ -162,6 +165,7 @@ def full_run(tiny_student, evidence_sft, tmp_path_factory):
     return out, m
 
 
+@pytest.mark.slow
 def test_full_finetune_trains_every_weight_of_the_causal_lm(full_run, tiny_student):
     out, m = full_run
     assert m["trainable"] == m["total"] and m["global_step"] == 3
@@ -172,6 +176,7 @@ def test_full_finetune_trains_every_weight_of_the_causal_lm(full_run, tiny_stude
     assert any(not np.allclose(before[k], after[k]) for k in before)
 
 
+@pytest.mark.slow
 def test_full_finetune_needs_its_flag_and_no_4bit(tiny_student, evidence_sft, tmp_path):
     from distill.train import train
     from eval.errors import InputError
@@ -184,6 +189,7 @@ def test_full_finetune_needs_its_flag_and_no_4bit(tiny_student, evidence_sft, tm
                      "--max_steps", 1))
 
 
+@pytest.mark.slow
 def test_a_finished_run_is_a_no_op(full_run, tiny_student, evidence_sft):
     from distill.train import train
 
@@ -194,6 +200,7 @@ def test_a_finished_run_is_a_no_op(full_run, tiny_student, evidence_sft):
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == stamp
 
 
+@pytest.mark.slow
 def test_snapshot_is_the_student_of_a_run_stopped_there(full_run, tiny_student, evidence_sft, tmp_path):
     """Constant learning rate, no warmup, same seed: the step-2 snapshot of the 3-step run has the weights of a
     2-step run."""
@@ -209,6 +216,7 @@ def test_snapshot_is_the_student_of_a_run_stopped_there(full_run, tiny_student, 
     assert any(not np.allclose(a[k], c[k]) for k in a)  # step 3 moved on
 
 
+@pytest.mark.slow
 def test_a_rebuilt_base_model_is_another_config(tiny_student, tmp_path):
     import shutil
 
@@ -223,6 +231,7 @@ def test_a_rebuilt_base_model_is_another_config(tiny_student, tmp_path):
     assert model_fingerprint(str(copy)) != fp and model_fingerprint("Qwen/Qwen3-0.6B") is None
 
 
+@pytest.mark.slow
 def test_a_run_cut_after_its_last_checkpoint_trains_no_further_step(tiny_student, evidence_sft, tmp_path):
     """The final weights were never written but the checkpoint at max_steps was: the rerun takes that checkpoint's
     weights instead of resuming (resuming would train step max_steps + 1)."""

@@ -39,6 +39,7 @@ def pool(pred_sets, denotations):
     return DonorPool(list(pred_sets.values()), denotations)
 
 
+@pytest.mark.slow
 def test_counterfactual_keeps_the_scene_and_swaps_the_evidence(pred_sets, pool, denotations, validator):
     from eval.synth.lexicon import TrueState, satisfies
 
@@ -138,6 +139,7 @@ def test_moved_counts_only_a_move_to_the_counterfactual():
     assert s["by_qtype"]["Q2"]["moved"]["value"] == 0.0
 
 
+@pytest.mark.slow
 def test_faithfulness_runs_on_a_tiny_student(qlora_student, tiny_vlm, synth_dir, pred_file, tmp_path):
     out, _ = qlora_student
     cfg = FaithfulnessConfig(data=str(synth_dir), model=str(tiny_vlm), adapter=str(out / "adapter"),
@@ -158,6 +160,7 @@ def test_faithfulness_runs_on_a_tiny_student(qlora_student, tiny_vlm, synth_dir,
     assert md.startswith("Faithfulness") and "without a counterfactual donor" in md
 
 
+@pytest.mark.slow
 def test_counterfactuals_cli_writes_sets_a_narrator_accepts(synth_dir, pred_file, tmp_path):
     from distill.cli import main
     from distill.narrate import NarrateConfig, run_narration

@@ -153,6 +153,7 @@ def test_missing_data_and_vllm_venv_are_input_errors(tmp_path, monkeypatch):
     assert res.code == 2 and "no-vllm" in res.err and not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_failing_stage_is_named_with_its_log_and_the_resume_command(synth_dir, tiny_vlm, tmp_path):
     out = tmp_path / "out"
     preset = _preset(tmp_path, predicates={"no_such_key": 1})

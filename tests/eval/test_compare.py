@@ -91,6 +91,7 @@ def _independent(bench, run, order: list[str]) -> dict[str, float]:
             "n": len(r)}
 
 
+@pytest.mark.slow
 def test_compare_command_numbers_match_an_independent_computation(synth_dir, synth_bench, table_inputs, tmp_path):
     inputs, runs = table_inputs
     out = _out_with_runs(inputs, tmp_path / "table3")
@@ -133,6 +134,7 @@ def test_compare_command_numbers_match_an_independent_computation(synth_dir, syn
     assert f"n = {expect[reference]['n']} of {len(held)} queries" in res.output
 
 
+@pytest.mark.slow
 def test_compare_builds_missing_rows_with_the_retrieval_commands(synth_dir, table_inputs, tmp_path):
     """Rows missing from OUT/runs are built in table order by steps that parse under the real commands; the
     step runner here stands in for the subprocess and writes the row's run file."""

@@ -48,6 +48,7 @@ def test_default_population_is_the_fair_test_queries_of_q1_to_q4(synth_bench):
         Population(("tests",))
 
 
+@pytest.mark.slow
 def test_report_uses_one_population_everywhere(synth_dir, synth_bench, all_runs, tmp_path):
     """A run over train+val+test is restricted to the population with a note; every table's caption names it;
     the main n, the nDCG mean, the strata, tiers, triplets and the significance n all count the same queries."""
@@ -87,6 +88,7 @@ def test_report_uses_one_population_everywhere(synth_dir, synth_bench, all_runs,
     assert doc["runs"]["persistence"]["main"]["nDCG@10"] == pytest.approx(mean_valid(ndcg_at_k(run.ranked, 10))[0])
 
 
+@pytest.mark.slow
 def test_population_options_and_refusals(synth_dir, synth_bench, all_runs, tmp_path):
     runs, paths = all_runs
     runner = CliRunner()

@@ -171,6 +171,7 @@ def test_report_plots_hold_the_report_numbers(synth_dir, synth_runs, tmp_path):
     assert res.code == 2 and "--card" in res.err and "nope.json" in res.err and "Traceback" not in res.err
 
 
+@pytest.mark.slow
 def test_report_pair_tests_equal_the_reference_tests(synth_dir, synth_runs, tmp_path):
     """`--pair A:B` runs the reference test between two other runs: with B as --reference the numbers are identical;
     swapping the pair negates the delta; an unknown run name is a clear error."""

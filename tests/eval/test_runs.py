@@ -185,6 +185,7 @@ def test_stale_pool_sizes_and_unfingerprinted_runs_are_refused(synth_bench, pixe
     assert res.exit_code != 0 and "records no benchmark fingerprint" in res.output and "score the method again" in res.output
 
 
+@pytest.mark.slow
 def test_fingerprint_covers_what_the_scorer_reads(synth_dir, synth_bench, tmp_path):
     base = synth_bench.fingerprint
     same = Benchmark.load(_bench_copy(synth_dir, tmp_path / "same"))

@@ -23,6 +23,7 @@ def _fresh(code: str, **env) -> dict:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_thread_count_follows_the_affinity_and_is_restored():
     out = _fresh("""
 import json, os
@@ -49,6 +50,7 @@ print(json.dumps({"n": default_threads()}))
     assert out == {"n": 1}
 
 
+@pytest.mark.slow
 def test_the_policy_is_set_only_while_it_can_take_effect():
     out = _fresh("""
 import json, os
@@ -99,6 +101,7 @@ print(json.dumps({"idle_cpu": time.process_time() - c0}))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs for a second OpenMP worker")
 def test_idle_workers_sleep_instead_of_spinning():
     """With the policy our helper sets, an idle worker costs no CPU; with spinning workers (ACTIVE) it burns

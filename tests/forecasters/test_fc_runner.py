@@ -277,6 +277,7 @@ def _copy_bench(synth_dir, dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow
 def test_summary_describes_the_file_and_the_exit_code_says_until_every_query_is_answered(
         synth_dir, synth_bench, tiny, tmp_path, run):
     data = _copy_bench(synth_dir, tmp_path / "bench")

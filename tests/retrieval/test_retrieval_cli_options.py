@@ -69,6 +69,7 @@ def test_shard_option_errors_name_the_option(tiny_dir):
     assert res.exit_code == 2 and "'--shard'" in flat and "0 <= I < N, got 2/2" in flat
 
 
+@pytest.mark.slow
 def test_a_minilm_command_runs_without_bitsandbytes(tiny_dir):
     """No retrieval command quantizes, so loading the packaged MiniLM (sentence-transformers -> transformers -> peft)
     never executes bitsandbytes, whose import logs a kernel warning on some CPUs."""

@@ -120,6 +120,7 @@ def test_oracle_runs_are_named_oracle(tiny_dir, tmp_path):
     assert read_run(out).method == "oracle-state-prototype[pixels]"
 
 
+@pytest.mark.slow
 def test_lftr_cli_train_predict_seeds(synth_sem_dir, tmp_path):
     import json
 

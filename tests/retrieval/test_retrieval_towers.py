@@ -39,6 +39,7 @@ def test_ssl_frames_are_the_train_split_only(synth_bench):
         assert not set(train_frames(synth_bench, other)) & set(frames)
 
 
+@pytest.mark.slow
 def test_ssl_objective_never_sees_labels_or_text(synth_dir, tmp_path):
     """Shuffling every state label, description, question and subject of the benchmark must not change one bit
     of the trained weights (it would if any of them reached the objective); another seed does change them."""
@@ -179,6 +180,7 @@ def _encoded_geometry(tower, bench: Benchmark) -> dict:
     return geometry(ImageEncoder(str(tower), device="cpu").encode_images(images, progress=False))
 
 
+@pytest.mark.slow
 def test_ssl_space_is_not_collapsed(synth_bench, tmp_path):
     """A tower trained for a few steps stores a space, not a few directions around a common offset: the encoded
     corpus frames reach an effective dimension of at least a quarter of the width and point in no common direction.
