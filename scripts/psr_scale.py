@@ -14,6 +14,9 @@ Stages (each one toolkit command, run as its own subprocess; the commands are in
 - ``fusion``: z-score fusion of the two LFTR runs; ``report``: `python -m eval report` over every run with paired
   bootstrap significance against the fusion (``--resamples``) -> ``OUT/report/``.
 
+``--without-lftr`` leaves out both LFTR spaces and the fusion (the report then has no reference run): the cost of
+everything else, and a report whose calibration rows `python -m eval findings OUT/report --calibration` reads.
+
 Measured per stage: wall seconds, CPU seconds and peak RSS of the stage's process tree (a small measuring parent
 runs the command and reads ``resource.getrusage(RUSAGE_CHILDREN)``: ``ru_maxrss``, KB on Linux), the 1-minute load average before and after, and a **bound measured in the
 same run, right after the stage, in this process with torch's default threads** (what the stage's child gets):
@@ -201,6 +204,13 @@ def plan(a: argparse.Namespace, bench) -> list[Stage]:
                method("oracle", "independent-appearance", vis, "oracle-independent-appearance")]
     if (a.data / "sim" / "phrases.jsonl").exists():
         stages.append(method("oracle", "paraphrase", sem, "oracle-paraphrase"))
+    if a.without_lftr:
+        run_files = [s.outputs[0] for s in stages if s.group == "scoring"]
+        stages.append(Stage("report", [PY, "-m", "eval", "report", *map(str, run_files), "--data", data,
+                                       "--out", str(a.out / "report"), "--resamples", str(a.resamples),
+                                       "--split", a.split],
+                            [a.out / "report" / "report.json"], {"kind": "report", "runs": len(run_files)}, "report"))
+        return stages
     lftr_runs = []
     for space in (sem, vis):
         ck = a.out / f"lftr-{space}"
@@ -379,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples of the report")
     ap.add_argument("--fb-batches", type=int, default=8, help="batches of the forward+backward bound")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--without-lftr", action="store_true",
+                    help="leave out LFTR (training and prediction) and the fusion: encoding, the baselines, the "
+                         "oracles and the report")
     from eval.measured import add_record_options, load_now, record_from_args
 
     add_record_options(ap, "psr_scale")
@@ -404,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
             "n_corpus": len(bench.corpus_ids), "n_states": len(bench.states_ds), "cpus": os.cpu_count(),
             "startup_s": startup_seconds(["-m", "retrieval", "--help"]),
             "imports_s": startup_seconds(["-c", "import eval.benchmark, eval.scoring, retrieval.runs"]),
-            "lftr_epochs": a.lftr_epochs,
+            "lftr_epochs": 0 if a.without_lftr else a.lftr_epochs,
             "lftr_config": [str(c) for c in a.lftr_config] or "paper defaults"}
 
     def save() -> dict:

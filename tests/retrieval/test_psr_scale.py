@@ -66,3 +66,27 @@ def test_psr_scale_measures_every_stage_and_resumes(synth_dir, lftr_test_config,
     assert {s: r["wall_s"] for s, r in again.items()} == {s: r["wall_s"] for s, r in stages.items()}
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").glob("*.parquet")} == mtimes
     assert (out / "mine.txt").exists()
+
+
+def test_without_lftr_plans_every_stage_but_lftr_and_the_fusion(synth_dir, tmp_path):
+    """``--without-lftr``: the encoding, every baseline and oracle and the report (with no reference run); the
+    same options otherwise plan both LFTR spaces and the fusion the report is tested against."""
+    import argparse
+
+    from eval.benchmark import Benchmark
+
+    ps = _script()
+    a = argparse.Namespace(data=Path(synth_dir), out=tmp_path / "out", semantic_space="minilm", visual_space="pixels",
+                           text_model="packaged:all-MiniLM-L6-v2", split="test", resamples=200, lftr_config=[],
+                           lftr_epochs=1, seed=0, without_lftr=True)
+    bench = Benchmark.load(synth_dir)
+    names = [s.name for s in ps.plan(a, bench)]
+    assert names[0] == "encode-minilm" and names[-1] == "report"
+    assert not [n for n in names if n.startswith("lftr") or n == "fusion"]
+    assert {"baseline-random", "oracle-semantic-text", "oracle-state-prototype"} <= set(names)
+    report = ps.plan(a, bench)[-1].cmd
+    assert "--reference" not in report and sum(x.endswith(".parquet") for x in report) == len(names) - 2
+    a.without_lftr = False
+    full = ps.plan(a, bench)
+    assert {"lftr-train-minilm", "lftr-predict-pixels", "fusion"} <= {s.name for s in full}
+    assert "--reference" in full[-1].cmd
