@@ -331,8 +331,8 @@ def summarise(recs: list[Record], meta: dict) -> dict:
             "dominant": {"stage": dom.stage, "wall_s": dom.wall_s, "share": dom.wall_s / total if total else 0.0},
             "peak_rss_mb": peak, "worst_scoring_ratio": None if worst is None else
             {"stage": worst.stage, "ratio": worst.ratio},
-            "targets": TARGETS, "meets": {"pipeline_s_without_lftr_train": without_train <= TARGETS[
-                "pipeline_s_without_lftr_train"], "scoring_ratio": worst is None or worst.ratio <= TARGETS[
+            "targets": TARGETS, "meets": {"pipeline_s_without_lftr_train": None if meta.get("without_lftr") else
+                                          without_train <= TARGETS["pipeline_s_without_lftr_train"], "scoring_ratio": worst is None or worst.ratio <= TARGETS[
                 "scoring_ratio"], "peak_rss_mb": peak <= TARGETS["peak_rss_mb"]}}
 
 
@@ -347,8 +347,12 @@ def markdown(doc: dict) -> str:
         lines.append(f"| {r['stage']} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['peak_rss_mb']:.0f} | "
                      f"{r['load_before']:.1f} / {r['load_after']:.1f} | {r['bound_s']:.3g} | {r['ratio']:.3g} | "
                      f"{r['bound']} |")
-    lines += ["", f"Total {doc['total_s']:.0f} s; without LFTR training {doc['total_s_without_lftr_train']:.0f} s "
-              f"(target <= {TARGETS['pipeline_s_without_lftr_train']} s); peak RSS {doc['peak_rss_mb']:.0f} MB "
+    total = (f"Total {doc['total_s']:.0f} s with LFTR (training and prediction) and the fusion left out "
+             f"(`--without-lftr`; the target, <= {TARGETS['pipeline_s_without_lftr_train']} s without LFTR training, "
+             "also counts LFTR prediction and the fusion)" if doc.get("without_lftr") else
+             f"Total {doc['total_s']:.0f} s; without LFTR training {doc['total_s_without_lftr_train']:.0f} s "
+             f"(target <= {TARGETS['pipeline_s_without_lftr_train']} s)")
+    lines += ["", f"{total}; peak RSS {doc['peak_rss_mb']:.0f} MB "
               f"(target <= {TARGETS['peak_rss_mb']} MB); worst scoring ratio "
               + (f"{doc['worst_scoring_ratio']['ratio']:.2f} ({doc['worst_scoring_ratio']['stage']}; target <= 1.5)"
                  if doc["worst_scoring_ratio"] else "n/a") + ".",
@@ -417,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
             "n_corpus": len(bench.corpus_ids), "n_states": len(bench.states_ds), "cpus": os.cpu_count(),
             "startup_s": startup_seconds(["-m", "retrieval", "--help"]),
             "imports_s": startup_seconds(["-c", "import eval.benchmark, eval.scoring, retrieval.runs"]),
-            "lftr_epochs": 0 if a.without_lftr else a.lftr_epochs,
+            "lftr_epochs": 0 if a.without_lftr else a.lftr_epochs, "without_lftr": a.without_lftr,
             "lftr_config": [str(c) for c in a.lftr_config] or "paper defaults"}
 
     def save() -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -215,3 +216,35 @@ def test_score_command_and_clear_errors(synth_dir, synth_runs, tmp_path):
     bad.write_text("garbage")
     res = run_cli("eval", "score", "--data", synth_dir, "--run", bad, "--out", tmp_path / "b")
     assert res.code == 2 and "bad.parquet" in res.err and "Traceback" not in res.err
+
+
+def test_preset_page_shows_the_card_and_the_calibration_of_a_report(synth_dir, synth_runs, tmp_path):
+    """`scripts/preset_page.py`: the build's card beside the paper and the calibration rows of a report over its
+    runs (a row whose run is missing says so), naming its command; it never replaces a file it did not write."""
+    import importlib.util
+
+    _, paths = synth_runs
+    out = tmp_path / "report"
+    res = CliRunner().invoke(app, ["report", *map(str, paths), "--data", str(synth_dir), "--out", str(out),
+                                   "--resamples", "200"])
+    assert res.exit_code == 0, res.output
+    spec = importlib.util.spec_from_file_location("_preset_page", Path(__file__).resolve().parents[2] / "scripts"
+                                                  / "preset_page.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    page = tmp_path / "page.md"
+    assert mod.main(["--data", str(synth_dir), "--report", str(out), "--out", str(page)]) == 0
+    text = page.read_text()
+    assert f"python scripts/preset_page.py --data {synth_dir}" in text and "preset `demo`, seed 0" in text
+    from eval.card import make_card
+
+    card = make_card(synth_dir).to_dict()
+    assert f"| label_truth (`label_truth`) | >= 0.9 | {card['values']['label_truth']:.3g} |" in text.replace(
+        "label truth (segments whose true state satisfies their canonical state)", "label_truth")
+    assert "| random R@5 | <= 1 |" in text and "| perfect-perception LFTR R@5 |" in text
+    assert "no run" in text and "`random-seed0`" in text
+    foreign = tmp_path / "mine.md"
+    foreign.write_text("my notes")
+    with pytest.raises(SystemExit, match="not written by this script"):
+        mod.main(["--data", str(synth_dir), "--report", str(out), "--out", str(foreign)])
+    assert foreign.read_text() == "my notes"
