@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from eval.errors import InputError
@@ -33,18 +34,31 @@ class BenchmarkGroups(NamedTuple):
     probes: dict[str, list[np.ndarray]]
 
 
+def _list_entries(table: Any, path: str) -> int | None:
+    """The number of entries of the list column at dotted ``path`` (``gt_pools.consensus``) over every row, counted
+    chunk by chunk (joining the chunks would copy every id: a second at PSR scale); None when the table lacks it."""
+    top, _, rest = path.partition(".")
+    if top not in table.column_names:
+        return None
+    total = 0
+    for arr in table.column(top).chunks:
+        for part in filter(None, rest.split(".")):
+            if not pa.types.is_struct(arr.type) or arr.type.get_field_index(part) < 0:
+                return None
+            arr = pc.struct_field(arr, [arr.type.get_field_index(part)])
+        total += int(pc.sum(pc.fill_null(pc.list_value_length(arr), 0)).as_py() or 0)
+    return total
+
+
 def gt_definitions_present(bench: Any) -> list[str]:
     """The GT definitions (`eval.schema.GT_DEFINITION_FIELDS`) that some query of ``bench`` has: the main pool
     always, every other definition when its fields exist and at least one query's list is non-empty."""
-    from eval.fingerprint import _column
-
     table = bench.queries_ds.data.table
     names = list(GT_DEFINITION_FIELDS)  # read at call time: a definition added to the mapping is picked up
     out = names[:1]
     for name in names[1:]:
-        cols = [_column(table, f) for f in GT_DEFINITION_FIELDS[name]]
-        if all(c is not None for c in cols) and any(
-                int(pc.sum(pc.fill_null(pc.list_value_length(c), 0)).as_py() or 0) > 0 for c in cols):
+        counts = [_list_entries(table, f) for f in GT_DEFINITION_FIELDS[name]]
+        if all(c is not None for c in counts) and any(c > 0 for c in counts):
             out.append(name)
     return out
 

@@ -507,3 +507,34 @@ def test_dense_moments_take_the_cheaper_of_closed_form_and_stream():
         np.testing.assert_allclose(mean, full.mean(1), rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(std, full.std(1), rtol=1e-5)
     assert needs_full_scores(DenseSource(few, items)) and not needs_full_scores(DenseSource(many, items))
+
+
+def test_gt_definitions_present_counts_every_chunk_of_a_list_column():
+    """A definition is scored when its fields exist and some query's list is non-empty, wherever in the column's
+    chunks that query lies; a field the table lacks leaves the definition out."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+
+    from eval.scoring.benchmark import gt_definitions_present
+
+    pools = pa.struct([("in_dataset", pa.list_(pa.string())), ("cross_dataset", pa.list_(pa.string())),
+                       ("consensus", pa.list_(pa.string()))])
+    ids = pa.list_(pa.string())
+
+    def bench(consensus_last: list[str], sim_last: list[str], with_type1: bool = True):
+        rows = [{"gt_pools": {"in_dataset": ["a"], "cross_dataset": [], "consensus": []}, "gt_type1": [],
+                 "gt_sim_exact": []}] * 2
+        last = {"gt_pools": {"in_dataset": [], "cross_dataset": ["b"], "consensus": consensus_last},
+                "gt_type1": ["c"], "gt_sim_exact": sim_last}
+        schema = pa.schema([("gt_pools", pools), ("gt_type1", ids), ("gt_sim_exact", ids)])
+        chunks = [pa.Table.from_pylist(rows, schema), pa.Table.from_pylist([last], schema)]
+        table = pa.concat_tables(chunks)
+        if not with_type1:
+            table = table.drop_columns(["gt_type1"])
+        assert table.column("gt_pools").num_chunks == 2
+        return SimpleNamespace(queries_ds=SimpleNamespace(data=SimpleNamespace(table=table)))
+
+    assert gt_definitions_present(bench(["x"], ["y"])) == ["type2-all", "type2-consensus", "type1-all", "sim-exact"]
+    assert gt_definitions_present(bench([], [])) == ["type2-all", "type1-all"]
+    assert gt_definitions_present(bench(["x"], [], with_type1=False)) == ["type2-all", "type2-consensus"]
