@@ -27,7 +27,9 @@ SCRIPT = textwrap.dedent("""
     from eval.pools import process_pool
 
     def job(folder, i):
-        Path(folder, f"started-{i}").write_text(str(os.getpid()))
+        tmp = Path(folder, f".tmp-{i}")  # written whole, then renamed: the test reads the pid once the file exists
+        tmp.write_text(str(os.getpid()))
+        os.replace(tmp, Path(folder, f"started-{i}"))
         time.sleep(60)
         return i
 
