@@ -51,17 +51,31 @@ def _lists(h: Any, arr: pa.Array) -> None:
     _strings(h, pc.list_flatten(arr))
 
 
-def _column(table: pa.Table, path: str) -> pa.Array | None:
-    """A column by dotted path (``gt_pools.consensus``), as one array; None when the table lacks it."""
-    top, _, rest = path.partition(".")
-    if top not in table.column_names:
-        return None
-    arr = table.column(top).combine_chunks()
+def _field(arr: pa.Array, rest: str) -> pa.Array | None:
+    """The struct field at dotted ``rest`` of ``arr`` (``arr`` itself when empty); None when ``arr`` lacks it."""
     for part in filter(None, rest.split(".")):
         if not pa.types.is_struct(arr.type) or arr.type.get_field_index(part) < 0:
             return None
         arr = pc.struct_field(arr, [arr.type.get_field_index(part)])
     return arr
+
+
+def _column(table: pa.Table, path: str) -> pa.Array | None:
+    """A column by dotted path (``gt_pools.consensus``), as one array; None when the table lacks it."""
+    top, _, rest = path.partition(".")
+    if top not in table.column_names:
+        return None
+    return _field(table.column(top).combine_chunks(), rest)
+
+
+def column_chunks(table: pa.Table, path: str) -> list[pa.Array] | None:
+    """A column by dotted path, one array per chunk of the table (no copy: `_column` joins them, which copies every
+    value); None when the table lacks it."""
+    top, _, rest = path.partition(".")
+    if top not in table.column_names:
+        return None
+    chunks = [_field(c, rest) for c in table.column(top).chunks]
+    return None if any(c is None for c in chunks) else chunks
 
 
 def _hash_columns(h: Any, table: pa.Table, paths: list[str], list_paths: frozenset[str] = frozenset()) -> None:

@@ -12,10 +12,11 @@ reads it), into a scratch folder under ``--work``:
   configs/lftr/synth.yaml`` (the demo's LFTR; the benchmark needs a ``minilm`` space:
   ``python -m retrieval encode --data DIR --space minilm --model packaged:all-MiniLM-L6-v2 --kind semantic``);
 - ``distill``: ``python -m distill.train --config configs/distill/tiny-cpu.yaml`` (the CPU preset's QLoRA loop: a
-  4-bit tiny random Qwen3-VL, 8 frames an example) for ``--epochs`` optimizer steps, logging every step, on a CoT set
-  built once under ``--work`` from the benchmark (predicates, template narration, ``--distill-examples`` train
-  examples; `prepare_distill`). Its "epoch" is an optimizer step: the CPU and wall seconds of each step come from
-  the ``cpu_s`` / ``wall_s`` stamps of ``train_log.json`` (`distill.checkpoints.clock_callback`).
+  4-bit tiny random Qwen3-VL, 8 frames an example) for ``--epochs`` + 1 optimizer steps (the first is left out of
+  the median like a first epoch), logging every step, on a CoT set built once under ``--work`` from the benchmark
+  (predicates, template narration, ``--distill-examples`` train examples; `prepare_distill`). Its "epoch" is an
+  optimizer step: the CPU and wall seconds of each step come from the ``cpu_s`` / ``wall_s`` stamps of
+  ``train_log.json`` (`distill.checkpoints.clock_callback`).
 
 Every job runs at load 0 (nothing of ours in the background) and at load ``--load`` (that many busy processes,
 `scripts/busy_load.py`), under each OpenMP wait policy of ``--policies``: ``passive`` (what the training commands
@@ -75,12 +76,13 @@ def prepare_distill(a: argparse.Namespace) -> tuple[Path, Path]:
     a tiny random Qwen3-VL. Returns (SFT folder, model folder)."""
     root = a.work / "distill-inputs"
     sft, model, done = root / "sft", root / "qwen3_vl", root / ".bench-train-load-done"
-    if done.exists():
+    built_for = f"{a.data}\n{a.distill_examples}\n"
+    if done.exists() and done.read_text(encoding="utf-8") == built_for:
         return sft, model
     if root.exists() and not (a.work / ".distill-inputs.bench-train-load").exists():
         raise SystemExit(f"{root} exists and was not written by this script; remove it or pick another --work")
     (a.work / ".distill-inputs.bench-train-load").touch()
-    shutil.rmtree(root, ignore_errors=True)  # ours: an unfinished preparation of an earlier run
+    shutil.rmtree(root, ignore_errors=True)  # ours (marked): unfinished, or built from another benchmark or size
     from distill.narrate import NarrateConfig, run_narration
     from distill.predicates import PredicatesConfig, write_predicates
     from distill.sft import SFTBuildConfig, build_sft
@@ -93,7 +95,7 @@ def prepare_distill(a: argparse.Namespace) -> tuple[Path, Path]:
     build_sft(SFTBuildConfig(data=str(a.data), rationales=str(root / "rationales"), out=str(sft), frames=8,
                              variants=["cot"], limit=a.distill_examples, progress=False))
     build_tiny_vlm(model, "qwen3_vl", seed=0)
-    done.touch()
+    done.write_text(built_for, encoding="utf-8")
     return sft, model
 
 

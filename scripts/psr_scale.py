@@ -204,13 +204,24 @@ def plan(a: argparse.Namespace, bench) -> list[Stage]:
                method("oracle", "independent-appearance", vis, "oracle-independent-appearance")]
     if (a.data / "sim" / "phrases.jsonl").exists():
         stages.append(method("oracle", "paraphrase", sem, "oracle-paraphrase"))
-    if a.without_lftr:
-        run_files = [s.outputs[0] for s in stages if s.group == "scoring"]
-        stages.append(Stage("report", [PY, "-m", "eval", "report", *map(str, run_files), "--data", data,
-                                       "--out", str(a.out / "report"), "--resamples", str(a.resamples),
-                                       "--split", a.split],
-                            [a.out / "report" / "report.json"], {"kind": "report", "runs": len(run_files)}, "report"))
-        return stages
+    if not a.without_lftr:
+        stages += _lftr_stages(a, rb, runs)
+    run_files = [s.outputs[0] for s in stages if s.group == "scoring"]
+    reference = [] if a.without_lftr else ["--reference", _fusion_name(a)]
+    stages.append(Stage("report", [PY, "-m", "eval", "report", *map(str, run_files), "--data", data,
+                                   "--out", str(a.out / "report"), *reference,
+                                   "--resamples", str(a.resamples), "--split", a.split],
+                        [a.out / "report" / "report.json"], {"kind": "report", "runs": len(run_files)}, "report"))
+    return stages
+
+
+def _fusion_name(a: argparse.Namespace) -> str:
+    return f"lftr-fusion[{a.semantic_space}+{a.visual_space}]"
+
+
+def _lftr_stages(a: argparse.Namespace, rb: list[str], runs: Path) -> list[Stage]:
+    """LFTR training and prediction in both spaces, then their fusion."""
+    data, sem, vis, stages = str(a.data), a.semantic_space, a.visual_space, []
     lftr_runs = []
     for space in (sem, vis):
         ck = a.out / f"lftr-{space}"
@@ -227,15 +238,9 @@ def plan(a: argparse.Namespace, bench) -> list[Stage]:
                                                       "--method", f"lftr[{space}]"],
                             [run], {"kind": "matmul", "space": space, "ckpt": str(ck)}))
     fused = runs / f"lftr-fusion-{sem}+{vis}.parquet"
-    fusion_name = f"lftr-fusion[{sem}+{vis}]"
     stages.append(Stage("fusion", [*rb, "fuse", "--data", data, *[x for r in lftr_runs for x in ("--run", str(r))],
-                                   "--out", str(fused), "--method", fusion_name],
+                                   "--out", str(fused), "--method", _fusion_name(a)],
                         [fused], {"kind": "fusion", "inputs": [f"lftr-predict-{sem}", f"lftr-predict-{vis}"]}))
-    run_files = [s.outputs[0] for s in stages if s.group == "scoring"]
-    stages.append(Stage("report", [PY, "-m", "eval", "report", *map(str, run_files), "--data", data,
-                                   "--out", str(a.out / "report"), "--reference", fusion_name,
-                                   "--resamples", str(a.resamples), "--split", a.split],
-                        [a.out / "report" / "report.json"], {"kind": "report", "runs": len(run_files)}, "report"))
     return stages
 
 
@@ -331,9 +336,12 @@ def summarise(recs: list[Record], meta: dict) -> dict:
             "dominant": {"stage": dom.stage, "wall_s": dom.wall_s, "share": dom.wall_s / total if total else 0.0},
             "peak_rss_mb": peak, "worst_scoring_ratio": None if worst is None else
             {"stage": worst.stage, "ratio": worst.ratio},
-            "targets": TARGETS, "meets": {"pipeline_s_without_lftr_train": None if meta.get("without_lftr") else
-                                          without_train <= TARGETS["pipeline_s_without_lftr_train"], "scoring_ratio": worst is None or worst.ratio <= TARGETS[
-                "scoring_ratio"], "peak_rss_mb": peak <= TARGETS["peak_rss_mb"]}}
+            "targets": TARGETS, "meets": {
+                # without LFTR the total leaves out LFTR prediction and the fusion, which the target counts
+                "pipeline_s_without_lftr_train": None if meta.get("without_lftr") else
+                without_train <= TARGETS["pipeline_s_without_lftr_train"],
+                "scoring_ratio": worst is None or worst.ratio <= TARGETS["scoring_ratio"],
+                "peak_rss_mb": peak <= TARGETS["peak_rss_mb"]}}
 
 
 def markdown(doc: dict) -> str:

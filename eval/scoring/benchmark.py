@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.compute as pc
 
 from eval.errors import InputError
@@ -37,17 +36,12 @@ class BenchmarkGroups(NamedTuple):
 def _list_entries(table: Any, path: str) -> int | None:
     """The number of entries of the list column at dotted ``path`` (``gt_pools.consensus``) over every row, counted
     chunk by chunk (joining the chunks would copy every id: a second at PSR scale); None when the table lacks it."""
-    top, _, rest = path.partition(".")
-    if top not in table.column_names:
+    from eval.fingerprint import column_chunks
+
+    chunks = column_chunks(table, path)
+    if chunks is None:
         return None
-    total = 0
-    for arr in table.column(top).chunks:
-        for part in filter(None, rest.split(".")):
-            if not pa.types.is_struct(arr.type) or arr.type.get_field_index(part) < 0:
-                return None
-            arr = pc.struct_field(arr, [arr.type.get_field_index(part)])
-        total += int(pc.sum(pc.fill_null(pc.list_value_length(arr), 0)).as_py() or 0)
-    return total
+    return sum(int(pc.sum(pc.fill_null(pc.list_value_length(c), 0)).as_py() or 0) for c in chunks)
 
 
 def gt_definitions_present(bench: Any) -> list[str]:
