@@ -5,8 +5,9 @@
 
 Runs CMD (no shell: ``-- bash -c "..."`` for a pipeline), passing its output through, and records as NAME
 (`eval.measured`): the command, its exit code, its wall seconds, the 1-minute load average before and after and,
-when its output holds a pytest summary line (``N passed, M skipped in S``), the last such line. Exits with CMD's
-exit code (128 + the signal number when a signal ended it).
+when its output holds pytest summary lines (``N passed, M skipped in S``), each of them in order, joined by ``; ``
+(``make test`` runs pytest twice: the quick tests on two workers, then the slow ones). Exits with CMD's exit code
+(128 + the signal number when a signal ended it).
 """
 
 from __future__ import annotations
@@ -45,9 +46,10 @@ class Timed:
 
 
 def pytest_summary(output: str) -> str | None:
-    """The last pytest summary line of ``output`` (without its ``=`` rules), None when there is none."""
+    """The pytest summary lines of ``output`` (without their ``=`` rules) in order, joined by ``; ``; None when
+    there is none."""
     found = [m.group(1) for line in output.splitlines() if (m := PYTEST_SUMMARY.match(line.strip()))]
-    return found[-1] if found else None
+    return "; ".join(found) if found else None
 
 
 def run(command: list[str], echo=sys.stdout) -> Timed:

@@ -22,9 +22,13 @@ SYNTH_VIDEOS = int(os.environ.get("PSR_TEST_SYNTH_VIDEOS", "80"))
 ONE_THREAD_DIRS = ("forecasters", "distill")
 
 
+#: Set by pytest-xdist in its workers: ``make test`` runs the quick tests in two worker processes, one per core.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _one_torch_thread(request):
-    if Path(str(request.module.__file__)).parent.name not in ONE_THREAD_DIRS:
+    if not XDIST_WORKER and Path(str(request.module.__file__)).parent.name not in ONE_THREAD_DIRS:
         yield
         return
     import torch

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -117,6 +118,19 @@ def test_time_command_records_the_pytest_summary(tmp_path):
     (rec,) = measured.load(tmp_path / "r")
     assert rec.data["pytest_summary"].startswith("1 failed, 1 passed in ")
     assert f"pytest: {rec.data['pytest_summary']}" in rec.markdown
+
+
+def test_time_command_records_each_pytest_run_of_the_command(tmp_path):
+    tc = _script("time_command")
+    (tmp_path / "test_a.py").write_text("def test_ok():\n    assert True\n")
+    (tmp_path / "test_b.py").write_text("def test_bad():\n    assert False\n")
+    pytest_cmd = f"{shlex.quote(sys.executable)} -m pytest -q -p no:cacheprovider"
+    script = f"{pytest_cmd} {tmp_path / 'test_a.py'}; {pytest_cmd} {tmp_path / 'test_b.py'}"
+    rc = tc.main(["two-runs", "--record-dir", str(tmp_path / "r"), "--", "bash", "-c", script])
+    assert rc == 1
+    (rec,) = measured.load(tmp_path / "r")
+    first, second = rec.data["pytest_summary"].split("; ")
+    assert first.startswith("1 passed in ") and second.startswith("1 failed in ")
 
 
 @pytest.mark.parametrize("line, summary", [
