@@ -29,7 +29,8 @@ given.
 Each stage prints and logs its exact command line; its output goes to the console and to ``<out>/logs/<stage>.log``
 (appended: a resumed stage keeps the log of the try before). A stage is skipped when its outputs are complete
 (`Stage.done`), it ran with the same command before (``<out>/recipe.json``; the launcher and interpreter are not part
-of the comparison; outputs without a record count as the same) and no stage it reads from ran in this invocation;
+of the comparison; outputs without a record count as the same, and are recorded under the present command with no
+seconds) and no stage it reads from ran in this invocation;
 otherwise it runs, and the command itself
 resumes its own partial output (narration, forecasts, training) or refuses one of another config. A stage that exits
 non-zero stops the recipe with an error naming the stage, its log and the command that resumes. ``--dry-run`` prints
@@ -618,6 +619,15 @@ class RecipeState:
                                    "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
         self.write()
 
+    def adopt(self, stage: Stage) -> None:
+        """Record a skipped stage whose outputs are complete but that has no record (it finished just before an
+        interrupt reached the recipe, say) under its present command, with no seconds: a later change of its
+        command then reruns it."""
+        if self.key(stage.name) is None:
+            self.stages[stage.name] = {"command": stage.command, "key": stage.key, "seconds": None,
+                                       "cpu_seconds": None, "finished": None}
+            self.write()
+
     def ran(self, stages: list[str], seconds: float, jobs: int) -> None:
         """Record the wall seconds of an invocation that ran ``stages`` (``jobs`` at a time)."""
         self.last_run = {"stages": stages, "seconds": round(seconds, 1), "jobs": jobs}
@@ -661,6 +671,8 @@ def run_recipe(args: RecipeArgs, argv: Sequence[str] = ()) -> dict[str, Any]:
             if why is None:
                 print(f"\n[{stage.name}] skipped: done ({stage.done})", flush=True)
                 skipped.append(stage.name)
+                if not args.dry_run:
+                    state.adopt(stage)
                 continue
             print(f"\n[{stage.name}] ({why}) $ {stage.command}", flush=True)
             ran.add(stage.name)
@@ -739,6 +751,7 @@ def run_side_by_side(stages: list[Stage], jobs: int, out: Path, env: dict[str, s
                 print(f"\n[{stage.name}] skipped: done ({stage.done})", flush=True)
                 skipped.append(stage.name)
                 settled.add(stage.name)
+                state.adopt(stage)
                 continue
             log = out / "logs" / f"{stage.name}.log"
             print(f"\n[{stage.name}] ({why}; output in {log}) $ {stage.command}", flush=True)

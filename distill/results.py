@@ -80,8 +80,11 @@ def stage_seconds(out: Path) -> list[str]:
     def cpu(s):
         return "–" if s.get("cpu_seconds") is None else f"{s['cpu_seconds']:.0f}"
 
-    rows = [f"| {name} | {s.get('seconds', 0):.0f} | {cpu(s)} |" for name, s in stages.items()]
-    total = sum(s.get("seconds", 0) for s in stages.values())
+    def wall(s):
+        return "–" if s.get("seconds") is None else f"{s['seconds']:.0f}"
+
+    rows = [f"| {name} | {wall(s)} | {cpu(s)} |" for name, s in stages.items()]
+    total = sum(s.get("seconds") or 0 for s in stages.values())
     total_cpu = sum(s.get("cpu_seconds") or 0 for s in stages.values())
     last = rec.get("last_run") or {}
     whole = ([f"| **the recipe's last run** ({len(last.get('stages', []))} stages, {last.get('jobs', 1)} at a time) | "

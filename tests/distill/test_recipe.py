@@ -132,6 +132,28 @@ def test_results_section_reads_the_recipes_outputs(tmp_path):
     assert "| **the recipe's last run** (2 stages, 2 at a time) | **250** | |" in rows
 
 
+def test_a_complete_stage_without_a_record_is_adopted_and_reruns_when_its_command_changes(tmp_path):
+    """Outputs complete but no record (the stage finished just before an interrupt reached the recipe): skipped and
+    recorded under its command with no seconds, so a later change of that command reruns it."""
+    from distill.recipe import RecipeArgs, RecipeState, Stage, decide
+    from distill.results import stage_seconds
+
+    done = tmp_path / "predicates.jsonl"
+    done.write_text("{}\n")
+    stage = Stage("predicates", [sys.executable, "-m", "distill", "predicates", "--limit", "8"], done)
+    state = RecipeState(tmp_path / "recipe.json", RecipeArgs(out=str(tmp_path)))
+    assert decide(stage, state, set()) is None
+    state.adopt(stage)
+    again = RecipeState(tmp_path / "recipe.json", RecipeArgs(out=str(tmp_path)))
+    assert again.stages["predicates"]["key"] == stage.key and again.stages["predicates"]["seconds"] is None
+    changed = Stage("predicates", [sys.executable, "-m", "distill", "predicates", "--limit", "9"], done)
+    assert decide(changed, again, set()).startswith("its command changed")
+    assert "| predicates | – | – |" in stage_seconds(tmp_path)
+    again.finished(stage, 3.0, 2.0)
+    again.adopt(stage)  # a recorded stage keeps its record
+    assert RecipeState(tmp_path / "recipe.json", RecipeArgs(out=str(tmp_path))).stages["predicates"]["seconds"] == 3.0
+
+
 @pytest.mark.parametrize(("section", "flags", "needle"), [
     ({"recipe": {"max_step": 8}}, (), "max_step"),
     ({"recipe": {"limit": "eight"}}, (), "limit"),
