@@ -9,6 +9,7 @@ access. Loading does not validate cross-references: run ``python -m eval validat
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import re
@@ -20,6 +21,7 @@ from typing import Any
 import datasets
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from eval import features as feats
 from eval.errors import InputError, MissingInput, UnknownName
@@ -47,6 +49,15 @@ def _cache_dir(root: Path) -> str | None:
         return str(d) if os.access(d, os.W_OK) else None
     except OSError:
         return None  # read-only benchmark: fall back to the datasets default cache
+
+
+def _file_stats(root: Path) -> list[list[Any]]:
+    """``[name, size, mtime_ns, inode]`` of each required file of the benchmark at ``root``."""
+    out = []
+    for name in REQUIRED_FILES:
+        st = (root / name).stat()
+        out.append([name, st.st_size, st.st_mtime_ns, st.st_ino])
+    return out
 
 
 def _load_jsonl(path: Path, features: datasets.Features, cache_dir: str | None) -> datasets.Dataset:
@@ -204,6 +215,9 @@ class Benchmark:
                  states: datasets.Dataset):
         self.root, self.manifest = root, manifest
         self.queries_ds, self.corpus_ds, self.states_ds = queries, corpus, states
+        #: size, mtime and inode of the files `load` read the tables from (None: tables not read by `load`, whose
+        #: fingerprint is never taken from the on-disk cache)
+        self.source_stats: list[list[Any]] | None = None
 
     @classmethod
     def load(cls, root: str | os.PathLike, *, progress: bool = False) -> Benchmark:
@@ -219,6 +233,7 @@ class Benchmark:
         manifest = _read_manifest(root / "manifest.json")
         _check_links(root)
         cache = _cache_dir(root)
+        stats = _file_stats(root)
         was_enabled = datasets.is_progress_bar_enabled()
         if not progress:
             datasets.disable_progress_bars()
@@ -229,7 +244,9 @@ class Benchmark:
         finally:
             if was_enabled:
                 datasets.enable_progress_bars()
-        return cls(root, manifest, q, c, s)
+        bench = cls(root, manifest, q, c, s)
+        bench.source_stats = stats if _file_stats(root) == stats else None  # a file changed while it was read
+        return bench
 
     # --- sizes and ids ---
     def __repr__(self) -> str:
@@ -243,9 +260,9 @@ class Benchmark:
     @cached_property
     def fingerprint(self) -> dict[str, str]:
         """``{name, version, sha256}``: what a run scored on this benchmark records (`eval.fingerprint`)."""
-        from eval.fingerprint import benchmark_fingerprint
+        from eval.fingerprint import cached_benchmark_fingerprint
 
-        return benchmark_fingerprint(self)
+        return cached_benchmark_fingerprint(self)
 
     @cached_property
     def query_ids(self) -> list[str]:
@@ -353,15 +370,20 @@ class Benchmark:
             raise UnknownName(f"unknown GT definition {definition!r}; expected one of {list(GT_DEFINITION_FIELDS)}")
         if tier is not None and tier not in GT_TIERS:
             raise UnknownName(f"unknown GT tier {tier!r}; expected one of {GT_TIERS}")
-        idx = self.corpus_index
-        out = []
-        for q in queries:
-            ids = q.gt_pools.tier(tier) if tier else q.gt(definition)
-            try:
-                out.append(np.fromiter((idx[x] for x in ids), dtype=np.int64, count=len(ids)))
-            except KeyError as e:
-                raise UnknownName(f"query {q.id}: GT id {e.args[0]!r} is not in the corpus") from None
-        return out
+        lists = [q.gt_pools.tier(tier) if tier else q.gt(definition) for q in queries]
+        sizes = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
+        flat = pa.array(list(itertools.chain.from_iterable(lists)), pa.string())
+        # one hash lookup in C++ for every id (a Python dict lookup per id takes seconds at PSR scale)
+        rows = pc.index_in(flat, value_set=self._corpus_id_array)
+        if rows.null_count:
+            bad = int(np.flatnonzero(np.asarray(rows.is_null()))[0])
+            qi = int(np.searchsorted(np.cumsum(sizes), bad, side="right"))
+            raise UnknownName(f"query {queries[qi].id}: GT id {flat[bad].as_py()!r} is not in the corpus")
+        return np.split(np.asarray(rows, dtype=np.int64), np.cumsum(sizes)[:-1]) if len(lists) else []
+
+    @cached_property
+    def _corpus_id_array(self) -> pa.Array:
+        return self.corpus_ds.data.table.column("id").combine_chunks().cast(pa.string())
 
     @cached_property
     def segment_state_rows(self) -> np.ndarray:

@@ -10,9 +10,11 @@ change a run's statistics; the evaluated population reads splits from the benchm
 
 The hash is over logical content, column by column (Arrow kernels, no Python loop over rows): for a string column
 the lengths and bytes of its values, for a list column each row's length (a null list counts as empty, as
-`eval.schema.Query.from_dict` reads it) and then its values. At PSR scale (20,182 queries, 218,276 segments) it
-takes well under a second (`scripts/bench_load.py` times it), so it is computed once per loaded benchmark
-(`eval.benchmark.Benchmark.fingerprint`) and not cached on disk.
+`eval.schema.Query.from_dict` reads it) and then its values. It is computed once per loaded benchmark
+(`eval.benchmark.Benchmark.fingerprint`) and kept in ``<benchmark>/.cache/fingerprint.json``
+(`cached_benchmark_fingerprint`), keyed by the size, modification time and inode of each file the benchmark was
+loaded from, the columns hashed and `FINGERPRINT_VERSION`: at PSR scale the hash takes about 3 s on 2 cores and
+every scoring command needs it, the cache makes that a file read. A benchmark that is read-only keeps no cache.
 
 Files (an adapter, a run file, a written dataset) are identified by `sha256_files` / `sha256_tree`: a SHA-256 over
 each file's name (where names count) and bytes.
@@ -21,6 +23,7 @@ each file's name (where names count) and bytes.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -110,6 +113,38 @@ def benchmark_fingerprint(bench: Any) -> dict[str, str]:
     h.update(b"corpus")
     _hash_columns(h, bench.corpus_ds.data.table, c_paths)
     return {"name": str(bench.manifest.name), "version": str(bench.manifest.version), "sha256": h.hexdigest()}
+
+
+#: Changes whenever what `benchmark_fingerprint` hashes changes: a cached fingerprint of another version is recomputed.
+FINGERPRINT_VERSION = 1
+CACHE_FILE = "fingerprint.json"
+
+
+def cached_benchmark_fingerprint(bench: Any) -> dict[str, str]:
+    """`benchmark_fingerprint`, read from ``<root>/.cache/fingerprint.json`` when that was written for the same files
+    (``bench.source_stats``, set by `eval.benchmark.Benchmark.load`), the same columns and `FINGERPRINT_VERSION`;
+    computed (and written, where the benchmark is writable) otherwise."""
+    stats = getattr(bench, "source_stats", None)
+    if not stats:
+        return benchmark_fingerprint(bench)
+    key = hashlib.sha256(json.dumps([FINGERPRINT_VERSION, fingerprint_paths(), stats]).encode()).hexdigest()
+    path = Path(bench.root) / ".cache" / CACHE_FILE
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        fp = doc["fingerprint"]
+        if doc.get("key") == key and set(fp) == {"name", "version", "sha256"}:
+            return {k: str(v) for k, v in fp.items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    fp = benchmark_fingerprint(bench)
+    try:
+        from eval.atomic import write_json
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path, {"key": key, "fingerprint": fp})
+    except OSError:
+        pass  # a read-only benchmark: no cache
+    return fp
 
 
 def _hash_any(h: Any, arr: pa.Array) -> None:

@@ -11,10 +11,9 @@ import numpy as np
 from eval.benchmark import Benchmark
 from eval.errors import InputError
 from retrieval import baselines, oracles
-from retrieval.lftr.data import pick_prefix_space
 from retrieval.method_names import BASELINES, NEEDS, ORACLES
 from retrieval.queries import QueryVectors
-from retrieval.spaces import Space
+from retrieval.spaces import Space, pick_prefix_space
 from retrieval.textcache import cached_query_encoder
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from eval.benchmark import Benchmark
-from eval.errors import InputError
+from eval.errors import InputError, MissingInput
 from eval.features import FeatureTable, check_finite, has_table, l2_normalize, space_dir
 from eval.io import FormatError
 
@@ -180,3 +180,14 @@ def _map_ids(bench_ids: list[str], table_ids: list[str], path, what: str) -> np.
         raise FormatError(path, f"{len(missing)} {what} id(s) of the benchmark have no row, e.g. {missing[0]!r} "
                                 "(re-encode the space)")
     return np.fromiter((idx[x] for x in bench_ids), np.int64, count=len(bench_ids))
+
+
+def pick_prefix_space(bench: Benchmark, requested: str = "") -> str:
+    """``requested`` or the first space (sorted) that holds a ``prefixes`` table."""
+    if requested:
+        return requested
+    for name in bench.spaces:
+        if (bench.root / "features" / name / "prefixes.npy").exists():
+            return name
+    raise MissingInput(f"{bench.root}: no space has a prefixes table; encode a visual space first "
+                       "(`python -m retrieval encode --space NAME --model IMAGE_MODEL`)")

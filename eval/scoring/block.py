@@ -108,11 +108,12 @@ def _flatten(lists: Sequence[np.ndarray], a: int, b: int, n_items: int) -> tuple
         bad = int(np.flatnonzero((rows < 0) | (rows >= n_items))[0])
         qi = int(np.searchsorted(np.cumsum(sizes), bad, side="right")) + a
         raise InputError(f"query {qi}: corpus row {int(rows[bad])} out of range [0, {n_items})")
-    query = np.repeat(np.arange(b - a, dtype=np.int64), sizes)
-    key = np.unique(query * n_items + rows)
-    query, rows = key // n_items, key % n_items
-    order = np.argsort(rows, kind="stable")
-    return query[order], rows[order]
+    n_q = max(b - a, 1)
+    key = rows * n_q + np.repeat(np.arange(b - a, dtype=np.int64), sizes)  # row-major: one sort orders and dedups
+    key.sort()
+    if key.size:
+        key = key[np.concatenate(([True], key[1:] != key[:-1]))]
+    return key % n_q, key // n_q
 
 
 @dataclass
@@ -383,9 +384,10 @@ def ranked_positives(ctx: BlockContext, top: TopK) -> RankedPositives:
     nb = ctx.size
     key, mask, score = _main_ranking_positives(ctx)
     query = key // ctx.n_items
-    pair = np.stack([query, mask], axis=1) if len(query) else np.zeros((0, 2), np.int64)
-    uniq, count = np.unique(pair, axis=0, return_counts=True) if len(pair) else (pair, np.zeros(0, np.int64))
-    count_query = uniq[:, 0] if len(uniq) else np.zeros(0, np.int64)
+    # the distinct (query, bitmask) pairs in (query, bitmask) order, as one int64 key (a 1-D unique, not axis=0)
+    base = int(mask.max()) + 1 if len(mask) else 1
+    pair_key, count = np.unique(query * base + mask, return_counts=True)
+    count_query, count_mask = pair_key // base, pair_key % base
     count_offsets = np.searchsorted(count_query, np.arange(nb + 1))
     kth = top.scores[:, -1]
     listed = score >= kth[query]
@@ -395,5 +397,5 @@ def ranked_positives(ctx: BlockContext, top: TopK) -> RankedPositives:
     order = np.lexsort((above, tq))  # by query, then best first
     tq, tm, above, tie = tq[order], tm[order], above[order], tie[order]
     top_offsets = np.searchsorted(tq, np.arange(nb + 1))
-    return RankedPositives(ctx.pool_names, top_offsets, tm, above, tie, count_offsets,
-                           uniq[:, 1] if len(uniq) else np.zeros(0, np.int64), count)
+    return RankedPositives(ctx.pool_names, top_offsets, tm, above, tie, count_offsets, count_mask,
+                           count.astype(np.int64))

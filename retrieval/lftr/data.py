@@ -34,7 +34,6 @@ import torch
 from tqdm.auto import tqdm
 
 from eval.benchmark import Benchmark
-from eval.errors import MissingInput
 from eval.features import FeatureTable, l2_normalize
 from eval.io import FormatError, atomic_path
 from eval.schema import MAIN_QTYPES, QUESTION_TYPES
@@ -113,17 +112,6 @@ def load_prefix_space(bench: Benchmark, name: str) -> Space | ConcatPrefixes:
     ids = list(spaces[0].prefixes.ids)
     arrays = [np.asarray(sp.prefixes.array, np.float32)[sp.prefix_rows(ids)] for sp in spaces]
     return ConcatPrefixes(name, FeatureTable(ids, np.concatenate(arrays, axis=-1)))
-
-
-def pick_prefix_space(bench: Benchmark, requested: str = "") -> str:
-    """``requested`` or the first space (sorted) that holds a ``prefixes`` table."""
-    if requested:
-        return requested
-    for name in bench.spaces:
-        if (bench.root / "features" / name / "prefixes.npy").exists():
-            return name
-    raise MissingInput(f"{bench.root}: no space has a prefixes table; encode a visual space first "
-                            "(`python -m retrieval encode --space NAME --model IMAGE_MODEL`)")
 
 
 def cache_dir(bench: Benchmark, fallback: Path) -> Path:

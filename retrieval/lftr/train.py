@@ -47,13 +47,12 @@ from retrieval.lftr.data import (
     cache_dir,
     load_prefix_space,
     mine_hard_negatives,
-    pick_prefix_space,
     question_embeddings,
 )
 from retrieval.lftr.losses import LFTRLoss
 from retrieval.lftr.model import LFTR, count_parameters
 from retrieval.seeding import rng_state, seed_everything, set_rng_state
-from retrieval.spaces import Space
+from retrieval.spaces import Space, pick_prefix_space
 
 
 @dataclass

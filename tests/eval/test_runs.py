@@ -211,6 +211,72 @@ def test_fingerprint_covers_what_the_scorer_reads(synth_dir, synth_bench, tmp_pa
     assert Benchmark.load(_bench_copy(synth_dir, tmp_path / "text", query=question_text)).fingerprint == base
 
 
+def test_the_fingerprint_is_cached_for_the_files_it_was_taken_from(synth_dir, synth_bench, tmp_path, monkeypatch):
+    """The fingerprint is kept in .cache/fingerprint.json for the files the benchmark was loaded from: a second load
+    reads it, a changed file or a stale key recomputes it, and a read-only benchmark keeps none."""
+    import eval.fingerprint as F
+
+    root = _bench_copy(synth_dir, tmp_path / "b")
+    first = Benchmark.load(root).fingerprint
+    assert first == synth_bench.fingerprint and (root / ".cache" / F.CACHE_FILE).is_file()
+
+    def never(_bench):
+        raise AssertionError("the cached fingerprint was not used")
+
+    with monkeypatch.context() as m:
+        m.setattr(F, "benchmark_fingerprint", never)
+        assert Benchmark.load(root).fingerprint == first
+    # the same content in a file written again, then other content: recomputed each time
+    (root / "corpus.jsonl").write_bytes((root / "corpus.jsonl").read_bytes())
+    with monkeypatch.context() as m:
+        m.setattr(F, "benchmark_fingerprint", never)
+        with pytest.raises(AssertionError, match="not used"):
+            _ = Benchmark.load(root).fingerprint
+    assert Benchmark.load(root).fingerprint == first
+    rows = (root / "corpus.jsonl").read_text().splitlines(keepends=True)
+    (root / "corpus.jsonl").write_text("".join(rows[1:] + rows[:1]))
+    reordered = Benchmark.load(root).fingerprint
+    assert reordered != first
+    # a cache that claims another key (another version of the hash) is not believed
+    doc = json.loads((root / ".cache" / F.CACHE_FILE).read_text())
+    (root / ".cache" / F.CACHE_FILE).write_text(json.dumps({**doc, "key": "0" * 64,
+                                                            "fingerprint": {**doc["fingerprint"], "sha256": "x"}}))
+    assert Benchmark.load(root).fingerprint == reordered
+    monkeypatch.setattr(F, "FINGERPRINT_VERSION", F.FINGERPRINT_VERSION + 1)
+    with monkeypatch.context() as m:
+        m.setattr(F, "benchmark_fingerprint", never)
+        with pytest.raises(AssertionError, match="not used"):
+            _ = Benchmark.load(root).fingerprint
+
+
+def test_a_benchmark_that_cannot_keep_a_cache_is_still_fingerprinted(synth_dir, synth_bench, tmp_path):
+    root = _bench_copy(synth_dir, tmp_path / "nocache")
+    (root / ".cache").write_text("a file where the cache folder would be")  # no folder can be made there
+    assert Benchmark.load(root).fingerprint == synth_bench.fingerprint
+    assert (root / ".cache").read_text().startswith("a file")
+
+
+def test_gt_rows_are_the_corpus_rows_of_the_gt_ids_and_an_unknown_id_is_named(synth_dir, synth_bench, tmp_path):
+    from eval.errors import UnknownName
+    from eval.schema import GT_DEFINITIONS
+
+    queries = [synth_bench.query(i) for i in range(0, len(synth_bench.queries_ds), 7)]
+    idx = synth_bench.corpus_index
+    for definition in GT_DEFINITIONS:
+        got = synth_bench.gt_rows(queries, definition)
+        assert [r.tolist() for r in got] == [[idx[x] for x in q.gt(definition)] for q in queries]
+    assert synth_bench.gt_rows([], "type2-all") == []
+
+    def unknown(rows):
+        rows[3]["gt_pools"]["cross_dataset"] = [*rows[3]["gt_pools"]["cross_dataset"], "no-such-segment"]
+        return rows
+
+    bad = Benchmark.load(_bench_copy(synth_dir, tmp_path / "bad", query=unknown))
+    with pytest.raises(UnknownName, match=r"query .*: GT id 'no-such-segment' is not in the corpus") as e:
+        bad.gt_rows([bad.query(i) for i in range(6)], "type2-all")
+    assert bad.query(3).id in str(e.value)
+
+
 def test_absent_and_empty_gt_lists_hash_alike():
     """A GT list column a benchmark lacks (an older benchmark without an optional definition) hashes like one that
     no query fills, so adding an optional, empty GT field does not change existing fingerprints."""
