@@ -99,6 +99,16 @@ class BlockRows:
         return BlockRows(self.query[keep], self.rows[keep], n_items)
 
 
+def sorted_unique(a: np.ndarray, *, counts: bool = False):
+    """``np.unique`` of an int64 array (with ``counts``: and how often each value occurs) by one sort: numpy's
+    hash-based unique takes 30x longer on millions of distinct keys."""
+    a = np.sort(np.asarray(a, np.int64))
+    start = np.flatnonzero(np.concatenate(([True], a[1:] != a[:-1]))) if len(a) else np.zeros(0, np.int64)
+    if not counts:
+        return a[start]
+    return a[start], np.diff(np.concatenate((start, [len(a)]))).astype(np.int64)
+
+
 def _flatten(lists: Sequence[np.ndarray], a: int, b: int, n_items: int) -> tuple[np.ndarray, np.ndarray]:
     """Rows of queries a..b-1 as (local query index, row), deduplicated, sorted by row."""
     parts = [np.asarray(lists[i], dtype=np.int64).ravel() for i in range(a, b)]
@@ -386,7 +396,7 @@ def ranked_positives(ctx: BlockContext, top: TopK) -> RankedPositives:
     query = key // ctx.n_items
     # the distinct (query, bitmask) pairs in (query, bitmask) order, as one int64 key (a 1-D unique, not axis=0)
     base = int(mask.max()) + 1 if len(mask) else 1
-    pair_key, count = np.unique(query * base + mask, return_counts=True)
+    pair_key, count = sorted_unique(query * base + mask, counts=True)
     count_query, count_mask = pair_key // base, pair_key % base
     count_offsets = np.searchsorted(count_query, np.arange(nb + 1))
     kth = top.scores[:, -1]

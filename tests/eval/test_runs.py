@@ -277,6 +277,29 @@ def test_gt_rows_are_the_corpus_rows_of_the_gt_ids_and_an_unknown_id_is_named(sy
     assert bad.query(3).id in str(e.value)
 
 
+def test_expected_pool_sizes_count_each_querys_distinct_positives_outside_its_video(synth_bench):
+    """The check a report makes of every run: per query, the distinct positives of each pool (minus the own-video
+    rows, except in_video) and of each probe, and the own-video rows; counted here one query at a time."""
+    from eval.scoring import benchmark_groups, expected_pool_sizes
+
+    ids = synth_bench.query_ids[::3]
+    sizes, n_excl = expected_pool_sizes(synth_bench, ids)
+    queries = [synth_bench.query(q) for q in ids]
+    pools, exclude, probes = benchmark_groups(synth_bench, queries)
+    assert n_excl.tolist() == [len(np.unique(e)) for e in exclude]
+    for name, lists in pools.items():
+        want = [len(np.unique(r)) if name == "in_video" else len(np.setdiff1d(r, e))
+                for r, e in zip(lists, exclude, strict=True)]
+        assert sizes[name].tolist() == want, name
+    for name, lists in probes.items():
+        assert sizes[name].tolist() == [len(np.unique(r)) for r in lists], name
+    assert sum(sizes["type2-all"]) > 0 and sum(sizes["in_video"]) > 0
+    sizes["type2-all"][:] = -1  # the caller's copy: the kept one is unchanged
+    again, _ = expected_pool_sizes(synth_bench, ids)
+    assert again["type2-all"].tolist() == [len(np.setdiff1d(r, e)) for r, e in zip(pools["type2-all"], exclude,
+                                                                                     strict=True)]
+
+
 def test_absent_and_empty_gt_lists_hash_alike():
     """A GT list column a benchmark lacks (an older benchmark without an optional definition) hashes like one that
     no query fills, so adding an optional, empty GT field does not change existing fingerprints."""
