@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from eval.errors import InputError
@@ -73,18 +74,25 @@ def benchmark_groups(bench: Any, queries: Sequence[Any]) -> BenchmarkGroups:
         pools[tier] = bench.gt_rows(queries, tier=tier)
     cds = bench.corpus_ds
     video = np.asarray(cds["video_id"][:], dtype=object)
-    obj = np.asarray(cds["object_id"][:], dtype=object)
     state = np.asarray(cds["state_id"][:], dtype=object)
     type1 = np.asarray(cds["state_type1"][:], dtype=object)
 
-    def index(col: np.ndarray) -> dict[str, np.ndarray]:
-        uniq, inv = np.unique(col.astype(str), return_inverse=True)
-        order = np.argsort(inv, kind="stable")
-        bounds = np.searchsorted(inv[order], np.arange(len(uniq) + 1))
-        return {str(x): order[bounds[i]:bounds[i + 1]] for i, x in enumerate(uniq)}
+    table = cds.data.table
 
-    obj = np.asarray([f"{v}\x00{o}" for v, o in zip(video, obj, strict=True)], dtype=object)  # ids may be per-video
-    by_video, by_obj, by_state = index(video), index(obj), index(state)
+    def text(name: str) -> pa.Array:  # a column as strings, a null as "None" (as str() writes it)
+        return pc.fill_null(table.column(name).combine_chunks().cast(pa.string()), "None")
+
+    def index(col: pa.Array) -> dict[str, np.ndarray]:
+        """value -> its rows, ascending (Arrow hashes the values: no Python string per row)."""
+        enc = pc.dictionary_encode(col)
+        inv = np.asarray(enc.indices, dtype=np.int64)
+        order = np.argsort(inv, kind="stable")
+        bounds = np.searchsorted(inv[order], np.arange(len(enc.dictionary) + 1))
+        return {x: order[bounds[i]:bounds[i + 1]] for i, x in enumerate(enc.dictionary.to_pylist())}
+
+    vid = text("video_id")
+    by_video, by_state = index(vid), index(text("state_id"))
+    by_obj = index(pc.binary_join_element_wise(vid, text("object_id"), "\x00"))  # object ids may be per-video
     empty = np.zeros(0, np.int64)
     exclude, temporal, semantic = [], [], []
     for q in queries:
