@@ -159,7 +159,9 @@ def expected_pool_sizes(bench: Any, query_ids: Sequence[str]) -> tuple[dict[str,
     (distinct positives, minus the own-video rows for cross-instance pools), and the number of own-video rows each
     query's cross-instance rankings leave out (int64 arrays aligned with ``query_ids``). Kept on ``bench`` per list
     of query ids: a report checks every run against it, and runs on one split share their queries."""
-    key = hashlib.sha1("\n".join(query_ids).encode()).hexdigest()
+    # the pools follow the GT mapping read at call time (`gt_definitions_present`), so it is part of the key
+    key = hashlib.sha1(json.dumps(GT_DEFINITION_FIELDS, sort_keys=True).encode() + b"\x00"
+                       + "\n".join(query_ids).encode()).hexdigest()
     memo = bench.__dict__.setdefault("_expected_pool_sizes", {}) if hasattr(bench, "__dict__") else {}
     if key not in memo:
         while len(memo) >= 4:  # a report's runs share a few lists (Q1-Q4, Q5): keep the newest

@@ -277,7 +277,7 @@ def test_gt_rows_are_the_corpus_rows_of_the_gt_ids_and_an_unknown_id_is_named(sy
     assert bad.query(3).id in str(e.value)
 
 
-def test_expected_pool_sizes_count_each_querys_distinct_positives_outside_its_video(synth_bench):
+def test_expected_pool_sizes_count_each_querys_distinct_positives_outside_its_video(synth_bench, monkeypatch):
     """The check a report makes of every run: per query, the distinct positives of each pool (minus the own-video
     rows, except in_video) and of each probe, and the own-video rows; counted here one query at a time."""
     from eval.scoring import benchmark_groups, expected_pool_sizes
@@ -298,6 +298,12 @@ def test_expected_pool_sizes_count_each_querys_distinct_positives_outside_its_vi
     again, _ = expected_pool_sizes(synth_bench, ids)
     assert again["type2-all"].tolist() == [len(np.setdiff1d(r, e)) for r, e in zip(pools["type2-all"], exclude,
                                                                                      strict=True)]
+    # the kept sizes follow the GT mapping as it is at the call
+    from eval.schema import GT_DEFINITION_FIELDS
+
+    monkeypatch.setitem(GT_DEFINITION_FIELDS, "sim-exact", ("gt_type1",))
+    patched, _ = expected_pool_sizes(synth_bench, ids)
+    assert patched["sim-exact"].tolist() == patched["type1-all"].tolist()
 
 
 def test_absent_and_empty_gt_lists_hash_alike():
