@@ -129,8 +129,9 @@ training and prediction in both spaces, the fusion, the report, each as its own 
 a bound measured in the same run right after it (how each bound is measured:
 [retrieval/README.md](../retrieval/README.md#the-whole-pipeline-at-psr-scale)). Stages in the semantic space score
 the state vectors, so their matmul bound is tiny and their seconds are fixed costs (interpreter start, imports,
-loading the benchmark, writing a run); their ratio says nothing about the scorer. The `random` row is the cost of
-writing a run. Z-score fusion needs every item's score of each input, which run files (top-k) do not keep, so it
+loading the benchmark, its GT pools, writing a run); their ratio says nothing about the scorer. The `random` row
+hashes one score per query and item (a numba kernel) and is otherwise the same fixed costs. An encode stage is
+skipped when its space exists (the record then has no row for it). Z-score fusion needs every item's score of each input, which run files (top-k) do not keep, so it
 recomputes both inputs' scores from their query-vector sidecars. `scripts/bench_fusion.py` times that fusion alone
 against the sum of its inputs' bare matmuls, in the same run.""", (
         Measure("psr_scale", "python scripts/psr_scale.py --data DIR --out DIR-scale"),
