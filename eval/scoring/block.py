@@ -288,7 +288,7 @@ def positive_scores(source: ScoreSource, ctx: BlockContext) -> dict[str, np.ndar
     q0 = ctx.queries.start
     for s0, s1 in zip(bounds[:-1], bounds[1:], strict=True):
         sel = {name: np.flatnonzero((g.query >= s0) & (g.query < s1)) for name, g in ctx.pools.items()}
-        union = np.unique(np.concatenate([ctx.pools[n].rows[i] for n, i in sel.items()] + [np.zeros(0, np.int64)]))
+        union = sorted_unique(np.concatenate([ctx.pools[n].rows[i] for n, i in sel.items()] + [np.zeros(0, np.int64)]))
         for u0 in range(0, len(union), ctx.c_chunk):
             urows = union[u0:u0 + ctx.c_chunk]
             scores = np.asarray(source.scores(slice(q0 + s0, q0 + s1), urows), dtype=np.float32)
