@@ -18,7 +18,7 @@ CONSTRAINTS := constraints.txt
 FAST_MARKS  := not slow and not vllm and not gpu
 XDIST       := -n 2 --dist worksteal
 # Python writes bytecode for these commands even where the environment says not to (PYTHONDONTWRITEBYTECODE=1):
-# pytest then compiles its rewritten test modules once instead of on every run (collection 20 s -> 7 s on 2 cores).
+# pytest then compiles its rewritten test modules once instead of on every run.
 export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: setup vllm-venv demo test test-fast lint clean

@@ -13,8 +13,8 @@ the lengths and bytes of its values, for a list column each row's length (a null
 `eval.schema.Query.from_dict` reads it) and then its values. It is computed once per loaded benchmark
 (`eval.benchmark.Benchmark.fingerprint`) and kept in ``<benchmark>/.cache/fingerprint.json``
 (`cached_benchmark_fingerprint`), keyed by the size, modification time and inode of each file the benchmark was
-loaded from, the columns hashed and `FINGERPRINT_VERSION`: at PSR scale the hash takes about 3 s on 2 cores and
-every scoring command needs it, the cache makes that a file read. A benchmark that is read-only keeps no cache.
+loaded from, the columns hashed and `FINGERPRINT_VERSION`: at PSR scale the hash takes seconds and every scoring
+command needs it, the cache makes that a file read. A benchmark that is read-only keeps no cache.
 
 Files (an adapter, a run file, a written dataset) are identified by `sha256_files` / `sha256_tree`: a SHA-256 over
 each file's name (where names count) and bytes.

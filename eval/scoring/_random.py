@@ -1,8 +1,8 @@
 """Numba kernel of the random baseline's scores (`eval.scoring.sources.RandomSource`; compiled once, cached on disk).
 
 The same splitmix64 counter hash as `eval.scoring.sources._splitmix64`, bit for bit, in one pass over the block
-instead of numpy's five temporaries of ``queries x items`` uint64 (13 s of a 22 s random-baseline stage on the psr
-preset).
+instead of numpy's five temporaries of ``queries x items`` uint64 (the stage's cost at PSR scale:
+`scripts/psr_scale.py`).
 """
 
 from __future__ import annotations

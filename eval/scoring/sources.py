@@ -336,13 +336,3 @@ class RandomSource(ScoreSource):
         random_scores(q.start, q.stop - q.start, cols, self.n_items, self._key, out)
         return out
 
-    def scores_numpy(self, q: slice, items: slice | np.ndarray) -> np.ndarray:
-        """`scores` in numpy (the reference the kernel is tested against)."""
-        q = slice(*q.indices(self.n_queries)[:2])
-        items = _as_index(items, self.n_items)
-        cols = (np.arange(items.start, items.stop, dtype=np.uint64) if isinstance(items, slice)
-                else items.astype(np.uint64))
-        rows = np.arange(q.start, q.stop, dtype=np.uint64) * np.uint64(self.n_items)
-        x = _splitmix64((rows[:, None] + cols[None, :]) ^ self._key)
-        return ((x >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -24)).astype(np.float32)
-
