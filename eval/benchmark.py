@@ -381,6 +381,64 @@ class Benchmark:
             raise UnknownName(f"query {queries[qi].id}: GT id {flat[bad].as_py()!r} is not in the corpus")
         return np.split(np.asarray(rows, dtype=np.int64), np.cumsum(sizes)[:-1]) if len(lists) else []
 
+    def query_table(self, rows: np.ndarray | Sequence[int]) -> pa.Table:
+        """The queries at benchmark rows ``rows``, in that order, as one Arrow table (no Python object per row)."""
+        return self.queries_ds.with_format("arrow")[[int(r) for r in rows]] if len(rows) else \
+            self.queries_ds.data.table.slice(0, 0)
+
+    def gt_rows_at(self, table: pa.Table, definition: str = "type2-all", tier: str | None = None) -> list[np.ndarray]:
+        """`gt_rows` of the queries of ``table`` (`query_table`), read from its Arrow columns: the same rows in the
+        same order, without a Python string per id."""
+        if tier is not None:
+            return self.gt_pools_at(table, tiers=[tier])[tier]
+        return self.gt_pools_at(table, definitions=[definition])[definition]
+
+    def gt_pools_at(self, table: pa.Table, definitions: Sequence[str] = (), tiers: Sequence[str] = ()
+                    ) -> dict[str, list[np.ndarray]]:
+        """`gt_rows_at` of several GT definitions and tiers at once (keyed by their names): every id of every field
+        they read is looked up in the corpus in one hash pass."""
+        for d in definitions:
+            if d not in GT_DEFINITION_FIELDS:
+                raise UnknownName(f"unknown GT definition {d!r}; expected one of {list(GT_DEFINITION_FIELDS)}")
+        for t in tiers:
+            if t not in GT_TIERS:
+                raise UnknownName(f"unknown GT tier {t!r}; expected one of {GT_TIERS}")
+        wanted = {d: GT_DEFINITION_FIELDS[d] for d in definitions} | {t: (f"gt_pools.{t}",) for t in tiers}
+        n = table.num_rows
+        if not n:
+            return {name: [] for name in wanted}
+        paths = list(dict.fromkeys(p for fields in wanted.values() for p in fields))
+        sizes, flats = [], []
+        for path in paths:
+            top, *rest = path.split(".")
+            col = table.column(top).combine_chunks() if top in table.column_names else pa.nulls(n, pa.list_(pa.string()))
+            for part in rest:  # a null struct gives null fields
+                col = pc.struct_field(col, part)
+            sizes.append(np.asarray(pc.list_value_length(col).fill_null(0), dtype=np.int64))
+            flats.append(pc.list_flatten(col).cast(pa.string()))
+        flat = pa.concat_arrays(flats)
+        found = pc.index_in(flat, value_set=self._corpus_id_array)
+        ends = np.cumsum([len(f) for f in flats])
+        if found.null_count:
+            bad = int(np.flatnonzero(np.asarray(found.is_null()))[0])
+            k = int(np.searchsorted(ends, bad, side="right"))
+            qi = int(np.searchsorted(np.cumsum(sizes[k]), bad - (ends[k - 1] if k else 0), side="right"))
+            raise UnknownName(f"query {table.column('id')[qi].as_py()}: GT id {flat[bad].as_py()!r} is not in the "
+                              f"corpus ({paths[k]})")
+        found = np.asarray(found, dtype=np.int64)
+        by_path = dict(zip(paths, zip(np.split(found, ends[:-1]), sizes, strict=True), strict=True))
+        out = {}
+        for name, fields in wanted.items():
+            if len(fields) == 1:
+                rows, size = by_path[fields[0]]
+                out[name] = np.split(rows, np.cumsum(size)[:-1])
+                continue
+            # per query, the fields' lists one after the other (a stable sort by query keeps the fields' order)
+            owner = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), by_path[f][1]) for f in fields])
+            rows = np.concatenate([by_path[f][0] for f in fields])[np.argsort(owner, kind="stable")]
+            out[name] = np.split(rows, np.cumsum(np.bincount(owner, minlength=n))[:-1])
+        return out
+
     @cached_property
     def _corpus_id_array(self) -> pa.Array:
         return self.corpus_ds.data.table.column("id").combine_chunks().cast(pa.string())

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eval.errors import InputError
-from eval.schema import GT_DEFINITION_FIELDS, GT_DEFINITIONS, Query
+from eval.schema import GT_DEFINITION_FIELDS, GT_DEFINITIONS
 from eval.scoring.block import sorted_unique
 from eval.scoring.sources import DEFAULT_C_CHUNK, DEFAULT_Q_BLOCK, as_score_source
 from eval.scoring.streaming import score_stream
@@ -59,8 +59,11 @@ def gt_definitions_present(bench: Any) -> list[str]:
     return out
 
 
-def benchmark_groups(bench: Any, queries: Sequence[Any]) -> BenchmarkGroups:
+def benchmark_groups(bench: Any, queries: Sequence[Any] | pa.Table) -> BenchmarkGroups:
     """The pools, own-video exclusions and triplet probes of ``queries`` in ``bench`` (all as corpus rows).
+
+    ``queries``: the benchmark's own queries, as `eval.schema.Query` objects or as the Arrow table of their rows
+    (`eval.benchmark.Benchmark.query_table`, which `score_benchmark` passes: no Python object per GT id).
 
     Pools: the GT definitions the benchmark has (`gt_definitions_present`: ``type2-all`` = the main pool =
     in_dataset + cross_dataset, ``type2-consensus``, ``type1-all``, ...), and the tiers ``in_dataset``,
@@ -69,18 +72,18 @@ def benchmark_groups(bench: Any, queries: Sequence[Any]) -> BenchmarkGroups:
     ``object_id``) in a state other than the target; ``triplet_semantic`` = segments of other videos in the target
     (type2) state whose subject+predicate (type1) state differs from the target's.
     """
-    pools = {d: bench.gt_rows(queries, d) for d in gt_definitions_present(bench)}
-    for tier in BENCHMARK_TIERS:
-        pools[tier] = bench.gt_rows(queries, tier=tier)
+    table = queries if isinstance(queries, pa.Table) else bench.query_table(
+        [bench.query_index[q.id] for q in queries])
+    pools = bench.gt_pools_at(table, definitions=gt_definitions_present(bench), tiers=BENCHMARK_TIERS)
     cds = bench.corpus_ds
     video = np.asarray(cds["video_id"][:], dtype=object)
     state = np.asarray(cds["state_id"][:], dtype=object)
     type1 = np.asarray(cds["state_type1"][:], dtype=object)
 
-    table = cds.data.table
+    corpus = cds.data.table
 
     def text(name: str) -> pa.Array:  # a column as strings, a null as "None" (as str() writes it)
-        return pc.fill_null(table.column(name).combine_chunks().cast(pa.string()), "None")
+        return pc.fill_null(corpus.column(name).combine_chunks().cast(pa.string()), "None")
 
     def index(col: pa.Array) -> dict[str, np.ndarray]:
         """value -> its rows, ascending (Arrow hashes the values: no Python string per row)."""
@@ -95,22 +98,14 @@ def benchmark_groups(bench: Any, queries: Sequence[Any]) -> BenchmarkGroups:
     by_obj = index(pc.binary_join_element_wise(vid, text("object_id"), "\x00"))  # object ids may be per-video
     empty = np.zeros(0, np.int64)
     exclude, temporal, semantic = [], [], []
-    for q in queries:
-        exclude.append(by_video.get(q.video_id, empty))
-        o = by_obj.get(f"{q.video_id}\x00{q.object_id}", empty)
-        temporal.append(o[state[o] != q.target_state_id])
-        s = by_state.get(q.target_state_id, empty)
-        semantic.append(s[(video[s] != q.video_id) & (type1[s] != q.target_state_type1)])
+    cols = [table.column(c).to_pylist() for c in ("video_id", "object_id", "target_state_id", "target_state_type1")]
+    for q_video, q_object, q_state, q_type1 in zip(*cols, strict=True):
+        exclude.append(by_video.get(q_video, empty))
+        o = by_obj.get(f"{q_video}\x00{q_object}", empty)
+        temporal.append(o[state[o] != q_state])
+        s = by_state.get(q_state, empty)
+        semantic.append(s[(video[s] != q_video) & (type1[s] != q_type1)])
     return BenchmarkGroups(pools, exclude, {"triplet_temporal": temporal, "triplet_semantic": semantic})
-
-
-def queries_at(bench: Any, rows: np.ndarray | Sequence[int]) -> list[Query]:
-    """The typed queries at benchmark rows ``rows``, in that order: the rows are taken as one Arrow table and
-    converted in C++ (half the time of the `datasets` row iterator, which formats each row on its own)."""
-    rows = [int(r) for r in rows]
-    if not rows:
-        return []
-    return [Query.from_dict(r) for r in bench.queries_ds.with_format("arrow")[rows].to_pylist()]
 
 
 def score_benchmark(bench: Any, source: Any, query_rows: np.ndarray | Sequence[int], *, method: str,
@@ -132,23 +127,24 @@ def score_benchmark(bench: Any, source: Any, query_rows: np.ndarray | Sequence[i
         raise InputError(f"the source has {source.n_queries} queries but {len(query_rows)} query rows were given")
     if source.n_items != len(bench.corpus_ds):
         raise InputError(f"the source scores {source.n_items} items but the corpus has {len(bench.corpus_ds)}")
-    queries = queries_at(bench, query_rows)
-    pools, exclude, probes = benchmark_groups(bench, queries)
+    table = bench.query_table(query_rows)
+    query_ids = table.column("id").to_pylist()
+    pools, exclude, probes = benchmark_groups(bench, table)
     fingerprint = hashlib.sha256(json.dumps({"method": method, "config": config or {}, "benchmark": bench.name},
                                             sort_keys=True, default=str).encode()).hexdigest()[:16]
     ids = np.asarray(bench.corpus_ids, dtype=object)
     res = score_stream(source, pools, exclude, k=k, q_block=q_block, c_chunk=c_chunk, progress=progress,
                        no_exclude_pools=("in_video",), probes=probes, checkpoint=checkpoint, fingerprint=fingerprint,
-                       query_ids=[q.id for q in queries], item_ids=ids,
+                       query_ids=query_ids, item_ids=ids,
                        source_label=f"{method!r} ({source.label})")
     topk_ids = [[ids[r] if r >= 0 else "" for r in row] for row in res.topk_rows]
-    run = Run(method=method, config=dict(config or {}), query_ids=[q.id for q in queries], topk_ids=topk_ids,
+    run = Run(method=method, config=dict(config or {}), query_ids=query_ids, topk_ids=topk_ids,
               topk_scores=res.topk_scores, stats=res.stats, benchmark=bench.name,
               kth_tie_unlisted=res.kth_tie_unlisted, ranked=res.ranked, fingerprint=getattr(bench, "fingerprint", None))
     if missed is not None:
         n_items = source.n_items
         n_excl = np.fromiter((len(e) for e in exclude), dtype=np.int64, count=len(exclude))
-        n_ranked = {p: np.full(len(queries), n_items, np.int64) if p == "in_video" else n_items - n_excl
+        n_ranked = {p: np.full(len(query_ids), n_items, np.int64) if p == "in_video" else n_items - n_excl
                     for p in run.pools}
         run.mark_missed(np.asarray(missed, bool), n_ranked)
     return run
@@ -191,8 +187,7 @@ def _distinct_counts(lists: Sequence[np.ndarray], n_items: int, minus: Sequence[
 
 def _expected_pool_sizes(bench: Any, query_ids: Sequence[str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
     index = bench.query_index
-    queries = queries_at(bench, [index[q] for q in query_ids])
-    pools, exclude, probes = benchmark_groups(bench, queries)
+    pools, exclude, probes = benchmark_groups(bench, bench.query_table([index[q] for q in query_ids]))
     n_items = len(bench.corpus_ds)
     out = {name: _distinct_counts(lists, n_items, None if name == "in_video" else exclude)
            for name, lists in pools.items()}

@@ -43,6 +43,34 @@ from eval.scoring.sources import (
 )
 
 
+def combine(scores: Sequence[np.ndarray], a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``sum_k a[k][:, None] * scores[k] - b[:, None]`` in a new array, never written into an input (an input's
+    own array may be a view of its score matrix or a cached chunk). float32 tiles go through one numba pass
+    (`eval.scoring._combine`, bitwise numpy's float32 arithmetic); anything else through numpy."""
+    if len({np.shape(s) for s in scores}) != 1:
+        raise InputError(f"fusion inputs gave score blocks of different shapes {[np.shape(s) for s in scores]}")
+    if all(s.dtype == np.float32 and s.ndim == 2 and s.flags.c_contiguous for s in scores):
+        from eval.scoring import _combine
+
+        out = np.empty(scores[0].shape, np.float32)
+        if len(scores) == 1:
+            _combine.scale_minus(scores[0], a[0], b, out)
+        elif len(scores) == 2:
+            _combine.combine2(scores[0], scores[1], a[0], a[1], b, out)
+        else:
+            _combine.scale(scores[0], a[0], out)
+            for s, ak in zip(scores[1:-1], a[1:-1], strict=True):
+                _combine.add_scaled(out, s, ak)
+            _combine.add_scaled_minus(out, scores[-1], a[-1], b)
+        return out
+    out = None
+    for s, ak in zip(scores, a, strict=True):
+        t = np.multiply(s, ak[:, None])
+        out = t if out is None else np.add(out, t, out=out)
+    out -= b[:, None]
+    return out
+
+
 def needs_full_scores(src: ScoreSource) -> bool:
     """True when ``src``'s statistics need its score of every corpus item and each score costs a product (no
     closed form, no per-block cache): the fusion computes such an input's block once and keeps it (`_BlockCache`)."""
@@ -244,14 +272,7 @@ class FusionSource(ScoreSource):
         q = slice(*q.indices(self.n_queries)[:2])
         items = _as_index(items, self.n_items)
         self._prepare(q)
-        a, b = self._a, self._b
-        out = None
-        for k in range(len(self.sources)):
-            # a new array: an input's own array (a view of its score matrix, a cached chunk) is never written to
-            s = np.multiply(self._input_scores(k, q, items), a[k, q][:, None])
-            out = s if out is None else np.add(out, s, out=out)
-        out -= b[q][:, None]
-        return out
+        return combine([self._input_scores(k, q, items) for k in range(len(self.sources))], self._a[:, q], self._b[q])
 
     def nonfinite_origin(self, i: int, j: int) -> str:
         """Which input gave query ``i`` a non-finite score for item ``j``, or that the fused z-score overflowed."""

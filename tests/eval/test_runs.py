@@ -275,6 +275,38 @@ def test_gt_rows_are_the_corpus_rows_of_the_gt_ids_and_an_unknown_id_is_named(sy
     with pytest.raises(UnknownName, match=r"query .*: GT id 'no-such-segment' is not in the corpus") as e:
         bad.gt_rows([bad.query(i) for i in range(6)], "type2-all")
     assert bad.query(3).id in str(e.value)
+    with pytest.raises(UnknownName, match=r"query .*: GT id 'no-such-segment' is not in the corpus") as e:
+        bad.gt_rows_at(bad.query_table(range(6)), "type2-all")
+    assert bad.query(3).id in str(e.value)
+
+
+def test_gt_rows_from_the_arrow_table_equal_those_from_the_query_objects(synth_dir, synth_bench, tmp_path):
+    """`Benchmark.gt_rows_at` (the scorer's path: Arrow columns) against `Benchmark.gt_rows` (Query objects), for
+    every GT definition and tier, on rows in any order, with a repeated row, an empty list and a null one."""
+    from eval.schema import GT_DEFINITIONS, GT_TIERS
+
+    def holes(rows):
+        rows[1]["gt_pools"]["in_dataset"] = []
+        rows[2]["gt_pools"]["cross_dataset"] = None
+        rows[4]["gt_type1"] = None
+        return rows
+
+    for bench in (synth_bench, Benchmark.load(_bench_copy(synth_dir, tmp_path / "holes", query=holes))):
+        rows = [5, 0, 1, 2, 4, 3, 2, *range(7, len(bench.queries_ds), 11)]
+        table, queries = bench.query_table(rows), [bench.query(r) for r in rows]
+        for definition in GT_DEFINITIONS:
+            want = bench.gt_rows(queries, definition)
+            got = bench.gt_rows_at(table, definition)
+            assert [r.tolist() for r in got] == [r.tolist() for r in want], definition
+        for tier in GT_TIERS:
+            want = bench.gt_rows(queries, tier=tier)
+            assert [r.tolist() for r in bench.gt_rows_at(table, tier=tier)] == [r.tolist() for r in want], tier
+        together = bench.gt_pools_at(table, definitions=GT_DEFINITIONS, tiers=GT_TIERS)  # one lookup for all
+        assert list(together) == [*GT_DEFINITIONS, *GT_TIERS]
+        for name, got in together.items():
+            want = bench.gt_rows(queries, tier=name) if name in GT_TIERS else bench.gt_rows(queries, name)
+            assert [r.tolist() for r in got] == [r.tolist() for r in want], name
+    assert synth_bench.gt_rows_at(synth_bench.query_table([]), "type2-all") == []
 
 
 def test_expected_pool_sizes_count_each_querys_distinct_positives_outside_its_video(synth_bench, monkeypatch):

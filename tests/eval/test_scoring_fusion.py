@@ -82,3 +82,35 @@ def test_coefficients_of_every_query_match_the_two_pass_ones(synth_bench):
     a2, b2 = TwoPassFusion(sources, [1.0, 0.3, 2.0], q_block=40, c_chunk=999).coefficients()
     assert a1.tobytes() == a2.tobytes() and b1.tobytes() == b2.tobytes()
     assert np.isfinite(a1).all() and (a1 > 0).all()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_combine_kernel_is_numpys_float32_arithmetic_bit_for_bit(n):
+    from eval.scoring.fusion import combine
+
+    rng = np.random.default_rng(n)
+    scores = [rng.standard_normal((37, 1001), dtype=np.float32) * 10 ** k for k in range(n)]
+    a = (rng.random((n, 37)) * 3).astype(np.float32)
+    a[0, 5] = 0.0  # an input constant for that query
+    b = rng.standard_normal(37).astype(np.float32)
+    want = None
+    for s, ak in zip(scores, a, strict=True):
+        t = np.multiply(s, ak[:, None])
+        want = t if want is None else np.add(want, t, out=want)
+    want -= b[:, None]
+    before = [s.copy() for s in scores]
+    got = combine(scores, a, b)
+    assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
+    assert all(np.array_equal(s, s0) for s, s0 in zip(scores, before, strict=True))  # inputs are never written to
+    # float64 or Fortran-ordered blocks (a duck-typed source) take numpy's path, with numpy's promotion
+    mixed = [s.astype(np.float64) if k == 0 else np.asfortranarray(s) for k, s in enumerate(scores)]
+    assert np.allclose(combine(mixed, a, b), want, rtol=1e-5, atol=1e-3 * 10 ** (n - 1))
+
+
+def test_combine_refuses_blocks_of_different_shapes():
+    from eval.errors import InputError
+    from eval.scoring.fusion import combine
+
+    with pytest.raises(InputError, match="different shapes"):
+        combine([np.zeros((2, 3), np.float32), np.zeros((2, 4), np.float32)], np.ones((2, 2), np.float32),
+                np.zeros(2, np.float32))
