@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import warnings
 from abc import ABC, abstractmethod
-from typing import Any
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from eval.errors import InputError
+
+if TYPE_CHECKING:
+    import torch
 
 #: Default tile: 512 queries x 16,384 corpus items (32 MiB of float32 scores).
 DEFAULT_Q_BLOCK = 512
@@ -138,6 +141,8 @@ def _as_index(items: slice | np.ndarray, n: int) -> slice | np.ndarray:
 
 def _torch_view(a: np.ndarray) -> torch.Tensor:
     """A zero-copy torch view of a float32 array (read-only memmaps included; we never write through it)."""
+    import torch
+
     a = np.ascontiguousarray(a, dtype=np.float32)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "array is not writable": we only read
@@ -175,9 +180,8 @@ class DenseSource(ScoreSource):
             raise InputError(f"items must be (m, {q.shape[2]}), got shape {items.shape}")
         if reduce not in ("max", "mean"):
             raise InputError(f"reduce must be 'max' or 'mean', got {reduce!r}")
-        self._q = _torch_view(q)
+        self._q_np = np.ascontiguousarray(q)
         self._items_np = items
-        self._items = _torch_view(items) if items.dtype == np.float32 and items.flags.c_contiguous else None
         self.reduce = reduce
         self.K = int(q.shape[1])
         self.n_queries = int(q.shape[0])
@@ -203,6 +207,16 @@ class DenseSource(ScoreSource):
         self._cache: tuple[tuple[int, int], np.ndarray] | None = None
         self._moments: tuple[np.ndarray, np.ndarray] | None = None
 
+    @cached_property
+    def _q(self) -> torch.Tensor:
+        """The query vectors as a torch view (torch is imported on first use)."""
+        return _torch_view(self._q_np)
+
+    @cached_property
+    def _items(self) -> torch.Tensor | None:
+        items = self._items_np
+        return _torch_view(items) if items.dtype == np.float32 and items.flags.c_contiguous else None
+
     def _item_block(self, sel: slice | np.ndarray) -> torch.Tensor:
         if self._items is not None and isinstance(sel, slice):
             return self._items[sel]
@@ -211,7 +225,11 @@ class DenseSource(ScoreSource):
         return _torch_view(np.asarray(rows, dtype=np.float32))
 
     def _raw(self, q: slice, sel: slice | np.ndarray) -> np.ndarray:
-        """Scores against rows ``sel`` of ``items`` (no expansion): float32 (n_q, n_sel)."""
+        """Scores against rows ``sel`` of ``items`` (no expansion): float32 (n_q, n_sel). Against the whole corpus
+        through torch's matmul; against the states of a state space (a few thousand rows, `_state_block`) through
+        numpy's, so that a stage scoring states never imports torch."""
+        if self.item_rows is not None:
+            return self._raw_numpy(q, sel)
         x = self._item_block(sel)
         qv = self._q[q]
         nq = qv.shape[0]
@@ -223,6 +241,22 @@ class DenseSource(ScoreSource):
             b = min(nq, a + step)
             s = (qv[a:b].reshape(-1, qv.shape[2]) @ x.T).view(b - a, self.K, -1)
             out[a:b] = (s.amax(1) if self.reduce == "max" else s.mean(1)).numpy()
+        return out
+
+    def _raw_numpy(self, q: slice, sel: slice | np.ndarray) -> np.ndarray:
+        """`_raw` in numpy (float32 BLAS products; the mean over samples accumulated in float32 as torch's)."""
+        rows = self._items_np[sel] if isinstance(sel, slice) else np.take(self._items_np, sel, axis=0)
+        x = np.asarray(rows, dtype=np.float32)
+        qv = self._q_np[q]
+        nq = qv.shape[0]
+        if self.K == 1:
+            return qv[:, 0, :] @ x.T
+        out = np.empty((nq, x.shape[0]), dtype=np.float32)
+        step = max(1, _MAX_QK_ROWS // self.K)
+        for a in range(0, nq, step):
+            b = min(nq, a + step)
+            s = (qv[a:b].reshape(-1, qv.shape[2]) @ x.T).reshape(b - a, self.K, -1)
+            out[a:b] = s.max(1) if self.reduce == "max" else s.mean(1, dtype=np.float32)
         return out
 
     def _state_block(self, q: slice) -> np.ndarray:
@@ -264,7 +298,9 @@ class DenseSource(ScoreSource):
         if self._moments is None:
             counts = (np.bincount(self.item_rows, minlength=self.m).astype(np.float64)
                       if self.item_rows is not None else np.ones(self.m))
-            d = self._q.shape[2]
+            import torch
+
+            d = self._q_np.shape[2]
             # float32 shift: x - x0 is exact wherever x and x0 are close (Sterbenz), where cancellation would bite
             x0 = self._item_block(slice(0, min(self.m, DEFAULT_C_CHUNK))).double().mean(0).float()
             s1 = np.zeros(d)
@@ -279,7 +315,7 @@ class DenseSource(ScoreSource):
             shift = s1 / n
             self._moments = (x0.double().numpy() + shift, s2 / n - np.outer(shift, shift))
         mu, cov = self._moments
-        u = self._q[q][:, 0, :].double().numpy()
+        u = self._q_np[q][:, 0, :].astype(np.float64)
         # u^T C u row by row through one BLAS product (an unoptimised 3-operand einsum loops over d^2 per query:
         # 1.4 s for 512 queries at 1,024-d); float64 rounding differs from it by ~1e-15 relative
         return u @ mu, np.sqrt(np.maximum(np.einsum("id,id->i", u @ cov, u), 0.0))
