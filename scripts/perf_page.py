@@ -134,8 +134,9 @@ the state vectors, so their matmul bound is tiny and their seconds are fixed cos
 loading the benchmark, its GT pools, writing a run); their ratio says nothing about the scorer. The `random` row
 hashes one score per query and item (a numba kernel) and is otherwise the same fixed costs. An encode stage is
 skipped when its space exists (the record then has no row for it). Z-score fusion needs every item's score of each input, which run files (top-k) do not keep, so it
-recomputes both inputs' scores from their query-vector sidecars. `scripts/bench_fusion.py` times that fusion alone
-against the sum of its inputs' bare matmuls, in the same run.""", (
+scores both inputs again from their query-vector sidecars, each once, in one pass over the corpus
+(`eval.scoring.FusionSource`). `scripts/bench_fusion.py` times that fusion alone against the sum of its inputs'
+bare matmuls, in the same run.""", (
         Measure("psr_scale", "python scripts/psr_scale.py --data DIR --out DIR-scale"),
         Measure("bench_fusion*", "python scripts/bench_fusion.py"),
     )),

@@ -46,6 +46,15 @@ def test_psr_scale_measures_every_stage_and_resumes(synth_dir, lftr_test_config,
         assert e["epochs"] == 1 and e["s_per_epoch"] > 0 and e["fb_s_per_epoch"] > 0
         assert 0 <= e["outside_fb_share"] < 1
     assert "(80," not in stages["lftr-predict-pixels"]["bound"]  # K samples per query: rows = n_test x K
+    # the semantic space's stages are held to their margin over the bound, the others to their ratio
+    semantic = {s for s, r in stages.items() if r["state_space"]}
+    assert semantic == {"baseline-question-only", "baseline-lookup", "baseline-knn-future", "oracle-semantic-text",
+                        "lftr-predict-minilm"}
+    widest = max(semantic, key=lambda s: stages[s]["wall_s"] - stages[s]["bound_s"])
+    assert doc["worst_semantic_margin"] == {"stage": widest,
+                                            "margin_s": stages[widest]["wall_s"] - stages[widest]["bound_s"]}
+    assert doc["worst_scoring_ratio"]["stage"] not in semantic | {"baseline-random"}
+    assert doc["meets"]["semantic_margin_s"] == (doc["worst_semantic_margin"]["margin_s"] <= 5)
     assert doc["dominant"]["stage"] in stages and doc["peak_rss_mb"] == max(r["peak_rss_mb"] for r in
                                                                              stages.values())
     md = (report / "scale.md").read_text()
