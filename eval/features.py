@@ -16,6 +16,7 @@ Arrays are opened memory-mapped, so a 218,276 x 1,024 corpus costs nothing until
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +103,40 @@ def check_finite(path: str | os.PathLike, array: np.ndarray, ids: list[str]) -> 
             rid = ids[row] if row < len(ids) else "?"
             raise FormatError(path, f"row {row} (id {rid!r}, line {row + 1} of the ids file) holds NaN or inf values",
                               fix="re-encode the space (python -m retrieval encode)")
+
+
+#: Where `check_finite_cached` keeps its verdicts: ``<benchmark>/.cache/finite.json``.
+FINITE_CACHE = Path(".cache") / "finite.json"
+
+
+def check_finite_cached(root: str | os.PathLike, path: str | os.PathLike, array: np.ndarray, ids: list[str]) -> None:
+    """`check_finite` of the table file ``path`` of the benchmark at ``root``, skipped when it already passed for the
+    same file: the verdict is kept in ``<root>/.cache/finite.json`` under the file's path, size, mtime and inode (a
+    rewritten table, which `write_table` replaces atomically, has another inode). A read-only benchmark keeps no
+    verdict and is checked every time. At PSR scale the check reads every value of the table (seconds per stage)."""
+    path = Path(path)
+    cache = Path(root) / FINITE_CACHE
+    try:
+        st = path.stat()
+        key = [st.st_size, st.st_mtime_ns, st.st_ino]
+        rel = os.path.relpath(path, root)
+    except (OSError, ValueError):
+        return check_finite(path, array, ids)
+    try:
+        done = json.loads(cache.read_text(encoding="utf-8"))
+        if not isinstance(done, dict):
+            done = {}
+    except (OSError, ValueError):
+        done = {}
+    if done.get(rel) == key:
+        return None
+    check_finite(path, array, ids)
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        write_json(cache, {**done, rel: key})
+    except OSError:
+        pass  # a read-only benchmark: no cache
+    return None
 
 
 def write_table(root: str | os.PathLike, space: str, table: str, ids: list[str], array: np.ndarray) -> None:

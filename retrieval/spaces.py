@@ -24,7 +24,7 @@ import scipy.sparse as sp
 
 from eval.benchmark import Benchmark
 from eval.errors import InputError, MissingInput
-from eval.features import FeatureTable, check_finite, has_table, l2_normalize, space_dir
+from eval.features import FeatureTable, check_finite_cached, has_table, l2_normalize, space_dir
 from eval.io import FormatError
 
 
@@ -139,7 +139,8 @@ class Space:
         ok = seg_state >= 0
         member = sp.csr_matrix((np.ones(int(ok.sum()), np.float32), (seg_state[ok], np.flatnonzero(ok))),
                                shape=(n_s, n_c))
-        sums = member @ self.segment_features()
+        # identity rows: the (memory-mapped) table itself, not a copy of it
+        sums = member @ (self.items if self.item_rows is None else self.segment_features())
         return l2_normalize(np.asarray(sums, np.float32))
 
     # --- prefixes ---
@@ -163,12 +164,13 @@ class Space:
 
 
 def _require(bench: Benchmark, name: str, table: str) -> FeatureTable:
-    """A feature table of the space; missing files and NaN/inf rows raise `FormatError` naming the file."""
+    """A feature table of the space; missing files and NaN/inf rows raise `FormatError` naming the file (the NaN check
+    is kept per file version in the benchmark's cache, `eval.features.check_finite_cached`)."""
     path = space_dir(bench.root, name) / f"{table}.npy"
     if not has_table(bench.root, name, table):
         raise FormatError(path, f"missing: space {name!r} has no {table!r} table (run `python -m retrieval encode`)")
     t = bench.features(name, table)
-    check_finite(path, t.array, t.ids)
+    check_finite_cached(bench.root, path, t.array, t.ids)
     return t
 
 
