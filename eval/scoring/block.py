@@ -10,7 +10,9 @@ Steps (`score_block`):
    running top-k (`TopK`); the positives', probes' and own-video rows' scores are gathered from the same tiles;
 3. consistency: if a positive's tile score differs from its pass-A score in any bit (a BLAS path that rounds
    differently), the block is streamed again with the thresholds taken from the tiles, so every count refers to one
-   set of scores (a positive and a negative with bitwise-equal scores are always recognised as tied);
+   set of scores (a positive and a negative with bitwise-equal scores are always recognised as tied); pass A then
+   calls the source with whole blocks, as the tiles do (`PassAPlan`, which also probes for this before the first
+   block);
 4. per pool (`pool_statistics`): the tile counts minus the positives' and, for cross-instance pools, the own-video
    rows' contributions, known from their gathered scores; per probe (`probe_statistics`) the best score;
 5. the tie-aware nDCG information (`ranked_positives`).
@@ -241,9 +243,45 @@ def segment_max(query: np.ndarray, scores: np.ndarray, nb: int) -> np.ndarray:
     return out
 
 
-def score_block(source: ScoreSource, ctx: BlockContext, bar: Any) -> BlockResult:
-    """Steps 1-5 of the module docstring for one block (``bar``: a progress bar, one update per tile)."""
-    positive = positive_scores(source, ctx)
+@dataclass
+class PassAPlan:
+    """How pass A calls a source, kept across the blocks of one stream (`eval.scoring.score_stream`).
+
+    Pass A starts in sub-blocks of `PASS_A_QUERIES` queries, whose unions of positives are small. Some BLAS builds
+    compute a product with few rows and a long dot product by another algorithm than a full tile's (torch on two
+    threads splits the dot product over the threads below about 256 rows at 1,024-d: measured on an Intel Xeon), so
+    its scores differ from the tile's in the last bit and step 3 streams the block twice. After one such block,
+    ``whole_block`` is set: pass A then scores each later block's union with all of the block's rows at once (the
+    tile's own row count, which rounds as the tile does), and those blocks are streamed once. Before the first block,
+    `decide` asks the source once, on a few rows, whether a sub-block's scores are the whole block's (a product of
+    a few milliseconds), so that the first block is not streamed twice either."""
+
+    whole_block: bool = False
+    decided: bool = False
+    #: corpus rows of `decide`'s probe (a product with fewer columns may take yet another path)
+    PROBE_ROWS = 1024
+
+    def decide(self, source: ScoreSource, ctx: BlockContext) -> None:
+        """Once per stream: ``whole_block`` when the source scores the first `PASS_A_QUERIES` queries of the block
+        differently alone than with the whole block (sources with a per-block cache answer from it: no probe)."""
+        if self.decided:
+            return
+        self.decided = True
+        if source.cached_blocks or ctx.size <= PASS_A_QUERIES or ctx.n_items == 0:
+            return
+        idx = np.arange(min(ctx.n_items, self.PROBE_ROWS), dtype=np.int64)
+        q0 = ctx.queries.start
+        full = np.asarray(source.scores(ctx.queries, idx), dtype=np.float32)[:PASS_A_QUERIES]
+        sub = np.asarray(source.scores(slice(q0, q0 + PASS_A_QUERIES), idx), dtype=np.float32)
+        self.whole_block = full.tobytes() != sub.tobytes()
+
+
+def score_block(source: ScoreSource, ctx: BlockContext, bar: Any, plan: PassAPlan | None = None) -> BlockResult:
+    """Steps 1-5 of the module docstring for one block (``bar``: a progress bar, one update per tile; ``plan``: how
+    pass A calls the source, `PassAPlan`, updated when this block had to be streamed twice)."""
+    plan = PassAPlan() if plan is None else plan
+    plan.decide(source, ctx)
+    positive = positive_scores(source, ctx, whole_block=plan.whole_block)
     for name, g in ctx.pools.items():
         bad = np.flatnonzero(~np.isfinite(positive[name]))
         if bad.size:  # a +-inf positive would make its pool look empty or tie with nothing
@@ -258,6 +296,7 @@ def score_block(source: ScoreSource, ctx: BlockContext, bar: Any) -> BlockResult
         # the source gave a positive a different score in the union call than in its tile (last-bit BLAS
         # differences): re-stream the block with thresholds taken from the tiles themselves
         positive = {name: g.scores.copy() for name, g in ctx.pools.items()}
+        plan.whole_block = True
     else:
         raise EngineError("the score source is not deterministic: a positive's score changed between two "
                            "identical passes over the corpus")
@@ -275,14 +314,15 @@ def _pass_a_bounds(nb: int, whole_block: bool) -> list[int]:
     return bounds
 
 
-def positive_scores(source: ScoreSource, ctx: BlockContext) -> dict[str, np.ndarray]:
+def positive_scores(source: ScoreSource, ctx: BlockContext, whole_block: bool = False) -> dict[str, np.ndarray]:
     """Pass A: per pool, float32 scores aligned with ``ctx.pools[pool].rows``, from calls on the union of the
     positives' rows; they fix the thresholds of the stream.
 
     The cost is (queries x union of their positives); for sources without a per-block cache (``cached_blocks``) it
-    is paid in sub-blocks of `PASS_A_QUERIES` queries, whose unions are much smaller than the whole block's."""
+    is paid in sub-blocks of `PASS_A_QUERIES` queries, whose unions are much smaller than the whole block's, unless
+    ``whole_block`` (`PassAPlan`)."""
     out = {name: np.full(len(g.rows), -np.inf, np.float32) for name, g in ctx.pools.items()}
-    bounds = _pass_a_bounds(ctx.size, source.cached_blocks)
+    bounds = _pass_a_bounds(ctx.size, source.cached_blocks or whole_block)
     q0 = ctx.queries.start
     for s0, s1 in zip(bounds[:-1], bounds[1:], strict=True):
         sel = {name: np.flatnonzero((g.query >= s0) & (g.query < s1)) for name, g in ctx.pools.items()}

@@ -12,7 +12,15 @@ import numpy as np
 
 from eval.errors import InputError
 from eval.runs import RankedPositives
-from eval.scoring.block import PROBE_STAT_FIELDS, STAT_FIELDS, BlockContext, BlockResult, Labels, score_block
+from eval.scoring.block import (
+    PROBE_STAT_FIELDS,
+    STAT_FIELDS,
+    BlockContext,
+    BlockResult,
+    Labels,
+    PassAPlan,
+    score_block,
+)
 from eval.scoring.checkpoint import Checkpoint, CheckpointMeta, groups_hash
 from eval.scoring.sources import DEFAULT_C_CHUNK, DEFAULT_Q_BLOCK, as_score_source
 from eval.scoring.states import StateIndex, score_block_states
@@ -135,6 +143,7 @@ def score_stream(source: Any, pools: dict[str, Sequence[np.ndarray]], exclude: S
         groups=groups_hash(pools, exclude, probes))) if checkpoint else None
     labels = Labels(source_label or source.label, query_ids, item_ids)
     states: StateIndex | None = None
+    plan = PassAPlan()
     for a in range(0, nq, q_block):
         b = min(nq, a + q_block)
         block = ckpt.load(a, b, names, probe_names) if ckpt else None
@@ -149,7 +158,7 @@ def score_stream(source: Any, pools: dict[str, Sequence[np.ndarray]], exclude: S
                     states = StateIndex.of(item_rows, S.shape[1])
                 block = score_block_states(source, S, states, ctx, bar)
             else:
-                block = score_block(source, ctx, bar)
+                block = score_block(source, ctx, bar, plan)
             if ckpt:
                 ckpt.save(a, b, block)
         else:

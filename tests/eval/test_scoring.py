@@ -342,6 +342,43 @@ def test_pass_a_disagreement_is_resolved_from_the_tiles():
     assert src.calls > 2 * 3  # the block was streamed twice (3 chunks each)
 
 
+class _FewRows:
+    """A dense source that rounds a call with fewer than ``rows`` query rows differently in the last bit, as a BLAS
+    does that splits a short, deep product over its threads; it records each call's (query rows, slice?)."""
+
+    def __init__(self, inner, rows):
+        self.inner, self.rows, self.n_queries, self.n_items = inner, rows, inner.n_queries, inner.n_items
+        self.calls = []
+
+    def scores(self, q, items):
+        s = self.inner.scores(q, items)
+        self.calls.append((q.stop - q.start, isinstance(items, slice)))
+        return np.nextafter(s, np.float32(np.inf)) if q.stop - q.start < self.rows else s
+
+
+@pytest.mark.parametrize("splits", [True, False])
+def test_pass_a_takes_whole_blocks_where_sub_blocks_round_differently(splits):
+    """`eval.scoring.block.PassAPlan`: a source whose short calls round differently gets pass A on whole blocks (each
+    block streamed once, not twice); a source that rounds alike keeps the cheaper sub-blocks. Exact either way."""
+    from eval.scoring.block import PASS_A_QUERIES
+
+    rng = np.random.default_rng(9)
+    nq, n, d, q_block = 2 * (PASS_A_QUERIES + 36), 80, 3, PASS_A_QUERIES + 36
+    q, items = _lattice(rng, nq, d), _lattice(rng, n, d)
+    pools = _pools(rng, nq, n)
+    exclude = _random_groups(rng, nq, n, 6)
+    src = _FewRows(DenseSource(q, items), q_block if splits else 0)
+    res = score_stream(src, pools, exclude, k=4, q_block=q_block, c_chunk=32, progress=False,
+                       no_exclude_pools=("self",))
+    ref, _ = brute_stats(q @ items.T, pools, exclude, {"self"}, 4)
+    for p in pools:
+        for f, v in ref[p].items():
+            np.testing.assert_array_equal(res.stats[p][f], v, err_msg=f"{p}/{f}")
+    assert sum(1 for rows, tile in src.calls if tile) == 2 * 3  # two blocks, three chunks each, streamed once
+    pass_a = {rows for rows, tile in src.calls if not tile}
+    assert pass_a == ({q_block, PASS_A_QUERIES} if splits else {q_block, PASS_A_QUERIES, 36})  # probe's + pass A's
+
+
 def test_unstable_or_nan_sources_are_errors():
     rng = np.random.default_rng(9)
 
