@@ -10,9 +10,8 @@ Steps (`score_block`):
    running top-k (`TopK`); the positives', probes' and own-video rows' scores are gathered from the same tiles;
 3. consistency: if a positive's tile score differs from its pass-A score in any bit (a BLAS path that rounds
    differently), the block is streamed again with the thresholds taken from the tiles, so every count refers to one
-   set of scores (a positive and a negative with bitwise-equal scores are always recognised as tied); pass A then
-   calls the source with whole blocks, as the tiles do (`PassAPlan`, which also probes for this before the first
-   block);
+   set of scores (a positive and a negative with bitwise-equal scores are always recognised as tied); `PassAPlan`
+   probes the source for this before the first block and makes pass A call it so that its scores are the tiles';
 4. per pool (`pool_statistics`): the tile counts minus the positives' and, for cross-instance pools, the own-video
    rows' contributions, known from their gathered scores; per probe (`probe_statistics`) the best score;
 5. the tie-aware nDCG information (`ranked_positives`).
@@ -20,6 +19,8 @@ Steps (`score_block`):
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -243,27 +244,43 @@ def segment_max(query: np.ndarray, scores: np.ndarray, nb: int) -> np.ndarray:
     return out
 
 
+@contextlib.contextmanager
+def _one_torch_thread():
+    """torch on one thread inside the block (when torch is loaded; otherwise nothing changes)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @dataclass
 class PassAPlan:
     """How pass A calls a source, kept across the blocks of one stream (`eval.scoring.score_stream`).
 
-    Pass A starts in sub-blocks of `PASS_A_QUERIES` queries, whose unions of positives are small. Some BLAS builds
-    compute a product with few rows and a long dot product by another algorithm than a full tile's (torch on two
-    threads splits the dot product over the threads below about 256 rows at 1,024-d: measured on an Intel Xeon), so
-    its scores differ from the tile's in the last bit and step 3 streams the block twice. After one such block,
-    ``whole_block`` is set: pass A then scores each later block's union with all of the block's rows at once (the
-    tile's own row count, which rounds as the tile does), and those blocks are streamed once. Before the first block,
-    `decide` asks the source once, on a few rows, whether a sub-block's scores are the whole block's (a product of
-    a few milliseconds), so that the first block is not streamed twice either."""
+    Pass A scores sub-blocks of `PASS_A_QUERIES` queries, whose unions of positives are small. A BLAS may compute a
+    product with few rows and a long dot product by another algorithm than a full tile's: torch on two threads splits
+    such a dot product over its threads (measured on an Intel Xeon at 1,024-d below about 256 rows; on one thread it
+    rounds as the tile does). Its scores then differ from the tile's in the last bit, and step 3 streams the block
+    twice. So before the first block `decide` asks the source once, on a few rows (a product of milliseconds),
+    whether a sub-block's scores are the whole block's; if not, whether they are on one torch thread
+    (``one_thread``: pass A runs its sub-blocks so); if not either, pass A scores whole blocks (``whole_block``, the
+    tile's own row count). A block that is streamed twice all the same sets ``whole_block`` for the blocks after it.
+    """
 
     whole_block: bool = False
+    one_thread: bool = False
     decided: bool = False
     #: corpus rows of `decide`'s probe (a product with fewer columns may take yet another path)
     PROBE_ROWS = 1024
 
     def decide(self, source: ScoreSource, ctx: BlockContext) -> None:
-        """Once per stream: ``whole_block`` when the source scores the first `PASS_A_QUERIES` queries of the block
-        differently alone than with the whole block (sources with a per-block cache answer from it: no probe)."""
+        """Once per stream (sources with a per-block cache answer pass A from it: no probe)."""
         if self.decided:
             return
         self.decided = True
@@ -271,9 +288,18 @@ class PassAPlan:
             return
         idx = np.arange(min(ctx.n_items, self.PROBE_ROWS), dtype=np.int64)
         q0 = ctx.queries.start
-        full = np.asarray(source.scores(ctx.queries, idx), dtype=np.float32)[:PASS_A_QUERIES]
-        sub = np.asarray(source.scores(slice(q0, q0 + PASS_A_QUERIES), idx), dtype=np.float32)
-        self.whole_block = full.tobytes() != sub.tobytes()
+        sub = slice(q0, q0 + PASS_A_QUERIES)
+        full = np.asarray(source.scores(ctx.queries, idx), dtype=np.float32)[:PASS_A_QUERIES].tobytes()
+        if np.asarray(source.scores(sub, idx), dtype=np.float32).tobytes() == full:
+            return
+        with _one_torch_thread():
+            alone = np.asarray(source.scores(sub, idx), dtype=np.float32).tobytes()
+        self.one_thread = alone == full
+        self.whole_block = not self.one_thread
+
+    def threads(self) -> contextlib.AbstractContextManager:
+        """The context pass A's sub-blocks run in."""
+        return _one_torch_thread() if self.one_thread and not self.whole_block else contextlib.nullcontext()
 
 
 def score_block(source: ScoreSource, ctx: BlockContext, bar: Any, plan: PassAPlan | None = None) -> BlockResult:
@@ -281,7 +307,8 @@ def score_block(source: ScoreSource, ctx: BlockContext, bar: Any, plan: PassAPla
     pass A calls the source, `PassAPlan`, updated when this block had to be streamed twice)."""
     plan = PassAPlan() if plan is None else plan
     plan.decide(source, ctx)
-    positive = positive_scores(source, ctx, whole_block=plan.whole_block)
+    with plan.threads():
+        positive = positive_scores(source, ctx, whole_block=plan.whole_block)
     for name, g in ctx.pools.items():
         bad = np.flatnonzero(~np.isfinite(positive[name]))
         if bad.size:  # a +-inf positive would make its pool look empty or tie with nothing

@@ -36,6 +36,8 @@ from eval.scoring.sources import (
     DEFAULT_C_CHUNK,
     DEFAULT_Q_BLOCK,
     SPREAD_RTOL,
+    DenseSource,
+    RandomSource,
     ScoreSource,
     _as_index,
     as_score_source,
@@ -43,16 +45,24 @@ from eval.scoring.sources import (
 )
 
 
-def combine(scores: Sequence[np.ndarray], a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``sum_k a[k][:, None] * scores[k] - b[:, None]`` in a new array, never written into an input (an input's
-    own array may be a view of its score matrix or a cached chunk). float32 tiles go through one numba pass
-    (`eval.scoring._combine`, bitwise numpy's float32 arithmetic); anything else through numpy."""
+def combine(scores: Sequence[np.ndarray], a: np.ndarray, b: np.ndarray, scratch: int | None = None) -> np.ndarray:
+    """``sum_k a[k][:, None] * scores[k] - b[:, None]``. float32 tiles go through one numba pass
+    (`eval.scoring._combine`, bitwise numpy's float32 arithmetic); anything else through numpy.
+
+    The result is a new array, except that ``scores[scratch]`` (an array its caller owns and discards: a fresh
+    product, not a view of a score matrix or a cached chunk) may be overwritten with it: a 512 x 16,384 tile freshly
+    allocated costs more page faults than the pass itself. No other input is ever written to."""
     if len({np.shape(s) for s in scores}) != 1:
         raise InputError(f"fusion inputs gave score blocks of different shapes {[np.shape(s) for s in scores]}")
     if all(s.dtype == np.float32 and s.ndim == 2 and s.flags.c_contiguous for s in scores):
         from eval.scoring import _combine
 
-        out = np.empty(scores[0].shape, np.float32)
+        # elementwise, each element read before it is written: the result may take a scratch input's place (with
+        # three inputs or more, only the first's: the later ones are read after the first pass has written)
+        if scratch is not None and (len(scores) <= 2 or scratch == 0):
+            out = scores[scratch]
+        else:
+            out = np.empty(scores[0].shape, np.float32)
         if len(scores) == 1:
             _combine.scale_minus(scores[0], a[0], b, out)
         elif len(scores) == 2:
@@ -69,6 +79,10 @@ def combine(scores: Sequence[np.ndarray], a: np.ndarray, b: np.ndarray) -> np.nd
         out = t if out is None else np.add(out, t, out=out)
     out -= b[:, None]
     return out
+
+
+#: Sources whose every ``scores`` call returns a new array that only the caller holds (a product, a take, a hash).
+_FRESH_ARRAYS = (DenseSource, RandomSource)
 
 
 def needs_full_scores(src: ScoreSource) -> bool:
@@ -257,22 +271,27 @@ class FusionSource(ScoreSource):
                 self._block_statistics(block, keep=len(blocks) == 1)
 
     # --- scores -------------------------------------------------------------------------------------------------
-    def _input_scores(self, k: int, q: slice, items: slice | np.ndarray) -> np.ndarray:
+    def _input_scores(self, k: int, q: slice, items: slice | np.ndarray) -> tuple[np.ndarray, bool]:
+        """Input k's scores, and whether the array is a fresh one nobody else holds (a `DenseSource` or
+        `RandomSource` call, a gather from the cache; not a cached chunk, nor a duck-typed source's array)."""
         held = self._cache.inputs.get(k) if self._cache is not None else None
         if held is not None and held.block.start <= q.start and q.stop <= held.block.stop:
             if isinstance(items, slice):
                 got = held.chunk(q, items)
                 if got is not None:
-                    return got
+                    return got, False
             else:
-                return held.gather(q, items)
-        return self.sources[k].scores(q, items)
+                return held.gather(q, items), True
+        src = self.sources[k]
+        return src.scores(q, items), type(src) in _FRESH_ARRAYS
 
     def scores(self, q: slice, items: slice | np.ndarray) -> np.ndarray:
         q = slice(*q.indices(self.n_queries)[:2])
         items = _as_index(items, self.n_items)
         self._prepare(q)
-        return combine([self._input_scores(k, q, items) for k in range(len(self.sources))], self._a[:, q], self._b[q])
+        got = [self._input_scores(k, q, items) for k in range(len(self.sources))]
+        scratch = next((k for k, (arr, fresh) in enumerate(got) if fresh and arr.dtype == np.float32), None)
+        return combine([arr for arr, _ in got], self._a[:, q], self._b[q], scratch)
 
     def nonfinite_origin(self, i: int, j: int) -> str:
         """Which input gave query ``i`` a non-finite score for item ``j``, or that the fused z-score overflowed."""

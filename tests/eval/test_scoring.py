@@ -379,6 +379,46 @@ def test_pass_a_takes_whole_blocks_where_sub_blocks_round_differently(splits):
     assert pass_a == ({q_block, PASS_A_QUERIES} if splits else {q_block, PASS_A_QUERIES, 36})  # probe's + pass A's
 
 
+class _SplitsOverThreads(_FewRows):
+    """A `_FewRows` source that rounds its short calls as its tiles do when torch runs on one thread."""
+
+    def scores(self, q, items):
+        import torch
+
+        s = self.inner.scores(q, items)
+        self.calls.append((q.stop - q.start, isinstance(items, slice), torch.get_num_threads()))
+        split = q.stop - q.start < self.rows and torch.get_num_threads() > 1
+        return np.nextafter(s, np.float32(np.inf)) if split else s
+
+
+def test_pass_a_runs_its_sub_blocks_on_one_thread_where_that_rounds_as_the_tiles():
+    import torch
+
+    from eval.scoring.block import PASS_A_QUERIES
+
+    rng = np.random.default_rng(10)
+    nq, n, d, q_block = 2 * (PASS_A_QUERIES + 36), 80, 3, PASS_A_QUERIES + 36
+    q, items = _lattice(rng, nq, d), _lattice(rng, n, d)
+    pools = _pools(rng, nq, n)
+    exclude = _random_groups(rng, nq, n, 6)
+    src = _SplitsOverThreads(DenseSource(q, items), q_block)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        res = score_stream(src, pools, exclude, k=4, q_block=q_block, c_chunk=32, progress=False,
+                           no_exclude_pools=("self",))
+        assert torch.get_num_threads() == 2  # restored after each pass A
+    finally:
+        torch.set_num_threads(before)
+    ref, _ = brute_stats(q @ items.T, pools, exclude, {"self"}, 4)
+    for p in pools:
+        for f, v in ref[p].items():
+            np.testing.assert_array_equal(res.stats[p][f], v, err_msg=f"{p}/{f}")
+    assert sum(1 for _, tile, _ in src.calls if tile) == 2 * 3  # streamed once
+    pass_a = [(rows, threads) for rows, tile, threads in src.calls if not tile][3:]  # after the probe's three
+    assert sorted(set(pass_a)) == [(36, 1), (PASS_A_QUERIES, 1)]  # sub-blocks, on one thread
+
+
 def test_unstable_or_nan_sources_are_errors():
     rng = np.random.default_rng(9)
 

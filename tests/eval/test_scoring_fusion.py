@@ -102,6 +102,12 @@ def test_combine_kernel_is_numpys_float32_arithmetic_bit_for_bit(n):
     got = combine(scores, a, b)
     assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
     assert all(np.array_equal(s, s0) for s, s0 in zip(scores, before, strict=True))  # inputs are never written to
+    for scratch in range(n):  # an input the caller discards may hold the result; no other is written to
+        inputs = [s.copy() for s in before]
+        got = combine(inputs, a, b, scratch)
+        assert got.tobytes() == want.tobytes(), scratch
+        assert all(np.array_equal(s, s0) for k, (s, s0) in enumerate(zip(inputs, before, strict=True))
+                   if k != scratch and s is not got)
     # float64 or Fortran-ordered blocks (a duck-typed source) take numpy's path, with numpy's promotion
     mixed = [s.astype(np.float64) if k == 0 else np.asfortranarray(s) for k, s in enumerate(scores)]
     assert np.allclose(combine(mixed, a, b), want, rtol=1e-5, atol=1e-3 * 10 ** (n - 1))
