@@ -101,7 +101,12 @@ resident memory of its process tree and the load average before and after. The c
 chunked `Q @ X.T` with the scorer's tile sizes, measured in the same process; the contenders take turns per query
 block, and each block keeps its minimum over the repeats. The ratio (scorer / bare matmul) moves less with the load
 than the seconds; the targets are in the script's docstring. The extra work is one fused numba pass per tile
-(`eval/scoring/_tile.py`) and a pass-A matmul on each sub-block's positives.""", (
+(`eval/scoring/_tile.py`) and a pass-A matmul on each sub-block's positives. Where torch rounds a sub-block's
+product differently from a tile's (on two threads it splits a short product with a long dot product over its
+threads, as at 1,024-d here), pass A runs its sub-blocks on one thread, which rounds as the tile does
+(`eval.scoring.block.PassAPlan`); otherwise every such block would be streamed twice. The records of different
+machines differ most in the matmul's speed: the Intel Xeon's is about five times the AMD EPYC's, so the same
+per-tile work weighs more in its ratios.""", (
         Measure("bench_scoring*", "python scripts/bench_scoring.py --dims 384 1024 --repeats 3"),
     )),
     Section("The retrieval demo", """\
@@ -135,7 +140,8 @@ loading the benchmark, its GT pools, writing a run); their ratio says nothing ab
 hashes one score per query and item (a numba kernel) and is otherwise the same fixed costs. An encode stage is
 skipped when its space exists (the record then has no row for it). Z-score fusion needs every item's score of each input, which run files (top-k) do not keep, so it
 scores both inputs again from their query-vector sidecars, each once, in one pass over the corpus
-(`eval.scoring.FusionSource`). `scripts/bench_fusion.py` times that fusion alone against the sum of its inputs'
+(`eval.scoring.FusionSource`: per tile the inputs' products, then one numba pass that combines them into the
+first input's fresh tile). `scripts/bench_fusion.py` times that fusion alone against the sum of its inputs'
 bare matmuls, in the same run.""", (
         Measure("psr_scale", "python scripts/psr_scale.py --data DIR --out DIR-scale"),
         Measure("bench_fusion*", "python scripts/bench_fusion.py"),
