@@ -104,9 +104,9 @@ than the seconds; the targets are in the script's docstring. The extra work is o
 (`eval/scoring/_tile.py`) and a pass-A matmul on each sub-block's positives. Where torch rounds a sub-block's
 product differently from a tile's (on two threads it splits a short product with a long dot product over its
 threads, as at 1,024-d here), pass A runs its sub-blocks on one thread, which rounds as the tile does
-(`eval.scoring.block.PassAPlan`); otherwise every such block would be streamed twice. The records of different
-machines differ most in the matmul's speed: the Intel Xeon's is about five times the AMD EPYC's, so the same
-per-tile work weighs more in its ratios.""", (
+(`eval.scoring.block.PassAPlan`); otherwise every such block would be streamed twice. Records of different
+machines differ most in the matmul's speed (each record names its CPU): where the matmul is faster, the same
+per-tile work weighs more in the ratio.""", (
         Measure("bench_scoring*", "python scripts/bench_scoring.py --dims 384 1024 --repeats 3"),
     )),
     Section("The retrieval demo", """\
