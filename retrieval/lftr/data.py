@@ -149,20 +149,11 @@ def build_data(bench: Benchmark, target: Space, prefix_space: Space | ConcatPref
     horizon = np.asarray(qd["horizon"][:], np.int64)
     sidx = bench.state_index
     target_state = np.fromiter((sidx.get(s, -1) for s in qd["target_state_id"][:]), np.int64, count=len(qd))
-    cidx = bench.corpus_index
-    pools = qd["gt_pools"][:]
-    ptr = [0]
-    pos: list[np.ndarray] = []
-    for p in pools:
-        rows = np.fromiter((cidx[x] for t in ("in_dataset", "cross_dataset") for x in p[t] if x in cidx), np.int64)
-        items = np.unique(target.corpus_rows_to_items(rows)) if rows.size else rows
-        pos.append(items)
-        ptr.append(ptr[-1] + items.size)
-    pos_items = np.concatenate(pos) if pos else np.zeros(0, np.int64)
-    gt_exact = qd["gt_sim_exact"][:] if "gt_sim_exact" in qd.column_names else None
-    pos_ptr = np.asarray(ptr, np.int64)
+    groups = _gt_groups(bench)
+    pos_ptr, pos_items = _csr([np.unique(target.corpus_rows_to_items(rows)) if rows.size else rows
+                               for rows in groups["type2-all"]])
     excl_ptr, excl_items = _csr([np.unique(target.corpus_rows_to_items(rows)) if rows.size else rows
-                                 for rows in _pool_rows(pools, qd["gt_type1"][:], gt_exact, cidx)])
+                                 for rows in _excluded_rows(groups, len(qd))])
     inter_ptr, inter_state = _csr(_intermediate_states(bench))
     items = np.array(target.items, np.float32)  # a writable copy (the table may be memory-mapped read-only)
     # centroid of each query's positives: segment-sum via np.add.reduceat on the CSR layout
@@ -193,13 +184,19 @@ def _csr(lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 EXCLUDED_POOLS = ("in_video", "in_dataset", "cross_dataset", "bge_similar", "consensus")
 
 
-def _pool_rows(pools: list[dict], gt_type1: list[list[str]], gt_exact: list[list[str]] | None,
-               cidx: dict[str, int]):
+def _gt_groups(bench: Benchmark) -> dict[str, list[np.ndarray]]:
+    """Per query (every query of ``bench``, in order), the corpus rows of its main pool (``type2-all``), of each pool
+    in `EXCLUDED_POOLS`, of its type1 GT and of its exact GT where the benchmark has it, read from the queries'
+    Arrow columns in one corpus lookup (`eval.benchmark.Benchmark.gt_pools_at`)."""
+    qd = bench.queries_ds
+    definitions = ["type2-all", "type1-all"] + (["sim-exact"] if "gt_sim_exact" in qd.column_names else [])
+    return bench.gt_pools_at(bench.query_table(np.arange(len(qd))), definitions=definitions, tiers=EXCLUDED_POOLS)
+
+
+def _excluded_rows(groups: dict[str, list[np.ndarray]], n: int) -> list[np.ndarray]:
     """Per query: corpus rows of every GT pool (`EXCLUDED_POOLS`), of its type1 GT and of its exact GT."""
-    exact = gt_exact if gt_exact is not None else [()] * len(pools)
-    for p, t1, ex in zip(pools, gt_type1, exact, strict=True):
-        ids = [x for t in EXCLUDED_POOLS for x in (p.get(t) or ())] + list(t1 or ()) + list(ex or ())
-        yield np.fromiter((cidx[x] for x in ids if x in cidx), np.int64)
+    names = [*EXCLUDED_POOLS, "type1-all", *(["sim-exact"] if "sim-exact" in groups else [])]
+    return [np.concatenate([groups[name][i] for name in names]) for i in range(n)]
 
 
 def _intermediate_states(bench: Benchmark) -> list[np.ndarray]:
