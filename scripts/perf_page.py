@@ -138,12 +138,15 @@ a bound measured in the same run right after it (how each bound is measured:
 the state vectors, so their matmul bound is tiny and their seconds are fixed costs (interpreter start, imports,
 loading the benchmark, its GT pools, writing a run); their ratio says nothing about the scorer. The `random` row
 hashes one score per query and item (a numba kernel) and is otherwise the same fixed costs. An encode stage is
-skipped when its space exists (the record then has no row for it). Z-score fusion needs every item's score of each input, which run files (top-k) do not keep, so it
+skipped when its space exists (the record then has no row for it). A rerun in the same output folder skips every
+stage whose outputs exist and keeps that stage's earlier row, so one table may join rows of several runs of the
+command: the table with LFTR below was made in a copy of the folder of the table without it, whose baseline, oracle
+and paraphrase rows it keeps. Z-score fusion needs every item's score of each input, which run files (top-k) do not keep, so it
 scores both inputs again from their query-vector sidecars, each once, in one pass over the corpus
 (`eval.scoring.FusionSource`: per tile the inputs' products, then one numba pass that combines them into the
 first input's fresh tile). `scripts/bench_fusion.py` times that fusion alone against the sum of its inputs'
 bare matmuls, in the same run.""", (
-        Measure("psr_scale", "python scripts/psr_scale.py --data DIR --out DIR-scale"),
+        Measure("psr_scale*", "python scripts/psr_scale.py --data DIR --out DIR-scale"),
         Measure("bench_fusion*", "python scripts/bench_fusion.py"),
     )),
     Section("Learned image spaces", """\
