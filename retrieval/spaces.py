@@ -113,7 +113,11 @@ class Space:
         return corpus_rows if self.item_rows is None else self.item_rows[corpus_rows]
 
     def segment_features(self, corpus_rows: np.ndarray | None = None) -> np.ndarray:
-        """``(n, d)`` features of corpus segments (a semantic space returns each segment's state embedding)."""
+        """``(n, d)`` features of corpus segments (a semantic space returns each segment's state embedding). All of
+        them (``corpus_rows`` None) in a visual space whose rows are the corpus's: the (memory-mapped, read-only)
+        table itself, not a copy of it."""
+        if corpus_rows is None and self.item_rows is None and self.n_items == len(self.bench.corpus_ids):
+            return self.items
         rows = np.arange(len(self.bench.corpus_ids)) if corpus_rows is None else corpus_rows
         return self.items[self.corpus_rows_to_items(rows)]
 
@@ -139,8 +143,7 @@ class Space:
         ok = seg_state >= 0
         member = sp.csr_matrix((np.ones(int(ok.sum()), np.float32), (seg_state[ok], np.flatnonzero(ok))),
                                shape=(n_s, n_c))
-        # identity rows: the (memory-mapped) table itself, not a copy of it
-        sums = member @ (self.items if self.item_rows is None else self.segment_features())
+        sums = member @ self.segment_features()
         return l2_normalize(np.asarray(sums, np.float32))
 
     # --- prefixes ---

@@ -36,8 +36,6 @@ from eval.scoring.sources import (
     DEFAULT_C_CHUNK,
     DEFAULT_Q_BLOCK,
     SPREAD_RTOL,
-    DenseSource,
-    RandomSource,
     ScoreSource,
     _as_index,
     as_score_source,
@@ -79,10 +77,6 @@ def combine(scores: Sequence[np.ndarray], a: np.ndarray, b: np.ndarray, scratch:
         out = t if out is None else np.add(out, t, out=out)
     out -= b[:, None]
     return out
-
-
-#: Sources whose every ``scores`` call returns a new array that only the caller holds (a product, a take, a hash).
-_FRESH_ARRAYS = (DenseSource, RandomSource)
 
 
 def needs_full_scores(src: ScoreSource) -> bool:
@@ -140,6 +134,8 @@ class FusionSource(ScoreSource):
     adapted (`as_score_source`). ``q_block`` and ``c_chunk`` are the grid of the statistics (and of the cache): the
     scorer's own grid (`eval.scoring.score_stream`, default the same) lets every tile come from the cache.
     """
+
+    fresh_arrays = True  # a new array, or an input's fresh one holding the result (`combine`)
 
     def __init__(self, sources: Sequence[Any], weights: Sequence[float] | None = None,
                  c_chunk: int = DEFAULT_C_CHUNK, q_block: int = DEFAULT_Q_BLOCK, names: Sequence[str] | None = None):
@@ -272,8 +268,8 @@ class FusionSource(ScoreSource):
 
     # --- scores -------------------------------------------------------------------------------------------------
     def _input_scores(self, k: int, q: slice, items: slice | np.ndarray) -> tuple[np.ndarray, bool]:
-        """Input k's scores, and whether the array is a fresh one nobody else holds (a `DenseSource` or
-        `RandomSource` call, a gather from the cache; not a cached chunk, nor a duck-typed source's array)."""
+        """Input k's scores, and whether the array is a fresh one nobody else holds (a gather from the cache, a call
+        of a source with ``fresh_arrays``; not a cached chunk)."""
         held = self._cache.inputs.get(k) if self._cache is not None else None
         if held is not None and held.block.start <= q.start and q.stop <= held.block.stop:
             if isinstance(items, slice):
@@ -283,7 +279,7 @@ class FusionSource(ScoreSource):
             else:
                 return held.gather(q, items), True
         src = self.sources[k]
-        return src.scores(q, items), type(src) in _FRESH_ARRAYS
+        return src.scores(q, items), src.fresh_arrays
 
     def scores(self, q: slice, items: slice | np.ndarray) -> np.ndarray:
         q = slice(*q.indices(self.n_queries)[:2])

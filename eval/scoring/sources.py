@@ -41,6 +41,8 @@ class ScoreSource(ABC):
     - `moments` with a closed form (the default streams the scores once, `stream_moments`);
     - ``cached_blocks`` (``True``): a call on any rows of a query block costs a gather once the block has been
       scored, so the scorer's pass A scores a whole block in one call;
+    - ``fresh_arrays`` (``True``): every `scores` call returns a new array that only the caller holds (no view of
+      a kept matrix), so a caller may overwrite it (a fusion writes its result into one);
     - ``name``: how messages name it (default: its class name);
     - `nonfinite_origin`: which input produced a non-finite score (a fusion names its input).
 
@@ -51,6 +53,7 @@ class ScoreSource(ABC):
     n_queries: int
     n_items: int
     cached_blocks: bool = False
+    fresh_arrays: bool = False
     name: str = ""
 
     @abstractmethod
@@ -168,6 +171,8 @@ class DenseSource(ScoreSource):
     product over the ``m`` items, a stream one pass of the ``n_q`` queries (``n_q m d``), so the closed form is
     taken for one vector per query when ``d <= n_q`` or with ``item_rows`` (``m`` states, not the corpus).
     """
+
+    fresh_arrays = True  # a product, or a take from the block's state scores
 
     def __init__(self, queries: np.ndarray, items: np.ndarray, item_rows: np.ndarray | None = None,
                  reduce: str = "max", moments: str = "auto"):
@@ -356,6 +361,8 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
 class RandomSource(ScoreSource):
     """The random baseline: ``s(i, j) = U[0, 1)`` from a counter-based hash of ``(seed, i, j)`` (splitmix64,
     24-bit float32), so a query's scores do not depend on how the corpus is chunked."""
+
+    fresh_arrays = True
 
     def __init__(self, n_queries: int, n_items: int, seed: int = 0):
         self.n_queries, self.n_items, self.seed = int(n_queries), int(n_items), int(seed)

@@ -81,8 +81,7 @@ def main_pool_stats(prep: Prepared, rows: np.ndarray, vectors: np.ndarray, *, pr
     """Rank statistics of the main GT pool (``type2-all``) for ``vectors`` ``(n, K, d)`` of queries ``rows``,
     streamed over the corpus under the benchmark protocol (own video excluded)."""
     bench, space = prep.bench, prep.target
-    queries = [bench.query(int(r)) for r in rows]
-    all_pools, exclude, _ = benchmark_groups(bench, queries)
+    all_pools, exclude, _ = benchmark_groups(bench, bench.query_table(rows))
     pools = {"type2-all": all_pools["type2-all"]}
     src = DenseSource(vectors, space.items, space.item_rows, reduce="max")
     return score_stream(src, pools, exclude, k=1, progress=progress).stats["type2-all"]

@@ -120,3 +120,28 @@ def test_combine_refuses_blocks_of_different_shapes():
     with pytest.raises(InputError, match="different shapes"):
         combine([np.zeros((2, 3), np.float32), np.zeros((2, 4), np.float32)], np.ones((2, 2), np.float32),
                 np.zeros(2, np.float32))
+
+
+class _Views:
+    """A duck-typed source that returns views of the score matrix it keeps."""
+
+    def __init__(self, S):
+        self.S, self.n_queries, self.n_items = S, S.shape[0], S.shape[1]
+
+    def scores(self, q, items):
+        return self.S[q, items] if isinstance(items, slice) else self.S[q][:, items]
+
+
+def test_fusion_writes_its_result_only_into_arrays_nobody_else_holds():
+    """A fused tile may take the place of a fresh input tile (`ScoreSource.fresh_arrays`), never of a view of a
+    source's kept scores; the fused scores are those of the two-pass reference either way."""
+    rng = np.random.default_rng(3)
+    S = rng.standard_normal((20, 300), dtype=np.float32)
+    kept = S.copy()
+    dense = DenseSource(rng.standard_normal((20, 8), dtype=np.float32), rng.standard_normal((300, 8), dtype=np.float32))
+    for inputs in ([_Views(S), _Views(S * 2)], [_Views(S), dense], [dense, _Views(S)]):
+        one, two = FusionSource(inputs, q_block=8, c_chunk=100), TwoPassFusion(inputs, q_block=8, c_chunk=100)
+        for q in (slice(0, 8), slice(8, 16)):
+            for items in (slice(0, 100), np.array([3, 150, 299])):
+                assert one.scores(q, items).tobytes() == two.scores(q, items).tobytes()
+        assert np.array_equal(S, kept)
