@@ -12,7 +12,9 @@ the scorer's tiles of 512 x 16,384):
 - ``dense`` -- two one-vector spaces (384-d and 1,024-d over the same items; e.g. two phrase-search runs).
 
 Per case: ``bare_s`` = the sum over inputs of the bare chunked matmul of its query vectors (all samples) against its
-items (``Q[a:a+1024] @ X[c:c+16384].T``, torch, the same threads), ``fusion_s`` = `eval.scoring.score_stream` on
+items (``Q[a:a+1024] @ X[c:c+16384].T``, torch, the same threads; a new tile per product), ``bare_reused_s`` = the
+same products written into one preallocated buffer (``torch.mm(out=)``: no page faults for fresh tiles; the stricter
+bound, ``ratio_reused``, which the target is judged on), ``fusion_s`` = `eval.scoring.score_stream` on
 `eval.scoring.FusionSource` built once over every query, as a pipeline builds it (the statistics it takes for every
 query before its first tile, timed once, plus every block: its tiles, pass A, rank counting, top-k), ``ratio =
 fusion_s / bare_s``. The blocks are timed per query block of 512 with the contenders taking turns (`interleaved` of
@@ -60,16 +62,21 @@ def inputs(case: str, a, rng) -> list[dict]:
     raise SystemExit(f"unknown case {case!r} (lftr, dense)")
 
 
-def bare_matmul(spec: dict, qs: slice, rows: int = 1024, c_chunk: int = 16384) -> None:
-    """``(n*K, d) @ (d, m)`` of queries ``qs`` in tiles of ``rows`` x ``c_chunk``, nothing else."""
+def bare_matmul(spec: dict, qs: slice, rows: int = 1024, c_chunk: int = 16384, out=None) -> None:
+    """``(n*K, d) @ (d, m)`` of queries ``qs`` in tiles of ``rows`` x ``c_chunk``, nothing else: a new tile per
+    product, or each written into ``out`` (a flat float32 tensor of ``rows * c_chunk``) when given."""
     import torch
 
     q = torch.from_numpy(np.ascontiguousarray(spec["q"][qs]).reshape(-1, spec["q"].shape[2]))
     x = torch.from_numpy(spec["x"])
     for r in range(0, len(q), rows):
         for c in range(0, len(x), c_chunk):
-            s = q[r:r + rows] @ x[c:c + c_chunk].T
-            del s
+            qr, xc = q[r:r + rows], x[c:c + c_chunk]
+            if out is None:
+                s = qr @ xc.T
+                del s
+            else:
+                torch.mm(qr, xc.T, out=out[:len(qr) * len(xc)].view(len(qr), len(xc)))
 
 
 class QueryRows:
@@ -81,9 +88,15 @@ class QueryRows:
         self.n_queries, self.n_items = rows.stop - rows.start, source.n_items
         self.cached_blocks = source.cached_blocks
 
-    def scores(self, q: slice, items):
+    def _rows(self, q: slice) -> slice:
         q = slice(*q.indices(self.n_queries)[:2])
-        return self.source.scores(slice(q.start + self.rows.start, q.stop + self.rows.start), items)
+        return slice(q.start + self.rows.start, q.stop + self.rows.start)
+
+    def scores(self, q: slice, items):
+        return self.source.scores(self._rows(q), items)
+
+    def scores_into(self, q: slice, items: slice, out: np.ndarray) -> np.ndarray:
+        return self.source.scores_into(self._rows(q), items, out)
 
 
 def run_case(case: str, a) -> dict:
@@ -118,7 +131,11 @@ def run_case(case: str, a) -> dict:
                                             probes={n: v[qs] for n, v in probes.items()})
         extra[name] = max(extra[name], (mem.peak - mem.start) / 2**20)
 
-    contenders = {"bare": lambda b: [bare_matmul(s, blocks[b]) for s in specs]}
+    import torch
+
+    buf = torch.empty(1024 * 16384)
+    contenders = {"bare": lambda b: [bare_matmul(s, blocks[b]) for s in specs],
+                  "bare_reused": lambda b: [bare_matmul(s, blocks[b], out=buf) for s in specs]}
     contenders.update({name: (lambda b, name=name: fused(name, b)) for name in kinds})
     # compile the kernels outside the timed region
     score_stream(DenseSource(specs[0]["q"][:4], specs[0]["x"][:1000]), {"a": [np.arange(3)] * 4},
@@ -143,10 +160,12 @@ def run_case(case: str, a) -> dict:
     out = {"case": case, "queries": a.queries, "items": a.items, "threads": a.threads, "repeats": a.repeats,
            "inputs": [{"vectors_per_query": int(s["q"].shape[1]), "dim": int(s["q"].shape[2]),
                        "items": int(len(s["x"])), "state_space": "item_rows" in s} for s in specs],
-           "bare_s": t["bare"]["wall_s"], "bare_cpu_s": t["bare"]["cpu_s"], "load_before": load_before,
+           "bare_s": t["bare"]["wall_s"], "bare_cpu_s": t["bare"]["cpu_s"],
+           "bare_reused_s": t["bare_reused"]["wall_s"], "load_before": load_before,
            "load_after": os.getloadavg()[0]}
     for name in kinds:
         out[name] = {"s": t[name]["wall_s"], "cpu_s": t[name]["cpu_s"], "ratio": t[name]["wall_s"] / t["bare"]["wall_s"],
+                     "ratio_reused": t[name]["wall_s"] / t["bare_reused"]["wall_s"],
                      "cpu_ratio": t[name]["cpu_s"] / t["bare"]["cpu_s"], "extra_mb": extra[name]}
     return out
 
@@ -156,8 +175,9 @@ def markdown(results: list[dict], two_pass: bool) -> str:
     r0 = results[0]
     head = (f"{r0['queries']:,} queries, {r0['threads']} threads, minimum over {r0['repeats']} repeat(s) per query "
             "block; bare = the sum of the inputs' chunked matmuls, measured in the same run.")
-    cols = "| case | items | inputs | bare matmuls | one-pass fusion | ratio | CPU ratio | fusion's extra memory |"
-    sep = "|---|---:|---|---:|---:|---:|---:|---:|"
+    cols = ("| case | items | inputs | bare matmuls | the same into one reused buffer | one-pass fusion | ratio | "
+            "ratio to the reused-buffer matmuls | CPU ratio | fusion's extra memory |")
+    sep = "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"
     if two_pass:
         cols, sep = cols + " two-pass | ratio |", sep + "---:|---:|"
     lines = [head, "", cols + " load before / after |", sep + "---|"]
@@ -165,8 +185,9 @@ def markdown(results: list[dict], two_pass: bool) -> str:
         one = r["one-pass"]
         inputs = " + ".join(f"{i['vectors_per_query']} x {i['dim']}-d" + (" (states)" if i["state_space"] else "")
                             for i in r["inputs"])
-        row = (f"| {r['case']} | {r['items']:,} | {inputs} | {r['bare_s']:.2f} s | {one['s']:.2f} s | "
-               f"**{one['ratio']:.2f}** | {one['cpu_ratio']:.2f} | {one['extra_mb']:,.0f} MB |")
+        row = (f"| {r['case']} | {r['items']:,} | {inputs} | {r['bare_s']:.2f} s | {r['bare_reused_s']:.2f} s | "
+               f"{one['s']:.2f} s | {one['ratio']:.2f} | **{one['ratio_reused']:.2f}** | {one['cpu_ratio']:.2f} | "
+               f"{one['extra_mb']:,.0f} MB |")
         if two_pass:
             row += f" {r['two-pass']['s']:.2f} s | {r['two-pass']['ratio']:.2f} |"
         lines.append(row + f" {r['load_before']:.1f} / {r['load_after']:.1f} |")
@@ -202,7 +223,7 @@ def main() -> None:
         line = (f"{case}: {r['queries']} queries x {r['items']:,} items, inputs "
                 + " + ".join(f"{i['vectors_per_query']} x {i['dim']}-d" for i in r["inputs"])
                 + f": bare matmuls {r['bare_s']:.2f} s; one-pass fusion {r['one-pass']['s']:.2f} s, ratio "
-                  f"{r['one-pass']['ratio']:.2f} (CPU {r['one-pass']['cpu_ratio']:.2f}, +{r['one-pass']['extra_mb']:.0f} MB)")
+                  f"{r['one-pass']['ratio']:.2f}, {r['one-pass']['ratio_reused']:.2f} to the matmuls into one buffer (CPU {r['one-pass']['cpu_ratio']:.2f}, +{r['one-pass']['extra_mb']:.0f} MB)")
         if a.two_pass:
             line += (f"; two-pass {r['two-pass']['s']:.2f} s, ratio {r['two-pass']['ratio']:.2f} (CPU "
                      f"{r['two-pass']['cpu_ratio']:.2f})")

@@ -17,7 +17,10 @@ scored independently, so this is the scorer's work on the whole set) take turns,
 time is the minimum over its repeats and the totals are their sums.
 
 Reported per dimension: ``bare_s`` (``for c-chunk: Q[block] @ X[c].T`` with the scorer's tile sizes, torch, same
-threads), ``ours_s`` (`score_stream` with `DenseSource`), ``ratio = ours_s / bare_s``, the same in CPU seconds of
+threads: a new tile per product, as the issue's bound is written), ``bare_reused_s`` (the same products written into
+one preallocated buffer with ``torch.mm(out=)``: no page faults for fresh tiles, the stricter bound, which the
+scorer's own tile loop also reaches), ``ours_s`` (`score_stream` with `DenseSource`), ``ratio = ours_s / bare_s``,
+``ratio_reused = ours_s / bare_reused_s`` (the ratio the targets are judged on), the same in CPU seconds of
 the process (``cpu_ratio``), the 1-minute load average before and after, ``peak_rss_mb`` (the process's peak
 resident memory, data included), ``data_mb`` (queries + items) and ``scorer_extra_mb`` (the largest peak RSS
 while a block is scored minus the RSS before it, sampled every 10 ms). Targets (issue 23): ratio <= 1.25 at 384-d, <= 1.3 at 1,024-d, peak
@@ -133,6 +136,15 @@ def run_one(args) -> dict:
             s = qt[a:a + args.q_block] @ xt[c:c + args.c_chunk].T
             del s
 
+    out = torch.empty(args.q_block * args.c_chunk)
+
+    def bare_reused(b):
+        a = starts[b]
+        qb = qt[a:a + args.q_block]
+        for c in range(0, len(x), args.c_chunk):
+            xc = xt[c:c + args.c_chunk]
+            torch.mm(qb, xc.T, out=out[:len(qb) * len(xc)].view(len(qb), len(xc)))
+
     extra = [0.0]
 
     def ours(b):
@@ -145,13 +157,14 @@ def run_one(args) -> dict:
         extra[0] = max(extra[0], (mem.peak - mem.start) / 2**20)
 
     load_before = os.getloadavg()[0]
-    t = interleaved({"bare": bare, "ours": ours}, len(starts), args.repeats)
+    t = interleaved({"bare": bare, "bare_reused": bare_reused, "ours": ours}, len(starts), args.repeats)
     hit5 = float(np.mean(np.concatenate([results[b].stats["type2-all"]["n_above"] for b in sorted(results)]) < 5))
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     bare_s, ours_s = t["bare"]["wall_s"], t["ours"]["wall_s"]
     return {"dim": args.dim, "queries": len(q), "items": len(x), "k": args.k, "q_block": args.q_block,
             "c_chunk": args.c_chunk, "threads": args.threads, "repeats": args.repeats,
             "bare_s": bare_s, "ours_s": ours_s, "ratio": ours_s / bare_s,
+            "bare_reused_s": t["bare_reused"]["wall_s"], "ratio_reused": ours_s / t["bare_reused"]["wall_s"],
             "bare_cpu_s": t["bare"]["cpu_s"], "ours_cpu_s": t["ours"]["cpu_s"],
             "cpu_ratio": t["ours"]["cpu_s"] / t["bare"]["cpu_s"], "bare_all_s": t["bare"]["repeats_wall_s"],
             "ours_all_s": t["ours"]["repeats_wall_s"], "load_before": load_before, "load_after": os.getloadavg()[0],
@@ -166,11 +179,12 @@ def markdown(results: list[dict]) -> str:
     lines = [f"{r0['queries']:,} queries x {r0['items']:,} items, random L2-normalised float32 vectors, k = {r0['k']}, "
              f"tiles of {r0['q_block']:,} x {r0['c_chunk']:,}, {r0['threads']} threads, minimum over "
              f"{r0['repeats']} repeat(s) per query block; torch {r0['torch']}, numba {r0['numba']}.", "",
-             "| dim | bare chunked `Q @ X.T` | `score_stream` | ratio | CPU ratio | peak RSS (data) | "
-             "scorer's own extra memory | load before / after |",
-             "|---:|---:|---:|---:|---:|---:|---:|---|"]
-    lines += [f"| {r['dim']:,} | {r['bare_s']:.2f} s | {r['ours_s']:.2f} s | **{r['ratio']:.2f}** | "
-              f"{r['cpu_ratio']:.2f} | {r['peak_rss_mb']:,.0f} MB ({r['data_mb']:,.0f} MB) | "
+             "| dim | bare chunked `Q @ X.T` | the same into one reused buffer | `score_stream` | ratio | "
+             "ratio to the reused-buffer matmul | CPU ratio | peak RSS (data) | scorer's own extra memory | "
+             "load before / after |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines += [f"| {r['dim']:,} | {r['bare_s']:.2f} s | {r['bare_reused_s']:.2f} s | {r['ours_s']:.2f} s | "
+              f"{r['ratio']:.2f} | **{r['ratio_reused']:.2f}** | {r['cpu_ratio']:.2f} | {r['peak_rss_mb']:,.0f} MB ({r['data_mb']:,.0f} MB) | "
               f"{r['scorer_extra_mb']:,.0f} MB | {r['load_before']:.1f} / {r['load_after']:.1f} |" for r in results]
     return "\n".join(lines) + "\n"
 
@@ -209,7 +223,7 @@ def main() -> None:
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         results.append(r)
         print(f"{r['queries']} x {r['items']} x {d}-d: bare matmul {r['bare_s']:.2f} s, scorer {r['ours_s']:.2f} s, "
-              f"ratio {r['ratio']:.2f} (CPU s {r['bare_cpu_s']:.1f} vs {r['ours_cpu_s']:.1f}, ratio "
+              f"ratio {r['ratio']:.2f}, {r['ratio_reused']:.2f} to the matmul into one buffer (CPU s {r['bare_cpu_s']:.1f} vs {r['ours_cpu_s']:.1f}, ratio "
               f"{r['cpu_ratio']:.2f}); load {r['load_before']:.1f} -> {r['load_after']:.1f}; peak RSS "
               f"{r['peak_rss_mb']:.0f} MB (data {r['data_mb']:.0f} MB, scorer +{r['scorer_extra_mb']:.0f} MB)",
               flush=True)

@@ -29,7 +29,7 @@ import numpy as np
 
 from eval.errors import EngineError, InputError
 from eval.runs import RankedPositives
-from eval.scoring.sources import ScoreSource
+from eval.scoring.sources import ScoreSource, tile_buffer
 
 #: Queries per pass-A call for sources without a per-block cache (see `positive_scores`).
 PASS_A_QUERIES = 64
@@ -380,9 +380,12 @@ def stream_tiles(source: ScoreSource, ctx: BlockContext, thresholds: Thresholds,
     ex_cursor = ex_offsets[:-1].copy()
     n_nonfinite = np.zeros(nb, np.int64)
     gathering = (*ctx.pools.values(), *ctx.probes.values(), ctx.excluded)
+    buf = None  # one tile's memory for the whole pass: the source writes each tile into it when it can
     for c0 in range(0, n_items, ctx.c_chunk):
         c1 = min(n_items, c0 + ctx.c_chunk)
-        tile = np.ascontiguousarray(source.scores(ctx.queries, slice(c0, c1)), dtype=np.float32)
+        out = tile_buffer(nb, c1 - c0, buf)
+        buf = out if buf is None else buf
+        tile = np.ascontiguousarray(source.scores_into(ctx.queries, slice(c0, c1), out), dtype=np.float32)
         if tile.shape != (nb, c1 - c0):
             raise InputError(f"the source returned scores of shape {tile.shape}, expected {(nb, c1 - c0)}")
         for g in gathering:

@@ -39,7 +39,9 @@ from eval.scoring.sources import (
     ScoreSource,
     _as_index,
     as_score_source,
+    check_out,
     stream_moments,
+    tile_buffer,
 )
 
 
@@ -165,6 +167,7 @@ class FusionSource(ScoreSource):
         self._b = np.zeros(self.n_queries, np.float32)
         self._ready = np.zeros(self.n_queries, bool)  # a, b final for that query
         self._cache: _BlockCache | None = None
+        self._buffers: dict[int, np.ndarray] = {}  # scores_into: input k's reused tile
         #: bool (n_sources, n_q): the source was constant for that query (weight 0); filled as blocks are scored
         #: (every query after `coefficients`)
         self.constant = np.zeros((n, self.n_queries), bool)
@@ -286,6 +289,33 @@ class FusionSource(ScoreSource):
         items = _as_index(items, self.n_items)
         self._prepare(q)
         got = [self._input_scores(k, q, items) for k in range(len(self.sources))]
+        scratch = next((k for k, (arr, fresh) in enumerate(got) if fresh and arr.dtype == np.float32), None)
+        return combine([arr for arr, _ in got], self._a[:, q], self._b[q], scratch)
+
+    def scores_into(self, q: slice, items: slice, out: np.ndarray) -> np.ndarray:
+        """`scores`, with every input that is not read from the block's cache written into a buffer: the first into
+        ``out``, the others into buffers the fusion keeps (valid until its next call); the fused tile takes one of
+        them (`combine`). No fresh tile is allocated."""
+        if not isinstance(items, slice):
+            return self.scores(q, items)
+        q = slice(*q.indices(self.n_queries)[:2])
+        items = _as_index(items, self.n_items)
+        shape = (q.stop - q.start, items.stop - items.start)
+        check_out(out, shape)
+        self._prepare(q)
+        got, spare = [], out
+        for k in range(len(self.sources)):
+            held = self._cache.inputs.get(k) if self._cache is not None else None
+            if held is not None and held.block.start <= q.start and q.stop <= held.block.stop:
+                got.append(self._input_scores(k, q, items))
+                continue
+            if spare is None:
+                spare = tile_buffer(*shape, self._buffers.get(k))
+                if spare.base is None:  # a new buffer (the kept one was too small)
+                    self._buffers[k] = spare
+            arr = self.sources[k].scores_into(q, items, spare)
+            got.append((arr, arr is spare or self.sources[k].fresh_arrays))
+            spare = None if arr is spare else spare
         scratch = next((k for k, (arr, fresh) in enumerate(got) if fresh and arr.dtype == np.float32), None)
         return combine([arr for arr, _ in got], self._a[:, q], self._b[q], scratch)
 

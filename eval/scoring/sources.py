@@ -43,6 +43,8 @@ class ScoreSource(ABC):
       scored, so the scorer's pass A scores a whole block in one call;
     - ``fresh_arrays`` (``True``): every `scores` call returns a new array that only the caller holds (no view of
       a kept matrix), so a caller may overwrite it (a fusion writes its result into one);
+    - `scores_into` to write a tile into the caller's buffer (the scorer reuses one buffer for all its tiles: a
+      fresh 32 MiB tile costs about as many page faults as a third of its product);
     - ``name``: how messages name it (default: its class name);
     - `nonfinite_origin`: which input produced a non-finite score (a fusion names its input).
 
@@ -60,6 +62,12 @@ class ScoreSource(ABC):
     def scores(self, q: slice, items: slice | np.ndarray) -> np.ndarray:
         """float32 ``(q.stop - q.start, n_sel)``: row ``a`` is query ``q.start + a``, column ``b`` is corpus row
         ``items[b]`` (or ``items.start + b`` for a slice). Higher is better."""
+
+    def scores_into(self, q: slice, items: slice, out: np.ndarray) -> np.ndarray:
+        """`scores` of queries ``q`` against the corpus rows ``items`` (a slice), written into ``out`` (C-contiguous
+        float32 of the result's shape, owned by the caller) when the source can; returns the array holding them:
+        ``out``, or a new array (the default: `scores`). Either stays valid until the caller reuses ``out``."""
+        return self.scores(q, items)
 
     def moments(self, q: slice, c_chunk: int = DEFAULT_C_CHUNK) -> tuple[np.ndarray, np.ndarray]:
         """Per-query mean and population std of the scores over all ``n_items`` corpus rows, float64 ``(n_q,)``:
@@ -88,7 +96,8 @@ class ScoreSource(ABC):
 
 class _Foreign(ScoreSource):
     """An object that is not a `ScoreSource` but has ``n_queries``, ``n_items`` and ``scores(q, items)``, adapted
-    once (`as_score_source`). Its optional ``name``, ``cached_blocks`` and ``moments`` (which may raise
+    once (`as_score_source`). Its optional ``scores_into`` is called when it has one. Its optional ``name``,
+    ``cached_blocks`` and ``moments`` (which may raise
     `NotImplementedError` for "no closed form") are read here, and only here."""
 
     def __init__(self, inner: Any):
@@ -104,6 +113,10 @@ class _Foreign(ScoreSource):
 
     def scores(self, q: slice, items: slice | np.ndarray) -> np.ndarray:
         return self.inner.scores(q, items)
+
+    def scores_into(self, q: slice, items: slice, out: np.ndarray) -> np.ndarray:
+        own = getattr(self.inner, "scores_into", None)
+        return own(q, items, out) if callable(own) else self.inner.scores(q, items)
 
     def streams_moments(self) -> bool:
         return not callable(self._moments)  # its own `moments` may still raise NotImplementedError (then streamed)
@@ -126,6 +139,21 @@ def as_score_source(source: Any) -> ScoreSource:
 def source_name(source: Any) -> str:
     """How messages name a score source: its ``name`` attribute when it has one, else its class."""
     return as_score_source(source).label
+
+
+def tile_buffer(rows: int, cols: int, buf: np.ndarray | None = None) -> np.ndarray:
+    """A C-contiguous float32 ``(rows, cols)`` array over the memory of ``buf`` when it holds enough (any shape),
+    else a new one: the scorer's reused tile (`ScoreSource.scores_into`)."""
+    if buf is not None and buf.size >= rows * cols:
+        return buf.reshape(-1)[:rows * cols].reshape(rows, cols)
+    return np.empty((rows, cols), dtype=np.float32)
+
+
+def check_out(out: np.ndarray, shape: tuple[int, int]) -> None:
+    """``out`` can take a tile of ``shape`` in place (`ScoreSource.scores_into`), else ValueError."""
+    if out.shape != shape or out.dtype != np.float32 or not out.flags.c_contiguous or not out.flags.writeable:
+        raise ValueError(f"scores_into needs a writable C-contiguous float32 array of shape {shape}, got "
+                         f"{out.dtype} {out.shape}")
 
 
 def _as_index(items: slice | np.ndarray, n: int) -> slice | np.ndarray:
@@ -211,6 +239,7 @@ class DenseSource(ScoreSource):
         self.cached_blocks = item_rows is not None
         self._cache: tuple[tuple[int, int], np.ndarray] | None = None
         self._moments: tuple[np.ndarray, np.ndarray] | None = None
+        self._scratch_buf: torch.Tensor | None = None
 
     @cached_property
     def _q(self) -> torch.Tensor:
@@ -229,24 +258,48 @@ class DenseSource(ScoreSource):
         rows = self._items_np[sel] if isinstance(sel, slice) else np.take(self._items_np, sel, axis=0)
         return _torch_view(np.asarray(rows, dtype=np.float32))
 
-    def _raw(self, q: slice, sel: slice | np.ndarray) -> np.ndarray:
-        """Scores against rows ``sel`` of ``items`` (no expansion): float32 (n_q, n_sel). Against the whole corpus
-        through torch's matmul; against the states of a state space (a few thousand rows, `_state_block`) through
-        numpy's, so that a stage scoring states never imports torch."""
+    def _raw(self, q: slice, sel: slice | np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Scores against rows ``sel`` of ``items`` (no expansion): float32 (n_q, n_sel), in ``out`` when given (C-
+        contiguous, that shape). Against the whole corpus through torch's matmul; against the states of a state
+        space (a few thousand rows, `_state_block`) through numpy's, so that a stage scoring states never imports
+        torch. With K samples, the (rows x K) products go through one scratch buffer kept by the source."""
         if self.item_rows is not None:
             return self._raw_numpy(q, sel)
+        import torch
+
         x = self._item_block(sel)
         qv = self._q[q]
-        nq = qv.shape[0]
+        nq, n = qv.shape[0], x.shape[0]
         if self.K == 1:
-            return (qv[:, 0, :] @ x.T).numpy()
-        out = np.empty((nq, x.shape[0]), dtype=np.float32)
+            if out is None:
+                return (qv[:, 0, :] @ x.T).numpy()
+            torch.mm(qv[:, 0, :], x.T, out=_torch_view(out))
+            return out
+        if out is None:
+            out = np.empty((nq, n), dtype=np.float32)
+        res = _torch_view(out)
         step = max(1, _MAX_QK_ROWS // self.K)
+        scratch = self._scratch(min(step, nq) * self.K * n)
         for a in range(0, nq, step):
             b = min(nq, a + step)
-            s = (qv[a:b].reshape(-1, qv.shape[2]) @ x.T).view(b - a, self.K, -1)
-            out[a:b] = (s.amax(1) if self.reduce == "max" else s.mean(1)).numpy()
+            s = scratch[:(b - a) * self.K * n].view((b - a) * self.K, n)
+            torch.mm(qv[a:b].reshape(-1, qv.shape[2]), x.T, out=s)
+            s = s.view(b - a, self.K, n)
+            if self.reduce == "max":
+                torch.amax(s, 1, out=res[a:b])
+            else:
+                torch.mean(s, 1, out=res[a:b])
         return out
+
+    def _scratch(self, size: int) -> torch.Tensor:
+        """A flat float32 buffer of at least ``size`` elements, kept between calls (the K-sample products)."""
+        import torch
+
+        buf = self._scratch_buf
+        if buf is None or buf.numel() < size:
+            self._scratch_buf = buf = None  # free the old one first
+            self._scratch_buf = buf = torch.empty(size, dtype=torch.float32)
+        return buf
 
     def _raw_numpy(self, q: slice, sel: slice | np.ndarray) -> np.ndarray:
         """`_raw` in numpy (float32 BLAS products; the mean over samples accumulated in float32 as torch's)."""
@@ -277,6 +330,13 @@ class DenseSource(ScoreSource):
         if self.item_rows is None:
             return self._raw(q, items)
         return np.take(self._state_block(q), self.item_rows[items], axis=1)
+
+    def scores_into(self, q: slice, items: slice, out: np.ndarray) -> np.ndarray:
+        if self.item_rows is not None or not isinstance(items, slice):
+            return self.scores(q, items)
+        q = slice(*q.indices(self.n_queries)[:2])
+        check_out(out, (q.stop - q.start, len(range(*items.indices(self.n_items)))))
+        return self._raw(q, _as_index(items, self.n_items), out)
 
     def state_scores(self, q: slice) -> tuple[np.ndarray, np.ndarray] | None:
         if self.item_rows is None:

@@ -139,9 +139,17 @@ def test_fusion_writes_its_result_only_into_arrays_nobody_else_holds():
     S = rng.standard_normal((20, 300), dtype=np.float32)
     kept = S.copy()
     dense = DenseSource(rng.standard_normal((20, 8), dtype=np.float32), rng.standard_normal((300, 8), dtype=np.float32))
-    for inputs in ([_Views(S), _Views(S * 2)], [_Views(S), dense], [dense, _Views(S)]):
+    dense2 = DenseSource(rng.standard_normal((20, 3, 8), dtype=np.float32),
+                         rng.standard_normal((300, 8), dtype=np.float32))
+    buf = np.empty(8 * 100, np.float32)
+    for inputs in ([_Views(S), _Views(S * 2)], [_Views(S), dense], [dense, _Views(S)], [dense, dense2],
+                   [dense, _Views(S), dense2]):
         one, two = FusionSource(inputs, q_block=8, c_chunk=100), TwoPassFusion(inputs, q_block=8, c_chunk=100)
-        for q in (slice(0, 8), slice(8, 16)):
-            for items in (slice(0, 100), np.array([3, 150, 299])):
-                assert one.scores(q, items).tobytes() == two.scores(q, items).tobytes()
+        for q in (slice(0, 8), slice(8, 16), slice(16, 20)):
+            for items in (slice(0, 100), slice(250, 300), np.array([3, 150, 299])):
+                want = two.scores(q, items).tobytes()
+                assert one.scores(q, items).tobytes() == want
+                if isinstance(items, slice):  # the scorer's path: tiles into its buffer, none allocated
+                    n = (q.stop - q.start) * (items.stop - items.start)
+                    assert one.scores_into(q, items, buf[:n].reshape(q.stop - q.start, -1)).tobytes() == want
         assert np.array_equal(S, kept)

@@ -79,3 +79,60 @@ def test_fusion_never_writes_to_an_input_array():
     assert np.array_equal(a.full, before[0]) and np.array_equal(b.full, before[1])
     z = [(m - m.mean(1, keepdims=True)) / m.std(1, keepdims=True) for m in before]
     np.testing.assert_allclose(fused, z[0] + z[1], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("K, reduce", [(1, "max"), (3, "max"), (3, "mean")])
+def test_dense_scores_into_writes_the_scores_into_the_callers_buffer(K, reduce):
+    """`ScoreSource.scores_into`: the same bytes as `scores`, written into the caller's buffer (no new tile)."""
+    rng = np.random.default_rng(K)
+    src = DenseSource(rng.standard_normal((70, K, 16), dtype=np.float32), rng.standard_normal((500, 16),
+                                                                                             dtype=np.float32),
+                      reduce=reduce)
+    buf = np.full(64 * 200, np.nan, np.float32)
+    for q, items in ((slice(0, 64), slice(0, 200)), (slice(64, 70), slice(200, 500, 1)), (slice(3, 9), slice(450, 500))):
+        nq, ni = len(range(*q.indices(70))), len(range(*items.indices(500)))
+        out = buf[:nq * ni].reshape(nq, ni) if nq * ni <= buf.size else np.empty((nq, ni), np.float32)
+        got = src.scores_into(q, items, out)
+        assert got is out
+        assert got.tobytes() == src.scores(q, items).tobytes()
+
+
+def test_scores_into_refuses_a_buffer_it_cannot_fill_and_a_state_space_returns_its_own():
+    rng = np.random.default_rng(1)
+    q, items = rng.standard_normal((6, 8), dtype=np.float32), rng.standard_normal((40, 8), dtype=np.float32)
+    src = DenseSource(q, items)
+    with pytest.raises(ValueError, match="C-contiguous float32"):
+        src.scores_into(slice(0, 6), slice(0, 20), np.empty((6, 40), np.float32)[:, :20])
+    with pytest.raises(ValueError, match="shape"):
+        src.scores_into(slice(0, 6), slice(0, 20), np.empty((6, 21), np.float32))
+    states = DenseSource(q, items[:5], item_rows=np.arange(40) % 5)
+    out = np.empty((6, 20), np.float32)
+    got = states.scores_into(slice(0, 6), slice(0, 20), out)
+    assert got is not out and got.tobytes() == states.scores(slice(0, 6), slice(0, 20)).tobytes()
+
+
+class Buffered(Matrix):
+    """`Matrix` writing its tiles into the scorer's buffer, recording the buffer's address."""
+
+    def __init__(self, full):
+        super().__init__(full)
+        self.addresses = []
+
+    def scores_into(self, q, items, out):
+        out[...] = self.full[q][:, items]
+        self.addresses.append(out.__array_interface__["data"][0])
+        return out
+
+
+def test_the_scorer_streams_every_tile_of_a_block_through_one_buffer():
+    rng = np.random.default_rng(2)
+    full = rng.integers(-4, 5, size=(12, 250)).astype(np.float32)
+    pools = {"p": [rng.choice(250, size=3, replace=False) for _ in range(12)]}
+    exclude = [np.arange(i, i + 4) for i in range(12)]
+    buffered = Buffered(full)
+    a = score_stream(buffered, pools, exclude, k=7, q_block=12, c_chunk=64, progress=False)
+    b = score_stream(Matrix(full), pools, exclude, k=7, q_block=12, c_chunk=64, progress=False)
+    assert len(buffered.addresses) == 4 and len(set(buffered.addresses)) == 1  # 4 tiles of 64, 64, 64, 58 items
+    assert a.topk_rows.tobytes() == b.topk_rows.tobytes() and a.topk_scores.tobytes() == b.topk_scores.tobytes()
+    for field, v in a.stats["p"].items():
+        assert v.tobytes() == b.stats["p"][field].tobytes(), field
