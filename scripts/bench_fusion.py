@@ -125,6 +125,8 @@ def run_case(case: str, a) -> dict:
 
     def fused(name, b):
         qs = blocks[b]
+        if isinstance(fusions[name], FusionSource):  # a repeat redoes the block's work, not reads the kept chunks
+            fusions[name]._cache = None
         with RssSampler() as mem:
             results[name][b] = score_stream(QueryRows(fusions[name], qs), {n: v[qs] for n, v in pools.items()},
                                             exclude[qs], k=50, progress=False,
