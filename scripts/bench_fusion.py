@@ -21,8 +21,8 @@ fusion_s / bare_s``. The blocks are timed per query block of 512 with the conten
 `scripts/bench_scoring.py`: each block's minimum over ``--repeats``, summed), also in CPU seconds (``cpu_ratio``);
 and with ``--two-pass`` the same for the fusion that computed every input's statistics in a pass of their own
 before scoring (the reference kept in ``tests/eval/eval_sources.py``). Also the load average before and after,
-and the peak resident memory of the fusion (sampled every 10 ms) minus the RSS before it. Target (issue 23): ratio
-<= 1.2. Prints a line per case and records the table of `markdown` (`eval.measured`: docs/perf/bench_fusion.json,
+and the peak resident memory of the fusion (sampled every 10 ms) minus the RSS before it. Target (issue 23), on ``ratio_reused``:
+ratio <= 1.2. Prints a line per case and records the table of `markdown` (`eval.measured`: docs/perf/bench_fusion.json,
 which docs/performance.md shows).
 """
 

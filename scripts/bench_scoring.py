@@ -19,11 +19,11 @@ time is the minimum over its repeats and the totals are their sums.
 Reported per dimension: ``bare_s`` (``for c-chunk: Q[block] @ X[c].T`` with the scorer's tile sizes, torch, same
 threads: a new tile per product, as the issue's bound is written), ``bare_reused_s`` (the same products written into
 one preallocated buffer with ``torch.mm(out=)``: no page faults for fresh tiles, the stricter bound, which the
-scorer's own tile loop also reaches), ``ours_s`` (`score_stream` with `DenseSource`), ``ratio = ours_s / bare_s``,
+scorer's tile loop also avoids), ``ours_s`` (`score_stream` with `DenseSource`), ``ratio = ours_s / bare_s``,
 ``ratio_reused = ours_s / bare_reused_s`` (the ratio the targets are judged on), the same in CPU seconds of
 the process (``cpu_ratio``), the 1-minute load average before and after, ``peak_rss_mb`` (the process's peak
 resident memory, data included), ``data_mb`` (queries + items) and ``scorer_extra_mb`` (the largest peak RSS
-while a block is scored minus the RSS before it, sampled every 10 ms). Targets (issue 23): ratio <= 1.25 at 384-d, <= 1.3 at 1,024-d, peak
+while a block is scored minus the RSS before it, sampled every 10 ms). Targets (issue 23), on ``ratio_reused``: <= 1.25 at 384-d, <= 1.3 at 1,024-d, peak
 memory < 2 GB.
 """
 
