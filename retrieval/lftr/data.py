@@ -51,6 +51,11 @@ class LFTRData:
     ``excl_ptr`` / ``excl_items`` (CSR, sorted per query): items of every GT pool of the query (never negatives);
     ``state_proto`` ``(n_states, d_out)`` L2-normalised state prototypes in the target space;
     ``inter_ptr`` / ``inter_state`` (CSR, time order): intermediate states between prefix and target.
+
+    Built for prediction only (`build_data` with ``targets=False``), the fields derived from the GT (``target_state``,
+    ``pos_ptr``, ``pos_items``, ``centroid``, ``excl_*``, ``state_proto``, ``inter_*``) are None and ``items`` is
+    the target space's table itself, not a copy: predicting needs only the prefixes, question types, horizons and
+    question texts.
     """
 
     prefix: np.ndarray
@@ -58,10 +63,10 @@ class LFTRData:
     qtype: np.ndarray
     horizon: np.ndarray
     question: np.ndarray | None
-    target_state: np.ndarray
-    pos_ptr: np.ndarray
-    pos_items: np.ndarray
-    centroid: np.ndarray
+    target_state: np.ndarray | None
+    pos_ptr: np.ndarray | None
+    pos_items: np.ndarray | None
+    centroid: np.ndarray | None
     items: np.ndarray
     item_state: np.ndarray
     split: np.ndarray
@@ -73,6 +78,9 @@ class LFTRData:
 
     @property
     def n_pos(self) -> np.ndarray:
+        if self.pos_ptr is None:
+            raise RuntimeError("these LFTR data were built for prediction only (build_data(targets=False)): "
+                               "they hold no GT")
         return np.diff(self.pos_ptr)
 
     def rows(self, split: str, *, with_positives: bool = True, main_only: bool = False) -> np.ndarray:
@@ -139,14 +147,21 @@ def question_embeddings(bench: Benchmark, space_name: str, cache: Path, device: 
 
 
 def build_data(bench: Benchmark, target: Space, prefix_space: Space | ConcatPrefixes,
-               question: np.ndarray | None = None) -> LFTRData:
-    """Assemble `LFTRData` for every query of ``bench`` (vectorised over queries; GT lists are per query)."""
+               question: np.ndarray | None = None, *, targets: bool = True) -> LFTRData:
+    """Assemble `LFTRData` for every query of ``bench`` (vectorised over queries; GT lists are per query).
+    ``targets=False``: the inputs of prediction only (`LFTRData`), without reading a GT pool."""
     qd = bench.queries_ds
     prefix_ids = qd["prefix_id"][:]
     prefix_row = prefix_space.prefix_rows(prefix_ids)
     qt_index = {q: i for i, q in enumerate(QUESTION_TYPES)}
     qtype = np.fromiter((qt_index[q] for q in qd["qtype"][:]), np.int64, count=len(qd))
     horizon = np.asarray(qd["horizon"][:], np.int64)
+    if not targets:
+        return LFTRData(
+            prefix=np.asarray(prefix_space.prefixes.array, np.float32), prefix_row=prefix_row, qtype=qtype,
+            horizon=horizon, question=None if question is None else np.asarray(question, np.float32),
+            target_state=None, pos_ptr=None, pos_items=None, centroid=None, items=target.items,
+            item_state=target.item_state, split=np.asarray(qd["split"][:]))
     sidx = bench.state_index
     target_state = np.fromiter((sidx.get(s, -1) for s in qd["target_state_id"][:]), np.int64, count=len(qd))
     groups = _gt_groups(bench)

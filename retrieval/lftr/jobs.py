@@ -42,7 +42,9 @@ def _predict_run(bench, model, cfg, ck, ckpt, out, *, split, read_rule, method, 
                  overwrite=False, prep=None) -> Run:
     rule = read_rule or cfg.read_rule
     ckpt_dir = Path(ckpt) if Path(ckpt).is_dir() else Path(ckpt).parent
-    prep = prep if prep is not None else prepare(bench, cfg, ckpt_dir, device)
+    # the matched, fixed1 and multi_hypothesis reads need the queries' inputs only; calibrated reads validation
+    prep = prep if prep is not None else prepare(bench, cfg, ckpt_dir, device,
+                                                 targets=rule in ("calibrated", "best_step_oracle"))
     rows = bench.selection(split)
     t0 = time.time()
     qv = predict_query_vectors(model, prep, rows, rule=rule, seed=cfg.seed, progress=progress, ckpt_dir=ckpt_dir)

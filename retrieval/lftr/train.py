@@ -71,7 +71,8 @@ class Prepared:
         return self.data.prefix.shape[-1], self.data.items.shape[1], d_text
 
 
-def prepare(bench: Benchmark, cfg: LFTRConfig, out: Path, device: str) -> Prepared:
+def prepare(bench: Benchmark, cfg: LFTRConfig, out: Path, device: str, *, targets: bool = True) -> Prepared:
+    """The spaces and `LFTRData` of a job (``targets=False``: for prediction only, no GT read, `build_data`)."""
     if not cfg.target_space:
         raise InputError("LFTR config needs target_space (--space NAME)")
     target = Space.load(bench, cfg.target_space)
@@ -80,7 +81,8 @@ def prepare(bench: Benchmark, cfg: LFTRConfig, out: Path, device: str) -> Prepar
     question = None
     if cfg.question_space and cfg.condition_question:
         question = question_embeddings(bench, cfg.question_space, cache, device=device)
-    return Prepared(bench, target, prefix_space, build_data(bench, target, prefix_space, question), cache)
+    return Prepared(bench, target, prefix_space, build_data(bench, target, prefix_space, question, targets=targets),
+                    cache)
 
 
 def build_model(cfg: LFTRConfig, dims: tuple[int, int, int]) -> LFTR:

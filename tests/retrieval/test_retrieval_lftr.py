@@ -178,6 +178,20 @@ def test_read_rules(synth_sem_dir, tmp_path):
                                                                                              "best_step_oracle")}
     ok = np.isfinite(rank["matched"])
     assert np.all(rank["best_step_oracle"][ok] <= rank["matched"][ok] + 1e-9)
+    # prediction reads no GT: the inputs alone give the same vectors, and the run written from them is the same
+    inputs = prepare(bench, cfg, tmp_path, "cpu", targets=False)
+    assert inputs.data.pos_ptr is None and inputs.data.centroid is None
+    with pytest.raises(RuntimeError, match="prediction only"):
+        inputs.data.rows("test")
+    for r in ("matched", "fixed1", "multi_hypothesis"):
+        assert predict_query_vectors(model, inputs, rows, rule=r).vectors.tobytes() == qv[r].tobytes(), r
+    from retrieval.lftr.jobs import _predict_run, predict_run
+
+    ck = load_checkpoint(tmp_path)[2]
+    a = predict_run(bench, tmp_path, tmp_path / "a.parquet", progress=False)  # prepares the inputs only
+    b = _predict_run(bench, model, cfg, ck, tmp_path, tmp_path / "b.parquet", split="test", read_rule=None, method="",
+                     k=50, device="cpu", progress=False, prep=prep)
+    assert a.topk_ids == b.topk_ids and a.topk_scores.tobytes() == b.topk_scores.tobytes()
 
 
 @pytest.mark.slow
