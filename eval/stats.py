@@ -139,7 +139,7 @@ def mcnemar_exact(hits_a: Sequence[float], hits_b: Sequence[float]) -> McNemarRe
         raise InputError("McNemar's exact test needs binary hits (0/1); use eval.stats.mcnemar for expected hits")
     only_a = int(np.sum((a == 1) & (b_ == 0)))
     only_b = int(np.sum((a == 0) & (b_ == 1)))
-    from scipy import stats as sps  # 0.4 s to import: only where a test needs it
+    from scipy import stats as sps  # slow to import: only where a test needs it
 
     p = 1.0 if only_a + only_b == 0 else float(sps.binomtest(only_a, only_a + only_b, 0.5).pvalue)
     return McNemarResult(only_a, only_b, p, len(a))

@@ -100,8 +100,8 @@ resident memory of its process tree and the load average before and after. The c
 (`eval.scoring.score_stream`: every pool, the triplet probes, the own-video exclusions, top-k) against a bare
 chunked `Q @ X.T` with the scorer's tile sizes, measured in the same process, in two forms: a new tile per product
 (the bound as issue 23 writes it), and every product written into one preallocated buffer (`torch.mm(out=)`), the
-stricter bound, in bold, on which the targets are judged: a fresh 32 MiB tile costs page faults worth about a third
-of its product. The scorer writes its tiles into one reused buffer too (`ScoreSource.scores_into`). The contenders
+stricter bound, in bold, on which the targets are judged: a freshly allocated 32 MiB tile costs page faults, and the
+two bare columns show how much. The scorer writes its tiles into one reused buffer too (`ScoreSource.scores_into`). The contenders
 take turns per query block, and each block keeps its minimum over the repeats. The ratio (scorer / bare matmul) moves
 less with the load than the seconds; the targets are in the script's docstring. The extra work is one fused numba
 pass per tile

@@ -77,7 +77,7 @@ def state_accuracy(bench, run, rows: np.ndarray) -> dict:
     """Top-1 state share and micro R@5 of ``run`` over the query ``rows`` it answers."""
     from eval.metrics import mean_valid, per_query_metrics
 
-    seg_state = dict(zip(bench.corpus_ids, np.asarray(bench.corpus_ds["state_id"][:]).tolist(), strict=True))
+    seg_state, row = np.asarray(bench.corpus_ds["state_id"][:]), bench.corpus_index
     ids = np.asarray(bench.queries_ds["id"][:])
     target = np.asarray(bench.queries_ds["target_state_id"][:])
     wanted = {str(ids[r]): str(target[r]) for r in rows}
@@ -86,7 +86,7 @@ def state_accuracy(bench, run, rows: np.ndarray) -> dict:
     for i, (qid, ranked) in enumerate(zip(run.query_ids, run.topk_ids, strict=True)):
         if qid not in wanted:
             continue
-        top1.append(bool(ranked) and bool(ranked[0]) and seg_state[ranked[0]] == wanted[qid])
+        top1.append(bool(ranked) and bool(ranked[0]) and seg_state[row[ranked[0]]] == wanted[qid])
         hits.append(r5[i])
     n = len(top1)
     return {"method": run.method, "n": n, "top1_state": float(np.mean(top1)) if n else float("nan"),

@@ -270,11 +270,16 @@ class FusionSource(ScoreSource):
                 self._block_statistics(block, keep=len(blocks) == 1)
 
     # --- scores -------------------------------------------------------------------------------------------------
+    def _held(self, k: int, q: slice) -> _Chunks | None:
+        """Input k's kept chunks when the block cache holds queries ``q``, else None."""
+        held = self._cache.inputs.get(k) if self._cache is not None else None
+        return held if held is not None and held.block.start <= q.start and q.stop <= held.block.stop else None
+
     def _input_scores(self, k: int, q: slice, items: slice | np.ndarray) -> tuple[np.ndarray, bool]:
         """Input k's scores, and whether the array is a fresh one nobody else holds (a gather from the cache, a call
         of a source with ``fresh_arrays``; not a cached chunk)."""
-        held = self._cache.inputs.get(k) if self._cache is not None else None
-        if held is not None and held.block.start <= q.start and q.stop <= held.block.stop:
+        held = self._held(k, q)
+        if held is not None:
             if isinstance(items, slice):
                 got = held.chunk(q, items)
                 if got is not None:
@@ -305,8 +310,7 @@ class FusionSource(ScoreSource):
         self._prepare(q)
         got, spare = [], out
         for k in range(len(self.sources)):
-            held = self._cache.inputs.get(k) if self._cache is not None else None
-            if held is not None and held.block.start <= q.start and q.stop <= held.block.stop:
+            if self._held(k, q) is not None:
                 got.append(self._input_scores(k, q, items))
                 continue
             if spare is None:

@@ -44,7 +44,8 @@ class ScoreSource(ABC):
     - ``fresh_arrays`` (``True``): every `scores` call returns a new array that only the caller holds (no view of
       a kept matrix), so a caller may overwrite it (a fusion writes its result into one);
     - `scores_into` to write a tile into the caller's buffer (the scorer reuses one buffer for all its tiles: a
-      fresh 32 MiB tile costs about as many page faults as a third of its product);
+      freshly allocated tile of the default size is mapped anew by the allocator, and its page faults cost a
+      sizeable share of its product; `scripts/bench_scoring.py` times both);
     - ``name``: how messages name it (default: its class name);
     - `nonfinite_origin`: which input produced a non-finite score (a fusion names its input).
 
@@ -297,8 +298,8 @@ class DenseSource(ScoreSource):
 
         buf = self._scratch_buf
         if buf is None or buf.numel() < size:
-            self._scratch_buf = buf = None  # free the old one first
-            self._scratch_buf = buf = torch.empty(size, dtype=torch.float32)
+            self._scratch_buf = buf = None  # free the old one before allocating the larger one
+            buf = self._scratch_buf = torch.empty(size, dtype=torch.float32)
         return buf
 
     def _raw_numpy(self, q: slice, sel: slice | np.ndarray) -> np.ndarray:
