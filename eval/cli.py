@@ -116,11 +116,38 @@ def card(
 
 
 @app.command()
+def predictability(
+    data: Path = typer.Option(..., "--data", help="a synthetic benchmark (`python -m retrieval synth` or `eval synth`)"),
+    out: Path = typer.Option(..., "--out", help="folder for predictability.json and predictability.md"),
+    levels: str = typer.Option("0:0,0.2:0.01,1:0.05", "--levels",
+                               help="comma-separated perturbations POS_SD:VEL_SD (position sd in world units, the world "
+                                    "being 400 wide; relative velocity and spin sd); 0:0 re-simulates unperturbed"),
+    split: str = typer.Option("test", "--split", help="the split whose fair Q1-Q4 queries are measured"),
+    workers: int = typer.Option(0, "--workers", min=0, help="processes (0 = all cores)"),
+    doc: Path = typer.Option(None, "--doc", help="also write the Markdown, with the command that made it, to this file"),
+    overwrite: bool = overwrite_option(),
+) -> None:
+    """The predictability ceiling: re-simulate each query's video with a perturbation just after the prefix's last
+    frame and count the answers whose true state is kept; the R@5 that foreseeing them reaches (eval.synth.predictability)."""
+    from eval.synth.predictability import Perturbation, check_outputs, measure, write_outputs
+
+    parsed = [Perturbation.parse(x.strip()) for x in levels.split(",") if x.strip()]
+    check_outputs(data, out, doc, overwrite=overwrite)  # before the minutes of re-simulation
+    m = measure(data, parsed, split=split, workers=workers or None, progress=True)
+    md = write_outputs(m, data, out, doc, split=split, overwrite=overwrite)
+    typer.echo(md)
+    console.print(f"[green]wrote[/] {out / 'predictability.json'}" + (f" and {doc}" if doc is not None else ""))
+
+
+@app.command()
 def findings(
     report: Path = typer.Argument(..., help="report directory (holds report.json)"),
     card: Path = typer.Option(None, "--card", help="card.json of the benchmark (prints it beside the paper's values)"),
     calibration: bool = typer.Option(False, "--calibration", help="also check the synthetic benchmark's calibration "
                                                                   "targets (synthetic README section)"),
+    predictability: Path = typer.Option(None, "--predictability",
+                                        help="predictability.json of `python -m eval predictability`: its ceilings "
+                                             "join the ceiling decomposition"),
 ) -> None:
     """What a report's numbers say: headline comparisons, and (--calibration) the synthetic benchmark's targets."""
     from eval import findings as F
@@ -131,7 +158,7 @@ def findings(
         typer.echo("## Benchmark card beside the paper\n\n" + F.card_beside_paper(card_json))
     if calibration:
         typer.echo("## Calibration\n\n" + F.calibration_markdown(F.calibration(rep, card_json)))
-        ceiling = F.ceiling_markdown(rep)
+        ceiling = F.ceiling_markdown(rep, F.load(predictability) if predictability is not None else None)
         if ceiling:
             typer.echo("## Ceiling decomposition\n\n" + ceiling)
     typer.echo("## Findings\n\n" + "\n".join(F.findings(rep)) + "\n")

@@ -239,10 +239,14 @@ def _decline_check(report: dict) -> Check:
                  ok if parts else None)
 
 
-def ceiling(report: dict) -> list[tuple[str, str, float]]:
+def ceiling(report: dict, predictability: dict | None = None) -> list[tuple[str, str, float]]:
     """The ceiling decomposition (R@5 x100, seeds' means): the semantic-text oracle (what the labels allow), the
     perfect-perception LFTR (what forecasting allows), the transition table (the present as a label), the best LFTR
-    from frames and the fusion (perception + forecasting) -- as (stage, run, value) rows, in that order."""
+    from frames and the fusion (perception + forecasting) -- as (stage, run, value) rows, in that order.
+
+    ``predictability`` (the JSON of `python -m eval predictability`) adds, after the oracle, what foresight reaches:
+    the future true state named by its usual label (no perturbation), then the same under each perturbation at the
+    prefix's end (the world's own uncertainty; `eval.synth.predictability`)."""
     rows = []
     for stage, role in (("labels: semantic-text oracle", "semantic"), ("forecasting: perfect-perception LFTR",
                                                                         "perfect"),
@@ -253,11 +257,25 @@ def ceiling(report: dict) -> list[tuple[str, str, float]]:
         if names:
             best = max(names, key=lambda g: _r5(report, g)) if role == "lftr" else names[0]
             rows.append((stage, best, _r5(report, best)))
+    if predictability and rows and rows[0][1] in _find(report, "semantic"):
+        rows[1:1] = _foresight_rows(predictability)
     return rows
 
 
-def ceiling_markdown(report: dict) -> str:
-    rows = ceiling(report)
+def _foresight_rows(predictability: dict) -> list[tuple[str, str, float]]:
+    out = []
+    for lv in predictability.get("levels", []):
+        if lv["pos_sd"] == 0 and lv["vel_sd"] == 0:
+            stage = "labels: the future true state foreseen, named by its usual label"
+        else:
+            stage = (f"the world: foresight up to a perturbation of {lv['pos_sd']:g} units and {100 * lv['vel_sd']:g}% "
+                     f"velocity at the prefix's end ({100 * lv['kept']:.0f}% of answers kept)")
+        out.append((stage, f"eval predictability {lv['perturbation']}", float(lv["ceiling_r5"])))
+    return out
+
+
+def ceiling_markdown(report: dict, predictability: dict | None = None) -> str:
+    rows = ceiling(report, predictability)
     if not rows:
         return ""
     top = rows[0][2] or float("nan")

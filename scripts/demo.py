@@ -44,7 +44,7 @@ from pathlib import Path
 
 PY = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
-STAGES = ("data", "encoders", "retrieval", "forecaster", "report", "canon", "distill")
+STAGES = ("data", "encoders", "retrieval", "forecaster", "report", "predictability", "canon", "distill")
 SEMANTIC = "minilm"
 #: the demo's tower configs (configs/encoders/); the towers land in OUT/encoders/<space>/
 TOWER_CONFIGS = {"ssl": ROOT / "configs" / "encoders" / "ssl-demo.yaml", "lit": ROOT / "configs" / "encoders" / "lit-demo.yaml"}
@@ -144,6 +144,13 @@ class Demo:
         self.run([PY, "-m", "retrieval", "search", "--data", str(a.data), "--phrases", str(phrases), "--space", "minilm",
                   "--method", PLUMBING_METHOD, "--out", str(self.runs / "text-only-tiny.parquet")], "forecaster")
 
+    def predictability(self) -> None:
+        """The world's predictability ceiling: each test query's video re-simulated with a perturbation just after
+        its prefix (`eval.synth.predictability`)."""
+        a = self.args
+        self.run([PY, "-m", "eval", "predictability", "--data", str(a.data), "--out", str(a.out / "predictability")],
+                 "predictability")
+
     #: Table order: naive baselines, the forecaster plumbing check, learned methods, then the oracles (ceilings).
     ORDER = ("random", "question-only", "lookup", "persistence", "zero-shot", "knn-future", "text-only", "lftr-minilm",
              "lftr-ssl", "lftr-lit", "lftr-pixels", "lftr-ssl-last", "lftr-pixels-last", "lftr-fusion",
@@ -210,14 +217,22 @@ class Demo:
             rep = F.load(report)
             lines += ["## Calibration of the synthetic benchmark (`python -m eval findings --calibration`)", "",
                       F.calibration_markdown(F.calibration(rep, card_json))]
-            ceiling = F.ceiling_markdown(rep)
+            pred_json = self.args.out / "predictability" / "predictability.json"
+            pred = F.load(pred_json) if pred_json.exists() else None
+            ceiling = F.ceiling_markdown(rep, pred)
             if ceiling:
-                lines += ["## Ceiling decomposition (`python -m eval findings --calibration`)", "",
-                          "What the labels allow (the semantic-text oracle), what forecasting allows (LFTR reading the "
-                          "simulator's exact state at the prefix's end: perfect perception), the present as a label "
-                          "(the transition table), and what perception plus forecasting reach from frames. R@5, "
-                          "seeds' means. How the perfect-perception row grows with the training data: "
-                          "`docs/ceiling-curve.md` (`python scripts/ceiling_curve.py`).", "", ceiling]
+                lines += ["## Ceiling decomposition (`python -m eval findings --calibration --predictability "
+                          "predictability/predictability.json`)", "",
+                          "What the labels allow (the semantic-text oracle); what foresight allows (`python -m eval "
+                          "predictability`: the query's true answer named by its usual label, then the answer of the "
+                          "same video re-simulated with a perturbation far below a pixel just after the prefix, so "
+                          "the share of the oracle that the world itself decides); what forecasting learns (LFTR "
+                          "reading the simulator's exact state at the prefix's end: perfect perception); the present "
+                          "as a label (the transition table); and what perception plus forecasting reach from frames. "
+                          "R@5, seeds' means. How the perfect-perception row grows with the training data: "
+                          "`docs/ceiling-curve.md` (`python scripts/ceiling_curve.py`); the predictability "
+                          "measurement by question and scene family: `predictability/predictability.md`.", "",
+                          ceiling]
             lines += ["## Findings (computed from `report/report.json`)", "", *F.findings(rep), ""]
         return lines
 
@@ -236,6 +251,9 @@ class Demo:
                     "anisotropy) |"] if self.learned else []),
                  f"| `runs/` | one run file per method (the row *{PLUMBING_METHOD}* is a plumbing check of the forecaster "
                  "path with a tiny model, not a baseline) |",
+                 "| [predictability/predictability.md](predictability/predictability.md) | the predictability "
+                 "ceiling: answers kept when each test video is re-simulated with a sub-pixel perturbation after its "
+                 "prefix, and the R@5 that foreseeing them reaches |",
                  "| `canon/` | canonicalization probes: sweep, re-keyed benchmark, paraphrase oracle, description probe, "
                  "robust reads |",
                  "| `distill/` | distillation on CPU: the perception-solved student (evidence as text), three students "

@@ -30,7 +30,6 @@ state and reaches the ceiling (up to positives outside the state).
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -48,29 +47,10 @@ def population(bench, split: str) -> np.ndarray:
 
 
 def naming_the_state(bench, rows: np.ndarray, k: int = 5) -> np.ndarray:
-    """Per query row: the expected hit@k of a ranking whose top is every segment of the target state outside the
-    query's video, tied (module docstring); NaN where no positive lies in that state."""
-    from eval.scoring import benchmark_groups
+    """Per query row: the expected hit@k of naming the target state (`eval.synth.predictability.naming_the_state`)."""
+    from eval.synth.predictability import naming_the_state as naming
 
-    cd, qd = bench.corpus_ds, bench.queries_ds
-    seg_state = np.asarray(cd["state_id"][:])
-    seg_video = np.asarray(cd["video_id"][:])
-    target = np.asarray(qd["target_state_id"][:])[rows]
-    video = np.asarray(qd["video_id"][:])[rows]
-    pools = benchmark_groups(bench, bench.query_table(rows))[0]["type2-all"]
-    by_state: dict[str, np.ndarray] = {}
-    order = np.argsort(seg_state, kind="stable")
-    states, starts = np.unique(seg_state[order], return_index=True)
-    for s, a, b in zip(states, starts, [*starts[1:], len(order)], strict=True):
-        by_state[str(s)] = order[a:b]
-    out = np.full(len(rows), np.nan)
-    for i, (t, v, pos) in enumerate(zip(target, video, pools, strict=True)):
-        segs = by_state.get(str(t), np.zeros(0, np.int64))
-        segs = segs[seg_video[segs] != v]
-        m, g = len(segs), int(np.isin(pos, segs).sum())
-        if g:
-            out[i] = 1.0 if m - g < k else 1.0 - math.comb(m - g, k) / math.comb(m, k)
-    return out
+    return naming(bench, rows, k)
 
 
 def state_accuracy(bench, run, rows: np.ndarray) -> dict:

@@ -254,12 +254,17 @@ def family_of(domain: str, rng: np.random.Generator) -> str:
     return str(names[int(rng.choice(len(names), p=p / p.sum()))])
 
 
-def simulate(family: str, rng: np.random.Generator) -> R.SimRecord:
+def simulate(family: str, rng: np.random.Generator,
+             hooks: tuple[tuple[float, Callable[[World], None]], ...] = ()) -> R.SimRecord:
     """Build a scene of ``family`` from ``rng``, simulate it for `DURATION_S` and return its record (mirrored when
-    the scene asked for it)."""
+    the scene asked for it). ``hooks``: ``(t, fn)`` pairs; ``fn(world)`` runs at video time ``t`` after the scene's
+    own events of that time (`eval.synth.predictability` perturbs the world this way)."""
     if family not in REGISTRY:
         raise UnknownName(f"unknown scene family {family!r}; expected one of {families()}")
-    return REGISTRY[family].build(rng).run(DURATION_S)
+    world = REGISTRY[family].build(rng)
+    for t, fn in hooks:
+        world.schedule(t, lambda fn=fn: fn(world))
+    return world.run(DURATION_S)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ carries a video's index, an object's role in its scene or a segment's position i
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from eval.synth import prefix as P
 from eval.synth import record as R
 from eval.synth import render, scenes, simspace, states
 from eval.synth.lexicon import CORPUS, Denotation, TrueState, describe
+from eval.synth.world import World
 
 CONSENSUS_MIN_DURATION_S = 0.4
 """A segment is "clear" when it lasts at least this long and the object is fully inside the image at its middle
@@ -96,19 +98,38 @@ def permute_objects(rec: R.SimRecord, rng: np.random.Generator) -> R.SimRecord:
     return replace(rec, object_ids=np.array([f"o{int(p)}" for p in perm]))
 
 
-def make_video(seed: int, index: int, domain: str, root: str, image_size: tuple[int, int],
-               with_queries: bool = True) -> VideoResult:
-    """Simulate, label, describe, render and featurize video ``index`` of ``domain`` into ``root``.
-    ``with_queries``: choose prefixes (a corpus-only video renders only its segments' middle frames)."""
+@dataclass
+class SimulatedVideo:
+    """Video ``index``'s record (camera set, objects relabelled) and the random streams its build goes on with."""
+
+    record: R.SimRecord
+    family: str
+    look_rng: np.random.Generator
+    text_rng: np.random.Generator
+    prefix_rng: np.random.Generator
+
+
+def simulate_video(seed: int, index: int, domain: str,
+                   hooks: tuple[tuple[float, Callable[[World], None]], ...] = ()) -> SimulatedVideo:
+    """Draw video ``index``'s scene family from ``domain``, simulate it, frame it and relabel its objects, exactly as
+    `make_video` does (``hooks``: `eval.synth.scenes.simulate`'s; none in a build)."""
     scene_ss, look_ss, text_ss, prefix_ss = np.random.SeedSequence([seed, index, 0x5EED]).spawn(4)
     scene_rng = np.random.default_rng(scene_ss)
     family = scenes.family_of(domain, scene_rng)
-    rec = scenes.simulate(family, scene_rng)
+    rec = scenes.simulate(family, scene_rng, hooks)
     look_rng = np.random.default_rng(look_ss)
     rec = replace(rec, domain=domain, family=family,
                   camera=np.array(render.camera_for(rec, look_rng), np.float32))
     text_rng, prefix_rng = np.random.default_rng(text_ss), np.random.default_rng(prefix_ss)
-    rec = permute_objects(rec, prefix_rng)
+    return SimulatedVideo(permute_objects(rec, prefix_rng), family, look_rng, text_rng, prefix_rng)
+
+
+def make_video(seed: int, index: int, domain: str, root: str, image_size: tuple[int, int],
+               with_queries: bool = True) -> VideoResult:
+    """Simulate, label, describe, render and featurize video ``index`` of ``domain`` into ``root``.
+    ``with_queries``: choose prefixes (a corpus-only video renders only its segments' middle frames)."""
+    sim = simulate_video(seed, index, domain)
+    rec, family, look_rng, text_rng, prefix_rng = sim.record, sim.family, sim.look_rng, sim.text_rng, sim.prefix_rng
     trajectories = states.trajectories(rec)
     vid = video_id(seed, index)
     renderer = render.Renderer(rec, render.look_for(look_rng), int(look_rng.integers(2**31)), image_size)

@@ -115,6 +115,8 @@ COMMANDS = {
     "eval score": (lambda w, o: ["eval", "score", "--data", w["bench"], "--run", w["run"], "--out", o], "dir",
                    "bench"),
     "eval report": (lambda w, o: ["eval", "report", w["run"], "--data", w["bench"], "--out", o], "dir", "run"),
+    "eval predictability": (lambda w, o: ["eval", "predictability", "--data", w["bench"], "--out", o, "--levels",
+                                          "0:0"], "dir", "bench"),
     "eval compare": (lambda w, o: ["eval", "compare", "--data", w["bench"], "--phrases", f"m3={w['phrases']}",
                                    "--text-space", "minilm", "--lftr-run", f"minilm={w['run']}", "--out", o], "dir",
                      "run"),

@@ -66,6 +66,14 @@ def test_ceiling_checks_and_decomposition():
                                     "lftr[pixels]", "lftr-fusion[minilm+pixels]"]
     md = F.ceiling_markdown(_report())
     assert "| forecasting: perfect-perception LFTR | `lftr-sim[minilm]` | 30.00 | 50% |" in md
+    # `eval predictability`'s ceilings go right after the oracle, as shares of it
+    pred = {"levels": [{"perturbation": "0:0", "pos_sd": 0, "vel_sd": 0, "kept": 1.0, "ceiling_r5": 51.0},
+                       {"perturbation": "0.2:0.01", "pos_sd": 0.2, "vel_sd": 0.01, "kept": 0.7, "ceiling_r5": 36.0}]}
+    rows = F.ceiling(_report(), pred)
+    assert [r[1] for r in rows][:4] == ["semantic-text[minilm]", "eval predictability 0:0",
+                                        "eval predictability 0.2:0.01", "lftr-sim[minilm]"]
+    md = F.ceiling_markdown(_report(), pred)
+    assert "(70% of answers kept) | `eval predictability 0.2:0.01` | 36.00 | 60% |" in md
 
 
 def test_card_targets_are_checked_by_name():
