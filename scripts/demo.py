@@ -231,7 +231,8 @@ class Demo:
                           "as a label (the transition table); and what perception plus forecasting reach from frames. "
                           "R@5, seeds' means. How the perfect-perception row grows with the training data: "
                           "`docs/ceiling-curve.md` (`python scripts/ceiling_curve.py`); the predictability "
-                          "measurement by question and scene family: `predictability/predictability.md`.", "",
+                          "measurement by question and scene family: `docs/predictability.md`, and "
+                          "`predictability/predictability.md` in the demo's output folder.", "",
                           ceiling]
             lines += ["## Findings (computed from `report/report.json`)", "", *F.findings(rep), ""]
         return lines
