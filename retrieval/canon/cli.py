@@ -183,7 +183,9 @@ def finetune(
     seed: int = typer.Option(0, "--seed"),
     epochs: int = typer.Option(4, "--epochs", min=1),
     batch_size: int = typer.Option(64, "--batch-size", min=2),
-    mini_batch_size: int = typer.Option(32, "--mini-batch-size", min=1, help="CachedMNRL gradient-cache chunk"),
+    mini_batch_size: int = typer.Option(0, "--mini-batch-size", min=0,
+                                        help="gradient-cache chunk (CachedMNRL) for a batch larger than memory; 0 or "
+                                             ">= --batch-size: no cache (the same loss, one forward pass fewer)"),
     lr: float = typer.Option(1e-4, "--lr"),
     dims: str = typer.Option("", "--matryoshka-dims", help="comma-separated widths (default: d, 2^j < d, ..., 64)"),
     device: str = typer.Option(None, "--device"),

@@ -9,12 +9,15 @@ the training split, or when ``u(state) < holdout_fraction`` with ``u = int(sha1(
 states too). Held-out states contribute no pair; the gain on their queries measures generalisation to states the
 encoder never saw.
 
-Objective (as DynaPix's contrastive retriever): `CachedMultipleNegativesRankingLoss` (in-batch negatives; the
-gradient cache lets the batch be larger than what fits in memory at once) wrapped in `MatryoshkaLoss` over nested
+Objective (as DynaPix's contrastive retriever): `MultipleNegativesRankingLoss` (in-batch negatives) wrapped in
+`MatryoshkaLoss` over nested
 widths ``(d, 2^j < d ..., 64)`` (DynaPix: seven widths from 4,096 down to 64), so the one fine-tune also gives
 truncated embeddings. For anchor ``a_i`` (member) and positives ``p_j`` (canonical texts) of a batch of ``B``,
 ``L = (1/B) sum_i -log softmax_j(scale * cos(a_i, p_j))_i`` at each width, summed with equal weights. Batches hold no
 duplicate text (`BatchSamplers.NO_DUPLICATES`), so two members of one state never meet as each other's negatives.
+A batch larger than memory holds (``mini_batch_size`` between 1 and ``batch_size - 1``) trains with
+`CachedMultipleNegativesRankingLoss` instead: the same loss and gradients, computed chunk by chunk through a gradient
+cache, at the price of one more forward pass per batch (`uses_gradient_cache`).
 
 **Describer triples** (``triples``: a JSONL of ``{"anchor", "positive", "negative"}`` rows, e.g. written by
 `eval.synth.pairs`): instead of a benchmark's clusters, the training data are phrase triples of a disjoint world --
@@ -65,7 +68,7 @@ class FinetuneConfig:
     seed: int = 0
     epochs: int = 4
     batch_size: int = 64
-    mini_batch_size: int = 32
+    mini_batch_size: int = 0  # gradient-cache chunk (CachedMNRL) for batches larger than memory; 0: no cache
     learning_rate: float = 1e-4
     warmup_ratio: float = 0.1
     scale: float = 20.0
@@ -141,6 +144,12 @@ def matryoshka_dims(dim: int, dims: list[int] | None = None) -> list[int]:
     return out
 
 
+def uses_gradient_cache(cfg: FinetuneConfig) -> bool:
+    """Pairs train through the gradient cache (`CachedMultipleNegativesRankingLoss`) only when ``mini_batch_size``
+    splits the batch: a chunk as large as the batch would compute the same gradients with an extra forward pass."""
+    return 0 < cfg.mini_batch_size < cfg.batch_size
+
+
 def finetune(cfg: FinetuneConfig, *, progress: bool = True, log=print) -> Path:
     """Fine-tune ``cfg.base_model`` on the training pairs and write the output directory (module docstring)."""
     import datasets
@@ -186,7 +195,8 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, log=print) -> Path:
                              f"the {cfg.split} split's seen states: nothing to fine-tune on")
         log(f"{len(pairs):,} (member -> canonical) pairs from {len(seen)} seen states; {len(held)} states held out")
         train = datasets.Dataset.from_dict({"anchor": [a for a, _ in pairs], "positive": [p for _, p in pairs]})
-        inner = CachedMultipleNegativesRankingLoss(model, scale=cfg.scale, mini_batch_size=cfg.mini_batch_size)
+        inner = (CachedMultipleNegativesRankingLoss(model, scale=cfg.scale, mini_batch_size=cfg.mini_batch_size)
+                 if uses_gradient_cache(cfg) else MultipleNegativesRankingLoss(model, scale=cfg.scale))
     loss = MatryoshkaLoss(model, inner, dims)
     losses: list[dict] = []
 
@@ -220,7 +230,7 @@ def finetune(cfg: FinetuneConfig, *, progress: bool = True, log=print) -> Path:
                                             "rule": "held out: not in the split, or sha1('<seed>:<id>') draw < "
                                                     "fraction"})
         write_json(d / "train_log.json", {"losses": losses, "wall_s": wall, "pairs": len(pairs),
-                                          "matryoshka_dims": dims, "device": device})
+                                          "matryoshka_dims": dims, "device": device, "loss": type(inner).__name__})
         write_json(d / "finetune_config.json", {**asdict(cfg), "matryoshka_dims": dims})
     log(f"fine-tuned {cfg.base_model} for {cfg.epochs} epoch(s) in {wall:.0f} s -> {cfg.out}/model")
     return Path(cfg.out)

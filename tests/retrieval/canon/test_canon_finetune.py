@@ -65,6 +65,7 @@ def test_finetune_pulls_members_onto_their_state(synth_dir, tiny_st_model, tmp_p
     pairs = [(d["anchor"], d["positive"]) for d in read_jsonl(out / "pairs.jsonl")]
     log = read_json(out / "train_log.json")
     assert log["matryoshka_dims"] == [128, 64] and log["pairs"] == len(pairs) and len(log["losses"]) >= 6
+    assert log["loss"] == "CachedMultipleNegativesRankingLoss"  # --mini-batch-size 8 splits the batch of 16
     assert set(hold["train_states"]) and set(hold["heldout_states"])
     hit0, margin0 = retrieval(tiny_st_model, pairs)
     hit1, margin1 = retrieval(out / "model", pairs)
@@ -81,10 +82,11 @@ def test_finetune_report_to_tensorboard_logs_the_training_loss(synth_dir, tiny_s
 
     out = tmp_path / "ft"
     r = CliRunner().invoke(app, ["canon", "finetune", "--data", str(synth_dir), "--out", str(out), "--base-model",
-                                 str(tiny_st_model), "--epochs", "1", "--batch-size", "16", "--mini-batch-size", "8",
+                                 str(tiny_st_model), "--epochs", "1", "--batch-size", "16",
                                  "--device", "cpu", "--report-to", "tensorboard"])
     assert r.exit_code == 0, r.output
     assert read_json(out / "finetune_config.json")["report_to"] == "tensorboard"
+    assert read_json(out / "train_log.json")["loss"] == "MultipleNegativesRankingLoss"  # no cache by default
     (run_dir,) = (out / "runs").iterdir()  # runs/<date>_<host>/, as transformers names it
     acc = EventAccumulator(str(run_dir))
     acc.Reload()
@@ -93,6 +95,14 @@ def test_finetune_report_to_tensorboard_logs_the_training_loss(synth_dir, tiny_s
     assert len(losses) >= 2 and [e.step for e in logged] == [x["step"] for x in losses]
     assert [e.value for e in logged] == pytest.approx([x["loss"] for x in losses], rel=1e-6)
     assert not (out / "trainer").exists()
+
+
+def test_gradient_cache_only_when_the_chunk_splits_the_batch():
+    from retrieval.canon.finetune import FinetuneConfig, uses_gradient_cache
+
+    assert not uses_gradient_cache(FinetuneConfig(data="d", out="o"))  # default: no cache
+    assert uses_gradient_cache(FinetuneConfig(data="d", out="o", batch_size=64, mini_batch_size=16))
+    assert not uses_gradient_cache(FinetuneConfig(data="d", out="o", batch_size=64, mini_batch_size=64))
 
 
 def test_finetune_refuses_a_tracker_that_is_not_installed(tmp_path, monkeypatch):
