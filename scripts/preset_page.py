@@ -3,13 +3,15 @@ of a report over its baselines and oracles -- the same keys and targets as the d
 
     python -m retrieval synth --preset psr --out DIR                          # the build
     python scripts/psr_scale.py --data DIR --out DIR-scale --without-lftr     # its runs and report, timed
-    python scripts/preset_page.py --data DIR --report DIR-scale/report        # this page
+    python -m eval predictability --data DIR --out DIR-pred                   # optional: its predictability ceiling
+    python scripts/preset_page.py --data DIR --report DIR-scale/report [--predictability DIR-pred/predictability.json]
 
 The card is computed from the build (`eval.card.make_card`, as `python -m eval card DIR`), the calibration from the
 report (`eval.findings.calibration`, as `python -m eval findings REPORT --card CARD --calibration`). A row whose run
 is not in the report says "no run" (LFTR and the fusion: `psr_scale.py` without ``--without-lftr`` trains them).
 The page says which build (preset, seed, fingerprint) and which report it shows; it is rewritten whole, so rerun the
-command rather than edit it.
+command rather than edit it. With ``--predictability``, the page also shows the ceiling decomposition with the
+world's predictability rows (`eval.synth.predictability`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ if str(ROOT) not in sys.path:  # run as a file from a checkout: find the package
 DEFAULT_OUT = ROOT / "docs" / "psr-preset.md"
 
 
-def page(data: Path, report: Path, command: str) -> str:
+def page(data: Path, report: Path, command: str, predictability: Path | None = None) -> str:
     """The page's Markdown for the build ``data`` and the report folder ``report``."""
     from eval import findings as F
     from eval.benchmark import Benchmark
@@ -47,6 +49,14 @@ def page(data: Path, report: Path, command: str) -> str:
              "## Calibration (`python -m eval findings --calibration`)", "",
              F.calibration_markdown(F.calibration(rep, card)),
              "Runs in the report: " + ", ".join(f"`{r}`" for r in runs) + ".", ""]
+    pred = F.load(predictability) if predictability is not None else None
+    ceiling = F.ceiling_markdown(rep, pred)
+    if ceiling and pred is not None:
+        lines += ["## Ceiling decomposition (`python -m eval findings --calibration --predictability FILE`)", "",
+                  "What the labels allow (the semantic-text oracle), then what foresight allows: the true future named "
+                  "by its usual label, and the answer of the same video re-simulated with a perturbation below a "
+                  f"pixel just after the prefix (`python -m eval predictability`, {pred.get('queries', 0):,} test "
+                  "queries); then the runs of the report. R@5.", "", ceiling]
     return "\n".join(lines)
 
 
@@ -54,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, required=True, help="a built preset (python -m retrieval synth --preset ...)")
     ap.add_argument("--report", type=Path, required=True, help="a report folder of its runs (holds report.json)")
+    ap.add_argument("--predictability", type=Path, default=None,
+                    help="predictability.json of `python -m eval predictability` on the same build")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"the page (default {DEFAULT_OUT.relative_to(ROOT)})")
     a = ap.parse_args(argv)
     if not (a.report / "report.json").is_file():
@@ -61,7 +73,10 @@ def main(argv: list[str] | None = None) -> int:
     if a.out.exists() and "scripts/preset_page.py" not in a.out.read_text(encoding="utf-8"):
         raise SystemExit(f"{a.out} exists and was not written by this script; pick another --out")
     words = ["python", "scripts/preset_page.py", *(sys.argv[1:] if argv is None else argv)]
-    text = page(a.data.resolve(), a.report.resolve(), " ".join(words))
+    if a.predictability is not None and not a.predictability.is_file():
+        raise SystemExit(f"{a.predictability}: no such file (python -m eval predictability --data {a.data} --out DIR)")
+    text = page(a.data.resolve(), a.report.resolve(), " ".join(words),
+                a.predictability.resolve() if a.predictability is not None else None)
     tmp = a.out.with_name(f".{a.out.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(a.out)

@@ -22,7 +22,8 @@ MANUALS = sorted([ROOT / "README.md", *(p for p in [*ROOT.glob("*/README.md"), *
 GENERATED = {ROOT / "docs" / "results.md": ROOT / "scripts" / "demo.py",
              ROOT / "docs" / "performance.md": ROOT / "scripts" / "perf_page.py",
              ROOT / "docs" / "ceiling-curve.md": ROOT / "scripts" / "ceiling_curve.py",
-             ROOT / "docs" / "psr-preset.md": ROOT / "scripts" / "preset_page.py"}
+             ROOT / "docs" / "psr-preset.md": ROOT / "scripts" / "preset_page.py",
+             ROOT / "docs" / "predictability.md": ROOT / "eval" / "synth" / "predictability.py"}
 TOP_LEVEL_MAX_LINES = 200
 
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")

@@ -218,7 +218,7 @@ def test_score_command_and_clear_errors(synth_dir, synth_runs, tmp_path):
     assert res.code == 2 and "bad.parquet" in res.err and "Traceback" not in res.err
 
 
-def test_preset_page_shows_the_card_and_the_calibration_of_a_report(synth_dir, synth_runs, tmp_path):
+def test_preset_page_shows_the_card_and_the_calibration_of_a_report(synth_dir, synth_bench, synth_runs, tmp_path):
     """`scripts/preset_page.py`: the build's card beside the paper and the calibration rows of a report over its
     runs (a row whose run is missing says so), naming its command; it never replaces a file it did not write."""
     import importlib.util
@@ -243,8 +243,27 @@ def test_preset_page_shows_the_card_and_the_calibration_of_a_report(synth_dir, s
         "label truth (segments whose true state satisfies their canonical state)", "label_truth")
     assert "| random R@5 | <= 1 |" in text and "| perfect-perception LFTR R@5 |" in text
     assert "no run" in text and "`random-seed0`" in text
+    assert "## Ceiling decomposition" not in text  # no --predictability
     foreign = tmp_path / "mine.md"
     foreign.write_text("my notes")
     with pytest.raises(SystemExit, match="not written by this script"):
         mod.main(["--data", str(synth_dir), "--report", str(out), "--out", str(foreign)])
     assert foreign.read_text() == "my notes"
+    # --predictability: the world's ceilings after the semantic-text oracle, as shares of it
+    bench = synth_bench
+    rows, oracle, _ = oracle_and_pixels(bench)
+    run = score_benchmark(bench, oracle, rows, method="oracle-semantic-text[minilm]", progress=False)
+    report2 = tmp_path / "report2"
+    res = CliRunner().invoke(app, ["report", str(write_run(tmp_path / "o.parquet", run)), "--data", str(synth_dir),
+                                   "--out", str(report2), "--resamples", "200"])
+    assert res.exit_code == 0, res.output
+    pred = tmp_path / "predictability.json"
+    pred.write_text(json.dumps({"queries": 10, "levels": [
+        {"perturbation": "0.2:0.01", "pos_sd": 0.2, "vel_sd": 0.01, "kept": 0.5, "ceiling_r5": 1.0}]}))
+    with pytest.raises(SystemExit, match="no such file"):
+        mod.main(["--data", str(synth_dir), "--report", str(report2), "--out", str(page),
+                  "--predictability", str(tmp_path / "none.json")])
+    assert mod.main(["--data", str(synth_dir), "--report", str(report2), "--out", str(page),
+                     "--predictability", str(pred)]) == 0
+    text = page.read_text()
+    assert "## Ceiling decomposition" in text and "(50% of answers kept) | `eval predictability 0.2:0.01` | 1.00 |" in text
