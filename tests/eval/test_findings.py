@@ -54,6 +54,21 @@ def test_each_miss_is_reported_with_its_number():
     assert "MISSED" in F.calibration_markdown(F.calibration(_report(persistence=0.01)))
 
 
+def test_the_fusion_checked_is_the_tested_one_not_the_first_by_name():
+    """A many-space fusion whose name sorts first ("...[minilm+pixels+ssl]" < "...[minilm+pixels]") is not the one
+    the fusion check, the ceiling row and the findings speak of: that is the reference of the significance tests."""
+    rep = _report()
+    rep["runs"]["lftr-fusion[minilm+pixels+ssl]"] = _run(0.25)
+    assert sorted(F._find(rep, "fusion"))[0] == "lftr-fusion[minilm+pixels+ssl]"
+    assert F.headline_fusion(rep) == "lftr-fusion[minilm+pixels]"
+    check = next(c for c in F.calibration(rep) if c.quantity == "LFTR fusion R@5")
+    assert "`lftr-fusion[minilm+pixels]`" in check.measured and check.met is True
+    assert F.ceiling(rep)[-1][1] == "lftr-fusion[minilm+pixels]"
+    assert "z-score fusion `lftr-fusion[minilm+pixels]`" in F.findings(rep)[0]
+    rep["significance"] = []  # no tests: the fusion of the fewest spaces
+    assert F.headline_fusion(rep) == "lftr-fusion[minilm+pixels]"
+
+
 def test_ceiling_checks_and_decomposition():
     """Perfect perception must sit inside 30-70% of the oracle and frames reach 40% of it; the decomposition lists
     oracle -> perfect perception -> transition table -> best LFTR from frames -> fusion with shares of the oracle."""
