@@ -383,21 +383,20 @@ def markdown(m: Measurement) -> str:
                   f"{s['naming_the_state_r5']:.2f} over {s['queries']:,} queries. The frames of these videos show "
                   f"{s['px_per_unit']:.2f} pixels per world unit (median), so a position sd of 1 unit is "
                   f"{s['px_per_unit']:.2f} px."]
-    groups = sorted({g for lv in s["levels"] for g in lv["by_question"]})
-    lines += ["", "Answers kept, by question and horizon:", "",
-              "| perturbation | " + " | ".join(f"{g} (n={s['levels'][0]['by_question'][g]['n']})" for g in groups) + " |",
-              "|---|" + "---:|" * len(groups)]
-    for lv in s["levels"]:
-        lines.append(f"| {lv['perturbation']} | " + " | ".join(f"{100 * lv['by_question'][g]['kept']:.0f}%"
-                                                             for g in groups) + " |")
-    fams = sorted({f for lv in s["levels"] for f in lv["by_family"]})
-    lines += ["", "Answers kept, by scene family:", "",
-              "| perturbation | " + " | ".join(f"{f} (n={s['levels'][0]['by_family'][f]['n']})" for f in fams) + " |",
-              "|---|" + "---:|" * len(fams)]
-    for lv in s["levels"]:
-        lines.append(f"| {lv['perturbation']} | " + " | ".join(f"{100 * lv['by_family'][f]['kept']:.0f}%"
-                                                             for f in fams) + " |")
+    lines += _kept_table(s["levels"], "by_question", "Answers kept, by question and horizon:")
+    lines += _kept_table(s["levels"], "by_family", "Answers kept, by scene family:")
     return "\n".join(lines) + "\n"
+
+
+def _kept_table(levels: list[dict], key: str, title: str) -> list[str]:
+    """Markdown lines: one row per level, one column per group of ``key`` (with its query count), cells the share
+    of answers kept."""
+    cols = sorted({g for lv in levels for g in lv[key]})
+    out = ["", title, "", "| perturbation | " + " | ".join(f"{g} (n={levels[0][key][g]['n']})" for g in cols) + " |",
+           "|---|" + "---:|" * len(cols)]
+    out += [f"| {lv['perturbation']} | " + " | ".join(f"{100 * lv[key][g]['kept']:.0f}%" for g in cols) + " |"
+            for lv in levels]
+    return out
 
 
 OUTPUT_KIND = "eval predictability"
