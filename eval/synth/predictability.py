@@ -37,6 +37,7 @@ but not which description its segment happened to get.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -123,7 +124,7 @@ def answer(traj: Sequence, q: Question, fps: float) -> str | None:
     if q.qtype == "Q1":
         return traj[after[0]].state.key if after else None
     if q.qtype == "Q3":
-        f = int(round((q.end_frame / fps + float(q.k_seconds or 0.0)) * fps))
+        f = q.end_frame + int(round(float(q.k_seconds or 0.0) * fps))
         return next((s.state.key for s in traj if s.start <= f < s.stop), traj[-1].state.key)
     if q.qtype == "Q4":
         return next((traj[i - 1].state.key for i in after if i > 0 and traj[i].state.key == q.anchor), None)
@@ -140,8 +141,9 @@ class _Prefix:
 
 
 def _video_job(root: str, seed: int, index: int, domain: str, video: str, prefixes: tuple[_Prefix, ...],
-               levels: tuple[Perturbation, ...]) -> list[tuple[str, int, str | None]]:
-    """(query id, level index, answer key) for every question of one video under every level."""
+               levels: tuple[Perturbation, ...]) -> tuple[str, float, list[tuple[str, int, str | None]]]:
+    """The video's scene family, its camera zoom (pixels per world unit at 160 pixels wide) and (query id, level
+    index, answer key) for every question of the video under every level."""
     from eval.synth import record as R
     from eval.synth import states
     from eval.synth.video import simulate_video
@@ -154,28 +156,28 @@ def _video_job(root: str, seed: int, index: int, domain: str, video: str, prefix
         raise InputError(f"{stored}: this simulator does not reproduce video {video} (index {index} of seed {seed}); "
                          f"the benchmark was built by another version of eval.synth: rebuild it to measure it")
     ids = [str(x) for x in base.object_ids]
-    trajectories = {None: states.trajectories(base)}
+    unperturbed = states.trajectories(base)
     out = []
     for p in prefixes:
         k = ids.index(p.object_id)
         for qid, q, key in p.questions:
-            got = answer(trajectories[None][k], q, base.fps)
+            got = answer(unperturbed[k], q, base.fps)
             if got != key:
                 raise InputError(f"query {qid}: the answer rule gives {got!r} on the unperturbed run, the build "
                                  f"says {key!r}; eval.synth.predictability.answer no longer matches eval.synth.build")
         for li, level in enumerate(levels):
             if level.none:
-                traj = trajectories[None][k]
+                traj = unperturbed[k]
             else:
                 rng = np.random.default_rng([seed, index, k, *level.key, 0x9E7])
                 hook = level.hook(rng)
                 rec = simulate_video(seed, index, domain, hooks=((p.end_frame / base.fps, hook),)).record
                 traj = states.trajectories(rec)[k]
             out += [(qid, li, answer(traj, q, base.fps)) for qid, q, _ in p.questions]
-    return out
+    return str(base.family), float(base.camera[2]), out
 
 
-def _video_job_star(args: tuple) -> list[tuple[str, int, str | None]]:
+def _video_job_star(args: tuple) -> tuple[str, float, list[tuple[str, int, str | None]]]:
     return _video_job(*args)
 
 
@@ -332,20 +334,23 @@ def measure(data: str | Path, levels: Sequence[Perturbation], *, split: str = "t
             for v, ps in sorted(videos.items(), key=lambda kv: index[kv[0]])]
     n_workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
     results: dict[tuple[str, int], str | None] = {}
+    family: dict[str, str] = {}
+    zoom: list[float] = []
     bar = tqdm(total=len(jobs), desc="re-simulating videos", unit="video", disable=not progress)
-    if n_workers == 1:
-        for job in jobs:
-            results.update({(q, li): a for q, li, a in _video_job(*job)})
+    with contextlib.ExitStack() as stack:
+        if n_workers == 1:
+            parts = map(_video_job_star, jobs)
+        else:
+            parts = stack.enter_context(process_pool(n_workers)).map(_video_job_star, jobs, chunksize=4)
+        for job, (fam, z, part) in zip(jobs, parts, strict=True):
+            family[job[4]] = fam
+            zoom.append(z)
+            results.update({(q, li): a for q, li, a in part})
             bar.update()
-    else:
-        with process_pool(n_workers) as pool:
-            for part in pool.map(_video_job_star, jobs, chunksize=4):
-                results.update({(q, li): a for q, li, a in part})
-                bar.update()
     bar.close()
     qids = [str(cols["id"][r]) for r in rows]
-    width = int((extra.get("image_size") or [160])[0])
-    family, px_per_unit = _video_info(bench, {str(cols["video_id"][r]) for r in rows}, width)
+    # the frames' scale: the camera's zoom is pixels per world unit at 160 pixels wide (eval.synth.render.Renderer)
+    px_per_unit = float(np.median(zoom)) * int((extra.get("image_size") or [160])[0]) / 160.0
     labels = usual_labels(bench)
     target = np.asarray(qd["target_state_id"][:])[rows]
     naming = np.nan_to_num(naming_the_state(bench, rows), nan=0.0)
@@ -355,19 +360,6 @@ def measure(data: str | Path, levels: Sequence[Perturbation], *, split: str = "t
     return Measurement(levels, qids, [meta[q][0] for q in qids], [meta[q][1] for q in qids],
                        [family[str(cols["video_id"][r])] for r in rows], [meta[q][2] for q in qids], answers,
                        naming, label_hit, px_per_unit)
-
-
-def _video_info(bench, videos: set[str], width: int) -> tuple[dict[str, str], float]:
-    """Video id -> its scene family, and the median image scale (pixels per world unit of frames ``width`` pixels
-    wide, `eval.synth.render.Renderer`) over ``videos``, from their stored records."""
-    from eval.synth import record as R
-
-    family, scale = {}, []
-    for v in sorted(videos):
-        rec = R.load_npz(bench.root / "sim" / f"{v}.npz")
-        family[v] = str(rec.family)
-        scale.append(float(rec.camera[2]) * width / 160.0)
-    return family, float(np.median(scale)) if scale else float("nan")
 
 
 def markdown(m: Measurement) -> str:

@@ -67,7 +67,6 @@ def test_a_strong_perturbation_changes_some_answers(unperturbed_and_strong):
     m = unperturbed_and_strong
     kept = m.kept(1)
     assert 0 < kept.mean() < 1
-    assert m.ceiling_r5(1) <= m.ceiling_r5(0) + 1e-9 or not kept.all()
     # a kept answer names the same usual label as the unperturbed one
     assert (m.label_hit[1][kept] == m.label_hit[0][kept]).all()
     s = m.summary()
