@@ -65,6 +65,22 @@ class Demo:
         subprocess.run(cmd, check=True, cwd=ROOT)
         self.log.append({"stage": stage, "cmd": shlex.join(cmd), "seconds": round(time.time() - t0, 1)})
 
+    def run_side_by_side(self, cmds: list[list[str]], stage: str) -> None:
+        """Run ``cmds`` at once (mostly single-threaded commands: they share the CPUs); each is logged with its own
+        seconds. Every one is waited for; then the first that failed raises."""
+        procs = []
+        for cmd in cmds:
+            print(f"\n[{stage}] $ {shlex.join(cmd)} &", flush=True)
+            procs.append((cmd, time.time(), subprocess.Popen(cmd, cwd=ROOT)))
+        failed = None
+        for cmd, t0, proc in procs:
+            rc = proc.wait()
+            self.log.append({"stage": stage, "cmd": shlex.join(cmd), "seconds": round(time.time() - t0, 1)})
+            if rc and failed is None:
+                failed = subprocess.CalledProcessError(rc, cmd)
+        if failed is not None:
+            raise failed
+
     def data(self) -> None:
         a = self.args
         self.run([PY, "-m", "retrieval", "synth", "--out", str(a.data), "--preset", a.preset, "--seed", str(a.seed)],
@@ -94,6 +110,7 @@ class Demo:
         self.run([PY, "-m", "retrieval", "encoder", "lit", "--data", str(world), "--out", str(models / "lit"),
                   "--config", str(TOWER_CONFIGS["lit"]), "--init", str(models / "ssl")], "encoders")
         bench = Benchmark.load(a.data)
+        todo = []
         for space in ("ssl", "lit"):
             d = check_disjoint(models / space, bench)  # raises when the tower read a video of the benchmark
             print(f"[encoders] {space}: {d['tower_videos']} pretraining videos, none of the benchmark's "
@@ -101,8 +118,9 @@ class Demo:
             if self.encoded(space, models / space):
                 print(f"[encoders] features/{space} already encodes {models / space}: reused")
                 continue
-            self.run([PY, "-m", "retrieval", "encode", "--data", str(a.data), "--space", space, "--model",
-                      str(models / space)], "encoders")
+            todo.append([PY, "-m", "retrieval", "encode", "--data", str(a.data), "--space", space, "--model",
+                         str(models / space)])
+        self.run_side_by_side(todo, "encoders")  # an encode decodes frames on one core most of the time
 
     @staticmethod
     def world_ready(world: Path, seed: int, preset: str) -> bool:

@@ -128,7 +128,12 @@ inference cost per query: the LFTR forward (all samples) and the exact top-k ret
 corpus dominates. On a GPU machine the script runs the head on CUDA, and FAISS on the GPU when `faiss-gpu` is
 installed. With `--validation-benchmark DIR` it instead trains on a real benchmark once per validation scorer
 (eval's numba scorer, `val_scorer: stream`, and torch on the training device, `val_scorer: torch`), validating every
-epoch; the load average of each epoch is in its table, as the other jobs' load swings can dominate the difference.""", (
+epoch; the load average of each epoch is in its table, as the other jobs' load swings can dominate the difference.
+`scripts/bench_lftr_step.py` times the real training step of one of the demo's heads on a built benchmark, each
+contender in a fresh process, taking turns: torch's dropout against `MaskDropout` (the head's dropout, whose mask
+NumPy draws), and glibc's default malloc against `eval.threads.retain_freed_memory` (which the LFTR jobs call); the
+baseline is torch's dropout with the default malloc.""", (
+        Measure("bench_lftr_step", "python scripts/bench_lftr_step.py --data data/psr-synth --space pixels"),
         Measure("bench_lftr", "python scripts/bench_lftr.py --threads 2 --epochs 1 --infer-queries 256"),
         Measure("bench_lftr_validation", "python scripts/bench_lftr.py --validation-benchmark data/psr-synth "
                                          "--space pixels --threads 2 --epochs 3"),

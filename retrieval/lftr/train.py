@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from eval.benchmark import Benchmark
 from eval.errors import InputError, MissingInput
 from eval.io import FormatError, atomic_path, write_json
+from eval.threads import retain_freed_memory
 from eval.threads import training_threads as torch_threads  # noqa: F401  (threads + wait policy; re-exported)
 from eval.tracking import EpochReporter, parse_report_to
 from retrieval.encoders import pick_device
@@ -114,8 +115,12 @@ def train(bench: Benchmark, cfg: LFTRConfig, out: str | Path, *, validate: Calla
     ``stop_after``: run at most this many epochs in this call (a wall-time slice; the next call resumes).
     ``adapter_factory(prepared, device)``: a `PrefixAdapter` whose encoder is trained with the head (None: the
     frozen encoder's precomputed prefix tokens, the paper's LFTR).
+
+    The process keeps the memory it frees from here on (`eval.threads.retain_freed_memory`: each step reuses the
+    last step's pages instead of faulting in new ones).
     """
     trackers = parse_report_to(cfg.report_to)  # a tracker that is not installed stops the job before any work
+    retain_freed_memory()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with torch_threads(cfg.threads), contextlib.ExitStack() as closing:

@@ -1,0 +1,29 @@
+"""`scripts/bench_lftr_step.py`: every contender trains real steps of the head in its own process, and the table
+puts each against the baseline measured in the same run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_the_step_benchmark_times_every_contender(synth_sem_dir, tmp_path):
+    res = subprocess.run([sys.executable, "scripts/bench_lftr_step.py", "--data", str(synth_sem_dir), "--space",
+                          "pixels", "--steps", "2", "--repeats", "1", "--record-dir", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rec = json.loads((tmp_path / "bench_lftr_step.json").read_text())
+    rows = rec["data"]["contenders"]
+    assert [r["name"] for r in rows][0] == "torch dropout, default malloc" and len(rows) == 4
+    assert all(r["ms"] > 0 and len(r["rounds_ms"]) == 1 for r in rows)
+    assert "| torch dropout, default malloc |" in rec["markdown"] and "| 1.00 |" in rec["markdown"]
+    missing = subprocess.run([sys.executable, "scripts/bench_lftr_step.py", "--data", str(synth_sem_dir), "--space",
+                              "nope", "--no-record"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert missing.returncode != 0 and "no space 'nope'" in missing.stderr
