@@ -119,10 +119,9 @@ def retain_freed_memory(max_block_mb: int = 512) -> bool:
     A training step allocates and frees tensors of the same sizes every step. By default glibc maps a block over
     its dynamic threshold (at most 32 MiB) with ``mmap`` and unmaps it when freed, and gives the heap's free top back
     to the system, so the next step's tensors land on fresh pages and pay a page fault for every 4 KiB they touch.
-    With the memory kept, an LFTR training step at the demo's sizes takes about 10% less time
-    (`scripts/bench_lftr_step.py` measures it). The cost: memory freed after a peak stays with the process until it
-    exits, so call it in processes that train (the LFTR jobs do), not in a long-lived host process. Once set, the
-    thresholds stay for the process's life."""
+    Keeping the memory shortens an LFTR training step (`scripts/bench_lftr_step.py` measures by how much). The
+    cost: memory freed after a peak stays with the process until it exits, so call it in processes that train (the
+    LFTR jobs do), not in a long-lived host process. Once set, the thresholds stay for the process's life."""
     global _retained
     if _retained is not None:
         return _retained

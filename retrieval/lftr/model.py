@@ -44,12 +44,11 @@ def _mlp(d_in: int, d_hidden: int, d_out: int, depth: int) -> nn.Sequential:
 class MaskDropout(nn.Module):
     """Inverted dropout (``nn.Dropout``'s contract) whose CPU mask comes from NumPy's generator.
 
-    On CPU, torch's dropout draws its mask with ``bernoulli_``, about 5 ns per element on one thread; with the
-    encoder's four dropouts per layer that was a fifth of an LFTR training step at the demo's sizes
-    (`scripts/bench_lftr.py --step-profile` measures it). Here each call draws 16 random bits per element with
-    ``numpy.random.Generator.bytes`` (about a tenth of the time) and keeps an element when they fall below
-    ``round((1 - p) * 65536)`` (the keep probability rounded to 1/65536: 0.899994 for ``p`` = 0.1). Kept elements are
-    scaled by ``1 / (1 - p)``. The generator of each call is seeded from torch's global generator, so a seeded run
+    On CPU, torch's dropout draws its mask with ``bernoulli_``, a slow kernel that took a large share of an LFTR
+    training step at the demo's sizes (`scripts/bench_lftr_step.py` measures the step with either dropout). Here
+    each call draws 16 random bits per element with ``numpy.random.Generator.bytes`` and keeps an element when they
+    fall below ``round((1 - p) * 65536)`` (the keep probability rounded to 1/65536: 0.899994 for ``p`` = 0.1). Kept
+    elements are scaled by ``1 / (1 - p)``. The generator of each call is seeded from torch's global generator, so a seeded run
     draws the same masks, and so does a resumed one (its checkpoint restores torch's state). Off the CPU (where
     torch's kernel is fast), and in eval mode, it is ``F.dropout``."""
 
