@@ -64,7 +64,8 @@ def child(a: argparse.Namespace) -> None:
             loss, _ = job.loss(job.batches.batch(rows[s:s + B], job.gen), job.gen)
             job.opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(job.params, cfg.grad_clip or 1.0)
+            if cfg.grad_clip:
+                torch.nn.utils.clip_grad_norm_(job.params, cfg.grad_clip)
             job.opt.step()
             job.sched.step()
             if i >= 2:

@@ -9,7 +9,7 @@ Stages, each a command of a package (the demo doubles as a worked example; every
                 self-supervised visual tower (`retrieval encoder ssl`, the DINOv2 role) and the LiT text -> image tower
                 (`retrieval encoder lit`, the CLIP role, MiniLM locked) -> OUT/encoders/; each is checked to share no
                 video with the benchmark, then `retrieval encode` writes their spaces `ssl` and `lit` into the
-                benchmark's features/;
+                benchmark's features/ (the two encodes side by side);
   3. retrieval  encode the semantic space (packaged MiniLM), every baseline (incl. the lookup prior), every oracle
                 (incl. the held-out paraphrase oracle and LiT's zero-shot text -> image oracle), LFTR in the semantic,
                 the SSL, the LiT and the raw `pixels` space (and in SSL from the last prefix frame only: 8 vs 1

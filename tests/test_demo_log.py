@@ -34,23 +34,25 @@ def test_rerun_of_one_stage_keeps_the_other_stages_log(tmp_path):
 def test_side_by_side_commands_run_at_once_and_a_failure_raises_after_all_finish(tmp_path):
     import subprocess
     import sys
-    import time
 
     import pytest
 
     mod = _demo_module()
     demo = mod.Demo(argparse.Namespace())
-    stamp = "import sys, time, pathlib; pathlib.Path(sys.argv[1]).write_text(str(time.time())); time.sleep(1.0)"
+    # each command announces itself, then waits for the other's announcement: run one after the other, the first
+    # would give up and fail
+    meet = ("import sys, time, pathlib; pathlib.Path(sys.argv[1]).touch(); other = pathlib.Path(sys.argv[2]); "
+            "end = time.time() + 60\nwhile not other.exists() and time.time() < end: time.sleep(0.05)\n"
+            "raise SystemExit(0 if other.exists() else 1)")
     a, b = tmp_path / "a", tmp_path / "b"
-    t0 = time.time()
-    demo.run_side_by_side([[sys.executable, "-c", stamp, str(a)], [sys.executable, "-c", stamp, str(b)]], "encoders")
-    assert time.time() - t0 < 1.9  # two 1 s sleeps side by side
-    assert abs(float(a.read_text()) - float(b.read_text())) < 0.9
-    assert [x["stage"] for x in demo.log] == ["encoders", "encoders"] and all(x["seconds"] >= 1 for x in demo.log)
+    demo.run_side_by_side([[sys.executable, "-c", meet, str(a), str(b)],
+                           [sys.executable, "-c", meet, str(b), str(a)]], "encoders")
+    assert [x["stage"] for x in demo.log] == ["encoders", "encoders"]
     late = tmp_path / "late"
+    slow = "import sys, time, pathlib; time.sleep(1.0); pathlib.Path(sys.argv[1]).touch()"
     with pytest.raises(subprocess.CalledProcessError):
         demo.run_side_by_side([[sys.executable, "-c", "raise SystemExit(3)"],
-                               [sys.executable, "-c", stamp, str(late)]], "encoders")
+                               [sys.executable, "-c", slow, str(late)]], "encoders")
     assert late.exists()  # the failure waited for its neighbour
     assert len(demo.log) == 4
     demo.run_side_by_side([], "encoders")  # nothing to do
