@@ -57,3 +57,25 @@ def test_side_by_side_commands_run_at_once_and_a_failure_raises_after_all_finish
     assert len(demo.log) == 4
     demo.run_side_by_side([], "encoders")  # nothing to do
     assert len(demo.log) == 4
+
+
+def test_commands_are_logged_with_their_cpu_seconds_and_their_children_s(tmp_path):
+    import subprocess
+    import sys
+
+    import pytest
+
+    mod = _demo_module()
+    demo = mod.Demo(argparse.Namespace())
+    spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.4: pass"
+    # the CPU is spent by a grandchild that the command waits for: it is counted
+    parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {spin!r}], check=True)"
+    demo.run([sys.executable, "-c", parent], "report")
+    demo.run_side_by_side([[sys.executable, "-c", "import time; time.sleep(0.5)"],
+                           [sys.executable, "-c", spin]], "encoders")
+    busy, sleeper, spinner = demo.log
+    assert busy["cpu_seconds"] >= 0.4 and spinner["cpu_seconds"] >= 0.4
+    assert sleeper["cpu_seconds"] < 0.3 and sleeper["seconds"] >= 0.5
+    with pytest.raises(subprocess.CalledProcessError):
+        demo.run([sys.executable, "-c", "raise SystemExit(4)"], "report")
+    assert len(demo.log) == 3

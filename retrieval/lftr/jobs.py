@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -154,6 +154,14 @@ class LFTRJob:
     split: str
     path: Path
     overrides: dict
+    #: where the same worker also writes the head's validation run (read by the fusion selection), or None
+    val_path: Path | None = None
+    #: a guess of the head's relative cost, for the pool's longest-first order (`run_jobs_in_pool`)
+    cost: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        return self.path.exists() and (self.val_path is None or self.val_path.exists())
 
 
 def _train_and_predict(bench: Benchmark, cfg: LFTRConfig, out: Path, job: LFTRJob, *, log: Callable[[str], None],
@@ -164,8 +172,10 @@ def _train_and_predict(bench: Benchmark, cfg: LFTRConfig, out: Path, job: LFTRJo
     c = cfg.with_overrides(job.overrides)
     if not (ck / "best.pt").exists() or not _finished(ck, c):
         train(bench, c, ck, validate=validation_recall, log=log, progress=progress)
-    job.path.parent.mkdir(parents=True, exist_ok=True)
-    predict_run(bench, ck, job.path, split=job.split, method=job.method, progress=progress)
+    for split, path in ((job.split, job.path), ("val", job.val_path)):
+        if path is not None and not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            predict_run(bench, ck, path, split=split, method=job.method, progress=progress)
     return time.time() - t0
 
 
@@ -180,13 +190,15 @@ def _pool_job(root: str, cfg: LFTRConfig, out: str, job: LFTRJob) -> tuple[str, 
 def run_jobs_in_pool(bench: Benchmark, cfg: LFTRConfig, out: Path, jobs: list[LFTRJob], workers: int,
                      log: Callable[[str], None] = print) -> dict[str, float]:
     """Train and predict ``jobs`` in ``workers`` processes (spawned: each loads the benchmark memory-mapped and
-    trains with ``cfg.threads`` threads), heads whose run exists skipped; -> seconds per ``stem/split``. Each head is seeded by
-    its own config, so its checkpoint and run are those the same job writes alone."""
+    trains with ``cfg.threads`` threads), heads whose runs exist skipped; -> seconds per ``stem/split``. The heads
+    start longest first (by `LFTRJob.cost`), so the last to finish is a short one and no process idles long at the
+    end. Each head is seeded by its own config, so its checkpoint and runs are those the same job writes alone,
+    whatever the order."""
     from concurrent.futures import as_completed
 
     from eval.pools import process_pool
 
-    todo = [j for j in jobs if not j.path.exists()]
+    todo = sorted((j for j in jobs if not j.done), key=lambda j: -j.cost)
     if not todo:
         return {}
     if cfg.question_space and cfg.condition_question:  # every head reads them: embed once, here, into the cache
@@ -282,7 +294,7 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
         return LFTRJob(stem, method, split_, p, {"seed": seed, **over})
 
     def run_job(j: LFTRJob) -> Path:
-        if not j.path.exists():
+        if not j.done:
             key = f"{j.stem}/{j.split}"
             timings[key] = _train_and_predict(bench, cfg, out, j, log=log, progress=progress)
             log(f"{key}: {timings[key]:.1f}s")
@@ -291,18 +303,27 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
     def lftr_run(stem: str, method: str, seed: int, split_: str = split, **over) -> Path:
         return run_job(job(stem, method, seed, split_, **over))
 
+    def cost(target: str, scale: float = 1.0) -> float:
+        """A head's relative cost for the pool's order: its per-epoch validation and its runs score every query
+        against the target space's items, so heads into the larger spaces take longest."""
+        return scale * spaces[target].n_items * spaces[target].dim
+
     heads: list[tuple[int, str, LFTRJob]] = []  # (seed, key in per_seed, job) in the order the runs are listed
     for seed in seeds:
         for n in plan.targets():
             own = {"prefix_space": n} if n == plan.compare and spaces[n].has_prefixes else {}
-            heads.append((seed, n, job(_run_name(f"lftr-{n}", seed, seeds), _run_name(f"lftr[{n}]", seed, seeds),
-                                       seed, target_space=n, **own)))
+            j = job(_run_name(f"lftr-{n}", seed, seeds), _run_name(f"lftr[{n}]", seed, seeds), seed, target_space=n,
+                    **own)
+            # the first seed's heads also write their validation runs, which the fusion selection reads
+            val = out / "val" / f"{j.stem}.parquet" if seed == seeds[0] else None
+            heads.append((seed, n, replace(j, val_path=val, cost=cost(n))))
         if plan.perfect and plan.perfect in bench.spaces:
-            heads.append((seed, "perfect", job(_run_name(f"lftr-sim-{plan.semantic}", seed, seeds),
-                                               _run_name(f"lftr-sim[{plan.semantic}]", seed, seeds), seed,
-                                               target_space=plan.semantic, prefix_space=plan.perfect)))
-    last = job(f"lftr-{plan.visual}-last", f"lftr[{plan.visual}] last frame only", seeds[0], target_space=plan.visual,
-               frames="last")
+            j = job(_run_name(f"lftr-sim-{plan.semantic}", seed, seeds), _run_name(f"lftr-sim[{plan.semantic}]", seed,
+                                                                                   seeds), seed,
+                    target_space=plan.semantic, prefix_space=plan.perfect)
+            heads.append((seed, "perfect", replace(j, cost=cost(plan.semantic, 1.01))))  # its prefix reads more dims
+    last = replace(job(f"lftr-{plan.visual}-last", f"lftr[{plan.visual}] last frame only", seeds[0],
+                       target_space=plan.visual, frames="last"), cost=cost(plan.visual, 0.99))  # one prefix frame
     n_workers = demo_workers(cfg, workers)
     if n_workers > 1:
         timings.update(run_jobs_in_pool(bench, cfg, out, [j for _, _, j in heads] + [last], n_workers, log))

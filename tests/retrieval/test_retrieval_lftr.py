@@ -214,6 +214,11 @@ def test_demo_heads_trained_side_by_side_equal_heads_trained_alone(synth_sem_dir
         run_demo(Benchmark.load(synth_sem_dir), tmp_path / f"w{w}", text_model=PACKAGED_MINILM, plan=DemoPlan(),
                  configs=[cfg], seeds=[0], log=logs[w].append, progress=False, workers=w)
     assert any("in 2 processes" in m for m in logs[2]) and not any("processes" in m for m in logs[1])
+    # the first seed's validation runs (the fusion selection's input) are written by the heads' own jobs (in the
+    # pool with two processes), never by a separate prediction afterwards
+    for w in (1, 2):
+        assert not any(m.startswith("lftr-") and "/val: " in m for m in logs[w])
+        assert len([p for p in (tmp_path / f"w{w}" / "val").glob("lftr-*.parquet") if "fusion" not in p.name]) >= 2
     runs = sorted(p.relative_to(tmp_path / "w1") for p in (tmp_path / "w1").rglob("*.parquet"))
     assert runs == sorted(p.relative_to(tmp_path / "w2") for p in (tmp_path / "w2").rglob("*.parquet"))
     assert any(str(p).startswith("lftr-fusion") for p in runs) and any(str(p).endswith("-last.parquet") for p in runs)
