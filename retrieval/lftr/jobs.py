@@ -318,9 +318,9 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
             val = out / "val" / f"{j.stem}.parquet" if seed == seeds[0] else None
             heads.append((seed, n, replace(j, val_path=val, cost=cost(n))))
         if plan.perfect and plan.perfect in bench.spaces:
-            j = job(_run_name(f"lftr-sim-{plan.semantic}", seed, seeds), _run_name(f"lftr-sim[{plan.semantic}]", seed,
-                                                                                   seeds), seed,
-                    target_space=plan.semantic, prefix_space=plan.perfect)
+            stem, name = f"lftr-sim-{plan.semantic}", f"lftr-sim[{plan.semantic}]"
+            j = job(_run_name(stem, seed, seeds), _run_name(name, seed, seeds), seed, target_space=plan.semantic,
+                    prefix_space=plan.perfect)
             heads.append((seed, "perfect", replace(j, cost=cost(plan.semantic, 1.01))))  # its prefix reads more dims
     last = replace(job(f"lftr-{plan.visual}-last", f"lftr[{plan.visual}] last frame only", seeds[0],
                        target_space=plan.visual, frames="last"), cost=cost(plan.visual, 0.99))  # one prefix frame
