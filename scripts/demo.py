@@ -101,10 +101,12 @@ class Demo:
             other = ex.submit(lane)
             try:
                 main()
-            finally:
-                other_error = other.exception()  # waits for the side lane
-        if other_error is not None:
-            raise other_error
+            except BaseException:
+                if other.exception() is not None:  # waits for the side lane; its failure is said, the main one raised
+                    print(f"\nthe side lane failed too: {other.exception()} (output: {side_log})", flush=True)
+                raise
+        if other.exception() is not None:
+            raise other.exception()
 
     def logged(self, stage: str, cmd: list[str], t0: float, cpu: float) -> None:
         self.log.append({"stage": stage, "cmd": shlex.join(cmd), "seconds": round(time.time() - t0, 1),

@@ -81,7 +81,7 @@ def test_commands_are_logged_with_their_cpu_seconds_and_their_children_s(tmp_pat
     assert len(demo.log) == 3
 
 
-def test_two_lanes_run_at_once_the_side_lane_writes_its_log_and_failures_wait_for_the_other_lane(tmp_path):
+def test_two_lanes_run_at_once_the_side_lane_writes_its_log_and_failures_wait_for_the_other_lane(tmp_path, capsys):
     import subprocess
     import sys
 
@@ -111,6 +111,11 @@ def test_two_lanes_run_at_once_the_side_lane_writes_its_log_and_failures_wait_fo
         demo.side_by_side(lambda: demo.run([sys.executable, "-c", "raise SystemExit(6)"], "data"),
                           lambda: demo.run([sys.executable, "-c", slow, str(late)], "encoders"), log)
     assert err.value.returncode == 6 and late.exists()
+    with pytest.raises(subprocess.CalledProcessError) as err:  # both fail: the main lane's raises, the side's is said
+        demo.side_by_side(lambda: demo.run([sys.executable, "-c", "import time; time.sleep(0.5); raise SystemExit(7)"],
+                                           "data"),
+                          lambda: demo.run([sys.executable, "-c", "raise SystemExit(8)"], "encoders"), log)
+    assert err.value.returncode == 7 and "the side lane failed too" in capsys.readouterr().out
 
 
 def test_run_stages_pairs_the_lanes_and_keeps_every_stage_once_in_order(tmp_path):
