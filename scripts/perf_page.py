@@ -132,8 +132,13 @@ epoch; the load average of each epoch is in its table, as the other jobs' load s
 `scripts/bench_lftr_step.py` times the real training step of one of the demo's heads on a built benchmark, each
 contender in a fresh process, taking turns: torch's dropout against `MaskDropout` (the head's dropout, whose mask
 NumPy draws), and glibc's default malloc against `eval.threads.retain_freed_memory` (which the LFTR jobs call); the
-baseline is torch's dropout with the default malloc.""", (
+baseline is torch's dropout with the default malloc. `scripts/bench_lftr_val.py` times the validation R@k of the
+demo's trained heads (and of the same heads untrained, as in the first epochs) with the cut, which stops scoring a
+query once `val_k` negatives certainly beat its best positive, against every sample of every query scored, taking
+turns in one process, and checks both give the same R@k.""", (
         Measure("bench_lftr_step", "python scripts/bench_lftr_step.py --data data/psr-synth --space pixels"),
+        Measure("bench_lftr_val", "python scripts/bench_lftr_val.py --data data/psr-synth --checkpoint "
+                                  "reports/demo/runs/lftr-pixels-seed0/best.pt"),
         Measure("bench_lftr", "python scripts/bench_lftr.py --threads 2 --epochs 1 --infer-queries 256"),
         Measure("bench_lftr_validation", "python scripts/bench_lftr.py --validation-benchmark data/psr-synth "
                                          "--space pixels --threads 2 --epochs 3"),

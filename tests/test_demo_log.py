@@ -122,12 +122,13 @@ def test_run_stages_pairs_the_lanes_and_keeps_every_stage_once_in_order(tmp_path
     import threading
 
     mod = _demo_module()
+    parts = ("forecaster_model", "forecaster_runs")
 
     class Recorder(mod.Demo):
         def __init__(self, args):
             super().__init__(args)
             self.calls = []
-            for s in mod.STAGES:
+            for s in (*mod.STAGES, *parts):
                 setattr(self, s, self._stage(s))
             self.towers = self._stage("towers")
 
@@ -148,15 +149,23 @@ def test_run_stages_pairs_the_lanes_and_keeps_every_stage_once_in_order(tmp_path
 
     calls = stages_run(list(mod.STAGES))
     names = [c[0] for c in calls]
-    assert names.count("lanes") == 2 and sorted(set(names) - {"lanes"}) == sorted({*mod.STAGES, "towers"})
-    assert all(names.count(s) == 1 for s in mod.STAGES)
+    steps = ({*mod.STAGES, *parts} - {"forecaster"})  # the forecaster stage runs in its two parts around a lane
+    assert names.count("lanes") == 2 and set(names) - {"lanes"} == steps | {"towers"}
+    assert all(names.count(s) == 1 for s in steps)
     side = {c[0]: c[1] for c in calls if c[0] != "lanes"}
     assert side["towers"] == "towers.log" and side["predictability"] == "predictability.log"
-    assert {s for s, log in side.items() if log is None} == set(mod.STAGES) - {"predictability"}
-    order = [n for n in names if n in mod.STAGES]  # the main lane keeps STAGES' order around its side lanes
-    assert order.index("data") < order.index("encoders") < order.index("retrieval") < order.index("forecaster") \
-        < order.index("report") < order.index("canon") < order.index("distill")
-    # a subset: a stage alone runs alone; no towers lane without the learned spaces
+    assert {s for s, log in side.items() if log is None} == steps - {"predictability"}
+    order = [n for n in names if n in steps]  # the main lane keeps STAGES' order around its side lanes
+    assert order.index("data") < order.index("encoders") < order.index("retrieval") \
+        < order.index("forecaster_model") < order.index("forecaster_runs") < order.index("report") \
+        < order.index("canon") < order.index("distill")
+    # the tiny model's fit (both cores) ends before the predictability lane starts
+    second_lanes = [i for i, n in enumerate(names) if n == "lanes"][1]
+    assert names.index("forecaster_model") < second_lanes < names.index("predictability")
+    # a subset: a stage alone runs alone (the forecaster whole); no towers lane without the learned spaces
     assert [c[0] for c in stages_run(["report", "canon"])] == ["report", "canon"]
+    assert [c[0] for c in stages_run(["forecaster"])] == ["forecaster"]
+    fp = [c[0] for c in stages_run(["forecaster", "predictability"])]
+    assert fp[:2] == ["forecaster_model", "lanes"] and sorted(fp[2:]) == ["forecaster_runs", "predictability"]
     assert [c[0] for c in stages_run(["data", "encoders"], visual="pixels")] == ["data", "encoders"]
     assert [c[0] for c in stages_run(["report", "predictability"])] == ["report", "predictability"]

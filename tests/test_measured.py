@@ -16,7 +16,8 @@ from eval.io import FormatError
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ["bench_load", "bench_scoring", "bench_fusion", "bench_lftr", "bench_likelihood", "bench_runner",
-              "bench_encoders", "bench_canon", "bench_synth", "bench_train_load", "psr_scale", "bench_lftr_step"]
+              "bench_encoders", "bench_canon", "bench_synth", "bench_train_load", "psr_scale", "bench_lftr_step",
+              "bench_lftr_val"]
 
 
 def _script(name: str):

@@ -111,4 +111,4 @@ class TrainBatches:
         """``(B, 8, d_in)`` prefix tokens: the precomputed table (frozen encoder) or the adapter's encoder output."""
         if self.adapter is not None:
             return self.adapter.tokens(prefix_rows)
-        return self.prefix[prefix_rows]
+        return self.prefix.index_select(0, prefix_rows)

@@ -16,8 +16,9 @@ Read rules (`retrieval.lftr.config.READ_RULES`), with ``mu_1..mu_H`` the rollout
 
 Validation (`validation_recall`, the checkpoint-selection metric) scores the matched read of the validation
 queries on the training device with torch (`torch_main_pool_stats`: the same tie-aware rank counts as eval's
-streaming scorer, own video excluded; the pools and exclusions are built once and cached on the `Prepared`), so
-no numba scorer runs inside the training loop; ``val_scorer: stream`` uses eval's scorer instead and
+streaming scorer, own video excluded; the pools and exclusions are built once and cached on the `Prepared`; in a
+visual space a query stops being scored once ``val_k`` negatives certainly beat its best positive), so no numba
+scorer runs inside the training loop; ``val_scorer: stream`` uses eval's scorer instead and
 ``val_max_queries`` scores a fixed random subset.
 
 Sampling noise at inference is drawn once per query from a generator seeded with the config's seed and shared by
@@ -114,7 +115,7 @@ def validation_recall(model: LFTR, prep: Prepared) -> float:
     if cfg.val_scorer == "stream":
         return recall_at_k(main_pool_stats(prep, rows, vec), cfg.val_k)
     device = next(model.parameters()).device
-    return recall_at_k(torch_main_pool_stats(prep, rows, vec, device=device), cfg.val_k)
+    return recall_at_k(torch_main_pool_stats(prep, rows, vec, device=device, cut=cfg.val_k), cfg.val_k)
 
 
 @dataclass
@@ -158,7 +159,7 @@ def _pool_targets(prep: Prepared, rows: np.ndarray, device) -> _PoolTargets:
 
 @torch.no_grad()
 def torch_main_pool_stats(prep: Prepared, rows: np.ndarray, vectors: np.ndarray, *, device=None,
-                          chunk: int = 256) -> dict[str, np.ndarray]:
+                          chunk: int = 256, cut: int | None = None) -> dict[str, np.ndarray]:
     """Rank statistics of the main pool (``type2-all``) for query vectors ``(n, K, d)`` of ``rows``, computed
     with torch on ``device`` in chunks of queries; the same counts as eval's streaming scorer
     (`main_pool_stats`) up to float rounding of near-ties.
@@ -167,6 +168,11 @@ def torch_main_pool_stats(prep: Prepared, rows: np.ndarray, vectors: np.ndarray,
     segments), own-video rows removed; ``t`` = the best positive score; ``n_above`` / ``n_tie_neg`` = negatives
     scoring ``> t`` / ``== t``; ``n_tie_pos`` = positives scoring ``== t``; ``n_tie_neg_first`` = tied negatives
     with a lower corpus row than the first tied positive (the row tie-break).
+
+    ``cut``: only R@``cut`` is wanted (`validation_recall`). Where the items are the corpus rows (a visual space,
+    whose products dominate the cost), a query then stops being scored as soon as ``cut`` of its negatives
+    certainly score above its best positive (`_scores_until_cut`); it reports ``n_above = cut`` and no ties, so its
+    R@``cut`` is 0, as its full counts give. Every other query gets its full counts.
     """
     device = torch.device(device or "cpu")
     pt = _pool_targets(prep, rows, device)
@@ -174,40 +180,122 @@ def torch_main_pool_stats(prep: Prepared, rows: np.ndarray, vectors: np.ndarray,
     out = {k: np.zeros(n, np.int64) for k in ("n_pos", "n_above", "n_tie_neg", "n_tie_pos", "n_tie_neg_first")}
     vec = torch.from_numpy(np.ascontiguousarray(vectors, np.float32)).to(device)
     n_corpus = len(prep.bench.corpus_ids)
-    for s in range(0, n, chunk):
-        v = vec[s:s + chunk]
-        c = v.shape[0]
-        sc = v[:, 0] @ pt.items.T
-        for k in range(1, v.shape[1]):  # max over the K samples without a (c, K, n_items) tensor
-            torch.maximum(sc, v[:, k] @ pt.items.T, out=sc)
-        if pt.item_rows is not None:
-            sc = sc[:, pt.item_rows]  # (c, n_corpus)
-        pos = _dense_mask(pt.pos_ptr, pt.pos_rows, s, c, n_corpus, device)
-        own = _dense_mask(pt.own_ptr, pt.own_rows, s, c, n_corpus, device) & ~pos
-        best = sc.masked_fill(~pos, -torch.inf).amax(1, keepdim=True)
-        neg = ~pos & ~own
-        out["n_pos"][s:s + c] = pos.sum(1).cpu().numpy()
-        out["n_above"][s:s + c] = ((sc > best) & neg).sum(1).cpu().numpy()
-        out["n_tie_neg"][s:s + c] = ((sc == best) & neg).sum(1).cpu().numpy()
-        tie = sc == best
-        out["n_tie_pos"][s:s + c] = (tie & pos).sum(1).cpu().numpy()
-        cols = torch.arange(sc.shape[1], device=device)
-        first = torch.where(tie & pos, cols, sc.shape[1]).amin(1, keepdim=True)  # row of the first tied positive
-        out["n_tie_neg_first"][s:s + c] = (tie & neg & (cols < first)).sum(1).cpu().numpy()
+    if cut is not None and cut < 1:
+        raise InputError(f"cut must be >= 1, got {cut}")
+
+    def masks(idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(pos, neg)`` masks ``(len(idx), n_corpus)`` of the queries ``idx``."""
+        pos = _rows_mask(pt.pos_ptr, pt.pos_rows, idx, n_corpus)
+        return pos, ~pos & ~_rows_mask(pt.own_ptr, pt.own_rows, idx, n_corpus)
+
+    if cut is not None and pt.item_rows is None:
+        out["n_pos"][:] = (pt.pos_ptr[1:] - pt.pos_ptr[:-1]).cpu().numpy()
+        out["n_above"][:] = cut  # the dropped queries; the live ones are overwritten below
+        live, sc = _scores_until_cut(vec, pt.items, masks, cut, chunk)
+        for s in range(0, len(live), chunk):
+            idx = live[s:s + chunk]
+            _count(sc[s:s + chunk], *masks(idx), out, idx.cpu().numpy())
+    else:
+        for s in range(0, n, chunk):
+            v = vec[s:s + chunk]
+            c = v.shape[0]
+            sc = v[:, 0] @ pt.items.T
+            for k in range(1, v.shape[1]):  # max over the K samples without a (c, K, n_items) tensor
+                torch.maximum(sc, v[:, k] @ pt.items.T, out=sc)
+            if pt.item_rows is not None:
+                sc = sc[:, pt.item_rows]  # (c, n_corpus)
+            pos, neg = masks(torch.arange(s, s + c, device=device))
+            out["n_pos"][s:s + c] = torch.count_nonzero(pos, dim=1).cpu().numpy()
+            _count(sc, pos, neg, out, slice(s, s + c))
     empty = out["n_pos"] == 0
     for k in ("n_above", "n_tie_neg", "n_tie_pos", "n_tie_neg_first"):
         out[k][empty] = 0
     return out
 
 
-def _dense_mask(ptr: torch.Tensor, flat: torch.Tensor, s: int, c: int, n_cols: int, device) -> torch.Tensor:
-    """``(c, n_cols)`` bool mask of the CSR rows ``s .. s + c``."""
-    mask = torch.zeros((c, n_cols), dtype=torch.bool, device=device)
-    a, b = int(ptr[s]), int(ptr[s + c])
-    if b > a:
-        count = ptr[s + 1:s + c + 1] - ptr[s:s + c]
-        r = torch.repeat_interleave(torch.arange(c, device=device), count)
-        mask[r, flat[a:b]] = True
+def _count(sc: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, out: dict[str, np.ndarray], at) -> None:
+    """The rank counts (`torch_main_pool_stats`) of the queries ``at`` from their scores ``sc`` ``(c, n_corpus)``."""
+    def count(mask: torch.Tensor) -> np.ndarray:
+        return torch.count_nonzero(mask, dim=1).cpu().numpy()
+
+    best = sc.masked_fill(~pos, -torch.inf).amax(1, keepdim=True)
+    out["n_above"][at] = count((sc > best) & neg)
+    tie = sc == best
+    out["n_tie_neg"][at] = count(tie & neg)
+    out["n_tie_pos"][at] = count(tie & pos)
+    cols = torch.arange(sc.shape[1], device=sc.device)
+    first = torch.where(tie & pos, cols, sc.shape[1]).amin(1, keepdim=True)  # row of the first tied positive
+    out["n_tie_neg_first"][at] = count(tie & neg & (cols < first))
+
+
+def _scores_until_cut(vec: torch.Tensor, items: torch.Tensor, masks, cut: int, chunk: int
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The queries that may still rank a positive in their top ``cut``, and their item scores.
+
+    ``vec``: ``(n, K, d)`` samples; ``items``: ``(m, d)``, the corpus rows; ``masks(idx)``: the ``(pos, neg)``
+    masks of queries ``idx``. The samples are scored one at a time into a running max, a lower bound of every
+    item's final score: first every query's first sample, chunk by chunk, then the remaining samples of the
+    queries still live, gathered into full chunks. After each sample, a query is dropped when ``cut`` of its
+    negatives have a running max above ``hi``, an upper bound of its best positive score whatever the rounding:
+    ``hi`` = its positives' scores (their own products) plus ``4 gamma_d |v| |x|``, twice the worst-case error of
+    two float32 dot products of length ``d`` (Higham's ``gamma_d = d u / (1 - d u)``, ``u = 2^-24``, in any
+    summation order), once for ``hi`` and once for the running max, whose products cover other rows than the
+    unpruned chunk's. Under a float32 matmul precision other than ``highest`` (TF32 or bfloat16 products) ``u``
+    is bfloat16's, ``2^-8``: the bound stays true, and prunes little. Returns ``(live, scores)``: the kept query
+    indices and their ``(len(live), m)`` scores over all ``K`` samples."""
+    n, K, d = vec.shape
+    dev = vec.device
+    u = 2.0 ** -24 if torch.get_float32_matmul_precision() == "highest" else 2.0 ** -8
+    gamma = d * u / (1 - d * u)
+    slack = 4 * gamma * float(vec.norm(dim=-1).max()) * float(items.norm(dim=1).max()) * 1.01 if n else 0.0
+
+    def drop(idx, hi, run, neg):
+        keep = torch.count_nonzero((run > hi[:, None]) & neg, dim=1) < cut
+        if bool(keep.all()):
+            return idx, hi, run, keep
+        return idx[keep], hi[keep], run[keep], keep
+
+    ids, his, runs = [], [], []
+    for s in range(0, n, chunk):  # every query's first sample
+        idx = torch.arange(s, min(n, s + chunk), device=dev)
+        pos, neg = masks(idx)
+        v = vec[s:s + chunk]
+        q, p = pos.nonzero(as_tuple=True)
+        hi = torch.full((len(idx),), -torch.inf, device=dev)
+        if len(q):
+            xp = items.index_select(0, p)
+            pair = torch.stack([(v[:, k].index_select(0, q) * xp).sum(1) for k in range(K)], 1).amax(1)
+            hi.scatter_reduce_(0, q, pair, reduce="amax")
+        idx, hi, run, _ = drop(idx, hi + slack, v[:, 0] @ items.T, neg)
+        ids.append(idx), his.append(hi), runs.append(run)
+    live = torch.cat(ids) if ids else torch.zeros(0, dtype=torch.int64, device=dev)
+    hi = torch.cat(his) if his else torch.zeros(0, device=dev)
+    run = torch.cat(runs) if runs else torch.zeros((0, items.shape[0]), device=dev)
+    done_ids, done_runs = [], []
+    for s in range(0, len(live), chunk):  # the others' remaining samples
+        idx, h, r = live[s:s + chunk], hi[s:s + chunk], run[s:s + chunk]
+        neg = masks(idx)[1]
+        for k in range(1, K):
+            torch.maximum(r, vec[idx, k] @ items.T, out=r)
+            idx, h, r, keep = drop(idx, h, r, neg)
+            neg = neg[keep]
+            if not len(idx):
+                break
+        done_ids.append(idx), done_runs.append(r)
+    if not done_ids:
+        return live, run
+    return torch.cat(done_ids), torch.cat(done_runs)
+
+
+def _rows_mask(ptr: torch.Tensor, flat: torch.Tensor, idx: torch.Tensor, n_cols: int) -> torch.Tensor:
+    """``(len(idx), n_cols)`` bool mask of the CSR rows ``idx``."""
+    mask = torch.zeros((len(idx), n_cols), dtype=torch.bool, device=idx.device)
+    start, count = ptr[idx], ptr[idx + 1] - ptr[idx]
+    total = int(count.sum()) if len(idx) else 0
+    if total:
+        r = torch.repeat_interleave(torch.arange(len(idx), device=idx.device), count)
+        within = torch.arange(total, device=idx.device) - torch.repeat_interleave(count.cumsum(0) - count, count)
+        mask[r, flat[torch.repeat_interleave(start, count) + within]] = True
     return mask
 
 
@@ -229,8 +317,9 @@ def step_calibration(model: LFTR, prep: Prepared, ckpt_dir: Path | None = None) 
     if len(rows):
         per_step = step_vectors(model, prep, rows, steps="all", seed=cfg.seed)  # (n, H, K, d)
         device = next(model.parameters()).device
-        hits = np.stack([recall_at_k_per_query(torch_main_pool_stats(prep, rows, per_step[:, t], device=device),
-                                               cfg.val_k) for t in range(per_step.shape[1])], 1)  # (n, H)
+        hits = np.stack([recall_at_k_per_query(torch_main_pool_stats(prep, rows, per_step[:, t], device=device,
+                                                                     cut=cfg.val_k), cfg.val_k)
+                         for t in range(per_step.shape[1])], 1)  # (n, H)
         hz = prep.data.horizon[rows]
         for h in np.unique(hz):
             m = hz == h

@@ -45,7 +45,8 @@ def test_qlora_on_cuda_through_accelerate(student_set, synth_dir, tmp_path):
 
     model = build_tiny_vlm(tmp_path / "tiny", "qwen3_vl", seed=0)
     out = tmp_path / "student"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")}
+    path = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])  # keep the caller's packages
+    env = {**os.environ, "PYTHONPATH": path, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0")}
     cmd = [str(Path(sys.executable).with_name("accelerate")), "launch", "--config_file",
            str(REPO / "configs" / "accelerate" / "single_gpu.yaml"), "-m", "distill.train",
            "--config", str(REPO / "configs" / "distill" / "tiny-cpu.yaml"), "--model_name_or_path", str(model),

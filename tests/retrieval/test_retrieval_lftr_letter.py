@@ -173,6 +173,46 @@ def test_torch_validation_equals_the_streaming_scorer(synth_sem_dir, tmp_path):
             assert np.array_equal(np.asarray(a["n_tie_pos"])[~near], a["n_pos"][~near])
 
 
+def test_validation_cut_scores_fewer_samples_for_the_same_recall(synth_sem_dir, tmp_path):
+    """Validation wants only R@val_k: a query stops being scored once ``val_k`` negatives certainly beat its best
+    positive. Every query it drops has R@k 0 in the full counts too (no exception: the bound holds for any
+    rounding); the others get the full counts, so per-query R@k is the same, and the validation R@k with it.
+    An untrained head misses most queries, so most are dropped early. A semantic space is never pruned."""
+    from retrieval.lftr.model import LFTR
+    from retrieval.lftr.predict import recall_at_k, recall_at_k_per_query, step_vectors, torch_main_pool_stats
+    from retrieval.lftr.train import prepare
+
+    bench = Benchmark.load(synth_sem_dir)
+    keys = ("n_pos", "n_above", "n_tie_neg", "n_tie_pos", "n_tie_neg_first")
+    for space in ("pixels", "minilm"):
+        cfg = _cfg(target_space=space, n_samples=8)
+        prep = prepare(bench, cfg, tmp_path, "cpu")
+        torch.manual_seed(0)
+        model = LFTR(cfg, prep.data.prefix.shape[-1], prep.data.items.shape[1], prep.data.question.shape[1])
+        rows = prep.data.rows("val")
+        vec = step_vectors(model, prep, rows)
+        full = torch_main_pool_stats(prep, rows, vec, chunk=7)
+        near = _near_tied(prep, rows, vec)
+        for k in (1, 5, 20):
+            part = torch_main_pool_stats(prep, rows, vec, chunk=7, cut=k)
+            if space == "minilm":
+                assert all(np.array_equal(full[f], part[f]) for f in keys)
+                continue
+            dropped = (part["n_above"] == k) & (part["n_tie_neg"] == 0) & (part["n_tie_pos"] == 0) & (full["n_pos"] > 0)
+            assert (full["n_above"][dropped] >= k).all(), (k, "a dropped query could have been a hit")
+            # the kept queries' products cover fewer rows than the full chunk's: the same counts, up to rounding
+            kept = ~dropped & ~near
+            assert all(np.array_equal(full[f][kept], part[f][kept]) for f in keys), k
+            a, b = recall_at_k_per_query(full, k), recall_at_k_per_query(part, k)
+            assert np.array_equal(np.nan_to_num(a, nan=-1)[~near], np.nan_to_num(b, nan=-1)[~near])
+            if not near.any():
+                assert recall_at_k(full, k) == recall_at_k(part, k)
+            if k == 5:
+                assert dropped.mean() > 0.5, dropped.mean()
+    with pytest.raises(Exception, match="cut"):
+        torch_main_pool_stats(prep, rows, vec, cut=0)
+
+
 def test_intermediate_states_and_grounding_switches(pixels_prep):
     from retrieval.lftr.batches import TrainBatches
     from retrieval.lftr.losses import LFTRLoss
