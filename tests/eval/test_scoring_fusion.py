@@ -134,7 +134,10 @@ class _Views:
 
 def test_fusion_writes_its_result_only_into_arrays_nobody_else_holds():
     """A fused tile may take the place of a fresh input tile (`ScoreSource.fresh_arrays`), never of a view of a
-    source's kept scores; the fused scores are those of the two-pass reference either way."""
+    source's kept scores; the fused tiles are bitwise those of the two-pass reference either way. Calls on index
+    arrays (the scorer's pass A) may gather a cached tile's scores where the reference computes a product with
+    fewer columns, which a BLAS may round differently (measured: torch on an AVX2-only CPU at d = 8): there the
+    two agree to float32 rounding, and the scorer compares pass A with the tiles itself (`PassAPlan`)."""
     rng = np.random.default_rng(3)
     S = rng.standard_normal((20, 300), dtype=np.float32)
     kept = S.copy()
@@ -147,9 +150,12 @@ def test_fusion_writes_its_result_only_into_arrays_nobody_else_holds():
         one, two = FusionSource(inputs, q_block=8, c_chunk=100), TwoPassFusion(inputs, q_block=8, c_chunk=100)
         for q in (slice(0, 8), slice(8, 16), slice(16, 20)):
             for items in (slice(0, 100), slice(250, 300), np.array([3, 150, 299])):
+                if not isinstance(items, slice):
+                    assert np.allclose(one.scores(q, items), two.scores(q, items), rtol=1e-6, atol=1e-6)
+                    continue
                 want = two.scores(q, items).tobytes()
                 assert one.scores(q, items).tobytes() == want
-                if isinstance(items, slice):  # the scorer's path: tiles into its buffer, none allocated
-                    n = (q.stop - q.start) * (items.stop - items.start)
-                    assert one.scores_into(q, items, buf[:n].reshape(q.stop - q.start, -1)).tobytes() == want
+                # the scorer's path: tiles into its buffer, none allocated
+                n = (q.stop - q.start) * (items.stop - items.start)
+                assert one.scores_into(q, items, buf[:n].reshape(q.stop - q.start, -1)).tobytes() == want
         assert np.array_equal(S, kept)
