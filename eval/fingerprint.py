@@ -209,8 +209,8 @@ def fingerprint_line(card: dict) -> str:
     if not fp:
         return ""
     return (f"Build fingerprint: `{fp}` (SHA-256 of every record of the benchmark, `eval.fingerprint.build_fingerprint`;"
-            " the same source, seed and settings build the same fingerprint on every machine, thread count and BLAS "
-            "kernel).")
+            " the same source, seed and settings build the same fingerprint whatever the thread count or BLAS kernel;"
+            " CPUs of another instruction set (AVX2 against AVX-512) may build another).")
 
 
 def describe(fp: dict[str, str] | None) -> str:
