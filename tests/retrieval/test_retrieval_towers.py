@@ -239,7 +239,9 @@ def test_ssl_tower_round_trips_through_encode(synth_towers_dir):
         views = segment_views(bench)  # the object window the tower saw at encode time (--crop auto)
         pv = proc(images=[load_view(bench.path(views[r][0]), views[r][1]) for r in rows], return_tensors="pt")
         direct = torch.nn.functional.normalize(model(**pv).pooler_output, dim=-1).numpy()
-    assert np.allclose(table.array[rows], direct, atol=1e-5)
+    # encode's batches and this forward of 3 images take other float32 kernels: on an AVX2-only CPU they differ by
+    # up to ~3e-5 through the ViT's layers (1e-5 held on an AVX-512 Xeon); another tower or processor differs by ~0.1
+    assert np.allclose(table.array[rows], direct, atol=2e-4)
     assert load_table(d, "ssl", "prefixes").array.shape[1:] == (8, 32)
 
 
