@@ -431,7 +431,8 @@ def run_stages(demo: Demo, stages: list[str]) -> None:
     """Run ``stages`` in `STAGES` order, two lanes at once where one lane leaves a core mostly idle (each command's
     CPU seconds are in `demo_log.json`): the towers' pretraining, which reads nothing of the benchmark, beside the
     benchmark's build (`data`); the world's predictability ceiling beside the forecaster check's runs and the report,
-    which run on about one core (the check's tiny model is fitted first, alone: its fit uses both). A side lane's output goes to OUT/logs/<lane>.log."""
+    which run on about one core (the check's tiny model is fitted first, alone: its fit uses both). A side lane's
+    output goes to OUT/logs/<lane>.log."""
     todo = [s for s in STAGES if s in stages]
     logs = demo.args.out / "logs"
     for stage in STAGES:

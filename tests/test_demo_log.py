@@ -112,8 +112,7 @@ def test_two_lanes_run_at_once_the_side_lane_writes_its_log_and_failures_wait_fo
                           lambda: demo.run([sys.executable, "-c", slow, str(late)], "encoders"), log)
     assert err.value.returncode == 6 and late.exists()
     with pytest.raises(subprocess.CalledProcessError) as err:  # both fail: the main lane's raises, the side's is said
-        demo.side_by_side(lambda: demo.run([sys.executable, "-c", "import time; time.sleep(0.5); raise SystemExit(7)"],
-                                           "data"),
+        demo.side_by_side(lambda: demo.run([sys.executable, "-c", "raise SystemExit(7)"], "data"),
                           lambda: demo.run([sys.executable, "-c", "raise SystemExit(8)"], "encoders"), log)
     assert err.value.returncode == 7 and "the side lane failed too" in capsys.readouterr().out
 
