@@ -314,8 +314,9 @@ class FusionSource(ScoreSource):
                 got.append(self._input_scores(k, q, items))
                 continue
             if spare is None:
-                spare = tile_buffer(*shape, self._buffers.get(k))
-                if spare.base is None:  # a new buffer (the kept one was too small)
+                kept = self._buffers.get(k)
+                spare = tile_buffer(*shape, kept)
+                if kept is None or kept.size < spare.size:  # a new buffer (the kept one was too small)
                     self._buffers[k] = spare
             arr = self.sources[k].scores_into(q, items, spare)
             got.append((arr, arr is spare or self.sources[k].fresh_arrays))

@@ -159,3 +159,22 @@ def test_fusion_writes_its_result_only_into_arrays_nobody_else_holds():
                 n = (q.stop - q.start) * (items.stop - items.start)
                 assert one.scores_into(q, items, buf[:n].reshape(q.stop - q.start, -1)).tobytes() == want
         assert np.array_equal(S, kept)
+
+
+def test_fusion_keeps_one_aligned_buffer_per_input_across_tiles():
+    """The scorer's path writes the first input into the scorer's tile and each other input into a buffer the
+    fusion keeps: allocated 64-byte aligned once, reused by every later tile that fits, replaced by a larger one."""
+    rng = np.random.default_rng(4)
+    inputs = [DenseSource(rng.standard_normal((16, 8), dtype=np.float32), rng.standard_normal((300, 8),
+                                                                                          dtype=np.float32))
+              for _ in range(3)]
+    fused = FusionSource(inputs, q_block=8, c_chunk=100)
+    out = np.empty((8, 100), np.float32)
+    fused.scores_into(slice(0, 8), slice(0, 100), out)
+    kept = dict(fused._buffers)
+    assert sorted(kept) == [1, 2] and all(b.ctypes.data % 64 == 0 for b in kept.values())
+    fused.scores_into(slice(0, 8), slice(100, 200), out)
+    fused.scores_into(slice(0, 8), slice(250, 300), out[:, :50].copy())
+    assert all(fused._buffers[k] is kept[k] for k in kept)  # smaller and equal tiles reuse the kept memory
+    fused.scores_into(slice(0, 16), slice(0, 100), np.empty((16, 100), np.float32))
+    assert all(fused._buffers[k] is not kept[k] and fused._buffers[k].size == 1600 for k in kept)

@@ -14,6 +14,7 @@ from eval.scoring import (
     source_name,
     stream_moments,
 )
+from eval.scoring.sources import aligned_empty, tile_buffer
 
 
 class Matrix(ScoreSource):
@@ -122,6 +123,24 @@ class Buffered(Matrix):
         out[...] = self.full[q][:, items]
         self.addresses.append(out.__array_interface__["data"][0])
         return out
+
+
+def test_new_tiles_are_64_byte_aligned_and_reused_tiles_keep_their_memory():
+    """numpy aligns a new array to 16 bytes; BLAS writes a product into a tile 16 bytes off a 32-byte boundary
+    slower (`scripts/bench_scoring.py`'s misaligned column), so the scorer's tiles come from `aligned_empty`."""
+    for shape in ((1, 1), (3, 5), (512, 16384), (7, 1000)):
+        a = aligned_empty(shape)
+        assert a.shape == shape and a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable
+        assert a.ctypes.data % 64 == 0
+        a[...] = 1.0  # every element is addressable
+        t = tile_buffer(*shape)
+        assert t.ctypes.data % 64 == 0 and t.shape == shape
+        smaller = tile_buffer(max(shape[0] - 1, 1), shape[1], t)
+        assert smaller.ctypes.data == t.ctypes.data and smaller.flags.c_contiguous
+    buffered = Buffered(np.arange(12 * 250, dtype=np.float32).reshape(12, 250))
+    score_stream(buffered, {"p": [np.array([i]) for i in range(12)]}, None, k=3, q_block=12, c_chunk=64,
+                 progress=False)
+    assert buffered.addresses and all(a % 64 == 0 for a in buffered.addresses)
 
 
 def test_the_scorer_streams_every_tile_of_a_block_through_one_buffer():
