@@ -1,14 +1,16 @@
 """Time LFTR's validation R@k with and without the cut, on trained heads of a built benchmark.
 
 Validation (`retrieval.lftr.predict.validation_recall`) wants only R@val_k. In a visual space it scores each chunk's
-samples one at a time and drops a query once ``val_k`` of its negatives certainly beat its best positive
-(`torch_main_pool_stats(..., cut=val_k)`). The baseline, measured in the same run, scores every sample of every query
+samples one at a time and drops a query once ``val_k`` of its negatives certainly beat its best positive; in a
+semantic space it counts the negatives above the best positive from the state scores and expands only the queries
+with fewer than ``val_k`` to the corpus rows (`torch_main_pool_stats(..., cut=val_k)`). The baseline, measured in the same run, scores every sample of every query
 (``cut=None``). For each checkpoint (``--checkpoint``, e.g. the demo's ``reports/demo/runs/lftr-pixels-seed0/best.pt``)
 and for the same head untrained (its weights at initialisation, as in the first epochs), the script computes the
 validation queries' vectors once, then times both scorers on ``--threads`` torch threads, taking turns, ``--repeats``
 rounds, each keeping its minimum; it checks that both give the same R@val_k and reports the share of queries dropped.
 
-    python scripts/bench_lftr_val.py --data data/psr-synth --checkpoint reports/demo/runs/lftr-pixels-seed0/best.pt
+    python scripts/bench_lftr_val.py --data data/psr-synth --checkpoint reports/demo/runs/lftr-pixels-seed0/best.pt \
+        --checkpoint reports/demo/runs/lftr-minilm-seed0/best.pt
 
 Prints the table and records it (`eval.measured`: docs/perf/bench_lftr_val.json; ``--record-dir`` / ``--no-record``).
 """

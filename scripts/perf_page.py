@@ -101,7 +101,10 @@ resident memory of its process tree and the load average before and after. The c
 chunked `Q @ X.T` with the scorer's tile sizes, measured in the same process, in two forms: a new tile per product
 (the bound as issue 23 writes it), and every product written into one preallocated buffer (`torch.mm(out=)`), the
 stricter bound, in bold, on which the targets are judged: a freshly allocated 32 MiB tile costs page faults, and the
-two bare columns show how much. The scorer writes its tiles into one reused buffer too (`ScoreSource.scores_into`). The contenders
+two bare columns show how much. The scorer writes its tiles into one reused buffer too (`ScoreSource.scores_into`),
+64-byte aligned (`eval.scoring.sources.aligned_empty`): the third bare column writes the same products into a buffer
+16 bytes off that alignment, where numpy's allocator puts a new array, and shows what an unaligned tile costs the
+matmul. The contenders
 take turns per query block, and each block keeps its minimum over the repeats. The ratio (scorer / bare matmul) moves
 less with the load than the seconds; the targets are in the script's docstring. The extra work is one fused numba
 pass per tile
@@ -134,11 +137,13 @@ contender in a fresh process, taking turns: torch's dropout against `MaskDropout
 NumPy draws), and glibc's default malloc against `eval.threads.retain_freed_memory` (which the LFTR jobs call); the
 baseline is torch's dropout with the default malloc. `scripts/bench_lftr_val.py` times the validation R@k of the
 demo's trained heads (and of the same heads untrained, as in the first epochs) with the cut, which stops scoring a
-query once `val_k` negatives certainly beat its best positive, against every sample of every query scored, taking
+query once `val_k` negatives certainly beat its best positive (in a semantic space: counts them from the state
+scores, and expands only the other queries to the corpus rows), against every sample of every query scored, taking
 turns in one process, and checks both give the same R@k.""", (
         Measure("bench_lftr_step", "python scripts/bench_lftr_step.py --data data/psr-synth --space pixels"),
         Measure("bench_lftr_val", "python scripts/bench_lftr_val.py --data data/psr-synth --checkpoint "
-                                  "reports/demo/runs/lftr-pixels-seed0/best.pt"),
+                                  "reports/demo/runs/lftr-pixels-seed0/best.pt --checkpoint "
+                                  "reports/demo/runs/lftr-minilm-seed0/best.pt"),
         Measure("bench_lftr", "python scripts/bench_lftr.py --threads 2 --epochs 1 --infer-queries 256"),
         Measure("bench_lftr_validation", "python scripts/bench_lftr.py --validation-benchmark data/psr-synth "
                                          "--space pixels --threads 2 --epochs 3"),

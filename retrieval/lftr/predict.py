@@ -171,8 +171,11 @@ def torch_main_pool_stats(prep: Prepared, rows: np.ndarray, vectors: np.ndarray,
 
     ``cut``: only R@``cut`` is wanted (`validation_recall`). Where the items are the corpus rows (a visual space,
     whose products dominate the cost), a query then stops being scored as soon as ``cut`` of its negatives
-    certainly score above its best positive (`_scores_until_cut`); it reports ``n_above = cut`` and no ties, so its
-    R@``cut`` is 0, as its full counts give. Every other query gets its full counts.
+    certainly score above its best positive (`_scores_until_cut`). Where the items are states (a semantic space,
+    whose expansion to the corpus rows dominates), its negatives above its best positive are counted from the state
+    scores, exactly (`_state_level_above`), and a query with ``cut`` or more is not expanded. Such a query reports
+    ``n_above = cut`` and no ties, so its R@``cut`` is 0, as its full counts give. Every other query gets its full
+    counts.
     """
     device = torch.device(device or "cpu")
     pt = _pool_targets(prep, rows, device)
@@ -196,21 +199,59 @@ def torch_main_pool_stats(prep: Prepared, rows: np.ndarray, vectors: np.ndarray,
             idx = live[s:s + chunk]
             _count(sc[s:s + chunk], *masks(idx), out, idx.cpu().numpy())
     else:
+        state_rows = None
+        if cut is not None:  # a semantic space: each state's corpus rows, for `_state_level_above`
+            state_rows = torch.bincount(pt.item_rows, minlength=pt.items.shape[0])
+            out["n_pos"][:] = (pt.pos_ptr[1:] - pt.pos_ptr[:-1]).cpu().numpy()
         for s in range(0, n, chunk):
             v = vec[s:s + chunk]
             c = v.shape[0]
             sc = v[:, 0] @ pt.items.T
             for k in range(1, v.shape[1]):  # max over the K samples without a (c, K, n_items) tensor
                 torch.maximum(sc, v[:, k] @ pt.items.T, out=sc)
+            idx = torch.arange(s, s + c, device=device)
+            if state_rows is not None:
+                keep = _state_level_above(sc, idx, pt, state_rows) < cut
+                out["n_above"][s:s + c][~keep.cpu().numpy()] = cut
+                idx, sc = idx[keep], sc[keep]
+                if not len(idx):
+                    continue
             if pt.item_rows is not None:
                 sc = sc[:, pt.item_rows]  # (c, n_corpus)
-            pos, neg = masks(torch.arange(s, s + c, device=device))
-            out["n_pos"][s:s + c] = torch.count_nonzero(pos, dim=1).cpu().numpy()
-            _count(sc, pos, neg, out, slice(s, s + c))
+            pos, neg = masks(idx)
+            at = idx.cpu().numpy()
+            out["n_pos"][at] = torch.count_nonzero(pos, dim=1).cpu().numpy()
+            _count(sc, pos, neg, out, at)
     empty = out["n_pos"] == 0
     for k in ("n_above", "n_tie_neg", "n_tie_pos", "n_tie_neg_first"):
         out[k][empty] = 0
     return out
+
+
+def _state_level_above(sc: torch.Tensor, idx: torch.Tensor, pt: _PoolTargets, state_rows: torch.Tensor
+                       ) -> torch.Tensor:
+    """int64 ``(c,)``: per query ``idx``, its negatives scoring above its best positive, from its state scores ``sc``
+    ``(c, m)`` of a semantic space. The expansion to corpus rows is a gather, so a row's score is its state's, bit
+    for bit: ``t`` = the best state score among its positives' rows; the rows above ``t`` are the rows of the
+    states above ``t`` (``state_rows``: rows per state) minus its own video's rows there (a positive never scores
+    above ``t``). A query without positives gets every row."""
+    c, dev = len(idx), sc.device
+    local = torch.arange(c, device=dev)
+
+    def pairs(ptr: torch.Tensor, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(query in the chunk, state) of each listed corpus row of the queries ``idx``."""
+        count = ptr[idx + 1] - ptr[idx]
+        total = int(count.sum())
+        q = torch.repeat_interleave(local, count)
+        within = torch.arange(total, device=dev) - torch.repeat_interleave(count.cumsum(0) - count, count)
+        return q, pt.item_rows[flat[torch.repeat_interleave(ptr[idx], count) + within]]
+
+    q, st = pairs(pt.pos_ptr, pt.pos_rows)
+    best = torch.full((c,), -torch.inf, device=dev).scatter_reduce_(0, q, sc[q, st], reduce="amax")
+    above = sc > best[:, None]
+    n = (above.to(torch.int64) * state_rows).sum(1)
+    q, st = pairs(pt.own_ptr, pt.own_rows)
+    return n - torch.zeros(c, dtype=torch.int64, device=dev).scatter_add_(0, q, above[q, st].to(torch.int64))
 
 
 def _count(sc: torch.Tensor, pos: torch.Tensor, neg: torch.Tensor, out: dict[str, np.ndarray], at) -> None:
