@@ -60,12 +60,17 @@ recipe. The forecaster architecture tests (marked `slow`) spend most of their ti
 spawns its engine process, which imports vllm again; `PSR_ARCH_RUNS_DIR=DIR` re-checks a kept run folder. Per-engine
 load and request times are in [the forecasters reference](forecasters-reference.md#tests-without-a-gpu). The
 `--help` of an entry point is the fixed cost of every command it starts: the packages import their heavy
-dependencies (torch, transformers, datasets, `importlib.metadata`) only inside the commands that use them.""", (
+dependencies (torch, transformers, datasets, `importlib.metadata`) only inside the commands that use them.
+`make test` and `make demo` have a record per kind of machine they were timed on (`make-test.MACHINE`: another
+kind than the first record's); each record names its CPU: an AVX2-only CPU runs the matmuls and the LFTR
+heads much slower than an AVX-512 one.""", (
         Measure("make-test", f"{TIME} make-test -- make test"),
+        Measure("make-test.*", f"{TIME} make-test.MACHINE -- make test"),
         Measure("retrieval-help", f"{TIME} retrieval-help -- python -m retrieval --help"),
         Measure("psr-help", f"{TIME} psr-help -- psr --help"),
         Measure("make-test-fast", f"{TIME} make-test-fast -- make test-fast"),
         Measure("make-demo", f"{TIME} make-demo -- make demo"),
+        Measure("make-demo.*", f"{TIME} make-demo.MACHINE -- make demo"),
         Measure("make-vllm-venv", f"{TIME} make-vllm-venv -- make vllm-venv"),
         Measure("pytest-vllm-server", f"{TIME} pytest-vllm-server -- python -m pytest -q "
                                       "tests/forecasters/test_fc_openai_server.py"),
@@ -110,7 +115,7 @@ less with the load than the seconds; the targets are in the script's docstring. 
 pass per tile
 (`eval/scoring/_tile.py`) and a pass-A matmul on each sub-block's positives. Where torch rounds a sub-block's
 product differently from a tile's (on two threads it splits a short product with a long dot product over its
-threads, as at 1,024-d here), pass A runs its sub-blocks on one thread, which rounds as the tile does
+threads, as an Intel Xeon did at 1,024-d), pass A runs its sub-blocks on one thread, which rounds as the tile does
 (`eval.scoring.block.PassAPlan`); otherwise every such block would be streamed twice. Records of different
 machines differ most in the matmul's speed (each record names its CPU): where the matmul is faster, the same
 per-tile work weighs more in the ratio.""", (
@@ -141,9 +146,9 @@ query once `val_k` negatives certainly beat its best positive (in a semantic spa
 scores, and expands only the other queries to the corpus rows), against every sample of every query scored, taking
 turns in one process, and checks both give the same R@k.""", (
         Measure("bench_lftr_step", "python scripts/bench_lftr_step.py --data data/psr-synth --space pixels"),
-        Measure("bench_lftr_val", "python scripts/bench_lftr_val.py --data data/psr-synth --checkpoint "
-                                  "reports/demo/runs/lftr-pixels-seed0/best.pt --checkpoint "
-                                  "reports/demo/runs/lftr-minilm-seed0/best.pt"),
+        Measure("bench_lftr_val*", "python scripts/bench_lftr_val.py --data data/psr-synth --checkpoint "
+                                   "reports/demo/runs/lftr-pixels-seed0/best.pt --checkpoint "
+                                   "reports/demo/runs/lftr-minilm-seed0/best.pt"),
         Measure("bench_lftr", "python scripts/bench_lftr.py --threads 2 --epochs 1 --infer-queries 256"),
         Measure("bench_lftr_validation", "python scripts/bench_lftr.py --validation-benchmark data/psr-synth "
                                          "--space pixels --threads 2 --epochs 3"),
