@@ -138,27 +138,23 @@ def run_one(args) -> dict:
             s = qt[a:a + args.q_block] @ xt[c:c + args.c_chunk].T
             del s
 
-    out = torch.empty(args.q_block * args.c_chunk)
+    def products_into(buf):
+        """The bare chunked products of a query block, each written into ``buf`` (flat float32)."""
+        def run(b):
+            a = starts[b]
+            qb = qt[a:a + args.q_block]
+            for c in range(0, len(x), args.c_chunk):
+                xc = xt[c:c + args.c_chunk]
+                torch.mm(qb, xc.T, out=buf[:len(qb) * len(xc)].view(len(qb), len(xc)))
+        return run
 
-    def bare_reused(b):
-        a = starts[b]
-        qb = qt[a:a + args.q_block]
-        for c in range(0, len(x), args.c_chunk):
-            xc = xt[c:c + args.c_chunk]
-            torch.mm(qb, xc.T, out=out[:len(qb) * len(xc)].view(len(qb), len(xc)))
-
-    # the same products into a buffer 16 bytes past a 64-byte boundary: where numpy's allocator puts a new array
+    bare_reused = products_into(torch.empty(args.q_block * args.c_chunk))
+    # the same into a buffer 16 bytes past a 64-byte boundary: where numpy's allocator puts a new array
     # (`eval.scoring.sources.aligned_empty` gives the scorer's tiles 64 bytes)
     raw = np.empty(args.q_block * args.c_chunk * 4 + 128, np.uint8)
     start = -raw.ctypes.data % 64 + 16
-    out16 = torch.from_numpy(raw[start:start + args.q_block * args.c_chunk * 4].view(np.float32))
-
-    def bare_misaligned(b):
-        a = starts[b]
-        qb = qt[a:a + args.q_block]
-        for c in range(0, len(x), args.c_chunk):
-            xc = xt[c:c + args.c_chunk]
-            torch.mm(qb, xc.T, out=out16[:len(qb) * len(xc)].view(len(qb), len(xc)))
+    bare_misaligned = products_into(torch.from_numpy(raw[start:start + args.q_block * args.c_chunk * 4]
+                                                     .view(np.float32)))
 
     extra = [0.0]
 

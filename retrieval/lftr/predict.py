@@ -236,21 +236,13 @@ def _state_level_above(sc: torch.Tensor, idx: torch.Tensor, pt: _PoolTargets, st
     states above ``t`` (``state_rows``: rows per state) minus its own video's rows there (a positive never scores
     above ``t``). A query without positives gets every row."""
     c, dev = len(idx), sc.device
-    local = torch.arange(c, device=dev)
-
-    def pairs(ptr: torch.Tensor, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(query in the chunk, state) of each listed corpus row of the queries ``idx``."""
-        count = ptr[idx + 1] - ptr[idx]
-        total = int(count.sum())
-        q = torch.repeat_interleave(local, count)
-        within = torch.arange(total, device=dev) - torch.repeat_interleave(count.cumsum(0) - count, count)
-        return q, pt.item_rows[flat[torch.repeat_interleave(ptr[idx], count) + within]]
-
-    q, st = pairs(pt.pos_ptr, pt.pos_rows)
+    q, rows = _csr_pairs(pt.pos_ptr, pt.pos_rows, idx)
+    st = pt.item_rows[rows]
     best = torch.full((c,), -torch.inf, device=dev).scatter_reduce_(0, q, sc[q, st], reduce="amax")
     above = sc > best[:, None]
     n = (above.to(torch.int64) * state_rows).sum(1)
-    q, st = pairs(pt.own_ptr, pt.own_rows)
+    q, rows = _csr_pairs(pt.own_ptr, pt.own_rows, idx)
+    st = pt.item_rows[rows]
     return n - torch.zeros(c, dtype=torch.int64, device=dev).scatter_add_(0, q, above[q, st].to(torch.int64))
 
 
@@ -328,15 +320,20 @@ def _scores_until_cut(vec: torch.Tensor, items: torch.Tensor, masks, cut: int, c
     return torch.cat(done_ids), torch.cat(done_runs)
 
 
+def _csr_pairs(ptr: torch.Tensor, flat: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(r, v)``: every entry ``v`` of the CSR rows ``idx``, with ``r`` its position in ``idx``."""
+    start, count = ptr[idx], ptr[idx + 1] - ptr[idx]
+    total = int(count.sum()) if len(idx) else 0
+    r = torch.repeat_interleave(torch.arange(len(idx), device=idx.device), count)
+    within = torch.arange(total, device=idx.device) - torch.repeat_interleave(count.cumsum(0) - count, count)
+    return r, flat[torch.repeat_interleave(start, count) + within]
+
+
 def _rows_mask(ptr: torch.Tensor, flat: torch.Tensor, idx: torch.Tensor, n_cols: int) -> torch.Tensor:
     """``(len(idx), n_cols)`` bool mask of the CSR rows ``idx``."""
     mask = torch.zeros((len(idx), n_cols), dtype=torch.bool, device=idx.device)
-    start, count = ptr[idx], ptr[idx + 1] - ptr[idx]
-    total = int(count.sum()) if len(idx) else 0
-    if total:
-        r = torch.repeat_interleave(torch.arange(len(idx), device=idx.device), count)
-        within = torch.arange(total, device=idx.device) - torch.repeat_interleave(count.cumsum(0) - count, count)
-        mask[r, flat[torch.repeat_interleave(start, count) + within]] = True
+    r, cols = _csr_pairs(ptr, flat, idx)
+    mask[r, cols] = True
     return mask
 
 
