@@ -12,6 +12,23 @@ from forecasters.backends.base import Request, SamplingParams, VideoPart
 from forecasters.media import FrameCache, FrameSelection
 from forecasters.spec import ForecasterSpec
 
+#: The frame rate of a video whose frames' times are unknown (frames that are not the query's prefix).
+DEFAULT_FPS = 1.0
+
+
+def frame_rate(query, paths, selection: FrameSelection) -> float:
+    """Frames per second of the frames ``selection`` keeps of ``paths`` when ``paths`` are the query's prefix frames
+    (taken evenly from ``prefix_start`` to ``prefix_end``, as the benchmark's prefixes are): the kept frames' number
+    minus one over the time between the first and the last kept; `DEFAULT_FPS` otherwise (other frames, one frame,
+    no time between them)."""
+    prefix = tuple(getattr(query, "prefix_frames", ()) or ())
+    n = len(prefix)
+    if n < 2 or tuple(paths) != prefix:
+        return DEFAULT_FPS
+    kept = selection.apply(range(n))
+    span = (float(query.prefix_end) - float(query.prefix_start)) * (kept[-1] - kept[0]) / (n - 1)
+    return (len(kept) - 1) / span if len(kept) > 1 and span > 0 else DEFAULT_FPS
+
 
 def render_request(spec: ForecasterSpec, template: prompts.Template, query, bench, frames: FrameCache, *,
                    sampling: SamplingParams, n_frames: int | None = None,
@@ -30,7 +47,7 @@ def render_request(spec: ForecasterSpec, template: prompts.Template, query, benc
             continue
         imgs = frames.get_many(selection.apply(inp.media[part.name]))
         if spec.media_as == "video":
-            parts.append(VideoPart(tuple(imgs)))
+            parts.append(VideoPart(tuple(imgs), fps=frame_rate(query, inp.media[part.name], selection)))
         else:
             parts.extend(imgs)
     return Request(id=query.id, parts=tuple(parts), sampling=sampling, system=spec.system)

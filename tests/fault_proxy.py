@@ -1,7 +1,9 @@
 """An HTTP fault-injection proxy on 127.0.0.1 in front of a real OpenAI-compatible server (tests only).
 
-Each incoming request is matched against `Rule`s in order; the first rule whose ``match`` substring occurs in the
-request body (``None`` matches everything) and has ``times`` left fires its action, else the request is forwarded.
+Each incoming chat completion (``POST .../chat/completions``; the model list and vLLM's ``/tokenize``, which the
+openai backend asks before the first request, are forwarded as they are) is matched against `Rule`s in order; the
+first rule whose ``match`` substring occurs in the request body (``None`` matches everything) and has ``times`` left
+fires its action, else the request is forwarded.
 ``every=k`` fires on every k-th matching request; ``per_request=k`` on the first k attempts of each distinct request
 body, optionally only for bodies selected by ``select=(m, r)`` (``crc32(body) % m == r``): a deterministic storm.
 
@@ -194,7 +196,7 @@ class FaultProxy:
             except (asyncio.IncompleteReadError, ValueError, ConnectionError):
                 return
             text = body.decode("utf-8", errors="replace")
-            rule = self._pick(text) if method == "POST" else None
+            rule = self._pick(text) if method == "POST" and path.endswith("/chat/completions") else None
             action = rule.action if rule else "pass"
             self.log.entries.append((time.monotonic(), action, text))
             if action.isdigit():

@@ -53,6 +53,7 @@ import abc
 import base64
 import io
 import logging
+import math
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -113,13 +114,39 @@ class ImagePart:
 
 @dataclass(frozen=True, eq=False)
 class VideoPart:
-    """A video given as its frames (RGB ``PIL.Image`` list, in time order) and their rate in frames per second."""
+    """A video given as its frames (RGB ``PIL.Image`` list, in time order) and their rate in frames per second (the
+    prompt builder sets it from the prefix's times, `forecasters.prompting.frame_rate`; Qwen-VL's processors write
+    each frame's time into the prompt from it)."""
 
     frames: tuple[ImagePart, ...]
     fps: float = 1.0
 
+    def __post_init__(self):
+        if not (math.isfinite(self.fps) and self.fps > 0):
+            raise InputError(f"a video's frame rate must be a positive number, got fps={self.fps}")
+
 
 Part = str | ImagePart | VideoPart
+
+
+def video_metadata(video: VideoPart) -> dict[str, Any]:
+    """The metadata of a video given as its frames, in the fields of transformers' ``VideoMetadata``, for processors
+    that write frame times into the prompt (Qwen-VL): every frame is a sample (``frames_indices`` 0..n-1) taken at
+    ``video.fps``. The processors are also told not to sample again (``do_sample_frames=False``)."""
+    n, fps = len(video.frames), float(video.fps)
+    return {"total_num_frames": n, "fps": fps, "duration": n / fps, "frames_indices": list(range(n))}
+
+
+def missing_bos(tokenizer, rendered: str) -> bool:
+    """Whether a chat prompt ``rendered`` by the model's template lacks the BOS its tokenizer adds: true for templates
+    that do not write it (LLaVA-NeXT's ``[INST] ...``, whose transformers processor adds ``<s>``), false where the
+    template writes it (Llama 3) or the tokenizer adds none (Qwen). The backends tokenize chat prompts with
+    ``add_special_tokens`` set to this, so every engine sees the prompt transformers' processor builds, without a
+    doubled BOS."""
+    bos, bos_id = getattr(tokenizer, "bos_token", None), getattr(tokenizer, "bos_token_id", None)
+    if not bos or bos_id is None:
+        return False
+    return tokenizer.encode("", add_special_tokens=True)[:1] == [bos_id] and not rendered.startswith(bos)
 
 
 @dataclass(frozen=True, eq=False)

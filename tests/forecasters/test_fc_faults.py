@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.vllm
 FAST = dict(wait_initial=0.05, wait_max=0.5)
-POST = '"messages"'  # a needle that only chat-completion bodies contain (GET /v1/models and /version have none)
+POST = '"max_tokens"'  # a needle only chat-completion bodies contain (not GET /v1/models, /version, POST /tokenize)
 
 
 def _backend(proxy, *, attempts=4, timeout=3.0, concurrency=8):
