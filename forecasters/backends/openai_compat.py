@@ -19,8 +19,10 @@ answers and serves the model (``--model``, or ``--adapter`` when set: a LoRA ada
 ``--lora-modules NAME=PATH``), then vLLM's ``/tokenize`` whether the chat template lacks the tokenizer's BOS
 (`OpenAIBackend.adds_bos`: then every request asks for ``add_special_tokens``, as transformers' processor adds it).
 
-Images travel as base64 PNG data URLs (``image_url`` parts), encoded once per frame. Video input is not sent over
-HTTP (servers differ); use ``hf`` or ``vllm``.
+Images travel as base64 PNG data URLs (``image_url`` parts), encoded once per frame. A video travels as vLLM's
+``video/jpeg`` data URL of its frames (a ``video_url`` part) with its frame rate in vLLM's ``media_io_kwargs``
+(``vllm serve --trust-request-mm-kwargs``); a server that takes neither answers 4xx (a ``rejected`` failure, with the
+server's message).
 
 Scoring (`OpenAIBackend.score`, the ``likelihood`` forecaster) needs a server that returns prompt
 log-probabilities of a chat completion: vLLM's extensions ``continue_final_message`` (the answer is rendered as an
@@ -61,6 +63,7 @@ from forecasters.backends.base import (
     ScoringUnsupported,
     ServerUnavailable,
     UnsupportedInput,
+    VideoPart,
     error_class,
     error_kind,
 )
@@ -69,16 +72,25 @@ from forecasters.backends.scoring import answer_tokens_from_strings
 log = logging.getLogger(__name__)
 
 
+def video_data_url(video: VideoPart) -> str:
+    """A video as vLLM's ``video/jpeg`` data URL: its frames' base64 images joined by commas. The frames go as PNG
+    (vLLM decodes each with its image loader, whatever the declared type), so they arrive lossless."""
+    return "data:video/jpeg;base64," + ",".join(f.data_url.split(",", 1)[1] for f in video.frames)
+
+
 def to_openai_messages(request: Request) -> list[dict]:
-    """The chat messages of a request in the OpenAI schema (images as data-URL ``image_url`` parts)."""
+    """The chat messages of a request in the OpenAI schema (images as data-URL ``image_url`` parts, a video as a
+    ``video_url`` part holding `video_data_url`)."""
     content: list[dict] = []
     for p in request.parts:
         if isinstance(p, str):
             content.append({"type": "text", "text": p})
         elif isinstance(p, ImagePart):
             content.append({"type": "image_url", "image_url": {"url": p.data_url}})
+        elif isinstance(p, VideoPart):
+            content.append({"type": "video_url", "video_url": {"url": video_data_url(p)}})
         else:
-            raise UnsupportedInput("the openai backend does not send video input; use the hf or vllm backend")
+            raise UnsupportedInput(f"the openai backend cannot send a {type(p).__name__}")
     msgs = [{"role": "system", "content": request.system}] if request.system else []
     if len(content) == 1 and content[0]["type"] == "text":
         msgs.append({"role": "user", "content": content[0]["text"]})
@@ -197,7 +209,7 @@ class OpenAIConfig(BackendConfig):
 class OpenAIBackend(Backend):
     name = "openai"
     supports_images = True
-    supports_video = False
+    supports_video = True
     supports_scoring = True
     config_class = OpenAIConfig
 
@@ -338,7 +350,9 @@ class OpenAIBackend(Backend):
                                  timeout=self.config.timeout_s, headers=self._headers)
 
     def payload(self, request: Request) -> dict:
-        """The request body (raises `UnsupportedInput` for video). Built in the caller's thread: it encodes frames."""
+        """The request body. Built in the caller's thread: it encodes frames. A video's frame rate goes in vLLM's
+        ``media_io_kwargs`` (its loader's rate for the frames of a ``video/jpeg`` URL, which it writes into the video's
+        metadata)."""
         sp = request.sampling
         kwargs = dict(model=self.served_model, messages=to_openai_messages(request), temperature=sp.temperature,
                       max_tokens=sp.max_tokens, top_p=sp.top_p, n=sp.n)
@@ -348,6 +362,8 @@ class OpenAIBackend(Backend):
             kwargs["stop"] = list(sp.stop)
         if self._bos_decided():
             kwargs["add_special_tokens"] = True
+        if request.videos:
+            kwargs["media_io_kwargs"] = {"video": {"fps": float(request.videos[0].fps)}}
         return kwargs
 
     def score_payload(self, prompt: Request, answer: str) -> dict:
@@ -355,7 +371,8 @@ class OpenAIBackend(Backend):
         messages = to_openai_messages(prompt) + [{"role": "assistant", "content": answer}]
         return dict(model=self.served_model, messages=messages, max_tokens=1, temperature=0.0,
                     add_generation_prompt=False, continue_final_message=True, prompt_logprobs=0,
-                    **({"add_special_tokens": True} if self._bos_decided() else {}))
+                    **({"add_special_tokens": True} if self._bos_decided() else {}),
+                    **({"media_io_kwargs": {"video": {"fps": float(prompt.videos[0].fps)}}} if prompt.videos else {}))
 
     async def _score_attempt(self, loop: _Loop, body: bytes, request: ScoreRequest) -> ScoreResult:
         async with loop.slots:

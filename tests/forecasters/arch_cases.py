@@ -40,6 +40,8 @@ class ArchCase:
     def server_args(self) -> tuple[str, ...]:
         limits = {"images": '"image": 8', "video": '"video": 1'}
         args = ["--limit-mm-per-prompt", "{" + ", ".join(limits[m] for m in self.media) + "}"] if self.media else []
+        if "video" in self.media:  # a video's frame rate travels per request (media_io_kwargs)
+            args.append("--trust-request-mm-kwargs")
         return tuple(args)
 
 
@@ -62,14 +64,14 @@ def frames(seed: int, n: int = N_FRAMES) -> tuple[ImagePart, ...]:
 
 def requests(case: ArchCase) -> list[Request]:
     """The agreement requests of an architecture: 2 text prompts, then per medium it takes 2 prompts of 8 frames
-    (as 8 images, or as one video)."""
+    (as 8 images, or as one video: at 1 fps, then at 2 fps)."""
     sp = SamplingParams(max_tokens=MAX_TOKENS)
     out = [Request(f"text{i}", (q,), sp) for i, q in enumerate(QUESTIONS)]
     for i, q in enumerate(QUESTIONS):
         if "images" in case.media:
             out.append(Request(f"images{i}", (*frames(10 + i), q), sp))
-        if "video" in case.media:
-            out.append(Request(f"video{i}", (VideoPart(frames(20 + i)), q), sp))
+        if "video" in case.media:  # 1 and 2 frames per second: the rate must reach every engine
+            out.append(Request(f"video{i}", (VideoPart(frames(20 + i), fps=1.0 + i), q), sp))
     return out
 
 
@@ -156,12 +158,6 @@ def vllm_traces(backend, reqs: list[Request]) -> dict[str, Trace]:
         for name, fn in originals.items():
             setattr(backend.llm, name, fn)
     return traces
-
-
-def video_data_url(video: VideoPart) -> str:
-    """A video as vLLM's ``video/jpeg`` data URL: the frames' base64 images joined by commas (sent as PNG, which
-    vLLM's image decoder reads whatever the declared type, so the frames arrive lossless)."""
-    return "data:video/jpeg;base64," + ",".join(f.data_url.split(",", 1)[1] for f in video.frames)
 
 
 def agreement(a: dict[str, Trace], b: dict[str, Trace], *, skip_prompt_prefix: int = 0) -> dict:

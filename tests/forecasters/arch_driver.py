@@ -115,21 +115,16 @@ def _chat(base_url: str, body: dict) -> dict:
 def server_traces(base_url: str, model: str, reqs, **extra) -> dict:
     """The requests as raw chat completions (the ``openai`` backend's message format; video as a data URL), with
     the prompt / generated token ids (``return_token_ids``) and the sampled tokens' log-probabilities."""
-    from arch_cases import Trace, video_data_url
+    from arch_cases import Trace
 
-    from forecasters.backends import VideoPart
     from forecasters.backends.openai_compat import to_openai_messages
 
     out = {}
     for r in reqs:
-        if r.videos:
-            parts = [{"type": "video_url", "video_url": {"url": video_data_url(p)}} if isinstance(p, VideoPart)
-                     else {"type": "text", "text": p} for p in r.parts]
-            messages = [{"role": "user", "content": parts}]
-        else:
-            messages = to_openai_messages(r)
-        body = dict(model=model, messages=messages, temperature=0, max_tokens=r.sampling.max_tokens, seed=0,
-                    logprobs=True, top_logprobs=0, return_token_ids=True, **extra)
+        body = dict(model=model, messages=to_openai_messages(r), temperature=0, max_tokens=r.sampling.max_tokens,
+                    seed=0, logprobs=True, top_logprobs=0, return_token_ids=True, **extra)
+        if r.videos:  # vLLM's loader takes the frames of a video/jpeg URL at this rate (default 1 fps)
+            body["media_io_kwargs"] = {"video": {"fps": r.videos[0].fps}}
         try:
             resp = _chat(base_url, body)
             choice = resp["choices"][0]

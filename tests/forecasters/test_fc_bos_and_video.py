@@ -15,7 +15,7 @@ from eval.errors import InputError
 from eval.frames import FrameSelection
 from forecasters.backends import Request, SamplingParams, VideoPart
 from forecasters.backends.base import RetryPolicy, ServerUnavailable, missing_bos, video_metadata
-from forecasters.backends.openai_compat import OpenAIBackend, OpenAIConfig
+from forecasters.backends.openai_compat import OpenAIBackend, OpenAIConfig, video_data_url
 from forecasters.prompting import DEFAULT_FPS, frame_rate
 from forecasters.tiny_models import build_llama_tokenizer, build_tokenizer, chat_template
 
@@ -157,3 +157,29 @@ def test_a_set_switch_is_not_asked_and_a_server_that_fails_the_question_is_unava
         b.close()
     finally:
         server.close()
+
+
+def test_a_video_goes_over_http_as_its_frames_with_its_frame_rate():
+    import base64
+    import io
+
+    from PIL import Image
+
+    from forecasters.backends import ImagePart
+
+    colours = [(255, 0, 0), (0, 255, 0), (0, 0, 255)]
+    video = VideoPart(tuple(ImagePart(Image.new("RGB", (8, 6), c)) for c in colours), fps=2.5)
+    b = OpenAIBackend(OpenAIConfig(model="m", base_url="http://127.0.0.1:9/v1"))  # a body is built offline
+    body = b.payload(Request("q1", (video, "Where does the cup end up?"), SamplingParams(max_tokens=4)))
+    assert body["media_io_kwargs"] == {"video": {"fps": 2.5}}
+    (msg,) = body["messages"]
+    part, text = msg["content"]
+    assert text == {"type": "text", "text": "Where does the cup end up?"} and part["type"] == "video_url"
+    url = part["video_url"]["url"]
+    assert url == video_data_url(video) and url.startswith("data:video/jpeg;base64,")
+    frames = [Image.open(io.BytesIO(base64.b64decode(x))) for x in url.split(",", 1)[1].split(",")]
+    assert [f.convert("RGB").getpixel((0, 0)) for f in frames] == colours  # lossless, in order
+    score = b.score_payload(Request("q1", (video, "Q?")), "rolling")
+    assert score["media_io_kwargs"] == {"video": {"fps": 2.5}}
+    assert "media_io_kwargs" not in b.payload(Request("q2", ("Q?",)))
+    b.close()

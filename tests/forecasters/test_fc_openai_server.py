@@ -74,12 +74,14 @@ def test_every_forecaster_runs_through_the_server(vllm_server, synth_dir, synth_
         assert r.extra["engine"].startswith("openai-compatible server 0.32")
 
 
-def test_video_forecaster_over_http_is_a_recorded_unsupported_failure(vllm_server, synth_dir, tmp_path):
+def test_video_to_a_server_that_takes_none_is_a_recorded_rejection(vllm_server, synth_dir, tmp_path):
+    """The session's server takes images only (``--limit-mm-per-prompt``) and no per-request frame rate: its own 400
+    is recorded per query. Servers that take video answer it (`test_fc_architectures.py`)."""
     out = tmp_path / "video.jsonl"
     s = run(RunConfig(data=str(synth_dir), out=str(out), forecaster="llava-video", backend="openai", model="tiny-vl",
                       base_url=vllm_server.base_url, limit=2, progress=False))
-    assert s.coverage.failed == 2 and s.coverage.error_kinds == {"unsupported": 2}
-    assert all("video" in r.error for r in read_phrases(out).values())
+    assert s.coverage.failed == 2 and s.coverage.error_kinds == {"http_400": 2}
+    assert all(r.error.startswith("ServerHTTPError: HTTP 400: ") for r in read_phrases(out).values())
 
 
 def test_cli_m3_run_against_the_server(vllm_server, synth_dir, tmp_path):
