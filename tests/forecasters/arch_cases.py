@@ -22,6 +22,9 @@ MAX_TOKENS = 12
 #: Frames per prompt (the paper's M3: 8 prefix frames), as images or as one video.
 N_FRAMES = 8
 QUESTIONS = ("What will the red ball do next?", "Where does the cup end up?")
+#: A frame rate at which Qwen2.5-VL's temporal positions of an 8-frame test video (4 temporal patches, at
+#: ``tokens_per_second * 2 / fps`` apart) stay below the positions of its merged 3 x 4 grid.
+FAST_FPS = 20.0
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,7 @@ def frames(seed: int, n: int = N_FRAMES) -> tuple[ImagePart, ...]:
 
 def requests(case: ArchCase) -> list[Request]:
     """The agreement requests of an architecture: 2 text prompts, then per medium it takes 2 prompts of 8 frames
-    (as 8 images, or as one video: at 1 fps, then at 2 fps)."""
+    (as 8 images, or as one video: at 1 fps, then at 2 fps), and for video a third at `FAST_FPS`."""
     sp = SamplingParams(max_tokens=MAX_TOKENS)
     out = [Request(f"text{i}", (q,), sp) for i, q in enumerate(QUESTIONS)]
     for i, q in enumerate(QUESTIONS):
@@ -72,6 +75,8 @@ def requests(case: ArchCase) -> list[Request]:
             out.append(Request(f"images{i}", (*frames(10 + i), q), sp))
         if "video" in case.media:  # 1 and 2 frames per second: the rate must reach every engine
             out.append(Request(f"video{i}", (VideoPart(frames(20 + i), fps=1.0 + i), q), sp))
+    if "video" in case.media:  # FAST_FPS: Qwen2.5-VL's time positions stay within the frame's (see the test)
+        out.append(Request(f"video{len(QUESTIONS)}", (VideoPart(frames(30), fps=FAST_FPS), QUESTIONS[0]), sp))
     return out
 
 
