@@ -349,10 +349,17 @@ class OpenAIBackend(Backend):
         return httpx.AsyncClient(limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
                                  timeout=self.config.timeout_s, headers=self._headers)
 
-    def payload(self, request: Request) -> dict:
-        """The request body. Built in the caller's thread: it encodes frames. A video's frame rate goes in vLLM's
-        ``media_io_kwargs`` (its loader's rate for the frames of a ``video/jpeg`` URL, which it writes into the video's
+    def _vllm_fields(self, request: Request) -> dict:
+        """vLLM's own request fields of a chat: ``add_special_tokens`` (`adds_bos`) and, for a video, its frame rate in
+        ``media_io_kwargs`` (the rate vLLM's loader gives the frames of a ``video/jpeg`` URL, written into the video's
         metadata)."""
+        fields = {"add_special_tokens": True} if self._bos_decided() else {}
+        if request.videos:
+            fields["media_io_kwargs"] = {"video": {"fps": float(request.videos[0].fps)}}
+        return fields
+
+    def payload(self, request: Request) -> dict:
+        """The request body. Built in the caller's thread: it encodes frames."""
         sp = request.sampling
         kwargs = dict(model=self.served_model, messages=to_openai_messages(request), temperature=sp.temperature,
                       max_tokens=sp.max_tokens, top_p=sp.top_p, n=sp.n)
@@ -360,19 +367,14 @@ class OpenAIBackend(Backend):
             kwargs["seed"] = sp.seed
         if sp.stop:
             kwargs["stop"] = list(sp.stop)
-        if self._bos_decided():
-            kwargs["add_special_tokens"] = True
-        if request.videos:
-            kwargs["media_io_kwargs"] = {"video": {"fps": float(request.videos[0].fps)}}
-        return kwargs
+        return {**kwargs, **self._vllm_fields(request)}
 
     def score_payload(self, prompt: Request, answer: str) -> dict:
         """The body of one answer's scoring request (see the module docstring)."""
         messages = to_openai_messages(prompt) + [{"role": "assistant", "content": answer}]
         return dict(model=self.served_model, messages=messages, max_tokens=1, temperature=0.0,
                     add_generation_prompt=False, continue_final_message=True, prompt_logprobs=0,
-                    **({"add_special_tokens": True} if self._bos_decided() else {}),
-                    **({"media_io_kwargs": {"video": {"fps": float(prompt.videos[0].fps)}}} if prompt.videos else {}))
+                    **self._vllm_fields(prompt))
 
     async def _score_attempt(self, loop: _Loop, body: bytes, request: ScoreRequest) -> ScoreResult:
         async with loop.slots:

@@ -270,10 +270,9 @@ def test_qwen3_vl_video_agrees_across_hf_vllm_and_the_server(arch_runs):
 
 #: Qwen2.5-VL video in transformers 5.x (5.19 here, 5.24 the same): ``get_rope_index`` starts the text after a video
 #: at ``max(h, w) / merge`` positions past the video's first, whatever its temporal positions (``t_index *
-#: tokens_per_second * second_per_grid_ts``, up to 24 for the 1-fps test video); vLLM starts it after the largest
-#: position the video used, as Qwen2.5-VL's original implementation did. The question's tokens then sit at other
-#: positions, so greedy ids differ from the first step while the prompt ids, pixels (normalised), vision-tower
-#: outputs (7.8e-8) and ``second_per_grid_ts`` are equal.
+#: tokens_per_second * second_per_grid_ts``); vLLM starts it after the largest position the video used, as
+#: Qwen2.5-VL's original implementation did. The question's tokens then sit at other positions, so greedy ids differ
+#: from the first step while the prompt ids are equal.
 QWEN25_VIDEO_ROPE = ("transformers 5.x's Qwen2.5-VL get_rope_index continues the text after a video at max(h, w) / "
                      "merge, ignoring the video's temporal positions; vLLM continues after them (Qwen's original)")
 

@@ -4,9 +4,6 @@ themselves are compared in `test_fc_architectures.py` (LLaVA-NeXT's prompts, Qwe
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
@@ -79,55 +76,29 @@ def test_video_metadata_says_every_frame_was_sampled_at_the_videos_rate():
             VideoPart(frames, fps=bad)
 
 
-class _Server:
+def _server(mode: str):
     """A stand-in of vLLM's ``/tokenize`` (``mode``: ``adds`` -- the tokenizer adds a BOS the chat template does not
     write, ``writes`` -- the template writes it, ``absent`` -- no such endpoint, ``down`` -- 503 on it) with
     ``/v1/models``; it records every path asked."""
+    from json_standin import JSONStandIn
 
-    def __init__(self, mode: str):
-        self.mode, self.paths = mode, []
-        outer = self
+    def answer(method, path, body):
+        if method == "GET":
+            return 200, {"data": [{"id": "m"}]}
+        if mode == "absent":
+            return 404, {"detail": "Not Found"}
+        if mode == "down":
+            return 503, {"error": {"message": "overloaded"}}
+        if "messages" in body:  # the rendered chat, without special tokens
+            return 200, {"tokens": [1, 7, 8] if mode == "writes" else [7, 8]}
+        return 200, {"tokens": [1, 9] if body["add_special_tokens"] else [9]}
 
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def _reply(self, code: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def do_GET(self):
-                outer.paths.append(self.path)
-                self._reply(200, {"data": [{"id": "m"}]})
-
-            def do_POST(self):
-                outer.paths.append(self.path)
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
-                if outer.mode == "absent":
-                    return self._reply(404, {"detail": "Not Found"})
-                if outer.mode == "down":
-                    return self._reply(503, {"error": {"message": "overloaded"}})
-                if "messages" in body:  # the rendered chat, without special tokens
-                    return self._reply(200, {"tokens": [1, 7, 8] if outer.mode == "writes" else [7, 8]})
-                return self._reply(200, {"tokens": [1, 9] if body["add_special_tokens"] else [9]})
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+    return JSONStandIn(answer)
 
 
 @pytest.mark.parametrize("mode, adds", [("adds", True), ("writes", False), ("absent", False)])
 def test_the_openai_backend_asks_the_server_once_whether_chats_need_the_bos(mode, adds):
-    server = _Server(mode)
-    try:
+    with _server(mode) as server:
         b = OpenAIBackend(OpenAIConfig(model="m", base_url=server.base_url, retry=RetryPolicy(max_attempts=1)))
         b.preflight()
         request = Request("q1", ("Q?",), SamplingParams(max_tokens=4))
@@ -136,13 +107,10 @@ def test_the_openai_backend_asks_the_server_once_whether_chats_need_the_bos(mode
         b.payload(request)
         assert server.paths.count("/tokenize") == (1 if mode == "absent" else 3)  # asked once, before any request
         b.close()
-    finally:
-        server.close()
 
 
 def test_a_set_switch_is_not_asked_and_a_server_that_fails_the_question_is_unavailable():
-    server = _Server("down")
-    try:
+    with _server("down") as server:
         cfg = dict(model="m", base_url=server.base_url, retry=RetryPolicy(max_attempts=2, wait_initial=0.01,
                                                                           wait_max=0.02))
         b = OpenAIBackend(OpenAIConfig(**cfg, add_special_tokens=True))
@@ -155,8 +123,6 @@ def test_a_set_switch_is_not_asked_and_a_server_that_fails_the_question_is_unava
             b.preflight()
         assert server.paths.count("/tokenize") == 2  # retried under the policy, then refused
         b.close()
-    finally:
-        server.close()
 
 
 def test_a_video_goes_over_http_as_its_frames_with_its_frame_rate():

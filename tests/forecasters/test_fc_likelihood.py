@@ -328,60 +328,33 @@ def test_a_likelihood_run_over_http_reranks_and_writes_its_run(vllm_server, synt
     assert len(prior["answers"]) >= 4
 
 
-class _StandIn:
-    """An OpenAI-compatible stand-in on 127.0.0.1 that serves model "m" and answers chat completions like a server
-    without prompt log-probabilities (``reject``: with HTTP 400, as a server refusing unknown fields)."""
+def _standin(reject: bool):
+    """An OpenAI-compatible stand-in that serves model "m" and answers chat completions like a server without prompt
+    log-probabilities (``reject``: with HTTP 400, as a server refusing unknown fields)."""
+    from json_standin import JSONStandIn
 
-    def __init__(self, reject: bool):
-        import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    def answer(method, path, body):
+        if method == "GET":
+            return 200, {"data": [{"id": "m"}]}
+        if reject:
+            return 400, {"error": {"message": "Unrecognized request argument: prompt_logprobs"}}
+        return 200, {"choices": [{"index": 0, "message": {"content": "ok"}, "finish_reason": "stop"}],
+                     "usage": {"prompt_tokens": 5, "completion_tokens": 1}}
 
-        def reply(handler, status: int, obj: dict) -> None:
-            body = json.dumps(obj).encode()
-            handler.send_response(status)
-            handler.send_header("Content-Type", "application/json")
-            handler.send_header("Content-Length", str(len(body)))
-            handler.end_headers()
-            handler.wfile.write(body)
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *a):
-                pass
-
-            def do_GET(self):
-                reply(self, 200, {"data": [{"id": "m"}]})
-
-            def do_POST(self):
-                self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if reject:
-                    reply(self, 400, {"error": {"message": "Unrecognized request argument: prompt_logprobs"}})
-                else:
-                    reply(self, 200, {"choices": [{"index": 0, "message": {"content": "ok"}, "finish_reason": "stop"}],
-                                      "usage": {"prompt_tokens": 5, "completion_tokens": 1}})
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+    return JSONStandIn(answer)
 
 
 @pytest.mark.parametrize("reject", [False, True])
 def test_a_server_that_cannot_score_is_refused_before_anything_is_written(synth_dir, tmp_path, reject):
     from forecasters.backends.base import ScoringUnsupported
 
-    server = _StandIn(reject)
-    try:
+    with _standin(reject) as server:
         out = tmp_path / "x.jsonl"
         with pytest.raises(ScoringUnsupported, match="cannot score answers") as e:
             run_job(_lik_cfg(synth_dir, out, backend="openai", model="m", base_url=server.base_url, limit=2,
                              max_attempts=1))
         assert ("Unrecognized request argument" if reject else "no prompt_logprobs") in str(e.value)
         assert "vLLM" in str(e.value) and not out.exists()
-    finally:
-        server.close()
 
 
 @pytest.mark.vllm
