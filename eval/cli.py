@@ -158,10 +158,11 @@ def findings(
         typer.echo("## Benchmark card beside the paper\n\n" + F.card_beside_paper(card_json))
     if calibration:
         typer.echo("## Calibration\n\n" + F.calibration_markdown(F.calibration(rep, card_json)))
-        ceiling = F.ceiling_markdown(rep, F.load(predictability) if predictability is not None else None)
+        ceiling = F.ceiling_markdown(rep, F.load(predictability) if predictability is not None else None,
+                                     card_json)
         if ceiling:
             typer.echo("## Ceiling decomposition\n\n" + ceiling)
-    typer.echo("## Findings\n\n" + "\n".join(F.findings(rep)) + "\n")
+    typer.echo("## Findings\n\n" + "\n".join(F.findings(rep, card_json)) + "\n")
 
 
 # --- evaluation: score one run, report many (owned by the evaluator; see eval/report.py) ---

@@ -155,8 +155,13 @@ def calibration(report: dict, card: dict | None = None) -> list[Check]:
     if sem:
         v, hs = _r5(report, sem[0]), _by_h(report, sem[0])
         spread = max(abs(x - v) for x in hs.values()) if hs else float("nan")
-        out.append(Check("semantic-text oracle R@5", "40-85, every horizon within +-10 pp",
-                         f"{v:.1f}; h1-h5 " + " / ".join(f"{hs[h]:.0f}" for h in sorted(hs)) + f" (max dev {spread:.1f})",
+        measured = f"{v:.1f}; h1-h5 " + " / ".join(f"{hs[h]:.0f}" for h in sorted(hs)) + f" (max dev {spread:.1f})"
+        tie = tie_ceiling_by_horizon(card)
+        if tie:
+            measured += ("; the state-tie ceiling (`eval card`: the target state's segments tied first) h1-h5 "
+                         + " / ".join(f"{tie[h][0]:.0f}" for h in sorted(tie)) + ", median segments of the target "
+                         "state " + " / ".join(f"{tie[h][1]:.0f}" for h in sorted(tie)))
+        out.append(Check("semantic-text oracle R@5", "40-85, every horizon within +-10 pp", measured,
                          40 <= v <= 85 and spread <= 10))
         para = _find(report, "paraphrase")
         if para:
@@ -250,14 +255,25 @@ def _decline_check(report: dict) -> Check:
                  ok if parts else None)
 
 
-def ceiling(report: dict, predictability: dict | None = None) -> list[tuple[str, str, float]]:
+def tie_ceiling_by_horizon(card: dict | None) -> dict[int, tuple[float, float]]:
+    """The card's state-tie ceiling by horizon (`eval.card.state_tie_ceiling`): horizon -> (R@5 x100, median
+    segments of the target state); empty when the card has none."""
+    by_h = ((card or {}).get("state_tie_ceiling") or {}).get("by_horizon") or {}
+    return {int(h): (float(v["r5_pct"]), float(v["state_segments_median"])) for h, v in by_h.items()}
+
+
+def ceiling(report: dict, predictability: dict | None = None, card: dict | None = None
+            ) -> list[tuple[str, str, float]]:
     """The ceiling decomposition (R@5 x100, seeds' means): the semantic-text oracle (what the labels allow), the
     perfect-perception LFTR (what forecasting allows), the transition table (the present as a label), the best LFTR
     from frames and the fusion (perception + forecasting) -- as (stage, run, value) rows, in that order.
 
     ``predictability`` (the JSON of `python -m eval predictability`) adds, after the oracle, what foresight reaches:
     the future true state named by its usual label (no perturbation), then the same under each perturbation at the
-    prefix's end (the world's own uncertainty; `eval.synth.predictability`)."""
+    prefix's end (the world's own uncertainty; `eval.synth.predictability`). ``card`` (`eval card`'s JSON) adds,
+    first, the state-tie ceiling: what knowing the target's canonical state allows when the main pool is a budgeted
+    subset of that state's segments (`eval.card.state_tie_ceiling`; the semantic-text oracle reaches it exactly
+    when every positive carries the target state)."""
     rows = []
     for stage, role in (("labels: semantic-text oracle", "semantic"), ("forecasting: perfect-perception LFTR",
                                                                         "perfect"),
@@ -271,6 +287,10 @@ def ceiling(report: dict, predictability: dict | None = None) -> list[tuple[str,
             rows.append((stage, best, _r5(report, best)))
     if predictability and rows and rows[0][1] in _find(report, "semantic"):
         rows[1:1] = _foresight_rows(predictability)
+    tie = (card or {}).get("values", {}).get("state_tie_ceiling_r5_pct")
+    if tie is not None and rows and rows[0][1] in _find(report, "semantic"):
+        rows.insert(0, ("labels: the target's canonical state known, its segments tied first", "eval card",
+                        float(tie)))
     return rows
 
 
@@ -286,11 +306,12 @@ def _foresight_rows(predictability: dict) -> list[tuple[str, str, float]]:
     return out
 
 
-def ceiling_markdown(report: dict, predictability: dict | None = None) -> str:
-    rows = ceiling(report, predictability)
+def ceiling_markdown(report: dict, predictability: dict | None = None, card: dict | None = None) -> str:
+    rows = ceiling(report, predictability, card)
     if not rows:
         return ""
-    top = rows[0][2] or float("nan")
+    sem = _find(report, "semantic")
+    top = next((v for _, run, v in rows if sem and run == sem[0]), rows[0][2]) or float("nan")
     lines = ["| stage | run | R@5 | share of the oracle |", "|---|---|---:|---:|"]
     lines += [f"| {st} | `{run}` | {v:.2f} | {100 * v / top:.0f}% |" for st, run, v in rows]
     return "\n".join(lines) + "\n"
@@ -340,10 +361,12 @@ def _pair_line(runs: dict, t: dict) -> str:
             f"p = {_p(pb)}; McNemar p = {_p(pm)}; n = {t['n']}).")
 
 
-def findings(report: dict) -> list[str]:
+def findings(report: dict, card: dict | None = None) -> list[str]:
     """The headline comparisons of a report, as Markdown bullets: fusion against the better single space (with its
     significance), each learned method's R@5 by horizon, every ``--pair`` test (e.g. a learned visual space against
-    pixels), a text -> image space's zero-shot oracle, the oracle ceiling against the best predictor."""
+    pixels), a text -> image space's zero-shot oracle, the oracle ceiling against the best predictor. With ``card``
+    (`eval card`'s JSON): perfect-perception LFTR, the best single LFTR and the headline fusion by horizon as shares of
+    the state-tie ceiling of each horizon (`tie_ceiling_by_horizon`), which the labels set apart from forecasting."""
     runs = report["runs"]
     lines = []
     fused, singles = _find(report, "fusion"), _find(report, "lftr")
@@ -363,6 +386,16 @@ def findings(report: dict) -> list[str]:
         if hs:
             curve = " → ".join(f"h{h} {v:.1f}" for h, v in sorted(hs.items()))
             lines.append(f"- `{n}` R@5 by horizon: {curve}.")
+    tie = tie_ceiling_by_horizon(card)
+    if tie:
+        heads = _find(report, "perfect")[:1] + ([max(singles, key=lambda g: _r5(report, g))] if singles else [])
+        heads += [headline_fusion(report)] if fused else []
+        for n in heads:
+            hs = _by_h(report, n)
+            shares = [f"h{h} {100 * v / tie[h][0]:.0f}%" for h, v in sorted(hs.items()) if tie.get(h, (0,))[0] > 0]
+            if shares:
+                lines.append(f"- `{n}` R@5 as a share of the state-tie ceiling of each horizon: " + " → ".join(shares)
+                             + ".")
     lines += [_pair_line(runs, t) for t in report.get("pairs", []) if t["run"] in runs and t["reference"] in runs]
     sem = _find(report, "semantic")
     for n in sem[1:]:  # a text -> image space's semantic-text oracle: its zero-shot text -> image retrieval

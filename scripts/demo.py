@@ -307,7 +307,7 @@ class Demo:
                       F.calibration_markdown(F.calibration(rep, card_json))]
             pred_json = self.args.out / "predictability" / "predictability.json"
             pred = F.load(pred_json) if pred_json.exists() else None
-            ceiling = F.ceiling_markdown(rep, pred)
+            ceiling = F.ceiling_markdown(rep, pred, card_json)
             if ceiling:
                 lines += ["## Ceiling decomposition (`python -m eval findings --calibration --predictability "
                           "predictability/predictability.json`)", "",
@@ -322,7 +322,7 @@ class Demo:
                           "measurement by question and scene family: `docs/predictability.md`, and "
                           "`predictability/predictability.md` in the demo's output folder.", "",
                           ceiling]
-            lines += ["## Findings (computed from `report/report.json`)", "", *F.findings(rep), ""]
+            lines += ["## Findings (computed from `report/report.json`)", "", *F.findings(rep, card_json), ""]
         return lines
 
     def index(self) -> None:

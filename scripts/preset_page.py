@@ -50,7 +50,7 @@ def page(data: Path, report: Path, command: str, predictability: Path | None = N
              F.calibration_markdown(F.calibration(rep, card)),
              "Runs in the report: " + ", ".join(f"`{r}`" for r in runs) + ".", ""]
     pred = F.load(predictability) if predictability is not None else None
-    ceiling = F.ceiling_markdown(rep, pred)
+    ceiling = F.ceiling_markdown(rep, pred, card)
     if ceiling and pred is not None:
         lines += ["## Ceiling decomposition (`python -m eval findings --calibration --predictability FILE`)", "",
                   "What the labels allow (the semantic-text oracle), then what foresight allows: the true future named "

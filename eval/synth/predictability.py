@@ -183,31 +183,11 @@ def _video_job_star(args: tuple) -> tuple[str, float, list[tuple[str, int, str |
 
 def naming_the_state(bench, rows: np.ndarray, k: int = 5) -> np.ndarray:
     """Per query row: the expected hit@k of a ranking whose top is every segment of the target's canonical state
-    outside the query's video, tied; NaN where no main-pool positive lies in that state.
+    outside the query's video, tied; NaN where no main-pool positive lies in that state (`eval.card.state_tie_ceiling`,
+    which the card averages by horizon)."""
+    from eval.card import state_tie_ceiling
 
-    With ``m`` such segments and ``g`` positives among them it is ``1 - C(m - g, k) / C(m, k)``. Positives outside
-    the target state are left out: they would rank below the tie."""
-    from eval.scoring import benchmark_groups
-
-    cd, qd = bench.corpus_ds, bench.queries_ds
-    seg_state = np.asarray(cd["state_id"][:])
-    seg_video = np.asarray(cd["video_id"][:])
-    target = np.asarray(qd["target_state_id"][:])[rows]
-    video = np.asarray(qd["video_id"][:])[rows]
-    pools = benchmark_groups(bench, bench.query_table(rows))[0]["type2-all"]
-    by_state: dict[str, np.ndarray] = {}
-    order = np.argsort(seg_state, kind="stable")
-    states, starts = np.unique(seg_state[order], return_index=True)
-    for s, a, b in zip(states, starts, [*starts[1:], len(order)], strict=True):
-        by_state[str(s)] = order[a:b]
-    out = np.full(len(rows), np.nan)
-    for i, (t, v, pos) in enumerate(zip(target, video, pools, strict=True)):
-        segs = by_state.get(str(t), np.zeros(0, np.int64))
-        segs = segs[seg_video[segs] != v]
-        m, g = len(segs), int(np.isin(pos, segs).sum())
-        if g:
-            out[i] = 1.0 if m - g < k else 1.0 - math.comb(m - g, k) / math.comb(m, k)
-    return out
+    return state_tie_ceiling(bench, rows, k)[0]
 
 
 def usual_labels(bench) -> dict[str, str]:

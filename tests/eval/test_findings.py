@@ -153,3 +153,30 @@ def test_pair_tests_and_the_zero_shot_oracle_become_findings():
     assert any("`lftr[ssl]` does not beat" in x for x in F.findings(rep))
     zs = next(x for x in lines if "Zero-shot" in x)
     assert "`semantic-text[lit]`" in zs and "R@5 33.0" in zs and "`semantic-text[minilm]` 60.0" in zs
+
+
+def test_the_state_tie_ceiling_joins_the_oracle_check_the_decomposition_and_the_horizon_findings():
+    """A card with `eval.card.state_tie_ceiling` puts it beside the semantic-text oracle's horizons (the verdict still
+    follows the oracle), first in the decomposition (shares stay shares of the oracle), and divides the learned
+    heads' R@5 of each horizon by it."""
+    card = {"values": {"state_tie_ceiling_r5_pct": 55.0},
+            "state_tie_ceiling": {"k": 5, "r5_pct": 55.0, "by_horizon": {
+                "1": {"r5_pct": 50.0, "n": 600, "state_segments_median": 40.0},
+                "2": {"r5_pct": 40.0, "n": 200, "state_segments_median": 60.0},
+                "3": {"r5_pct": 80.0, "n": 80, "state_segments_median": 9.0},
+                "4": {"r5_pct": 0.0, "n": 30, "state_segments_median": 0.0}}}}
+    rep = _report()
+    oracle = next(c for c in F.calibration(rep, card) if c.quantity == "semantic-text oracle R@5")
+    assert "state-tie ceiling (`eval card`" in oracle.measured and "h1-h5 50 / 40 / 80 / 0" in oracle.measured
+    assert "median segments of the target state 40 / 60 / 9 / 0" in oracle.measured
+    assert oracle.met is next(c for c in F.calibration(rep) if c.quantity == oracle.quantity).met is True
+    rows = F.ceiling(rep, None, card)
+    assert [r[1] for r in rows][:2] == ["eval card", "semantic-text[minilm]"] and rows[0][2] == 55.0
+    md = F.ceiling_markdown(rep, None, card)
+    assert "| `eval card` | 55.00 | 92% |" in md and "| `semantic-text[minilm]` | 60.00 | 100% |" in md
+    lines = [x for x in F.findings(rep, card) if "share of the state-tie ceiling" in x]
+    # lftr-sim 30 / 20 / 5 at h1-h3 (h4's ceiling is 0: left out); best single lftr[pixels] and the fusion likewise
+    assert lines[0] == ("- `lftr-sim[minilm]` R@5 as a share of the state-tie ceiling of each horizon: h1 60% → h2 50% "
+                        "→ h3 6%.")
+    assert [x.split("`")[1] for x in lines] == ["lftr-sim[minilm]", "lftr[pixels]", "lftr-fusion[minilm+pixels]"]
+    assert not [x for x in F.findings(rep) if "state-tie" in x] and F.ceiling(rep) == F.ceiling(rep, None, {})

@@ -267,3 +267,45 @@ def test_preset_page_shows_the_card_and_the_calibration_of_a_report(synth_dir, s
                      "--predictability", str(pred)]) == 0
     text = page.read_text()
     assert "## Ceiling decomposition" in text and "(50% of answers kept) | `eval predictability 0.2:0.01` | 1.00 |" in text
+
+
+# ---------------------------------------------------------------- the state-tie ceiling of the card
+
+def test_state_tie_ceiling_is_exact_and_the_true_state_oracle_scores_it(synth_bench):
+    """`eval.card.state_tie_ceiling`: per query, the hit@5 of every segment of the target state ranked first in a
+    random order, counted by enumeration where the state is small; and the one-hot true-state oracle, scored by the
+    streaming scorer with expected ties, gets exactly that R@5 on every fair test query (the main pools here are
+    subsets of the target state), so the card's per-horizon ceiling is the oracle's per-horizon R@5."""
+    from eval.card import make_card, state_tie_ceiling
+
+    bench = synth_bench
+    rows, oracle, _ = oracle_and_pixels(bench, bench.query_rows("test", fair_only=True, qtypes=("Q1", "Q2", "Q3",
+                                                                                                  "Q4")))
+    hit, n_state = state_tie_ceiling(bench, rows)
+    seg_state, seg_video = bench.corpus_ds["state_id"][:], bench.corpus_ds["video_id"][:]
+    index = bench.corpus_index
+    enumerated = 0
+    for i, q in enumerate(bench.queries_ds.select(rows)):
+        state = [r for r, (s, v) in enumerate(zip(seg_state, seg_video, strict=True))
+                 if s == q["target_state_id"] and v != q["video_id"]]
+        assert n_state[i] == len(state)
+        pos = {index[c] for c in (*q["gt_pools"]["in_dataset"], *q["gt_pools"]["cross_dataset"])}
+        assert pos <= set(state)  # every main-pool positive carries the target state
+        if len(state) <= 11:  # all first-five sets of a random order of the state's segments, equally likely
+            firsts = list(itertools.combinations(state, min(5, len(state))))
+            assert hit[i] == pytest.approx(sum(bool(pos & set(f)) for f in firsts) / len(firsts), abs=1e-12)
+            enumerated += 1
+    assert enumerated >= 10 and 0 < hit.mean() < 1 and len(set(np.round(hit, 6))) > 3
+    run = score_benchmark(bench, oracle, rows, method="oracle-semantic-text[minilm]", progress=False)
+    got = dict(zip(run.query_ids, recall_at_k(RankStats.from_run(run, "type2-all"), 5), strict=True))
+    qids = bench.queries_ds.select(rows)["id"]
+    np.testing.assert_allclose([got[q] for q in qids], hit, rtol=0, atol=1e-12)
+    card = make_card(bench.root).to_dict()
+    assert card["values"]["state_tie_ceiling_r5_pct"] == pytest.approx(100 * hit.mean(), abs=1e-9)
+    horizon = np.minimum(np.asarray(bench.queries_ds.select(rows)["horizon"]), 5)
+    by_h = card["state_tie_ceiling"]["by_horizon"]
+    assert set(by_h) == {str(h) for h in np.unique(horizon)}
+    for h, v in by_h.items():
+        assert v["r5_pct"] == pytest.approx(100 * hit[horizon == int(h)].mean(), abs=1e-9)
+        assert v["n"] == int((horizon == int(h)).sum())
+        assert v["state_segments_median"] == float(np.median(n_state[horizon == int(h)]))
