@@ -15,7 +15,8 @@ other values are counts, means of counts, the tail exponent, or the shares `labe
 - chance R@5 in percent, exact: a uniformly random ranking of the corpus minus the query's own video (``N_q`` items,
   ``g_q`` positives) hits at 5 with probability ``1 - C(N_q - g_q, 5) / C(N_q, 5)``; the mean over the fair test queries;
 - the state-tie ceiling R@5 in percent (`state_tie_ceiling`), overall and (``extra``) by horizon: what knowing the
-  target's canonical state, and nothing finer, can reach when the main pool is a budgeted subset of that state;
+  target's canonical state, and nothing finer, can reach when the main pool is a budgeted subset of that state; and
+  the same for the query's current state (`present_tie_ceiling`: persistence with perfect perception);
 - where segments carry ``sim_state`` (the synthetic benchmark): the canonicalization's errors against the truth
   (`canonicalization_errors`), how true the labels are (`label_quality`: ``label_truth``,
   ``same_state_agreement``), the share of queries whose prefix ends in motion (`prefix_motion_share`), how much of
@@ -99,13 +100,17 @@ def chance_recall(n_items: np.ndarray, n_pos: np.ndarray, k: int = 5) -> np.ndar
     return np.where(n_pos > 0, 1 - miss, np.nan)
 
 
-def state_tie_ceiling(bench: Benchmark, rows: np.ndarray, k: int = 5) -> tuple[np.ndarray, np.ndarray]:
+def state_tie_ceiling(bench: Benchmark, rows: np.ndarray, k: int = 5, states: np.ndarray | None = None
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """Per query row: the exact expected hit@k of a ranking whose top is every segment of the query's target canonical
     state outside its video, tied (in a uniformly random order), and the number ``m`` of those segments. Returns
-    ``(hit (n,), m (n,))``; ``hit`` is NaN where no main-pool positive lies in that state.
+    ``(hit (n,), m (n,))``; ``hit`` is NaN where no main-pool positive lies in that state. ``states`` (one canonical
+    state id per row; ``""`` for none) ties another state's segments instead of the target's: the query's current
+    state makes it persistence with perfect perception (`present_tie_ceiling`).
 
     With ``g`` positives among the ``m`` segments, ``hit = 1 - C(m - g, k) / C(m, k)`` (1 when ``m - g < k``).
-    Positives outside the target state are left out: they would rank below the tie.
+    Positives outside the tied state count as missed: they rank below the tie, and where ``m < k`` (the rest of the
+    top k filled from below it) the value is a lower bound.
 
     A state-level score (a canonical state's text in a semantic space, as the semantic-text oracle's) ties every
     segment of a state, and the paper's mined pools are a budgeted subset of the state (`retrieval.canon.mining`): so
@@ -117,7 +122,7 @@ def state_tie_ceiling(bench: Benchmark, rows: np.ndarray, k: int = 5) -> tuple[n
     cd, qd = bench.corpus_ds, bench.queries_ds
     seg_state = np.asarray(cd["state_id"][:])
     seg_video = np.asarray(cd["video_id"][:])
-    target = np.asarray(qd["target_state_id"][:])[rows]
+    target = np.asarray(qd["target_state_id"][:])[rows] if states is None else np.asarray(states)
     video = np.asarray(qd["video_id"][:])[rows]
     pools = benchmark_groups(bench, bench.query_table(rows))[0]["type2-all"] if len(rows) else []
     by_state: dict[str, np.ndarray] = {}
@@ -134,6 +139,21 @@ def state_tie_ceiling(bench: Benchmark, rows: np.ndarray, k: int = 5) -> tuple[n
         if g:
             hit[i] = 1.0 if m - g < k else 1.0 - math.comb(m - g, k) / math.comb(m, k)
     return hit, sizes
+
+
+def present_tie_ceiling(bench: Benchmark, rows: np.ndarray, k: int = 5) -> np.ndarray:
+    """Per query row: the expected hit@k of persistence with perfect perception -- every segment of the query's
+    current canonical state (its transcript entry at the prefix's end, `eval.segments.current_states`) tied first,
+    in a random order -- 0 where the query has no current state or no positive lies in it. It reaches the state-tie
+    ceiling where the target state is the current one, so its mean says how much persistence from frames could reach
+    with the present perceived exactly."""
+    from eval.segments import current_states
+
+    rows = np.asarray(rows, np.int64)
+    ids = np.asarray(bench.state_ids, dtype=object)
+    current = current_states(bench)[rows]
+    states = np.where(current >= 0, ids[np.maximum(current, 0)], "") if len(ids) else np.full(len(rows), "")
+    return np.nan_to_num(state_tie_ceiling(bench, rows, k, states.astype(str))[0], nan=0.0)
 
 
 def make_card(data: str | os.PathLike) -> Card:
@@ -173,11 +193,14 @@ def make_card(data: str | os.PathLike) -> Card:
     tie, tie_n = state_tie_ceiling(bench, test)
     tie = np.nan_to_num(tie, nan=0.0)  # no positive in the target state: the tie misses
     r["state_tie_ceiling_r5_pct"] = float(tie.mean()) * 100 if len(test) else float("nan")
+    present = present_tie_ceiling(bench, test)
+    r["present_state_tie_ceiling_r5_pct"] = float(present.mean()) * 100 if len(test) else float("nan")
     test_h = np.array([report_horizon(h) for h in qd.select(test)["horizon"][:]]) if len(test) else np.zeros(0)
     card.extra["state_tie_ceiling"] = {
-        "k": 5, "r5_pct": r["state_tie_ceiling_r5_pct"],
+        "k": 5, "r5_pct": r["state_tie_ceiling_r5_pct"], "present_r5_pct": r["present_state_tie_ceiling_r5_pct"],
         "by_horizon": {str(h): {"r5_pct": float(tie[test_h == h].mean()) * 100, "n": int((test_h == h).sum()),
-                                "state_segments_median": float(np.median(tie_n[test_h == h]))}
+                                "state_segments_median": float(np.median(tie_n[test_h == h])),
+                                "present_r5_pct": float(present[test_h == h].mean()) * 100}
                        for h in range(1, 6) if (test_h == h).any()}}
     card.paper = {"segments": PAPER["segments"], "states": PAPER["states"], "queries (Q1-Q4)": PAPER["queries"],
                   "segments_per_state_mean": round(PAPER["segments_per_state_mean"], 2), "h1_share": PAPER["h1_share"],

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 #: Run-name prefixes of the roles the checks need (first match wins). A run named with a seed suffix
@@ -147,9 +147,13 @@ def calibration(report: dict, card: dict | None = None) -> list[Check]:
     """The calibration table of the synthetic benchmark (issue targets; see the README's synthetic section):
     the card's targets when ``card`` is given, then the report's."""
     out = card_checks(card) if card is not None else []
+    persistence = _range_check(report, "persistence", "persistence from frames R@5", 3, 15)
+    present = ((card or {}).get("values") or {}).get("present_state_tie_ceiling_r5_pct")
+    if present is not None and persistence.met is not None:
+        persistence = replace(persistence, measured=persistence.measured + "; with the present's canonical state "
+                              f"known (`eval card`: persistence with perfect perception) {present:.2f}")
     out += [_range_check(report, "random", "random R@5", None, 1),
-            _range_check(report, "lookup", "lookup prior R@5", None, 15),
-            _range_check(report, "persistence", "persistence from frames R@5", 3, 15),
+            _range_check(report, "lookup", "lookup prior R@5", None, 15), persistence,
             _range_check(report, "independent", "independent-appearance oracle R@5", None, 15)]
     sem = _find(report, "semantic")
     if sem:
@@ -273,7 +277,8 @@ def ceiling(report: dict, predictability: dict | None = None, card: dict | None 
     prefix's end (the world's own uncertainty; `eval.synth.predictability`). ``card`` (`eval card`'s JSON) adds,
     first, the state-tie ceiling: what knowing the target's canonical state allows when the main pool is a budgeted
     subset of that state's segments (`eval.card.state_tie_ceiling`; the semantic-text oracle reaches it exactly
-    when every positive carries the target state)."""
+    when every positive carries the target state); and after the transition table, the same tie of the query's
+    current state (`eval.card.present_tie_ceiling`: persistence with perfect perception)."""
     rows = []
     for stage, role in (("labels: semantic-text oracle", "semantic"), ("forecasting: perfect-perception LFTR",
                                                                         "perfect"),
@@ -287,10 +292,15 @@ def ceiling(report: dict, predictability: dict | None = None, card: dict | None 
             rows.append((stage, best, _r5(report, best)))
     if predictability and rows and rows[0][1] in _find(report, "semantic"):
         rows[1:1] = _foresight_rows(predictability)
-    tie = (card or {}).get("values", {}).get("state_tie_ceiling_r5_pct")
+    values = (card or {}).get("values", {})
+    tie, present = values.get("state_tie_ceiling_r5_pct"), values.get("present_state_tie_ceiling_r5_pct")
     if tie is not None and rows and rows[0][1] in _find(report, "semantic"):
         rows.insert(0, ("labels: the target's canonical state known, its segments tied first", "eval card",
                         float(tie)))
+        if present is not None:
+            at = next((i + 1 for i, r in enumerate(rows) if r[1] in _find(report, "transition")), len(rows))
+            rows.insert(at, ("the present as a label: its state's segments tied first (persistence with perfect "
+                             "perception)", "eval card", float(present)))
     return rows
 
 

@@ -53,3 +53,16 @@ class SegmentTimeline:
         """``(n,)`` int64: `active` for each (video, object, time)."""
         return np.fromiter((self.active(v, o, x) for v, o, x in zip(video, obj, t, strict=True)), np.int64,
                            count=len(video))
+
+
+def current_states(bench) -> np.ndarray:
+    """``(n_queries,)`` state row of each query's current state: its transcript entry with the latest time at or
+    before ``prefix_end`` (-1 when none, or when the entry's text is no state of the benchmark)."""
+    qd = bench.queries_ds
+    text_row = {t: i for i, t in enumerate(bench.states_ds["text"][:])}
+    out = np.full(len(qd), -1, np.int64)
+    for i, (tr, end) in enumerate(zip(qd["transcript"][:], qd["prefix_end"][:], strict=True)):
+        seen = [e for e in tr if e["t"] <= end + TIME_EPS]
+        if seen:
+            out[i] = text_row.get(max(seen, key=lambda e: e["t"])["state"], -1)
+    return out

@@ -31,6 +31,7 @@ import numpy as np
 
 from eval.benchmark import Benchmark
 from eval.features import l2_normalize
+from eval.segments import current_states
 from retrieval.queries import QueryVectors
 from retrieval.spaces import Space
 
@@ -114,19 +115,6 @@ def lookup_states(bench: Benchmark, rows: np.ndarray, train_split: str = "train"
     levels = [lambda r: (domain[r], qtype[r], horizon[r]), lambda r: (qtype[r], horizon[r]),
               lambda r: (horizon[r],), lambda r: ()]
     return _most_frequent(list(reversed(levels)), train, state, rows, np.full(len(rows), -1, np.int64))
-
-
-def current_states(bench: Benchmark) -> np.ndarray:
-    """``(n_queries,)`` state row of each query's current state: its transcript entry with the latest time at or
-    before ``prefix_end`` (-1 when none, or when the entry's text is no state of the benchmark)."""
-    qd = bench.queries_ds
-    text_row = {t: i for i, t in enumerate(bench.states_ds["text"][:])}
-    out = np.full(len(qd), -1, np.int64)
-    for i, (tr, end) in enumerate(zip(qd["transcript"][:], qd["prefix_end"][:], strict=True)):
-        seen = [e for e in tr if e["t"] <= end + 1e-6]
-        if seen:
-            out[i] = text_row.get(max(seen, key=lambda e: e["t"])["state"], -1)
-    return out
 
 
 def _most_frequent(levels, train: np.ndarray, state: np.ndarray, rows: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -309,14 +309,18 @@ class Demo:
             pred = F.load(pred_json) if pred_json.exists() else None
             ceiling = F.ceiling_markdown(rep, pred, card_json)
             if ceiling:
-                lines += ["## Ceiling decomposition (`python -m eval findings --calibration --predictability "
-                          "predictability/predictability.json`)", "",
-                          "What the labels allow (the semantic-text oracle); what foresight allows (`python -m eval "
+                lines += ["## Ceiling decomposition (`python -m eval findings --calibration --card card/card.json "
+                          "--predictability predictability/predictability.json`)", "",
+                          "What the labels allow (the state-tie ceiling of the card: every segment of the target's "
+                          "canonical state tied first, which the semantic-text oracle scores exactly where every "
+                          "positive carries that state; and the semantic-text oracle); what foresight allows (`python -m eval "
                           "predictability`: the query's true answer named by its usual label, then the answer of the "
                           "same video re-simulated with a perturbation far below a pixel just after the prefix, so "
                           "the share of the oracle that the world itself decides); what forecasting learns (LFTR "
                           "reading the simulator's exact state at the prefix's end: perfect perception); the present "
-                          "as a label (the transition table); and what perception plus forecasting reach from frames. "
+                          "as a label (the transition table, and the current state's segments tied first: "
+                          "persistence with perfect perception); and what perception plus forecasting reach from "
+                          "frames. "
                           "R@5, seeds' means. How the perfect-perception row grows with the training data: "
                           "`docs/ceiling-curve.md` (`python scripts/ceiling_curve.py`); the predictability "
                           "measurement by question and scene family: `docs/predictability.md`, and "

@@ -159,7 +159,7 @@ def test_the_state_tie_ceiling_joins_the_oracle_check_the_decomposition_and_the_
     """A card with `eval.card.state_tie_ceiling` puts it beside the semantic-text oracle's horizons (the verdict still
     follows the oracle), first in the decomposition (shares stay shares of the oracle), and divides the learned
     heads' R@5 of each horizon by it."""
-    card = {"values": {"state_tie_ceiling_r5_pct": 55.0},
+    card = {"values": {"state_tie_ceiling_r5_pct": 55.0, "present_state_tie_ceiling_r5_pct": 6.5},
             "state_tie_ceiling": {"k": 5, "r5_pct": 55.0, "by_horizon": {
                 "1": {"r5_pct": 50.0, "n": 600, "state_segments_median": 40.0},
                 "2": {"r5_pct": 40.0, "n": 200, "state_segments_median": 60.0},
@@ -170,8 +170,14 @@ def test_the_state_tie_ceiling_joins_the_oracle_check_the_decomposition_and_the_
     assert "state-tie ceiling (`eval card`" in oracle.measured and "h1-h5 50 / 40 / 80 / 0" in oracle.measured
     assert "median segments of the target state 40 / 60 / 9 / 0" in oracle.measured
     assert oracle.met is next(c for c in F.calibration(rep) if c.quantity == oracle.quantity).met is True
+    persistence = next(c for c in F.calibration(rep, card) if c.quantity == "persistence from frames R@5")
+    assert persistence.measured == ("5.00 (`persistence[pixels]`); with the present's canonical state known (`eval "
+                                    "card`: persistence with perfect perception) 6.50") and persistence.met is True
     rows = F.ceiling(rep, None, card)
-    assert [r[1] for r in rows][:2] == ["eval card", "semantic-text[minilm]"] and rows[0][2] == 55.0
+    assert [r[1] for r in rows] == ["eval card", "semantic-text[minilm]", "lftr-sim[minilm]",
+                                    "transition-table[minilm]", "eval card", "lftr[pixels]",
+                                    "lftr-fusion[minilm+pixels]"]
+    assert rows[0][2] == 55.0 and rows[4][2] == 6.5 and "persistence with perfect perception" in rows[4][0]
     md = F.ceiling_markdown(rep, None, card)
     assert "| `eval card` | 55.00 | 92% |" in md and "| `semantic-text[minilm]` | 60.00 | 100% |" in md
     lines = [x for x in F.findings(rep, card) if "share of the state-tie ceiling" in x]

@@ -275,8 +275,11 @@ def test_state_tie_ceiling_is_exact_and_the_true_state_oracle_scores_it(synth_be
     """`eval.card.state_tie_ceiling`: per query, the hit@5 of every segment of the target state ranked first in a
     random order, counted by enumeration where the state is small; and the one-hot true-state oracle, scored by the
     streaming scorer with expected ties, gets exactly that R@5 on every fair test query (the main pools here are
-    subsets of the target state), so the card's per-horizon ceiling is the oracle's per-horizon R@5."""
-    from eval.card import make_card, state_tie_ceiling
+    subsets of the target state), so the card's per-horizon ceiling is the oracle's per-horizon R@5. The same for
+    `present_tie_ceiling` and a one-hot oracle of the query's current state (persistence with perfect perception)."""
+    from eval.card import make_card, present_tie_ceiling, state_tie_ceiling
+    from eval.scoring import DenseSource
+    from eval.segments import current_states
 
     bench = synth_bench
     rows, oracle, _ = oracle_and_pixels(bench, bench.query_rows("test", fair_only=True, qtypes=("Q1", "Q2", "Q3",
@@ -300,8 +303,26 @@ def test_state_tie_ceiling_is_exact_and_the_true_state_oracle_scores_it(synth_be
     got = dict(zip(run.query_ids, recall_at_k(RankStats.from_run(run, "type2-all"), 5), strict=True))
     qids = bench.queries_ds.select(rows)["id"]
     np.testing.assert_allclose([got[q] for q in qids], hit, rtol=0, atol=1e-12)
+    # persistence with perfect perception: the current state's segments tied first, scored the same way
+    current = current_states(bench)[rows]
+    present = present_tie_ceiling(bench, rows)
+    same = current == np.array([bench.state_index[s] for s in bench.queries_ds.select(rows)["target_state_id"]])
+    np.testing.assert_allclose(present[same], hit[same], rtol=0, atol=1e-12)
+    assert 0 < same.sum() < len(rows) and (present[~same] == 0).all() and (present[current < 0] == 0).all()
+    eye = np.eye(len(bench.state_ids), dtype=np.float32)
+    known = rows[current >= 0]
+    persistence = DenseSource(eye[current[current >= 0]], eye, item_rows=bench.segment_state_rows)
+    run = score_benchmark(bench, persistence, known, method="persistence[perfect]", progress=False)
+    scored = recall_at_k(RankStats.from_run(run, "type2-all"), 5)
+    # where the tied state has fewer than 5 segments, the scorer's random tail may reach a positive: the card's value
+    # is then the lower bound its docstring says
+    ids = np.asarray(bench.state_ids, dtype=object)
+    m = state_tie_ceiling(bench, known, 5, ids[current[current >= 0]].astype(str))[1]
+    np.testing.assert_allclose(scored[m >= 5], present[current >= 0][m >= 5], rtol=0, atol=1e-12)
+    assert (scored[m < 5] >= present[current >= 0][m < 5] - 1e-12).all() and (m >= 5).sum() > 50
     card = make_card(bench.root).to_dict()
     assert card["values"]["state_tie_ceiling_r5_pct"] == pytest.approx(100 * hit.mean(), abs=1e-9)
+    assert card["values"]["present_state_tie_ceiling_r5_pct"] == pytest.approx(100 * present.mean(), abs=1e-9)
     horizon = np.minimum(np.asarray(bench.queries_ds.select(rows)["horizon"]), 5)
     by_h = card["state_tie_ceiling"]["by_horizon"]
     assert set(by_h) == {str(h) for h in np.unique(horizon)}
@@ -309,3 +330,4 @@ def test_state_tie_ceiling_is_exact_and_the_true_state_oracle_scores_it(synth_be
         assert v["r5_pct"] == pytest.approx(100 * hit[horizon == int(h)].mean(), abs=1e-9)
         assert v["n"] == int((horizon == int(h)).sum())
         assert v["state_segments_median"] == float(np.median(n_state[horizon == int(h)]))
+        assert v["present_r5_pct"] == pytest.approx(100 * present[horizon == int(h)].mean(), abs=1e-9)
