@@ -142,7 +142,9 @@ def predictability(
 @app.command()
 def findings(
     report: Path = typer.Argument(..., help="report directory (holds report.json)"),
-    card: Path = typer.Option(None, "--card", help="card.json of the benchmark (prints it beside the paper's values)"),
+    card: Path = typer.Option(None, "--card", help="card.json of the benchmark: prints it beside the paper's values, "
+                                                   "and its state-tie ceilings join the calibration, the decomposition "
+                                                   "and the findings"),
     calibration: bool = typer.Option(False, "--calibration", help="also check the synthetic benchmark's calibration "
                                                                   "targets (synthetic README section)"),
     predictability: Path = typer.Option(None, "--predictability",
