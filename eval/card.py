@@ -127,8 +127,8 @@ def state_tie_ceiling(bench: Benchmark, rows: np.ndarray, k: int = 5, states: np
     pools = benchmark_groups(bench, bench.query_table(rows))[0]["type2-all"] if len(rows) else []
     by_state: dict[str, np.ndarray] = {}
     order = np.argsort(seg_state, kind="stable")
-    states, starts = np.unique(seg_state[order], return_index=True)
-    for s, a, b in zip(states, starts, [*starts[1:], len(order)], strict=True):
+    names, starts = np.unique(seg_state[order], return_index=True)
+    for s, a, b in zip(names, starts, [*starts[1:], len(order)], strict=True):
         by_state[str(s)] = order[a:b]
     hit, sizes = np.full(len(rows), np.nan), np.zeros(len(rows), np.int64)
     for i, (t, v, pos) in enumerate(zip(target, video, pools, strict=True)):
