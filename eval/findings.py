@@ -106,7 +106,7 @@ def _sig(report: dict, group: str) -> dict | None:
 
 def headline_fusion(report: dict) -> str | None:
     """The LFTR fusion the report's checks and findings speak of: the one its significance tests use as their
-    reference (the demo's validation-chosen pair), else the fusion of the fewest spaces (the paper's headline is a
+    reference (the demo's fusion chosen on validation), else the fusion of the fewest spaces (the paper's headline is a
     two-space fusion), never whichever name sorts first."""
     fused = _find(report, "fusion")
     if not fused:

@@ -256,6 +256,14 @@ class Demo:
             s = "-seed0" if self.args.seeds > 1 else ""  # with several seeds, the pair test reads the first seed's runs
             pairs = ["--pair", f"lftr[ssl]{s}:lftr[pixels]{s}", "--pair",
                      "oracle-state-prototype[ssl]:oracle-independent-appearance[ssl]"]
+            # the fusion that is not the headline against the single head best on validation (the headline meets
+            # every single head as the tests' reference)
+            sel = self.fusion_selection()
+            others = [f for f in sel.get("fusions_val_R@5", {}) if f != "+".join(sel.get("headline", []))]
+            singles = sel.get("singles_val_R@5", {})
+            if others and singles:
+                best = max(singles, key=singles.get)
+                pairs += ["--pair", f"lftr-fusion[{others[0]}]{s}:lftr[{best}]{s}"]
         card = self.args.out / "card" / "card.json"  # the horizon-shares plot shows the card's shares beside the runs'
         self.run([PY, "-m", "eval", "report", *runs, "--data", str(self.args.data), "--out", str(self.args.out / "report"),
                   "--reference", self.reference(runs), *pairs, *(["--card", str(card)] if card.exists() else [])],
@@ -277,19 +285,31 @@ class Demo:
     def runs(self) -> Path:
         return self.args.out / "runs"
 
-    @staticmethod
-    def reference(runs: list[str]) -> str:
-        """The reference of the significance tests: the two-space LFTR fusion (the paper's headline method)."""
+    def reference(self, runs: list[str]) -> str:
+        """The reference of the significance tests: the headline LFTR fusion, which the retrieval stage chose on
+        validation (`runs/fusion_selection.json`: the better of the two-space fusion and the fusion of every target
+        space; its first seed's run); without that record, the fusion of the fewest spaces (the paper's headline is a
+        two-space fusion), else the first run."""
         import pyarrow.parquet as pq
 
         names = {}
         for r in runs:
             meta = json.loads(pq.read_schema(r).metadata[b"psr_run"])
             names[Path(r).stem] = meta.get("name") or meta["method"]
+        sel = self.fusion_selection()
+        if sel.get("headline"):
+            stem = "lftr-fusion-" + "+".join(sel["headline"])
+            for s in (f"{stem}-seed{sel.get('seed', 0)}", stem):
+                if s in names:
+                    return names[s]
         fused = [n for stem, n in names.items() if "fusion" in stem or "fused" in stem]
-        # the two-space fusion (the paper's headline; the lowest seed of a seed group), else the first run
-        fused.sort(key=lambda n: (n.count("+"), n))
+        fused.sort(key=lambda n: (n.count("+"), n))  # the lowest seed of a seed group comes first
         return fused[0] if fused else next(iter(names.values()))
+
+    def fusion_selection(self) -> dict:
+        """The retrieval stage's `runs/fusion_selection.json` ({} where there is none)."""
+        f = self.runs / "fusion_selection.json"
+        return json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
 
     def findings(self) -> list[str]:
         """The card beside the paper, the calibration table and the headline findings, computed by `eval.findings`
@@ -326,8 +346,25 @@ class Demo:
                           "measurement by question and scene family: `docs/predictability.md`, and "
                           "`predictability/predictability.md` in the demo's output folder.", "",
                           ceiling]
-            lines += ["## Findings (computed from `report/report.json`)", "", *F.findings(rep, card_json), ""]
+            sel = self.selection_line()
+            lines += ["## Findings (computed from `report/report.json`)", "", *([sel] if sel else []),
+                      *F.findings(rep, card_json), ""]
         return lines
+
+    def selection_line(self) -> str | None:
+        """How the retrieval stage chose its fusions on validation (`runs/fusion_selection.json`), as a finding."""
+        sel = self.fusion_selection()
+        fusions, pairs = sel.get("fusions_val_R@5"), sel.get("val_R@5")
+        if not fusions or not pairs or not sel.get("headline"):
+            return None
+        pair = next(f for f in fusions if f.endswith("+" + sel["chosen"]))
+        head = "+".join(sel["headline"])
+        others = ", ".join(f"`{f}` {100 * v:.2f}" for f, v in fusions.items() if f != head)
+        return (f"- The fusions were chosen on the validation split, never on test (`runs/fusion_selection.json`, the "
+                f"seed-{sel.get('seed', 0)} heads): the pair `{pair}` (validation R@5 of each visual space's pair: "
+                + ", ".join(f"{n} {100 * v:.2f}" for n, v in pairs.items()) + f"); the headline, the reference of "
+                f"the significance tests, `{head}` (validation R@5 {100 * fusions[head]:.2f}"
+                + (f", against {others}" if others else "") + ").")
 
     def index(self) -> None:
         out = self.args.out

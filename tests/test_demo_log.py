@@ -168,3 +168,51 @@ def test_run_stages_pairs_the_lanes_and_keeps_every_stage_once_in_order(tmp_path
     assert fp[:2] == ["forecaster_model", "lanes"] and sorted(fp[2:]) == ["forecaster_runs", "predictability"]
     assert [c[0] for c in stages_run(["data", "encoders"], visual="pixels")] == ["data", "encoders"]
     assert [c[0] for c in stages_run(["report", "predictability"])] == ["report", "predictability"]
+
+
+def test_report_tests_against_the_fusion_chosen_on_validation_and_pairs_the_other_fusion(tmp_path, monkeypatch):
+    """The report's reference is the headline fusion that `runs/fusion_selection.json` records (chosen on validation);
+    the fusion that is not the headline is tested against the single head best on validation; without the record,
+    the reference is the fusion of the fewest spaces."""
+    import numpy as np
+
+    from eval.runs import Run, write_run
+
+    mod = _demo_module()
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    names = {"lftr-minilm-seed0": "lftr[minilm]-seed0", "lftr-lit-seed0": "lftr[lit]-seed0",
+             **{f"lftr-fusion-{f}-seed{s}": f"lftr-fusion[{f}]-seed{s}" for f in ("minilm+lit", "minilm+ssl+lit+pixels")
+                for s in (0, 1)}}
+    for stem, name in names.items():
+        write_run(runs / f"{stem}.parquet", Run(method=name, config={}, query_ids=["q"], topk_ids=[["a"]],
+                                                 topk_scores=np.zeros((1, 1)), stats={}, benchmark="b", name=name))
+    demo = mod.Demo(argparse.Namespace(out=tmp_path, seeds=2, visual="ssl", data=tmp_path / "data"))
+    paths = [str(p) for p in sorted(runs.glob("*.parquet"))]
+    assert demo.reference(paths) == "lftr-fusion[minilm+lit]-seed0"  # no record: the fewest spaces
+    sel = {"chosen": "lit", "headline": ["minilm", "ssl", "lit", "pixels"],
+           "fusions_val_R@5": {"minilm+lit": 0.030, "minilm+ssl+lit+pixels": 0.033},
+           "singles_val_R@5": {"minilm": 0.019, "ssl": 0.005, "lit": 0.009, "pixels": 0.004}, "seed": 0}
+    (runs / "fusion_selection.json").write_text(json.dumps(sel))
+    assert demo.reference(paths) == "lftr-fusion[minilm+ssl+lit+pixels]-seed0"
+    seen = []
+    monkeypatch.setattr(demo, "run", lambda cmd, stage: seen.append(cmd))
+    demo.report()
+    cmd = seen[0]
+    assert cmd[cmd.index("--reference") + 1] == "lftr-fusion[minilm+ssl+lit+pixels]-seed0"
+    pairs = [cmd[i + 1] for i, x in enumerate(cmd) if x == "--pair"]
+    assert "lftr-fusion[minilm+lit]-seed0:lftr[minilm]-seed0" in pairs
+    sel["headline"] = ["minilm", "lit"]
+    (runs / "fusion_selection.json").write_text(json.dumps(sel))
+    assert demo.reference(paths) == "lftr-fusion[minilm+lit]-seed0"
+    seen.clear()
+    demo.report()
+    assert "lftr-fusion[minilm+ssl+lit+pixels]-seed0:lftr[minilm]-seed0" in [
+        seen[0][i + 1] for i, x in enumerate(seen[0]) if x == "--pair"]
+    assert demo.selection_line() is None  # no pair's validation R@5 recorded: nothing to say
+    sel["val_R@5"] = {"ssl": 0.0278, "lit": 0.0301, "pixels": 0.0235}
+    sel["headline"] = ["minilm", "ssl", "lit", "pixels"]
+    (runs / "fusion_selection.json").write_text(json.dumps(sel))
+    line = demo.selection_line()
+    assert "the pair `minilm+lit`" in line and "ssl 2.78, lit 3.01, pixels 2.35" in line
+    assert "`minilm+ssl+lit+pixels` (validation R@5 3.30, against `minilm+lit` 3.00)" in line

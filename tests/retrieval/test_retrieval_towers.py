@@ -335,7 +335,7 @@ def test_demo_in_the_learned_spaces_with_fusion_and_complementarity(synth_towers
 
     from eval.runs import read_run
     from retrieval.encoders import PACKAGED_MINILM
-    from retrieval.lftr.jobs import DemoPlan, run_demo
+    from retrieval.lftr.jobs import DemoPlan, main_recall, run_demo
 
     d, _ = synth_towers_dir
     cfg = tmp_path / "c.yaml"
@@ -348,8 +348,20 @@ def test_demo_in_the_learned_spaces_with_fusion_and_complementarity(synth_towers
     names = {p.name.removesuffix(".parquet") for p in paths}
     assert {"persistence", "lftr-ssl", "lftr-lit", "lftr-pixels", "persistence-pixels", "oracle-semantic-text-lit",
             "question-only-lit", "oracle-state-prototype-pixels", "lftr-fusion-minilm+ssl+lit+pixels"} <= names
-    chosen = json.loads((out / "fusion_selection.json").read_text())["chosen"]
+    sel = json.loads((out / "fusion_selection.json").read_text())
+    chosen = sel["chosen"]
     assert chosen in {"ssl", "lit", "pixels"} and f"lftr-fusion-minilm+{chosen}" in names
+    assert chosen == max(sel["val_R@5"], key=sel["val_R@5"].get)
+    # the headline is the better on validation of the chosen pair and the stack of every target space (fewer spaces
+    # on a tie), and each was fused from the val runs, which the test split never enters
+    fusions = sel["fusions_val_R@5"]
+    assert set(fusions) == {f"minilm+{chosen}", "minilm+ssl+lit+pixels"}
+    assert sel["headline"] == max(fusions, key=lambda f: (fusions[f], -f.count("+"))).split("+")
+    for label, v in fusions.items():
+        val_run = read_run(out / "val" / f"lftr-fusion-{label}.parquet")
+        assert set(val_run.config["spaces"]) == set(label.split("+"))
+        assert main_recall(Benchmark.load(d), val_run) == pytest.approx(v)
+    assert set(sel["singles_val_R@5"]) == {"minilm", "ssl", "lit", "pixels"}
     assert all(p.exists() for p in paths)
     assert read_run(out / "lftr-fusion-minilm+ssl+lit+pixels.parquet").config["spaces"] == ["minilm", "ssl", "lit",
                                                                                            "pixels"]
