@@ -170,7 +170,9 @@ scores both inputs again from their query-vector sidecars, each once, in one pas
 (`eval.scoring.FusionSource`: per tile the inputs' products, each into a reused buffer, then one numba pass that
 combines them into the scorer's reused tile). `scripts/bench_fusion.py` times that fusion alone against the sum of its inputs'
 bare matmuls, in the same run, with a new tile per product and into one reused buffer (the stricter bound, in
-bold).""", (
+bold). A one-vector input with no more dimensions than queries takes its statistics in closed form, from the d x d
+covariance of the corpus: `n_items d²` multiply-adds (a symmetric rank-k update), d / n_queries of that input's
+scoring, so it weighs most at a test split's few thousand queries and 1,024 dimensions.""", (
         Measure("psr_scale*", "python scripts/psr_scale.py --data DIR --out DIR-scale"),
         Measure("bench_fusion*", "python scripts/bench_fusion.py"),
     )),

@@ -181,6 +181,24 @@ def test_fusion_moments_closed_form_and_streamed():
     np.testing.assert_allclose(fused.scores(slice(3, 5), np.array([7, 2])), expect[3:5, [7, 2]], rtol=1e-4, atol=1e-4)
 
 
+def test_closed_form_moments_of_unexpanded_items_take_the_symmetric_product():
+    """Without expansion the closed form sums ``y^T y`` by a symmetric rank-k update: an exactly symmetric Gram
+    matrix, and the same moments as float64 arithmetic over every score, over several chunks of items."""
+    from eval.scoring.sources import DEFAULT_C_CHUNK, _gram
+
+    rng = np.random.default_rng(5)
+    y = rng.standard_normal((300, 24)).astype(np.float32)
+    g = _gram(y)
+    assert g.dtype == np.float64 and (g == g.T).all()
+    np.testing.assert_allclose(g, y.T.astype(np.float64) @ y.astype(np.float64), rtol=1e-5, atol=1e-3)
+    q = rng.standard_normal((40, 24)).astype(np.float32)
+    items = (rng.standard_normal((DEFAULT_C_CHUNK + 777, 24)) + 3.0).astype(np.float32)  # off-centre, two chunks
+    full = q.astype(np.float64) @ items.T.astype(np.float64)
+    mean, std = DenseSource(q, items, moments="closed").moments(slice(0, 40))
+    np.testing.assert_allclose(mean, full.mean(1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(std, full.std(1), rtol=1e-5)
+
+
 def test_random_source_is_chunking_invariant():
     src = RandomSource(10, 1000, seed=7)
     a = src.scores(slice(0, 10), slice(0, 1000))
