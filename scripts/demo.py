@@ -20,14 +20,16 @@ Stages, each a command of a package (the demo doubles as a worked example; every
                 the hf backend, its phrases are retrieved and scored like any predictor (labelled as plumbing: its
                 numbers say nothing about forecasting);
   5. report     `python -m eval report` over all runs: main / horizon / question type / tier / GT-definition tables,
-                significance against the semantic + visual LFTR fusion, the paired tests learned visual space vs
-                pixels and state prototype vs independent appearance, plots -> OUT/report/;
+                significance against the headline LFTR fusion (chosen on validation by stage 3), the paired tests
+                learned visual space vs pixels, state prototype vs independent appearance and the other fusion vs
+                the best single head on validation, plots -> OUT/report/;
   6. canon      canonicalization probes: threshold sweep, re-keying, paraphrase oracle, description probe,
                 canonicalize-then-retrieve and the paraphrase-robust encoder -> OUT/canon/;
   7. distill    the distillation recipe on CPU with the perception-solved student (`DISTILL_PRESET`: the simulator's
                 evidence as text, a tiny causal LM, three students x 3 seeds x 2 budgets on the closed slice of the 50
-                most frequent target states, faithfulness, the validator's catch rates) -> OUT/distill/; its section
-                of the results page is `distill.results.section`.
+                most frequent target states, faithfulness, the validator's catch rates) -> OUT/distill/, beside
+                stage 6 (its output in OUT/logs/distill.log); its section of the results page is
+                `distill.results.section`.
 OUT/README.md indexes the outputs. Stages skip work whose outputs exist (rerun with --force to redo them).
 """
 
@@ -385,7 +387,8 @@ class Demo:
                  "ceiling: answers kept when each test video is re-simulated with a sub-pixel perturbation after its "
                  "prefix, and the R@5 that foreseeing them reaches |",
                  "| `logs/` | the console output of the commands that ran beside others (`towers.log`: the towers' "
-                 "pretraining beside the benchmark's build; `predictability.log`) |",
+                 "pretraining beside the benchmark's build; `predictability.log`; `distill.log`: the distillation "
+                 "recipe beside the canonicalization probes) |",
                  "| `canon/` | canonicalization probes: sweep, re-keyed benchmark, paraphrase oracle, description probe, "
                  "robust reads |",
                  "| `distill/` | distillation on CPU: the perception-solved student (evidence as text), three students "
@@ -472,8 +475,9 @@ def run_stages(demo: Demo, stages: list[str]) -> None:
     """Run ``stages`` in `STAGES` order, two lanes at once where one lane leaves a core mostly idle (each command's
     CPU seconds are in `demo_log.json`): the towers' pretraining, which reads nothing of the benchmark, beside the
     benchmark's build (`data`); the world's predictability ceiling beside the forecaster check's runs and the report,
-    which run on about one core (the check's tiny model is fitted first, alone: its fit uses both). A side lane's
-    output goes to OUT/logs/<lane>.log."""
+    which run on about one core (the check's tiny model is fitted first, alone: its fit uses both); the distillation
+    recipe beside the canonicalization probes (about 1.4 cores: a chain of short commands, each starting an
+    interpreter). A side lane's output goes to OUT/logs/<lane>.log."""
     todo = [s for s in STAGES if s in stages]
     logs = demo.args.out / "logs"
     for stage in STAGES:
@@ -487,6 +491,9 @@ def run_stages(demo: Demo, stages: list[str]) -> None:
             demo.side_by_side(lambda lane=tuple(main_lane): [getattr(demo, s)() for s in lane], demo.predictability,
                               logs / "predictability.log")
             todo = [s for s in todo if s not in ("forecaster", "report", "predictability")]
+        elif stage == "canon" and "distill" in todo:
+            demo.side_by_side(demo.canon, demo.distill, logs / "distill.log")
+            todo = [s for s in todo if s != "distill"]
         else:
             getattr(demo, stage)()
 

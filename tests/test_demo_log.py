@@ -149,15 +149,17 @@ def test_run_stages_pairs_the_lanes_and_keeps_every_stage_once_in_order(tmp_path
     calls = stages_run(list(mod.STAGES))
     names = [c[0] for c in calls]
     steps = ({*mod.STAGES, *parts} - {"forecaster"})  # the forecaster stage runs in its two parts around a lane
-    assert names.count("lanes") == 2 and set(names) - {"lanes"} == steps | {"towers"}
+    assert names.count("lanes") == 3 and set(names) - {"lanes"} == steps | {"towers"}
     assert all(names.count(s) == 1 for s in steps)
     side = {c[0]: c[1] for c in calls if c[0] != "lanes"}
     assert side["towers"] == "towers.log" and side["predictability"] == "predictability.log"
-    assert {s for s, log in side.items() if log is None} == steps - {"predictability"}
+    assert side["distill"] == "distill.log"
+    assert {s for s, log in side.items() if log is None} == steps - {"predictability", "distill"}
     order = [n for n in names if n in steps]  # the main lane keeps STAGES' order around its side lanes
     assert order.index("data") < order.index("encoders") < order.index("retrieval") \
         < order.index("forecaster_model") < order.index("forecaster_runs") < order.index("report") \
-        < order.index("canon") < order.index("distill")
+        < order.index("canon")
+    assert order.index("report") < order.index("distill")  # beside the canonicalization probes, after the report
     # the tiny model's fit (both cores) ends before the predictability lane starts
     second_lanes = [i for i, n in enumerate(names) if n == "lanes"][1]
     assert names.index("forecaster_model") < second_lanes < names.index("predictability")
@@ -168,6 +170,9 @@ def test_run_stages_pairs_the_lanes_and_keeps_every_stage_once_in_order(tmp_path
     assert fp[:2] == ["forecaster_model", "lanes"] and sorted(fp[2:]) == ["forecaster_runs", "predictability"]
     assert [c[0] for c in stages_run(["data", "encoders"], visual="pixels")] == ["data", "encoders"]
     assert [c[0] for c in stages_run(["report", "predictability"])] == ["report", "predictability"]
+    cd = stages_run(["canon", "distill"])
+    assert cd[0][:2] == ("lanes", "distill.log") and sorted(c[0] for c in cd[1:]) == ["canon", "distill"]
+    assert [c[0] for c in stages_run(["distill"])] == ["distill"]
 
 
 def test_report_tests_against_the_fusion_chosen_on_validation_and_pairs_the_other_fusion(tmp_path, monkeypatch):
