@@ -476,8 +476,8 @@ def run_stages(demo: Demo, stages: list[str]) -> None:
     CPU seconds are in `demo_log.json`): the towers' pretraining, which reads nothing of the benchmark, beside the
     benchmark's build (`data`); the world's predictability ceiling beside the forecaster check's runs and the report,
     which run on about one core (the check's tiny model is fitted first, alone: its fit uses both); the distillation
-    recipe beside the canonicalization probes (about 1.4 cores: a chain of short commands, each starting an
-    interpreter). A side lane's output goes to OUT/logs/<lane>.log."""
+    recipe beside the canonicalization probes (a chain of short commands, each starting an interpreter, which leaves
+    part of a core idle). A side lane's output goes to OUT/logs/<lane>.log."""
     todo = [s for s in STAGES if s in stages]
     logs = demo.args.out / "logs"
     for stage in STAGES:
