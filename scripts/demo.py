@@ -357,9 +357,9 @@ class Demo:
         """How the retrieval stage chose its fusions on validation (`runs/fusion_selection.json`), as a finding."""
         sel = self.fusion_selection()
         fusions, pairs = sel.get("fusions_val_R@5"), sel.get("val_R@5")
-        if not fusions or not pairs or not sel.get("headline"):
-            return None
-        pair = next(f for f in fusions if f.endswith("+" + sel["chosen"]))
+        pair = next((f for f in fusions or {} if f.endswith("+" + str(sel.get("chosen")))), None)
+        if not pairs or not sel.get("headline") or pair is None or "+".join(sel["headline"]) not in fusions:
+            return None  # no record, or one this demo did not write: nothing to say
         head = "+".join(sel["headline"])
         others = ", ".join(f"`{f}` {100 * v:.2f}" for f, v in fusions.items() if f != head)
         return (f"- The fusions were chosen on the validation split, never on test (`runs/fusion_selection.json`, the "

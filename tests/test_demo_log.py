@@ -221,3 +221,6 @@ def test_report_tests_against_the_fusion_chosen_on_validation_and_pairs_the_othe
     line = demo.selection_line()
     assert "the pair `minilm+lit`" in line and "ssl 2.78, lit 3.01, pixels 2.35" in line
     assert "`minilm+ssl+lit+pixels` (validation R@5 3.30, against `minilm+lit` 3.00)" in line
+    sel["chosen"] = "depth"  # a record this demo did not write: no pair of that space among its fusions
+    (runs / "fusion_selection.json").write_text(json.dumps(sel))
+    assert demo.selection_line() is None
