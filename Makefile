@@ -45,9 +45,14 @@ demo: setup
 # Two pytest runs: the quick tests on two workers (pytest-xdist, one per core), then the slow, vllm and gpu tests one
 # at a time (they start servers, train and time themselves; two at once on 2 cores is slower than one after the
 # other). Both always run; the target fails when either does. PSR_REQUIRE_VLLM=1: the vLLM server tests fail
-# (instead of skipping) when the server cannot start.
+# (instead of skipping) when the server cannot start. Both runs share the session's synthetic benchmarks: built once
+# into a temp folder that the target removes at its end (or into PSR_TEST_SYNTH_DIR where that is set, kept).
 test: setup vllm-venv
 	rc=0; \
+	if [ -z "$${PSR_TEST_SYNTH_DIR:-}" ]; then \
+	  PSR_TEST_SYNTH_DIR=$$(mktemp -d -t psr-test-synth.XXXXXX) || exit 1; \
+	  trap 'rm -rf "$$PSR_TEST_SYNTH_DIR"' EXIT; export PSR_TEST_SYNTH_DIR; \
+	fi; \
 	$(BIN)/python -m pytest -q $(XDIST) -m "$(FAST_MARKS)" tests || rc=$$?; \
 	PSR_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q --durations=30 -m "not ($(FAST_MARKS))" tests || rc=$$?; \
 	exit $$rc

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -43,18 +44,40 @@ def _one_torch_thread(request):
     torch.set_num_threads(before)
 
 
+def _build_home(tmp_path_factory) -> Path:
+    """Where this session builds its synthetic benchmarks: `PSR_TEST_SYNTH_DIR`; else, under pytest-xdist, one
+    folder that this run's workers share (their base temps have a common parent), so the build happens once; else a
+    fresh temp folder."""
+    if SYNTH_HOME:
+        return Path(SYNTH_HOME)
+    if XDIST_WORKER:
+        home = tmp_path_factory.getbasetemp().parent / "psr-synth-shared"
+        home.mkdir(exist_ok=True)
+        return home
+    return tmp_path_factory.mktemp("psr-synth")
+
+
+@contextlib.contextmanager
+def _building(home: Path):
+    """Hold ``home``'s build lock: one process builds, the others wait and then reuse what it built."""
+    from filelock import FileLock
+
+    home.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(home / ".build.lock")):
+        yield
+
+
 @pytest.fixture(scope="session")
 def synth_truth_dir(tmp_path_factory):
     """Step 1 of the synthetic construction: the simulator-truth benchmark (built once; treat as read-only)."""
     from eval.synth import build_benchmark
 
-    if SYNTH_HOME:
-        out = Path(SYNTH_HOME) / "psr-synth-truth"
+    home = _build_home(tmp_path_factory)
+    out = home / "psr-synth-truth"
+    with _building(home):
         if _kept_build(out, out):
             return out
-    else:
-        out = tmp_path_factory.mktemp("psr-synth") / "psr-synth-truth"
-    return build_benchmark(out, videos=SYNTH_VIDEOS, seed=0, progress=False)
+        return build_benchmark(out, videos=SYNTH_VIDEOS, seed=0, progress=False)
 
 
 def _kept_build(out: Path, truth: Path) -> bool:
@@ -80,11 +103,12 @@ def synth_dir(synth_truth_dir):
     from retrieval.synth import MINE_BUDGET, NAME, THRESHOLD
 
     out = synth_truth_dir.parent / "psr-synth"
-    if SYNTH_HOME and _kept_build(out, synth_truth_dir):
-        return out
-    cfg = ApplyConfig(data=str(synth_truth_dir), out=str(out), threshold=THRESHOLD, model=PACKAGED_MINILM,
-                      mine_budget=MINE_BUDGET, verify=True, name=NAME)
-    return apply_canonicalization(cfg, progress=False, log=lambda *_: None)
+    with _building(synth_truth_dir.parent):
+        if _kept_build(out, synth_truth_dir):
+            return out
+        cfg = ApplyConfig(data=str(synth_truth_dir), out=str(out), threshold=THRESHOLD, model=PACKAGED_MINILM,
+                          mine_budget=MINE_BUDGET, verify=True, name=NAME)
+        return apply_canonicalization(cfg, progress=False, log=lambda *_: None)
 
 
 @pytest.fixture

@@ -29,3 +29,69 @@ def test_a_kept_build_is_reused_only_when_it_is_this_sessions_size(tmp_path):
     with pytest.raises(pytest.UsageError, match="another folder"):
         mod._kept_build(truth, truth)
     assert (truth / "manifest.json").exists()  # refused, not replaced
+
+
+_SHARE_TEST = '''
+import json, os
+
+import pytest
+
+
+@pytest.mark.parametrize("i", range(6))
+def test_sees_the_build(i, synth_truth_dir):
+    st = (synth_truth_dir / "manifest.json").stat()
+    with open(os.environ["SEEN"], "a") as f:
+        f.write(json.dumps([os.environ.get("PYTEST_XDIST_WORKER"), str(synth_truth_dir), st.st_ino]) + "\\n")
+'''
+
+
+# Appended to the suite's copy of conftest.py: count the builds, and hold each one open long enough for the other
+# worker to ask for the benchmark meanwhile.
+_COUNT_BUILDS = '''
+
+import eval.synth as _synth
+
+_build = _synth.build_benchmark
+
+
+def _counted_build(*args, **kwargs):
+    import time
+
+    with open(os.environ["BUILDS"], "a") as f:
+        f.write("build\\n")
+    time.sleep(3)
+    return _build(*args, **kwargs)
+
+
+_synth.build_benchmark = _counted_build
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("home", [False, True], ids=["temp", "PSR_TEST_SYNTH_DIR"])
+def test_xdist_workers_share_one_build(tmp_path, home):
+    """Two pytest-xdist workers build the session's benchmark once, under a lock, and both read that one build."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "suite").mkdir()
+    (tmp_path / "suite" / "conftest.py").write_text(Path(__file__).with_name("conftest.py").read_text() + _COUNT_BUILDS)
+    (tmp_path / "suite" / "test_share.py").write_text(_SHARE_TEST)
+    seen = tmp_path / "seen.jsonl"
+    builds = tmp_path / "builds.txt"
+    env = {**os.environ, "SEEN": str(seen), "BUILDS": str(builds), "PSR_TEST_SYNTH_VIDEOS": "4"}
+    env.pop("PSR_TEST_SYNTH_DIR", None)
+    if home:
+        env["PSR_TEST_SYNTH_DIR"] = str(tmp_path / "home")
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "load", "-p", "no:cacheprovider",
+                          "--basetemp", str(tmp_path / "base"), str(tmp_path / "suite")],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    rows = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert len(rows) == 6 and {r[0] for r in rows} == {"gw0", "gw1"}  # both workers ran tests
+    assert builds.read_text().splitlines() == ["build"]  # built once
+    assert len({(r[1], r[2]) for r in rows}) == 1  # one folder, the same manifest file
+    where = Path(rows[0][1])
+    assert where.parent == (tmp_path / "home" if home else tmp_path / "base" / "psr-synth-shared")
+    assert (where.parent / ".build.lock").exists()
