@@ -12,7 +12,7 @@ Command line: ``python -m eval synth --out DIR [--preset demo|psr] [--videos N] 
 - Source domains (`eval.synth.scenes.DOMAINS`): ``workshop``, ``kitchen``, ``playroom``, ``warehouse``; video ``i``
   belongs to domain ``i % 4`` and draws its family from that domain's mixture.
 - Presets (`eval.synth.build.PRESETS`): ``demo`` (the default) simulates 1080 videos, every one with queries, frames
-  160 x 120; ``psr`` simulates 13700 videos, 1250 of them with queries, frames 80 x 60. ``videos`` and
+  160 x 120; ``psr`` simulates 13700 videos, 1550 of them with queries, frames 80 x 60. ``videos`` and
   ``query_videos`` override a preset's sizes; the output is byte-identical for a configuration and seed.
 
 Modules: `scenes` (the family registry, the world and the builders), `surfaces` (the piece kinds objects touch and

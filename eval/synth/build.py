@@ -99,7 +99,7 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "demo": Preset(1080, None, render.DEFAULT_SIZE, "the embedded default: ~17k segments, every video queried, "
                                                     "~2k fair test queries"),
-    "psr": Preset(13700, 1250, (80, 60), "PSR-scale: ~218k segments, ~20k queries over ~1.25k query videos"),
+    "psr": Preset(13700, 1550, (80, 60), "PSR-scale: ~211k segments, ~20k Q1-Q4 queries over 1,550 query videos"),
 }
 
 
