@@ -61,7 +61,7 @@ spawns its engine process, which imports vllm again; `PSR_ARCH_RUNS_DIR=DIR` re-
 load and request times are in [the forecasters reference](forecasters-reference.md#tests-without-a-gpu). The
 `--help` of an entry point is the fixed cost of every command it starts: the packages import their heavy
 dependencies (torch, transformers, datasets, `importlib.metadata`) only inside the commands that use them.
-`make test` and `make demo` have a record per kind of machine they were timed on (`make-test.MACHINE`: another
+`make test`, `make test-fast` and `make demo` have a record per kind of machine they were timed on (`make-test.MACHINE`: another
 kind than the first record's); each record names its CPU: an AVX2-only CPU runs the matmuls and the LFTR
 heads much slower than an AVX-512 one.""", (
         Measure("make-test", f"{TIME} make-test -- make test"),
@@ -69,6 +69,7 @@ heads much slower than an AVX-512 one.""", (
         Measure("retrieval-help", f"{TIME} retrieval-help -- python -m retrieval --help"),
         Measure("psr-help", f"{TIME} psr-help -- psr --help"),
         Measure("make-test-fast", f"{TIME} make-test-fast -- make test-fast"),
+        Measure("make-test-fast.*", f"{TIME} make-test-fast.MACHINE -- make test-fast"),
         Measure("make-demo", f"{TIME} make-demo -- make demo"),
         Measure("make-demo.*", f"{TIME} make-demo.MACHINE -- make demo"),
         Measure("make-vllm-venv", f"{TIME} make-vllm-venv -- make vllm-venv"),
