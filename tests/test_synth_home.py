@@ -45,11 +45,20 @@ def test_sees_the_build(i, synth_truth_dir):
 '''
 
 
-# Appended to the suite's copy of conftest.py: count the builds, and hold each one open long enough for the other
-# worker to ask for the benchmark meanwhile.
+# Appended to the suite's copy of conftest.py: each worker marks its arrival before it asks for the benchmark (an
+# autouse session fixture is set up before the session's other fixtures), and the build, counted, starts only once
+# both have arrived. So without the lock the other worker is certain to be building too.
 _COUNT_BUILDS = '''
 
-import eval.synth as _synth
+_builds = Path(os.environ["BUILDS"])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _arrived():
+    (_builds.parent / f"arrived-{XDIST_WORKER}").touch()
+
+
+import eval.synth as _synth  # noqa: E402
 
 _build = _synth.build_benchmark
 
@@ -57,9 +66,11 @@ _build = _synth.build_benchmark
 def _counted_build(*args, **kwargs):
     import time
 
-    with open(os.environ["BUILDS"], "a") as f:
+    with open(_builds, "a") as f:
         f.write("build\\n")
-    time.sleep(3)
+    deadline = time.monotonic() + 60
+    while len(list(_builds.parent.glob("arrived-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     return _build(*args, **kwargs)
 
 
