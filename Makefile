@@ -17,6 +17,7 @@ export TOKENIZERS_PARALLELISM := false
 CONSTRAINTS := constraints.txt
 FAST_MARKS  := not slow and not vllm and not gpu
 XDIST       := -n 2 --dist worksteal
+XDIST_ALL   := -n 2 --dist loadgroup --no-loadscope-reorder
 # Python writes bytecode for these commands even where the environment says not to (PYTHONDONTWRITEBYTECODE=1):
 # pytest then compiles its rewritten test modules once instead of on every run.
 export PYTHONDONTWRITEBYTECODE :=
@@ -42,20 +43,21 @@ vllm-venv: $(VLLM_STAMP)
 demo: setup
 	$(BIN)/python scripts/demo.py --data $(DEMO_DATA) --out $(DEMO_OUT)
 
-# Two pytest runs: the quick tests on two workers (pytest-xdist, one per core), then the slow, vllm and gpu tests one
-# at a time (they start servers, train and time themselves; two at once on 2 cores is slower than one after the
-# other). Both always run; the target fails when either does. PSR_REQUIRE_VLLM=1: the vLLM server tests fail
-# (instead of skipping) when the server cannot start. Both runs share the session's synthetic benchmarks: built once
-# into a temp folder that the target removes at its end (or into PSR_TEST_SYNTH_DIR where that is set, kept).
+# One pytest run of every test on two workers (pytest-xdist, one per core). `--dist loadgroup
+# --no-loadscope-reorder` hands the tests out in the order tests/conftest.py gives them: first the groups that wait
+# for a background vLLM job (each group on one worker, so each job runs once; tests/forecasters/conftest.py), then
+# the slow tests, then the quick ones, so both workers stay busy to the end. OMP_NUM_THREADS=1 and
+# MKL_NUM_THREADS=1: a worker and the commands its tests start use one core each (tests that need other thread
+# counts set their own); two threads per worker on two cores contend. PSR_REQUIRE_VLLM=1: the vLLM server tests
+# fail (instead of skipping) when the server cannot start. The tests share the session's synthetic benchmarks:
+# built once into a temp folder that the target removes at its end (or into PSR_TEST_SYNTH_DIR where that is set,
+# kept). `python scripts/time_command.py make-test -- make test` times it (docs/performance.md).
 test: setup vllm-venv
-	rc=0; \
 	if [ -z "$${PSR_TEST_SYNTH_DIR:-}" ]; then \
 	  PSR_TEST_SYNTH_DIR=$$(mktemp -d -t psr-test-synth.XXXXXX) || exit 1; \
 	  trap 'rm -rf "$$PSR_TEST_SYNTH_DIR"' EXIT; export PSR_TEST_SYNTH_DIR; \
 	fi; \
-	$(BIN)/python -m pytest -q $(XDIST) -m "$(FAST_MARKS)" tests || rc=$$?; \
-	PSR_REQUIRE_VLLM=1 $(BIN)/python -m pytest -q --durations=30 -m "not ($(FAST_MARKS))" tests || rc=$$?; \
-	exit $$rc
+	PSR_REQUIRE_VLLM=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q $(XDIST_ALL) --durations=30 tests
 
 # The inner loop: no vLLM venv, slow / vllm / gpu tests deselected, two workers (docs/install.md).
 test-fast: setup

@@ -27,8 +27,64 @@ SYNTH_HOME = os.environ.get("PSR_TEST_SYNTH_DIR")
 ONE_THREAD_DIRS = ("forecasters", "distill")
 
 
-#: Set by pytest-xdist in its workers: ``make test`` runs the quick tests in two worker processes, one per core.
+#: Set by pytest-xdist in its workers: ``make test`` runs every test in two worker processes, one per core.
 XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+#: Markers of the tests that take minutes (or wait for a server): under xdist they run before the quick ones.
+LONG_MARKS = ("slow", "vllm", "gpu")
+#: The test files of the background vLLM jobs of `tests/forecasters/conftest.py` (the architecture job; the
+#: in-process runs and the served model, whose tests overlap), the longest first. Under ``make test`` (``--dist loadgroup``) each job's files form one scope that one worker runs
+#: (`pytest_xdist_make_scheduler`), so each job runs once per session, in that worker.
+BACKGROUND_JOBS = {"vllm-arch": ("test_fc_architectures.py",),
+                   "vllm": ("test_fc_vllm_inprocess.py", "test_fc_likelihood.py", "test_fc_faults.py",
+                            "test_fc_openai_server.py")}
+#: The fixtures that start each job (a test that uses one must be in that job's files).
+BACKGROUND_FIXTURES = {"arch_runs": "vllm-arch", "vllm_inprocess_runs": "vllm", "_vllm_handle": "vllm"}
+
+
+def background_job(nodeid: str) -> str | None:
+    """The `BACKGROUND_JOBS` entry whose files hold the test ``nodeid``, if any."""
+    name = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    return next((job for job, files in BACKGROUND_JOBS.items() if name in files), None)
+
+
+def background_job_scheduling():
+    """xdist's load scheduling by scopes with one scope per background job (its files) and one per other test."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class BackgroundJobScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return background_job(nodeid) or nodeid
+
+    return BackgroundJobScheduling
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup``: `background_job_scheduling`, handing the scopes out in collection order with
+    ``--no-loadscope-reorder``. xdist's own loadgroup reads ``xdist_group`` marks by renaming node ids, which pytest 9
+    ignores (it keeps ids elsewhere than ``_nodeid``), so it would spread a job's tests over both workers and start
+    the job in each."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+    return background_job_scheduling()(config, log)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """Under xdist (``make test``), the order in which the workers take the tests: the architecture job's tests
+    first (its job is the longest: one worker waits for it while the other runs slow tests), then the slow tests
+    (the other background jobs' tests among them), then the quick ones, so the two workers end together instead of
+    one finishing a long test alone. In one process the order stays as collected (with the architecture tests last,
+    `tests/forecasters/conftest.py`)."""
+    if not XDIST_WORKER:
+        return
+    first = next(iter(BACKGROUND_JOBS))
+
+    def rank(it) -> int:
+        if background_job(it.nodeid) == first:
+            return 0
+        return 1 if any(it.get_closest_marker(m) is not None for m in LONG_MARKS) else 2
+
+    items.sort(key=rank)  # stable
 
 
 @pytest.fixture(autouse=True, scope="module")

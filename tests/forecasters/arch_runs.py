@@ -1,7 +1,8 @@
 """The background job of `test_fc_architectures.py`: `arch_prep.py` (toolkit venv: the tiny models, the LoRA adapter,
 a small benchmark), then `arch_driver.py` (vLLM venv: in-process engines and one server per architecture, one after
-the other). It starts when collection finishes, so its minutes overlap the session's other tests; the architecture
-tests run last and wait for it. ``PSR_ARCH_RUNS_DIR=DIR`` reuses a finished job's folder (kept with
+the other). In one process it starts when collection finishes, so its minutes overlap the session's other tests,
+and the architecture tests run last and wait for it; under pytest-xdist it starts at the first architecture test,
+in the worker that runs them all (`conftest.py`: their ``xdist_group``). ``PSR_ARCH_RUNS_DIR=DIR`` reuses a finished job's folder (kept with
 ``PSR_KEEP_ARCH_RUNS=1``) instead of running it again, to re-check the assertions.
 """
 

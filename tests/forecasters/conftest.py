@@ -5,6 +5,11 @@ image prompts: one server instead of two (measured on 2 shared cores: one starts
 When any collected test uses ``vllm_server``, the server starts in the background at the first test of this
 directory, so its start-up overlaps the CPU-only tests; tests that need it block until it answers.
 
+Under pytest-xdist (``make test`` runs every test on two workers) each worker collects every test, so starting
+the background jobs early would start each of them in both workers. There, each job's test files form one scope
+that one worker runs (``tests/conftest.py``: `BACKGROUND_JOBS`), and a job starts when the first of its tests asks
+for it: one server, one in-process run and one architecture job per session, each in the worker that needs it.
+
 Without ``.venv-vllm`` those tests skip, unless ``PSR_REQUIRE_VLLM=1`` (``make test``), where they fail.
 """
 
@@ -31,6 +36,8 @@ from tiny_models import TinyModels  # noqa: E402
 from vllm_server import VLLMServer, require_vllm, vllm_available  # noqa: E402
 
 REPO = TESTS.parent
+#: Set by pytest-xdist in its workers.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 
 
 @pytest.fixture(scope="session")
@@ -103,7 +110,7 @@ def _vllm_handle(tiny, tmp_path_factory):
 def _start_vllm_early(request):
     """Kick off the vLLM jobs (server, in-process runs) at the first test here, if a collected test needs them,
     so their start-up overlaps the CPU-only tests."""
-    if not vllm_available():
+    if not vllm_available() or XDIST_WORKER:  # under xdist: at the first test that needs it
         return
     needed = {name for it in request.session.items for name in getattr(it, "fixturenames", ())}
     for fixture, handle in (("vllm_server", "_vllm_handle"), ("vllm_inprocess_runs", "vllm_inprocess_runs")):
@@ -204,7 +211,10 @@ _ARCH: dict[str, ArchRuns] = {}
 
 
 def pytest_collection_modifyitems(session, config, items):
-    """The architecture tests run last: they wait for the background job started when collection finishes."""
+    """In one process the architecture tests run last: they wait for the background job started when collection
+    finishes (under xdist, `tests/conftest.py` orders the tests)."""
+    if XDIST_WORKER:
+        return
     arch = [it for it in items if it.path.name == ARCH_TEST_FILE]
     if arch:
         items[:] = [it for it in items if it.path.name != ARCH_TEST_FILE] + arch
@@ -219,7 +229,7 @@ def _start_arch_runs() -> ArchRuns:
 
 
 def pytest_collection_finish(session):
-    if any(it.path.name == ARCH_TEST_FILE for it in session.items):
+    if not XDIST_WORKER and any(it.path.name == ARCH_TEST_FILE for it in session.items):
         _start_arch_runs()
 
 
