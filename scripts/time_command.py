@@ -6,7 +6,7 @@
 Runs CMD (no shell: ``-- bash -c "..."`` for a pipeline), passing its output through, and records as NAME
 (`eval.measured`): the command, its exit code, its wall seconds, the 1-minute load average before and after and,
 when its output holds pytest summary lines (``N passed, M skipped in S``), each of them in order, joined by ``; ``
-(``make test`` runs pytest twice: the quick tests on two workers, then the slow ones). Exits with CMD's exit code
+(a command that runs pytest more than once has a line per run). Exits with CMD's exit code
 (128 + the signal number when a signal ended it).
 """
 
