@@ -44,9 +44,9 @@ demo: setup
 	$(BIN)/python scripts/demo.py --data $(DEMO_DATA) --out $(DEMO_OUT)
 
 # One pytest run of every test on two workers (pytest-xdist, one per core). `--dist loadgroup
-# --no-loadscope-reorder` hands the tests out in the order tests/conftest.py gives them: first the groups that wait
-# for a background vLLM job (each group on one worker, so each job runs once; tests/forecasters/conftest.py), then
-# the slow tests, then the quick ones, so both workers stay busy to the end. OMP_NUM_THREADS=1 and
+# --no-loadscope-reorder` hands the tests out in the order tests/conftest.py gives them, each background vLLM job's
+# test files as one scope on one worker (so each job runs once; the scheduler there): the architecture tests first,
+# then the slow tests, then the quick ones, so both workers stay busy to the end. OMP_NUM_THREADS=1 and
 # MKL_NUM_THREADS=1: a worker and the commands its tests start use one core each (tests that need other thread
 # counts set their own); two threads per worker on two cores contend. PSR_REQUIRE_VLLM=1: the vLLM server tests
 # fail (instead of skipping) when the server cannot start. The tests share the session's synthetic benchmarks:

@@ -32,8 +32,9 @@ XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 #: Markers of the tests that take minutes (or wait for a server): under xdist they run before the quick ones.
 LONG_MARKS = ("slow", "vllm", "gpu")
 #: The test files of the background vLLM jobs of `tests/forecasters/conftest.py` (the architecture job; the
-#: in-process runs and the served model, whose tests overlap), the longest first. Under ``make test`` (``--dist loadgroup``) each job's files form one scope that one worker runs
-#: (`pytest_xdist_make_scheduler`), so each job runs once per session, in that worker.
+#: in-process runs and the served model, whose tests overlap), the longest first. Under ``make test``
+#: (``--dist loadgroup``) each job's files form one scope that one worker runs (`pytest_xdist_make_scheduler`), so
+#: each job runs once per session, in that worker.
 BACKGROUND_JOBS = {"vllm-arch": ("test_fc_architectures.py",),
                    "vllm": ("test_fc_vllm_inprocess.py", "test_fc_likelihood.py", "test_fc_faults.py",
                             "test_fc_openai_server.py")}

@@ -2,8 +2,8 @@
 a small benchmark), then `arch_driver.py` (vLLM venv: in-process engines and one server per architecture, one after
 the other). In one process it starts when collection finishes, so its minutes overlap the session's other tests,
 and the architecture tests run last and wait for it; under pytest-xdist it starts at the first architecture test,
-in the worker that runs them all (`conftest.py`: their ``xdist_group``). ``PSR_ARCH_RUNS_DIR=DIR`` reuses a finished job's folder (kept with
-``PSR_KEEP_ARCH_RUNS=1``) instead of running it again, to re-check the assertions.
+in the worker that runs them all (``tests/conftest.py``: one scope per job's files). ``PSR_ARCH_RUNS_DIR=DIR`` reuses
+a finished job's folder (kept with ``PSR_KEEP_ARCH_RUNS=1``) instead of running it again, to re-check the assertions.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ agreement between the engines on the same weights (`arch_cases` defines it: the 
 generated ids at each of 12 steps) and the distilled student's LoRA adapter unmerged.
 
 The vLLM side runs in the background (`arch_runs.py`): in one process from the end of collection, these tests
-running last and waiting; under xdist from this group's first test, the group running first (`conftest.py`).
+running last and waiting; under xdist from the first of these tests, which run first (``tests/conftest.py``).
 ``PSR_ARCH_TABLE=FILE`` writes the architecture x backend table (what ran, agreement, seconds) to FILE.
 """
 
