@@ -137,18 +137,36 @@ def make_parser(prog: str = "python -m distill.train"):
                     "defaults < --config < flags (see distill.train_args)."))
 
 
+#: Scalar TRL fields the recipe sets on every training stage, with the TRL class that declares each: `train_argv`
+#: writes them without importing TRL (whose import costs seconds in every recipe run, a rerun that only skips
+#: included). A test checks each against TRL's dataclasses.
+TRL_SCALAR_FIELDS = {"model_name_or_path": "ModelConfig", "output_dir": "SFTConfig", "max_steps": "SFTConfig"}
+
+
 def train_argv(**values: Any) -> list[str]:
     """The flags that set ``values`` on `make_parser`'s command line, in TRL's spelling (``--field_name VALUE``, as
-    ``trl sft`` documents them): each name must be a field of `PSRTrainArgs`, `trl.SFTConfig` or `trl.ModelConfig`."""
-    from trl import ModelConfig, SFTConfig
-
+    ``trl sft`` documents them): each name must be a field of `PSRTrainArgs`, `trl.SFTConfig` or `trl.ModelConfig`.
+    TRL is imported only for a name outside `PSRTrainArgs` and `TRL_SCALAR_FIELDS` (or a non-scalar value of one)."""
     from distill.config import field_argv
 
-    fields = {f.name: f for cls in (PSRTrainArgs, SFTConfig, ModelConfig) for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(PSRTrainArgs)}
+    scalar = (str, int, float)
+    if any(k not in fields and not (k in TRL_SCALAR_FIELDS and type(v) in scalar) for k, v in values.items()):
+        from trl import ModelConfig, SFTConfig
+
+        fields.update({f.name: f for cls in (SFTConfig, ModelConfig) for f in dataclasses.fields(cls)})
+    else:
+        fields.update({k: _scalar_field(k) for k in values if k not in fields})
     unknown = [k for k in values if k not in fields]
     if unknown:
         raise ValueError(f"not a field of PSRTrainArgs, SFTConfig or ModelConfig: {unknown}")
     return [w for k, v in values.items() for w in field_argv(fields[k], v, snake=True)]
+
+
+def _scalar_field(name: str) -> dataclasses.Field:
+    """A stand-in `dataclasses.Field` named ``name`` for `distill.config.field_argv` (which reads only the name of a
+    field whose value is a string or a number)."""
+    return dataclasses.fields(dataclasses.make_dataclass("_F", [(name, Any, None)]))[0]
 
 
 # --- --config: a flat TRL-style YAML or a preset's train section ------------------------------------------------

@@ -1,19 +1,21 @@
-"""Query-side text embeddings cached by content hash, so a stage that embeds texts it has embedded before (questions,
-oracle texts, paraphrases, forecast phrases) neither encodes them again nor loads the encoder at all.
+"""Text embeddings cached by content hash, so a stage that embeds texts it has embedded before (questions, oracle
+texts, paraphrases, forecast phrases, the canonical states' phrasings that ``--canonicalize`` snaps to) neither
+encodes them again nor loads the encoder at all.
 
-`cached_query_encoder` wraps `retrieval.encoders.query_text_encoder`: ``encode_queries(texts)`` looks every text up
-by the SHA-256 of its UTF-8 bytes, encodes only the distinct texts it has not seen (the encoder is built on the
-first such miss, so a stage whose texts are all cached never imports sentence-transformers), and adds them to the
-store. Other attributes are the wrapped encoder's.
+`cached_query_encoder` wraps `retrieval.encoders.query_text_encoder`: ``encode_queries(texts)`` and
+``encode_items(texts)`` look every text up by the SHA-256 of its UTF-8 bytes, encode only the distinct texts they
+have not seen (the encoder is built on the first such miss, so a stage whose texts are all cached never imports
+sentence-transformers), and add them to the store of their side. Other attributes are the wrapped encoder's.
 
-Store: ``<benchmark>/.cache/text-embeddings/<encoder key>.npz`` (``keys`` uint8 ``(n, 32)``, ``vectors`` float32
-``(n, d)``), written atomically and merged with what another process added meanwhile; a read-only benchmark keeps
-it under ``$XDG_CACHE_HOME/psr/text-embeddings`` (default ``~/.cache``). The encoder key is a SHA-256 of what chooses
-the query encoder in the space's ``meta.json`` (kind, model, query prompt, text tower and model) and of the model's
-files (relative path, size and modification time of each) when the model is a local folder or the packaged MiniLM;
-a hub id is keyed by the snapshot it resolves to in the local hub cache. A retrained tower written to the same
-folder therefore gets a new store. A cached vector is the one computed when the text was first seen (another
-batch may round the last bits differently).
+Stores: ``<benchmark>/.cache/text-embeddings/<encoder key>.npz`` for the query side and ``<items key>.npz`` for the
+corpus side (``keys`` uint8 ``(n, 32)``, ``vectors`` float32 ``(n, d)``), written atomically and merged with what
+another process added meanwhile; a read-only benchmark keeps them under ``$XDG_CACHE_HOME/psr/text-embeddings``
+(default ``~/.cache``). The encoder key is a SHA-256 of what chooses the query encoder in the space's ``meta.json``
+(kind, model, query prompt, text tower and model) and of the model's files (relative path, size and modification
+time of each) when the model is a local folder or the packaged MiniLM; a hub id is keyed by the snapshot it resolves
+to in the local hub cache. The items key is the same without the query prompt (the corpus side encodes without it)
+and with the side named. A retrained tower written to the same folder therefore gets new stores. A cached vector is
+the one computed when the text was first seen (another batch may round the last bits differently).
 """
 
 from __future__ import annotations
@@ -54,11 +56,17 @@ def model_fingerprint(model: str) -> str:
         return str(model)
 
 
-def encoder_key(meta: dict, query_prompt: str | None = None) -> str:
-    """SHA-256 (32 hex digits) of the query encoder a space's ``meta`` (and a prompt override) selects."""
+def encoder_key(meta: dict, query_prompt: str | None = None, *, side: str = "queries") -> str:
+    """SHA-256 (32 hex digits) of the encoder a space's ``meta`` (and a prompt override) selects for ``side``
+    (``queries``, or ``items``: the corpus side, which no query prompt changes)."""
+    if side not in ("queries", "items"):
+        raise ValueError(f"side must be 'queries' or 'items', not {side!r}")
     fields = {f: meta.get(f) for f in ENCODER_FIELDS}
     if query_prompt is not None:
         fields["query_prompt"] = query_prompt
+    if side == "items":
+        del fields["query_prompt"]
+        fields["side"] = side
     fields["weights"] = [model_fingerprint(str(meta.get(f) or "")) for f in ("model", "text_model")]
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
@@ -76,12 +84,14 @@ def text_keys(texts: Sequence[str]) -> list[bytes]:
 
 
 class CachedQueryEncoder:
-    """``encode_queries`` through the content-hash store (module docstring); the encoder is built on first need."""
+    """``encode_queries`` and ``encode_items`` through the content-hash stores (module docstring); the encoder is
+    built on first need."""
 
     def __init__(self, meta: dict, cache_dir: str | os.PathLike, *, device: str | None = None,
                  query_prompt: str | None = None):
         self.meta, self.device, self.query_prompt = dict(meta), device, query_prompt
         self.path = Path(cache_dir) / f"{encoder_key(meta, query_prompt)}.npz"
+        self.items_path = Path(cache_dir) / f"{encoder_key(meta, side='items')}.npz"
         self._encoder = None
         self.hits = self.misses = 0  # texts served from the store / encoded, over this object's life
 
@@ -98,17 +108,18 @@ class CachedQueryEncoder:
             raise AttributeError(name)
         return getattr(self.encoder, name)
 
-    def _load(self) -> tuple[np.ndarray, np.ndarray]:
-        if not self.path.exists():
+    @staticmethod
+    def _load(path: Path) -> tuple[np.ndarray, np.ndarray]:
+        if not path.exists():
             return np.zeros((0, 32), np.uint8), np.zeros((0, 0), np.float32)
         try:
-            with np.load(self.path, allow_pickle=False) as z:
+            with np.load(path, allow_pickle=False) as z:
                 return z["keys"], z["vectors"]
         except (OSError, ValueError, KeyError):  # a damaged store is only a cache: start a new one
             return np.zeros((0, 32), np.uint8), np.zeros((0, 0), np.float32)
 
-    def _save(self, keys: list[bytes], vectors: np.ndarray) -> None:
-        old_keys, old_vecs = self._load()  # another process may have added texts since we read
+    def _save(self, path: Path, keys: list[bytes], vectors: np.ndarray) -> None:
+        old_keys, old_vecs = self._load(path)  # another process may have added texts since we read
         seen = {bytes(k) for k in old_keys}
         new = [i for i, k in enumerate(keys) if k not in seen]
         if not new:
@@ -118,14 +129,22 @@ class CachedQueryEncoder:
             old_keys, old_vecs = add_keys[:0], vectors[:0]  # another width: the model changed under the key
         all_keys = np.concatenate([old_keys, add_keys]) if len(old_keys) else add_keys
         all_vecs = np.concatenate([old_vecs, vectors[new]]) if len(old_vecs) else vectors[new]
-        with atomic_path(self.path, suffix=".npz") as tmp, open(tmp, "wb") as f:
+        with atomic_path(path, suffix=".npz") as tmp, open(tmp, "wb") as f:
             np.savez(f, keys=all_keys, vectors=np.ascontiguousarray(all_vecs, np.float32))
 
     def encode_queries(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
         """``(n, d)`` float32 query embeddings of ``texts``: cached ones read, the others encoded and stored."""
+        return self._cached(texts, self.path, lambda t: self.encoder.encode_queries(t, progress=progress))
+
+    def encode_items(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+        """``(n, d)`` float32 corpus-side embeddings of ``texts`` (the wrapped encoder's ``encode_items``): cached
+        ones read, the others encoded and stored."""
+        return self._cached(texts, self.items_path, lambda t: self.encoder.encode_items(t, progress=progress))
+
+    def _cached(self, texts: Sequence[str], path: Path, encode) -> np.ndarray:
         texts = list(texts)
         keys = text_keys(texts)
-        store_keys, store_vecs = self._load()
+        store_keys, store_vecs = self._load(path)
         index = {bytes(k): i for i, k in enumerate(store_keys)}
         missing: dict[bytes, str] = {}
         for k, t in zip(keys, texts, strict=True):
@@ -133,12 +152,11 @@ class CachedQueryEncoder:
                 missing[k] = t
         fresh = np.zeros((0, store_vecs.shape[1]), np.float32)
         if missing:
-            fresh = np.asarray(self.encoder.encode_queries(list(missing.values()), progress=progress), np.float32)
+            fresh = np.asarray(encode(list(missing.values())), np.float32)
             if store_vecs.shape[1] not in (0, fresh.shape[1]):  # another width under this key: encode them all
                 index, missing = {}, dict(zip(keys, texts, strict=True))
-                fresh = np.asarray(self.encoder.encode_queries(list(missing.values()), progress=progress),
-                                   np.float32)
-            self._save(list(missing), fresh)
+                fresh = np.asarray(encode(list(missing.values())), np.float32)
+            self._save(path, list(missing), fresh)
         if not texts:
             return np.zeros((0, fresh.shape[1] or store_vecs.shape[1] or int(self.encoder.dim)), np.float32)
         dim = fresh.shape[1] if missing else store_vecs.shape[1]

@@ -109,6 +109,34 @@ def test_values_without_a_command_line_form_are_errors():
         train_argv(model="m")
 
 
+def test_train_flags_the_recipe_sets_are_written_without_importing_trl():
+    """`train_argv`'s TRL-free path: each name of `TRL_SCALAR_FIELDS` is a scalar field of the TRL class it names, the
+    flags equal those written from TRL's own fields, and a fresh interpreter writing the recipe's flags never imports
+    TRL (a recipe rerun that only skips would pay its import)."""
+    import subprocess
+    import sys
+
+    from trl import ModelConfig, SFTConfig
+
+    from distill.config import field_argv
+    from distill.train_args import TRL_SCALAR_FIELDS, train_argv
+
+    classes = {"ModelConfig": ModelConfig, "SFTConfig": SFTConfig}
+    values = {"model_name_or_path": "m/x", "dataset_name": "sft/cot", "output_dir": "out/cot", "max_steps": 7}
+    assert set(TRL_SCALAR_FIELDS) <= set(values)
+    for name, cls in TRL_SCALAR_FIELDS.items():
+        f = {f.name: f for f in dataclasses.fields(classes[cls])}[name]
+        assert typing.get_origin(f.type) is None and "bool" not in str(f.type) and "list" not in str(f.type), f
+        assert field_argv(f, values[name], snake=True) == train_argv(**{name: values[name]})
+    assert train_argv(**values) == ["--model_name_or_path", "m/x", "--dataset_name", "sft/cot", "--output_dir",
+                                    "out/cot", "--max_steps", "7"]
+    assert train_argv(use_peft=False) == ["--use_peft", "false"]  # a bool of TRL's: through TRL's fields
+    code = ("import sys; from distill.train_args import train_argv; "
+            f"train_argv(**{values!r}); print(sorted(m for m in sys.modules if m.split('.')[0] == 'trl'))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+
+
 @pytest.mark.parametrize("preset", [None, "configs/distill/evidence-cpu.yaml"])
 def test_recipe_stage_commands_are_built_from_the_stage_configs(tmp_path, preset):
     """Each ``python -m distill`` stage of a plan carries the config its flags set, and the stage's own parser,

@@ -54,3 +54,24 @@ def test_other_weights_in_the_same_folder_get_another_store(tmp_path):
     weights.write_bytes(weights.read_bytes() + b"\0")  # retrained in place
     assert encoder_key(meta) != before
     assert CachedQueryEncoder(meta, tmp_path).path.name == f"{encoder_key(meta)}.npz"
+
+
+def test_corpus_side_texts_have_their_own_store_and_snap_reuses_it(tiny_bench, text_encoder, tmp_path):
+    """``encode_items`` (the canonical index that ``--canonicalize`` snaps to) is cached apart from the query side: the
+    same vectors as the encoder's corpus side, a second index built without loading the model."""
+    from retrieval.canon.snap import CanonicalIndex
+
+    meta = tiny_bench.space_meta("minilm")
+    enc = cached_query_encoder(tiny_bench, meta, cache_dir=tmp_path)
+    first = CanonicalIndex.from_benchmark(tiny_bench, enc)
+    np.testing.assert_allclose(first.emb, text_encoder.encode_items(first.texts), rtol=1e-5, atol=1e-6)
+    assert enc.items_path != enc.path and enc.items_path.exists() and not enc.path.exists()
+    assert enc.items_path.name == f"{encoder_key(meta, side='items')}.npz"
+    assert encoder_key(meta, side="items") == encoder_key({**meta, "query_prompt": "q: "}, side="items")
+    again = cached_query_encoder(tiny_bench, meta, cache_dir=tmp_path)
+    second = CanonicalIndex.from_benchmark(tiny_bench, again)
+    assert again._encoder is None and again.misses == 0 and again.hits == len(first.texts)
+    assert second.emb.tobytes() == first.emb.tobytes() and second.texts == first.texts
+    # a query-side lookup of the same texts is not served from the corpus side's store
+    again.encode_queries(first.texts[:2])
+    assert again.misses == 2
