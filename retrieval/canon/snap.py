@@ -62,32 +62,35 @@ class CanonicalIndex:
 def snap_scores(index: CanonicalIndex, vectors: np.ndarray, top_m: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-``m`` states per query: ``vectors`` ``(n, K, d)`` (zero rows = no phrase) ->
     ``(states (n, m) int64, scores (n, m) float32)`` ordered by score (ties: lower state row); queries whose
-    vectors are all zero get states -1 and scores 0."""
-    import torch
-
+    vectors are all zero get states -1 and scores 0. A state's score is the best cosine of any live phrase of the
+    query with any of its phrasings (NumPy: a search loads no torch for it)."""
     n, k, d = vectors.shape
     if index.emb.shape[1] != d:
         raise InputError(f"the canonical index is {index.emb.shape[1]}-d but the query vectors are {d}-d")
     top_m = min(top_m, index.n_states)
     states = np.full((n, top_m), -1, np.int64)
     scores = np.zeros((n, top_m), np.float32)
-    members = torch.from_numpy(np.ascontiguousarray(index.emb))
-    member_state = torch.from_numpy(index.state_rows)
+    order = np.argsort(index.state_rows, kind="stable")  # each state's phrasings side by side
+    rows = np.asarray(index.state_rows)[order]
+    members = np.ascontiguousarray(np.asarray(index.emb, np.float32)[order])
     block = max(1, _QK_ROWS // k)
     for a in range(0, n, block):
-        v = torch.from_numpy(np.ascontiguousarray(vectors[a:a + block], np.float32))
-        live = (v != 0).any(dim=2)  # (b, K): usable phrases
-        per_state = torch.full((v.shape[0], index.n_states), -np.inf)
-        for c in range(0, members.shape[0], _MEMBER_CHUNK):
-            sim = torch.einsum("bkd,md->bkm", v, members[c:c + _MEMBER_CHUNK])
-            best = torch.where(live[:, :, None], sim, torch.tensor(-np.inf)).amax(dim=1)  # best over the phrases
-            idx = member_state[c:c + _MEMBER_CHUNK].expand(v.shape[0], -1)
-            per_state.scatter_reduce_(1, idx, best, reduce="amax")
-        order = torch.argsort(-per_state, dim=1, stable=True)[:, :top_m]  # score desc, state row asc
-        val = torch.gather(per_state, 1, order)
-        ok = live.any(dim=1).numpy()
-        states[a:a + len(v)][ok] = order.numpy()[ok]
-        scores[a:a + len(v)][ok] = val.numpy()[ok]
+        v = np.ascontiguousarray(vectors[a:a + block], np.float32)
+        b = len(v)
+        live = (v != 0).any(axis=2)  # (b, K): usable phrases
+        per_state = np.full((b, index.n_states), -np.inf, np.float32)
+        for c in range(0, len(members), _MEMBER_CHUNK):
+            sim = (v.reshape(b * k, d) @ members[c:c + _MEMBER_CHUNK].T).reshape(b, k, -1)
+            sim[~live] = -np.inf
+            best = sim.max(axis=1)  # (b, chunk): the best over the phrases
+            chunk_rows = rows[c:c + _MEMBER_CHUNK]
+            starts = np.flatnonzero(np.r_[True, chunk_rows[1:] != chunk_rows[:-1]])
+            st = chunk_rows[starts]  # distinct states of this chunk (a state may continue in the next one)
+            per_state[:, st] = np.maximum(per_state[:, st], np.maximum.reduceat(best, starts, axis=1))
+        top = np.argsort(-per_state, axis=1, kind="stable")[:, :top_m]  # score desc, state row asc
+        ok = live.any(axis=1)
+        states[a:a + b][ok] = top[ok]
+        scores[a:a + b][ok] = np.take_along_axis(per_state, top, axis=1)[ok]
     return states, scores
 
 

@@ -77,6 +77,44 @@ def test_snap_scores_by_hand():
     assert snap_scores(index, q2, 3)[0].tolist() == [[0, 1, 2]]
 
 
+
+def _snap_reference(index, vectors, top_m):
+    """The snap's definition in torch, all at once: per query and state, the best cosine of a live phrase with a
+    phrasing of the state; states by score desc, row asc."""
+    import torch
+
+    v = torch.from_numpy(vectors)
+    live = (v != 0).any(dim=2)
+    sim = torch.einsum("bkd,md->bkm", v, torch.from_numpy(index.emb))
+    best = torch.where(live[:, :, None], sim, torch.tensor(-np.inf)).amax(dim=1)
+    per_state = torch.full((len(v), index.n_states), -np.inf)
+    per_state.scatter_reduce_(1, torch.from_numpy(index.state_rows).expand(len(v), -1), best, reduce="amax")
+    order = torch.argsort(-per_state, dim=1, stable=True)[:, :top_m]
+    return order.numpy(), torch.gather(per_state, 1, order).numpy(), live.any(dim=1).numpy()
+
+
+def test_snap_scores_equal_the_reference_across_member_chunks(monkeypatch):
+    """Phrasings in no state order, a member chunk boundary inside a state's phrasings, query blocks, dead phrases
+    and states without phrasings: the chunked NumPy snap gives the reference's states and scores."""
+    import retrieval.canon.snap as S
+
+    rng = np.random.default_rng(0)
+    n_states, d = 40, 16
+    rows = rng.integers(0, n_states - 3, 300)  # the last 3 states have no phrasing
+    emb = rng.normal(size=(300, d)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    index = CanonicalIndex([f"p{i}" for i in range(300)], rows, emb, n_states=n_states)
+    q = rng.normal(size=(50, 3, d)).astype(np.float32)
+    q[rng.random((50, 3)) < 0.3] = 0  # dead phrases, some queries with none
+    q[7] = 0
+    monkeypatch.setattr(S, "_MEMBER_CHUNK", 7)
+    monkeypatch.setattr(S, "_QK_ROWS", 33)
+    states, scores = snap_scores(index, q, top_m=5)
+    ref_states, ref_scores, ok = _snap_reference(index, q, 5)
+    assert not ok[7] and states[7].tolist() == [-1] * 5
+    assert (states[ok] == ref_states[ok]).all() and (states[~ok] == -1).all()
+    np.testing.assert_allclose(scores[ok], ref_scores[ok], rtol=1e-6, atol=1e-6)
+
 @pytest.mark.slow
 def test_the_snap_recovers_the_exact_oracle_when_the_phrasing_is_in_the_index(runs):
     exact, plain, snap = r5(runs["exact"], row=True), r5(runs["plain"], row=True), r5(runs["snap"], row=True)
