@@ -204,6 +204,13 @@ def _first_bad_utf8(path: Path) -> tuple[int | None, str]:
     return None, ""
 
 
+def _split(a: np.ndarray, sizes: np.ndarray) -> list[np.ndarray]:
+    """``a`` cut into consecutive views of ``sizes`` (``np.split`` at the cumulative sizes, several times faster for
+    tens of thousands of pieces)."""
+    ends = np.cumsum(sizes)
+    return [a[s:e] for s, e in zip((ends - sizes).tolist(), ends.tolist(), strict=True)]
+
+
 class Benchmark:
     """A loaded benchmark directory.
 
@@ -431,12 +438,12 @@ class Benchmark:
         for name, fields in wanted.items():
             if len(fields) == 1:
                 rows, size = by_path[fields[0]]
-                out[name] = np.split(rows, np.cumsum(size)[:-1])
+                out[name] = _split(rows, size)
                 continue
             # per query, the fields' lists one after the other (a stable sort by query keeps the fields' order)
             owner = np.concatenate([np.repeat(np.arange(n, dtype=np.int64), by_path[f][1]) for f in fields])
             rows = np.concatenate([by_path[f][0] for f in fields])[np.argsort(owner, kind="stable")]
-            out[name] = np.split(rows, np.cumsum(np.bincount(owner, minlength=n))[:-1])
+            out[name] = _split(rows, np.bincount(owner, minlength=n))
         return out
 
     @cached_property

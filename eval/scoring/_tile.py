@@ -11,6 +11,9 @@ more than the matrix product that made the tile:
   = number of seen items tied with the k-th score that did not fit.
 
 Work is organised in blocks of `BLOCK` columns so that the common cases are branch-free vectorised counts.
+
+Also `above_and_tied`: step 5's counts of where each listed positive falls in its query's top-k
+(`eval.scoring.block.ranked_positives`).
 """
 
 from __future__ import annotations
@@ -147,3 +150,29 @@ def tile_pass(scores, cols, best, pool_order, first_row, floor, n_above, n_tied,
                 _insert(top_scores, top_rows, i, v, col, unlisted)
                 kth = top_scores[i, k - 1] if top_rows[i, k - 1] >= 0 else NEG_INF
         ex_cursor[i] = cursor
+
+
+@njit(cache=True, nogil=True)
+def above_and_tied(top_scores, query, score):
+    """For each listed positive ``i``: how many of its query's top-k scores (``top_scores[query[i]]``) are ``>
+    score[i]`` and how many ``== score[i]`` (int64 each). The same counts as comparing each positive's score with its
+    whole row in NumPy, without the (positives x k) boolean arrays, which dominated the step when a state space ties
+    hundreds of positives per query at the top."""
+    n = query.shape[0]
+    k = top_scores.shape[1]
+    above = np.empty(n, np.int64)
+    tied = np.empty(n, np.int64)
+    for i in range(n):
+        row = top_scores[query[i]]
+        v = score[i]
+        a = 0
+        t = 0
+        for j in range(k):
+            x = row[j]
+            if x > v:
+                a += 1
+            elif x == v:
+                t += 1
+        above[i] = a
+        tied[i] = t
+    return above, tied

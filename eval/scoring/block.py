@@ -470,8 +470,10 @@ def ranked_positives(ctx: BlockContext, top: TopK) -> RankedPositives:
     kth = top.scores[:, -1]
     listed = score >= kth[query]
     tq, tm, ts = query[listed], mask[listed], score[listed]
-    above = (top.scores[tq] > ts[:, None]).sum(1).astype(np.int64)
-    tie = (top.scores[tq] == ts[:, None]).sum(1).astype(np.int64) + np.where(ts == kth[tq], top.unlisted[tq], 0)
+    from eval.scoring._tile import above_and_tied
+
+    above, tie = above_and_tied(np.ascontiguousarray(top.scores), tq, np.ascontiguousarray(ts))
+    tie = tie + np.where(ts == kth[tq], top.unlisted[tq], 0)
     order = np.lexsort((above, tq))  # by query, then best first
     tq, tm, above, tie = tq[order], tm[order], above[order], tie[order]
     top_offsets = np.searchsorted(tq, np.arange(nb + 1))
