@@ -77,10 +77,20 @@ def test_runner_survives_a_storm_of_faults_with_every_query_once(fault_proxy, sy
     s = run(_run_cfg(synth_dir, p, out))
     recs = read_phrases(out)
     assert s.coverage.failed == 0 and len(recs) == 24 and sorted(_ids(out)) == sorted(set(_ids(out)))
-    faulted = sum(r.extra["attempts"] == 3 for r in recs.values())
-    assert faulted >= 10 and all(r.extra["attempts"] in (1, 3) for r in recs.values())
+    # what the server saw, per request body (one body per query, the same on each of its attempts)
+    seen: dict[str, list[str]] = {}
+    for _, action, body in p.log.entries:
+        if POST in body:
+            seen.setdefault(body, []).append(action)
+    assert len(seen) == 24
+    # each attempt the runner counted reached the server once: none lost, none made twice. A pass that outlives
+    # the 1.5 s timeout on a loaded machine is one more attempt on both sides, so this holds under load too
+    assert sorted(r.extra["attempts"] for r in recs.values()) == sorted(len(a) for a in seen.values())
+    faults = [sum(a != "pass" for a in acts) for acts in seen.values()]
+    assert set(faults) <= {0, 2} and sum(f == 2 for f in faults) >= 10  # a selected body meets its fault twice
+    assert all(acts[:f] == [acts[0]] * f and "pass" in acts[f:] for f, acts in zip(faults, seen.values(), strict=True))
+    assert sum(r.extra["attempts"] >= 3 for r in recs.values()) >= sum(f == 2 for f in faults)
     assert sum(p.log.count(action=a) > 0 for a in actions) >= 5
-    assert p.log.count(POST, action="pass") == 24  # one successful call per query
 
 
 def test_server_dies_mid_run_and_comes_back(fault_proxy, synth_dir, tmp_path):
