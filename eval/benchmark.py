@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from eval import features as feats
+from eval.allocators import configure as _configure_allocators
 from eval.errors import InputError, MissingInput, UnknownName
 from eval.io import FormatError, read_json
 from eval.schema import (
@@ -38,6 +39,8 @@ from eval.schema import (
     Segment,
     State,
 )
+
+_configure_allocators()  # before this module's first large buffer (`eval.allocators`)
 
 REQUIRED_FILES = ("manifest.json", "queries.jsonl", "corpus.jsonl", "states.jsonl")
 

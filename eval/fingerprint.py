@@ -33,7 +33,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from eval.allocators import configure as _configure_allocators
 from eval.schema import GT_DEFINITION_FIELDS, GT_TIERS
+
+_configure_allocators()  # before this module's first large buffer (`eval.allocators`)
 
 #: Query columns that determine a run (GT definition fields are added from `GT_DEFINITION_FIELDS`).
 QUERY_COLUMNS = ("id", "video_id", "object_id", "target_state_id", "target_state_type1")

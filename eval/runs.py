@@ -43,8 +43,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from eval.allocators import configure as _configure_allocators
 from eval.errors import InputError, UnknownName
 from eval.io import FormatError, atomic_path
+
+_configure_allocators()  # before this module's first large buffer (`eval.allocators`)
 
 RUN_FORMAT_VERSION = "1.1"
 META_KEY = b"psr_run"

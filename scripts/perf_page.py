@@ -174,9 +174,14 @@ combines them into the scorer's reused tile). `scripts/bench_fusion.py` times th
 bare matmuls, in the same run, with a new tile per product and into one reused buffer (the stricter bound, in
 bold). A one-vector input with no more dimensions than queries takes its statistics in closed form, from the d x d
 covariance of the corpus: `n_items d²` multiply-adds (a symmetric rank-k update), d / n_queries of that input's
-scoring, so it weighs most at a test split's few thousand queries and 1,024 dimensions.""", (
+scoring, so it weighs most at a test split's few thousand queries and 1,024 dimensions. `scripts/bench_allocators.py`
+runs a semantic-space stage and a whole-corpus stage as fresh processes under each allocator setting of
+`eval.allocators` (pyarrow's memory pool, numpy's huge-page advice) and puts each against the libraries' defaults
+measured in the same run: where the kernel makes a huge-page request wait for memory compaction, those defaults
+spend seconds of a stage in the kernel.""", (
         Measure("psr_scale*", "python scripts/psr_scale.py --data DIR --out DIR-scale"),
         Measure("bench_fusion*", "python scripts/bench_fusion.py"),
+        Measure("bench_allocators*", "python scripts/bench_allocators.py --data DIR"),
     )),
     Section("Learned image spaces", """\
 `scripts/bench_encoders.py` runs one job per child process (the SSL tower, the LiT tower, and the LoRA baseline's

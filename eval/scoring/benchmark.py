@@ -12,11 +12,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from eval.allocators import configure as _configure_allocators
 from eval.errors import InputError
 from eval.schema import GT_DEFINITION_FIELDS, GT_DEFINITIONS
 from eval.scoring.block import sorted_unique
 from eval.scoring.sources import DEFAULT_C_CHUNK, DEFAULT_Q_BLOCK, as_score_source
 from eval.scoring.streaming import score_stream
+
+_configure_allocators()  # before this module's first large buffer (`eval.allocators`)
 
 #: Tiers `score_benchmark` scores besides the GT definitions (`eval.schema.GT_DEFINITIONS`).
 BENCHMARK_TIERS = ("in_dataset", "cross_dataset", "bge_similar", "in_video")
@@ -75,12 +78,7 @@ def benchmark_groups(bench: Any, queries: Sequence[Any] | pa.Table) -> Benchmark
     table = queries if isinstance(queries, pa.Table) else bench.query_table(
         [bench.query_index[q.id] for q in queries])
     pools = bench.gt_pools_at(table, definitions=gt_definitions_present(bench), tiers=BENCHMARK_TIERS)
-    cds = bench.corpus_ds
-    video = np.asarray(cds["video_id"][:], dtype=object)
-    state = np.asarray(cds["state_id"][:], dtype=object)
-    type1 = np.asarray(cds["state_type1"][:], dtype=object)
-
-    corpus = cds.data.table
+    corpus = bench.corpus_ds.data.table
 
     def text(name: str) -> pa.Array:  # a column as strings, a null as "None" (as str() writes it)
         return pc.fill_null(corpus.column(name).combine_chunks().cast(pa.string()), "None")
@@ -93,18 +91,33 @@ def benchmark_groups(bench: Any, queries: Sequence[Any] | pa.Table) -> Benchmark
         bounds = np.searchsorted(inv[order], np.arange(len(enc.dictionary) + 1))
         return {x: order[bounds[i]:bounds[i + 1]] for i, x in enumerate(enc.dictionary.to_pylist())}
 
+    def codes(corpus_column: str, query_column: str) -> tuple[np.ndarray, np.ndarray]:
+        """One int64 code per corpus row and per query for a column's values, equal where the values are (a null
+        equals a null, as Python's ``None == None``; a query value absent from the corpus equals no row)."""
+        enc = pc.dictionary_encode(corpus.column(corpus_column).combine_chunks())
+        null = len(enc.dictionary)
+        rows = np.asarray(enc.indices.fill_null(null), dtype=np.int64)
+        q = table.column(query_column).combine_chunks()
+        found = pc.index_in(q.cast(enc.dictionary.type), value_set=enc.dictionary)
+        queries = np.asarray(found.fill_null(-1), dtype=np.int64)
+        queries[np.asarray(q.is_null(), dtype=bool)] = null
+        return rows, queries
+
     vid = text("video_id")
     by_video, by_state = index(vid), index(text("state_id"))
     by_obj = index(pc.binary_join_element_wise(vid, text("object_id"), "\x00"))  # object ids may be per-video
+    (video, q_video), (state, q_state), (type1, q_type1) = (
+        codes(c, qc) for c, qc in (("video_id", "video_id"), ("state_id", "target_state_id"),
+                                   ("state_type1", "target_state_type1")))
     empty = np.zeros(0, np.int64)
     exclude, temporal, semantic = [], [], []
-    cols = [table.column(c).to_pylist() for c in ("video_id", "object_id", "target_state_id", "target_state_type1")]
-    for q_video, q_object, q_state, q_type1 in zip(*cols, strict=True):
-        exclude.append(by_video.get(q_video, empty))
-        o = by_obj.get(f"{q_video}\x00{q_object}", empty)
-        temporal.append(o[state[o] != q_state])
-        s = by_state.get(q_state, empty)
-        semantic.append(s[(video[s] != q_video) & (type1[s] != q_type1)])
+    cols = [table.column(c).to_pylist() for c in ("video_id", "object_id", "target_state_id")]
+    for i, (v, obj, st) in enumerate(zip(*cols, strict=True)):
+        exclude.append(by_video.get(v, empty))
+        o = by_obj.get(f"{v}\x00{obj}", empty)
+        temporal.append(o[state[o] != q_state[i]])
+        s = by_state.get(st, empty)
+        semantic.append(s[(video[s] != q_video[i]) & (type1[s] != q_type1[i])])
     return BenchmarkGroups(pools, exclude, {"triplet_temporal": temporal, "triplet_semantic": semantic})
 
 
