@@ -263,18 +263,24 @@ def _one_torch_thread():
 class PassAPlan:
     """How pass A calls a source, kept across the blocks of one stream (`eval.scoring.score_stream`).
 
-    Pass A scores sub-blocks of `PASS_A_QUERIES` queries, whose unions of positives are small. A BLAS may compute a
-    product with few rows and a long dot product by another algorithm than a full tile's: torch on two threads splits
-    such a dot product over its threads (measured on an Intel Xeon at 1,024-d below about 256 rows; on one thread it
-    rounds as the tile does). Its scores then differ from the tile's in the last bit, and step 3 streams the block
-    twice. So before the first block `decide` asks the source once, on a few rows (a product of milliseconds),
-    whether a sub-block's scores are the whole block's; if not, whether they are on one torch thread
-    (``one_thread``: pass A runs its sub-blocks so); if not either, pass A scores whole blocks (``whole_block``, the
-    tile's own row count). A block that is streamed twice all the same sets ``whole_block`` for the blocks after it.
+    Pass A scores sub-blocks of `PASS_A_QUERIES` queries, whose unions of positives are small. A source that takes
+    query rows in any order (`eval.scoring.ScoreSource.scores_rows`) gets sub-blocks of queries that share
+    positives (``grouped``, `_grouping`): where many queries share a large pool (every segment of a state), their
+    union is that pool once rather than once per query in the sub-block.
+
+    A BLAS may compute a product with few rows and a long dot product by another algorithm than a full tile's: torch
+    on two threads splits such a dot product over its threads (measured on an Intel Xeon at 1,024-d below about 256
+    rows; on one thread it rounds as the tile does). Its scores then differ from the tile's in the last bit, and
+    step 3 streams the block twice. So before the first block `decide` asks the source once, on a few rows (a
+    product of milliseconds), whether a sub-block's scores, gathered in another order (``grouped``) or else as a
+    slice, are the whole block's; if not, whether they are on one torch thread (``one_thread``: pass A runs its
+    sub-blocks so); if not either, pass A scores whole blocks (``whole_block``, the tile's own row count). A block
+    that is streamed twice all the same sets ``whole_block`` for the blocks after it.
     """
 
     whole_block: bool = False
     one_thread: bool = False
+    grouped: bool = False
     decided: bool = False
     #: corpus rows of `decide`'s probe (a product with fewer columns may take yet another path)
     PROBE_ROWS = 1024
@@ -288,13 +294,19 @@ class PassAPlan:
             return
         idx = np.arange(min(ctx.n_items, self.PROBE_ROWS), dtype=np.int64)
         q0 = ctx.queries.start
-        sub = slice(q0, q0 + PASS_A_QUERIES)
-        full = np.asarray(source.scores(ctx.queries, idx), dtype=np.float32)[:PASS_A_QUERIES].tobytes()
-        if np.asarray(source.scores(sub, idx), dtype=np.float32).tobytes() == full:
+        full = np.asarray(source.scores(ctx.queries, idx), dtype=np.float32)
+        picks = np.arange(ctx.size - 1, -1, -2, dtype=np.int64)[:PASS_A_QUERIES]  # an order no slice has
+
+        def agree() -> bool:
+            gathered = source.scores_rows(q0 + picks, idx)
+            self.grouped = gathered is not None and np.asarray(gathered, np.float32).tobytes() == full[picks].tobytes()
+            sub = np.asarray(source.scores(slice(q0, q0 + PASS_A_QUERIES), idx), dtype=np.float32)
+            return self.grouped or sub.tobytes() == full[:PASS_A_QUERIES].tobytes()
+
+        if agree():
             return
         with _one_torch_thread():
-            alone = np.asarray(source.scores(sub, idx), dtype=np.float32).tobytes()
-        self.one_thread = alone == full
+            self.one_thread = agree()
         self.whole_block = not self.one_thread
 
     def threads(self) -> contextlib.AbstractContextManager:
@@ -308,7 +320,7 @@ def score_block(source: ScoreSource, ctx: BlockContext, bar: Any, plan: PassAPla
     plan = PassAPlan() if plan is None else plan
     plan.decide(source, ctx)
     with plan.threads():
-        positive = positive_scores(source, ctx, whole_block=plan.whole_block)
+        positive = positive_scores(source, ctx, whole_block=plan.whole_block, grouped=plan.grouped)
     for name, g in ctx.pools.items():
         bad = np.flatnonzero(~np.isfinite(positive[name]))
         if bad.size:  # a +-inf positive would make its pool look empty or tie with nothing
@@ -341,28 +353,54 @@ def _pass_a_bounds(nb: int, whole_block: bool) -> list[int]:
     return bounds
 
 
-def positive_scores(source: ScoreSource, ctx: BlockContext, whole_block: bool = False) -> dict[str, np.ndarray]:
+def positive_scores(source: ScoreSource, ctx: BlockContext, whole_block: bool = False,
+                    grouped: bool = False) -> dict[str, np.ndarray]:
     """Pass A: per pool, float32 scores aligned with ``ctx.pools[pool].rows``, from calls on the union of the
     positives' rows; they fix the thresholds of the stream.
 
     The cost is (queries x union of their positives); for sources without a per-block cache (``cached_blocks``) it
     is paid in sub-blocks of `PASS_A_QUERIES` queries, whose unions are much smaller than the whole block's, unless
-    ``whole_block`` (`PassAPlan`)."""
+    ``whole_block`` (`PassAPlan`). With ``grouped`` (a source with `eval.scoring.ScoreSource.scores_rows`) the
+    sub-blocks hold queries that share positives (`_grouping`) instead of consecutive ones."""
     out = {name: np.full(len(g.rows), -np.inf, np.float32) for name, g in ctx.pools.items()}
-    bounds = _pass_a_bounds(ctx.size, source.cached_blocks or whole_block)
+    whole = source.cached_blocks or whole_block
+    bounds = _pass_a_bounds(ctx.size, whole)
+    grouped = grouped and not whole and len(bounds) > 2
+    order = _grouping(ctx) if grouped else np.arange(ctx.size, dtype=np.int64)
+    place = np.empty(ctx.size, np.int64)  # a block query's position in pass A's order
+    place[order] = np.arange(ctx.size, dtype=np.int64)
+    at = {name: place[g.query] for name, g in ctx.pools.items()}
     q0 = ctx.queries.start
     for s0, s1 in zip(bounds[:-1], bounds[1:], strict=True):
-        sel = {name: np.flatnonzero((g.query >= s0) & (g.query < s1)) for name, g in ctx.pools.items()}
+        sel = {name: np.flatnonzero((p >= s0) & (p < s1)) for name, p in at.items()}
         union = sorted_unique(np.concatenate([ctx.pools[n].rows[i] for n, i in sel.items()] + [np.zeros(0, np.int64)]))
         for u0 in range(0, len(union), ctx.c_chunk):
             urows = union[u0:u0 + ctx.c_chunk]
-            scores = np.asarray(source.scores(slice(q0 + s0, q0 + s1), urows), dtype=np.float32)
+            called = source.scores_rows(q0 + order[s0:s1], urows) if grouped else \
+                source.scores(slice(q0 + s0, q0 + s1), urows)
+            scores = np.asarray(called, dtype=np.float32)
             for name, idx in sel.items():
                 g = ctx.pools[name]
                 rows = g.rows[idx]
                 j = idx[(rows >= urows[0]) & (rows <= urows[-1])]
-                out[name][j] = scores[g.query[j] - s0, np.searchsorted(urows, g.rows[j])]
+                out[name][j] = scores[at[name][j] - s0, np.searchsorted(urows, g.rows[j])]
     return out
+
+
+def _grouping(ctx: BlockContext) -> np.ndarray:
+    """The block's queries (local indices) ordered so that queries sharing positives are neighbours: by the lowest
+    and highest row and the size of their positives in the block's largest pool (equal for queries whose pool is
+    the same set, e.g. every segment of their target state), then by query."""
+    nb = ctx.size
+    lo = np.full(nb, np.iinfo(np.int64).max, np.int64)
+    hi = np.full(nb, -1, np.int64)
+    size = np.zeros(nb, np.int64)
+    if ctx.pools:
+        g = max(ctx.pools.values(), key=lambda b: len(b.rows))
+        np.minimum.at(lo, g.query, g.rows)
+        np.maximum.at(hi, g.query, g.rows)
+        size = np.bincount(g.query, minlength=nb)
+    return np.lexsort((np.arange(nb), size, hi, lo)).astype(np.int64)
 
 
 def stream_tiles(source: ScoreSource, ctx: BlockContext, thresholds: Thresholds, bar: Any) -> tuple[TileCounts, TopK]:

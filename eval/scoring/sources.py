@@ -46,6 +46,8 @@ class ScoreSource(ABC):
     - `scores_into` to write a tile into the caller's buffer (the scorer reuses one buffer for all its tiles: a
       freshly allocated tile of the default size is mapped anew by the allocator, and its page faults cost a
       sizeable share of its product; `scripts/bench_scoring.py` times both);
+    - `scores_rows` to score query rows in any order (the scorer's pass A then groups the queries that share
+      positives, whose union of rows is smaller);
     - ``name``: how messages name it (default: its class name);
     - `nonfinite_origin`: which input produced a non-finite score (a fusion names its input).
 
@@ -69,6 +71,11 @@ class ScoreSource(ABC):
         float32 of the result's shape, owned by the caller) when the source can; returns the array holding them:
         ``out``, or a new array (the default: `scores`). Either stays valid until the caller reuses ``out``."""
         return self.scores(q, items)
+
+    def scores_rows(self, queries: np.ndarray, items: slice | np.ndarray) -> np.ndarray | None:
+        """`scores` of the query rows ``queries`` (int64, any order): row ``a`` is query ``queries[a]``; None when
+        the source scores slices of queries only (the default)."""
+        return None
 
     def moments(self, q: slice, c_chunk: int = DEFAULT_C_CHUNK) -> tuple[np.ndarray, np.ndarray]:
         """Per-query mean and population std of the scores over all ``n_items`` corpus rows, float64 ``(n_q,)``:
@@ -273,9 +280,9 @@ class DenseSource(ScoreSource):
         rows = self._items_np[sel] if isinstance(sel, slice) else np.take(self._items_np, sel, axis=0)
         return _torch_view(np.asarray(rows, dtype=np.float32))
 
-    def _raw(self, q: slice, sel: slice | np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """Scores against rows ``sel`` of ``items`` (no expansion): float32 (n_q, n_sel), in ``out`` when given (C-
-        contiguous, that shape). Against the whole corpus through torch's matmul; against the states of a state
+    def _raw(self, q: slice | np.ndarray, sel: slice | np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """Scores of queries ``q`` (a slice, or query rows in any order) against rows ``sel`` of ``items`` (no
+        expansion): float32 (n_q, n_sel), in ``out`` when given (C-contiguous, that shape). Against the whole corpus through torch's matmul; against the states of a state
         space (a few thousand rows, `_state_block`) through numpy's, so that a stage scoring states never imports
         torch. With K samples, the (rows x K) products go through one scratch buffer kept by the source."""
         if self.item_rows is not None:
@@ -283,7 +290,7 @@ class DenseSource(ScoreSource):
         import torch
 
         x = self._item_block(sel)
-        qv = self._q[q]
+        qv = self._q[q] if isinstance(q, slice) else self._q[torch.from_numpy(np.asarray(q, dtype=np.int64))]
         nq, n = qv.shape[0], x.shape[0]
         if self.K == 1:
             if out is None:
@@ -345,6 +352,14 @@ class DenseSource(ScoreSource):
         if self.item_rows is None:
             return self._raw(q, items)
         return np.take(self._state_block(q), self.item_rows[items], axis=1)
+
+    def scores_rows(self, queries: np.ndarray, items: slice | np.ndarray) -> np.ndarray | None:
+        if self.item_rows is not None:  # a state source caches whole blocks: pass A needs no grouping
+            return None
+        queries = np.asarray(queries, dtype=np.int64)
+        if queries.ndim != 1 or (queries.size and (queries.min() < 0 or queries.max() >= self.n_queries)):
+            raise InputError(f"query rows must be a 1-d array in [0, {self.n_queries})")
+        return self._raw(queries, _as_index(items, self.n_items))
 
     def scores_into(self, q: slice, items: slice, out: np.ndarray) -> np.ndarray:
         if self.item_rows is not None or not isinstance(items, slice):

@@ -437,6 +437,67 @@ def test_pass_a_runs_its_sub_blocks_on_one_thread_where_that_rounds_as_the_tiles
     assert sorted(set(pass_a)) == [(36, 1), (PASS_A_QUERIES, 1)]  # sub-blocks, on one thread
 
 
+class _CountingDense(DenseSource):
+    """A dense source that records the (query rows, corpus rows) of every pass-A call, gathered or sliced; with
+    ``gathers=False`` it scores slices of queries only (`ScoreSource.scores_rows` -> None); with ``wobbly`` its
+    gathered calls round differently in the last bit."""
+
+    def __init__(self, *a, gathers=True, wobbly=False, **kw):
+        super().__init__(*a, **kw)
+        self.gathers, self.wobbly, self.pass_a = gathers, wobbly, []
+
+    def scores(self, q, items):
+        if not isinstance(items, slice):
+            self.pass_a.append((q.stop - q.start, len(items)))
+        return super().scores(q, items)
+
+    def scores_rows(self, queries, items):
+        if not self.gathers:
+            return None
+        self.pass_a.append((len(queries), len(items)))
+        s = super().scores_rows(queries, items)
+        return np.nextafter(s, np.float32(np.inf)) if self.wobbly else s
+
+
+def _shared_state_pools(rng, nq, n, n_states):
+    """Queries whose main pool is every corpus row of their target state (states of many rows, neighbouring queries
+    in different states), as in the synthetic benchmark's ``sim-exact`` pool; plus small random pools."""
+    state_of_row = rng.integers(0, n_states, n)
+    target = rng.permutation(np.arange(nq) % n_states)
+    state_rows = [np.flatnonzero(state_of_row == s) for s in range(n_states)]
+    pools = _pools(rng, nq, n)
+    pools["state"] = [state_rows[t] for t in target]
+    return pools
+
+
+@pytest.mark.parametrize("wobbly", [False, True])
+def test_pass_a_groups_queries_that_share_positives(wobbly):
+    """Pass A of a source that scores query rows in any order gathers queries with the same large pool into one
+    sub-block (`eval.scoring.block.PassAPlan.grouped`): the same exact counts for fewer scored (query, row) pairs
+    than sub-blocks of consecutive queries. A source whose gathered calls round differently is called in slices."""
+    from eval.scoring.block import PASS_A_QUERIES
+
+    rng = np.random.default_rng(11)
+    nq, n, d, n_states = 4 * PASS_A_QUERIES, 3000, 3, 8
+    q, items = _lattice(rng, nq, d), _lattice(rng, n, d)
+    pools = _shared_state_pools(rng, nq, n, n_states)
+    exclude = _random_groups(rng, nq, n, 6)
+    ref, _ = brute_stats(q @ items.T, pools, exclude, {"self"}, 4)
+    work = {}
+    for gathers in (True, False):
+        src = _CountingDense(q, items, gathers=gathers, wobbly=wobbly)
+        res = score_stream(src, pools, exclude, k=4, q_block=nq, c_chunk=10_000, progress=False,
+                           no_exclude_pools=("self",))
+        for pool in pools:
+            for f, v in ref[pool].items():
+                np.testing.assert_array_equal(res.stats[pool][f], v, err_msg=f"{pool}/{f} (gathers={gathers})")
+        work[gathers] = sum(rows * cols for rows, cols in src.pass_a[3 if gathers else 2:])  # after the probe
+    if wobbly:
+        assert work[True] == work[False]  # gathered calls disagree with the tiles: pass A keeps its slices
+    else:
+        assert work[True] < 0.5 * work[False]
+
+
 def test_unstable_or_nan_sources_are_errors():
     rng = np.random.default_rng(9)
 
