@@ -45,12 +45,15 @@ def test_each_fault_is_retried_or_not_as_specified(fault_proxy):
     b = _backend(p, attempts=4, timeout=1.0)
     out = {c.request_id: c for c in b.generate([Request(n, (f"{n}: what next?",), SamplingParams(max_tokens=4))
                                                 for n in names])}
-    expect = {  # name: (ok, attempts, requests the server saw)
-        "req-ok": (True, 1, 1), "req-500": (True, 3, 3), "req-503-forever": (False, 4, 4), "req-429": (True, 2, 2),
-        "req-timeout": (True, 2, 2), "req-drop": (True, 3, 3), "req-400": (False, 1, 1)}
-    for n, (ok, attempts, seen) in expect.items():
-        c = out[n]
-        assert (c.ok, c.attempts, p.log.count(f"{n}:")) == (ok, attempts, seen), (n, c)
+    expect = {  # name: (ok, faults it meets, attempts when no pass outlives its timeout)
+        "req-ok": (True, 0, 1), "req-500": (True, 2, 3), "req-503-forever": (False, 4, 4), "req-429": (True, 1, 2),
+        "req-timeout": (True, 1, 2), "req-drop": (True, 2, 3), "req-400": (False, 1, 1)}
+    for n, (ok, faults, attempts) in expect.items():
+        c, seen, passed = out[n], p.log.count(f"{n}:"), p.log.count(f"{n}:", action="pass")
+        # every attempt the backend counted reached the server once, and met the faults it was meant to; a pass that
+        # outlives the 1 s timeout on a loaded machine is retried, one more attempt on both sides
+        assert (c.ok, c.attempts, seen - passed) == (ok, seen, faults), (n, c)
+        assert c.attempts == attempts if not ok else c.attempts >= attempts, (n, c)
     assert out["req-429"].latency_s >= 0.4  # waited at least Retry-After
     assert out["req-503-forever"].error_kind == "http_503" and out["req-400"].error_kind == "http_400"
     assert out["req-ok"].texts and out["req-500"].texts
