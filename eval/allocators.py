@@ -55,7 +55,8 @@ def configure(*, force: bool = False, defrag: Path = THP_DEFRAG) -> dict[str, ob
             except NotImplementedError:  # a pyarrow built without jemalloc
                 pool = pa.system_memory_pool()
             pa.set_memory_pool(pool)
-        if madvise is not None and "NUMPY_MADVISE_HUGEPAGE" not in os.environ and thp_setting(defrag) in STALLING_DEFRAG:
+        stalls = thp_setting(defrag) in STALLING_DEFRAG
+        if madvise is not None and "NUMPY_MADVISE_HUGEPAGE" not in os.environ and stalls:
             madvise(False)
         _done = True
     advice = None

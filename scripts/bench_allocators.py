@@ -1,6 +1,6 @@
 """Scoring stages under each allocator setting of `eval.allocators`, as fresh processes, side by side.
 
-    python scripts/bench_allocators.py --data DIR [--out DIR] [--stages semantic-text,persistence] [--repeats 2]
+    python scripts/bench_allocators.py --data DIR [--stages semantic-text,persistence] [--repeats 2]
 
 Each stage is one toolkit command run as its own process (``python -m retrieval oracle semantic-text`` in the
 semantic space: fixed costs only, as its matmul bound is tiny; ``python -m retrieval baseline persistence`` in the
@@ -14,7 +14,8 @@ visual space: the whole corpus scored), under four settings, given to the child 
 - ``toolkit``: neither variable set, so `eval.allocators.configure` chooses (on a machine whose ``defrag`` makes a
   huge-page request wait, this is the two changes together).
 
-Settings take turns within each repeat, and each keeps its fastest repeat. Measured per run: wall seconds, and the
+The runs are written into a temporary folder, removed at the end. Settings take turns within each repeat, and
+each keeps its fastest repeat. Measured per run: wall seconds, and the
 user and system CPU seconds of the child (``resource.getrusage(RUSAGE_CHILDREN)``). The machine's transparent huge
 page settings are printed with the table. The table is printed and recorded (`eval.measured`:
 docs/perf/bench_allocators.json, which docs/performance.md shows; ``--record-dir`` / ``--no-record`` /
@@ -60,7 +61,8 @@ def run_stage(stage: str, setting: str, data: Path, out: Path) -> dict:
     wall = time.perf_counter() - t
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode:
-        raise SystemExit(f"{stage} under {setting!r} failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr[-2000:]}")
+        raise SystemExit(f"{stage} under {setting!r} failed ({proc.returncode}): {' '.join(cmd)}\n"
+                         f"{proc.stderr[-2000:]}")
     return {"stage": stage, "setting": setting, "wall_s": wall, "user_s": after.ru_utime - before.ru_utime,
             "sys_s": after.ru_stime - before.ru_stime}
 
@@ -81,7 +83,6 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--data", type=Path, required=True, help="a built benchmark with the minilm and pixels spaces")
-    ap.add_argument("--out", type=Path, default=None, help="scratch folder of the runs (default: a temporary one)")
     ap.add_argument("--stages", default=",".join(STAGES), help=f"comma-separated, of {list(STAGES)}")
     ap.add_argument("--repeats", type=int, default=2, help="runs of each stage and setting; the fastest is kept")
     from eval.allocators import THP_DEFRAG, thp_setting
@@ -95,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown stage {s!r}; choose from {list(STAGES)}")
     load_before = load_now()
     with tempfile.TemporaryDirectory(prefix="psr-bench-alloc-") as tmp:
-        out = a.out or Path(tmp)
-        out.mkdir(parents=True, exist_ok=True)
+        out = Path(tmp)  # the runs are this script's own: each rerun of a stage replaces its run here
         best: dict[tuple[str, str], dict] = {}
         for rep in range(a.repeats):
             for stage in stages:

@@ -300,8 +300,10 @@ class PassAPlan:
         def agree() -> bool:
             gathered = source.scores_rows(q0 + picks, idx)
             self.grouped = gathered is not None and np.asarray(gathered, np.float32).tobytes() == full[picks].tobytes()
+            if self.grouped:
+                return True
             sub = np.asarray(source.scores(slice(q0, q0 + PASS_A_QUERIES), idx), dtype=np.float32)
-            return self.grouped or sub.tobytes() == full[:PASS_A_QUERIES].tobytes()
+            return sub.tobytes() == full[:PASS_A_QUERIES].tobytes()
 
         if agree():
             return

@@ -282,9 +282,10 @@ class DenseSource(ScoreSource):
 
     def _raw(self, q: slice | np.ndarray, sel: slice | np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """Scores of queries ``q`` (a slice, or query rows in any order) against rows ``sel`` of ``items`` (no
-        expansion): float32 (n_q, n_sel), in ``out`` when given (C-contiguous, that shape). Against the whole corpus through torch's matmul; against the states of a state
-        space (a few thousand rows, `_state_block`) through numpy's, so that a stage scoring states never imports
-        torch. With K samples, the (rows x K) products go through one scratch buffer kept by the source."""
+        expansion): float32 (n_q, n_sel), in ``out`` when given (C-contiguous, that shape). Against the whole corpus
+        through torch's matmul; against the states of a state space (a few thousand rows, `_state_block`) through
+        numpy's, so that a stage scoring states never imports torch. With K samples, the (rows x K) products go
+        through one scratch buffer kept by the source."""
         if self.item_rows is not None:
             return self._raw_numpy(q, sel)
         import torch
