@@ -1,12 +1,13 @@
 """Time LFTR's real training step on a built benchmark: torch's dropout against `retrieval.lftr.model.MaskDropout`,
-glibc's default malloc against `eval.threads.retain_freed_memory`.
+torch's attention against `retrieval.lftr.model.SelfAttention`'s written-out pass, glibc's default malloc against
+`eval.threads.retain_freed_memory`.
 
 Each contender is a fresh child process (malloc's thresholds are per process and cannot be undone): it loads the
 benchmark, prepares the head as `retrieval.lftr.train.train` does (`--config`, the demo's by default, in `--space`),
 runs two warm-up steps, then times ``--steps`` training steps (batch, `LFTRLoss`, backward, gradient clipping,
 AdamW, schedule) on ``--threads`` threads. The contenders take turns, ``--repeats`` rounds; each keeps its median.
-The baseline, measured in the same run, is torch's dropout with the default malloc: the last column is each
-contender's time over it.
+The baseline, measured in the same run, is torch's dropout and attention with the default malloc: the last column
+is each contender's time over it.
 
     python scripts/bench_lftr_step.py --data data/psr-synth --space pixels
 
@@ -28,11 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a file from a checkout: find the packages
 
-#: (name, dropout, retained malloc); the first is the baseline
-CONTENDERS = (("torch dropout, default malloc", "torch", False),
-              ("MaskDropout, default malloc", "mask", False),
-              ("torch dropout, retained memory", "torch", True),
-              ("MaskDropout, retained memory (the toolkit's)", "mask", True))
+#: (name, dropout, attention, retained malloc); the first is the baseline
+CONTENDERS = (("torch dropout and attention, default malloc", "torch", "torch", False),
+              ("MaskDropout, torch attention, default malloc", "mask", "torch", False),
+              ("MaskDropout, torch attention, retained memory", "mask", "torch", True),
+              ("MaskDropout, written-out attention, retained memory (the toolkit's)", "mask", "written", True))
 
 
 def child(a: argparse.Namespace) -> None:
@@ -44,11 +45,13 @@ def child(a: argparse.Namespace) -> None:
     from eval.threads import retain_freed_memory
     from retrieval.lftr import train as T
     from retrieval.lftr.config import load_config
-    from retrieval.lftr.model import MaskDropout
+    from retrieval.lftr.model import MaskDropout, SelfAttention
 
     if a.memory == "retained" and not retain_freed_memory():
         raise SystemExit("retain_freed_memory() did not take effect here (not glibc)")
     torch.set_num_threads(a.threads)
+    if a.attention == "torch":
+        SelfAttention.forward = nn.MultiheadAttention.forward  # this child process only
     cfg = load_config([a.config], target_space=a.space, prefix_space=a.space, question_space=a.question_space or None)
     with tempfile.TemporaryDirectory() as tmp:
         job = T._start(Benchmark.load(a.data), cfg, Path(tmp), adapter_factory=None, progress=False, log=lambda m: None)
@@ -96,6 +99,7 @@ def main() -> None:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--dropout", choices=("torch", "mask"), default="mask", help=argparse.SUPPRESS)
     ap.add_argument("--memory", choices=("default", "retained"), default="retained", help=argparse.SUPPRESS)
+    ap.add_argument("--attention", choices=("torch", "written"), default="written", help=argparse.SUPPRESS)
     from eval.measured import add_record_options, load_now, record_from_args
 
     add_record_options(ap, "bench_lftr_step")
@@ -105,13 +109,14 @@ def main() -> None:
     if not (a.data / "features" / a.space).exists():
         raise SystemExit(f"{a.data} has no space {a.space!r} (features/{a.space}/): build it first (make demo)")
     load_before = load_now()
-    medians: dict[str, list[float]] = {name: [] for name, _, _ in CONTENDERS}
+    medians: dict[str, list[float]] = {name: [] for name, *_ in CONTENDERS}
     info: dict = {}
     for r in range(a.repeats):
-        for name, dropout, retained in CONTENDERS:
+        for name, dropout, attention, retained in CONTENDERS:
             cmd = [sys.executable, __file__, "--child", "--data", str(a.data), "--space", a.space, "--config",
                    str(a.config), "--question-space", a.question_space, "--steps", str(a.steps), "--threads",
-                   str(a.threads), "--dropout", dropout, "--memory", "retained" if retained else "default"]
+                   str(a.threads), "--dropout", dropout, "--attention", attention,
+                   "--memory", "retained" if retained else "default"]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             info = json.loads(out.strip().splitlines()[-1])
             medians[name].append(statistics.median(info["step_s"]))
@@ -119,10 +124,10 @@ def main() -> None:
     res = {"data": str(a.data), "space": a.space, "config": a.config.name, "threads": a.threads, "steps": a.steps,
            "repeats": a.repeats, "parameters": info["parameters"], "batch": info["batch"],
            "contenders": [{"name": n, "ms": 1000 * statistics.median(medians[n]),
-                           "rounds_ms": [1000 * x for x in medians[n]]} for n, _, _ in CONTENDERS]}
+                           "rounds_ms": [1000 * x for x in medians[n]]} for n, *_ in CONTENDERS]}
     md = markdown(res)
     print("\n" + md, end="")
-    record_from_args(a, "bench_lftr_step", title="LFTR's training step: dropout and malloc", markdown=md, data=res,
+    record_from_args(a, "bench_lftr_step", title="LFTR's training step: dropout, attention and malloc", markdown=md, data=res,
                      load=(load_before, load_now()))
 
 

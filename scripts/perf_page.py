@@ -141,8 +141,10 @@ installed. With `--validation-benchmark DIR` it instead trains on a real benchma
 epoch; the load average of each epoch is in its table, as the other jobs' load swings can dominate the difference.
 `scripts/bench_lftr_step.py` times the real training step of one of the demo's heads on a built benchmark, each
 contender in a fresh process, taking turns: torch's dropout against `MaskDropout` (the head's dropout, whose mask
-NumPy draws), and glibc's default malloc against `eval.threads.retain_freed_memory` (which the LFTR jobs call); the
-baseline is torch's dropout with the default malloc. `scripts/bench_lftr_val.py` times the validation R@k of the
+NumPy draws), torch's attention against `SelfAttention`'s written-out training pass (the head's attention: its
+softmax over a dozen tokens and the dropout of its weights), and glibc's default malloc against
+`eval.threads.retain_freed_memory` (which the LFTR jobs call); the baseline is torch's dropout and attention with the
+default malloc. `scripts/bench_lftr_val.py` times the validation R@k of the
 demo's trained heads (and of the same heads untrained, as in the first epochs) with the cut, which stops scoring a
 query once `val_k` negatives certainly beat its best positive (in a semantic space: counts them from the state
 scores, and expands only the other queries to the corpus rows), against every sample of every query scored, taking

@@ -50,15 +50,15 @@ class MaxSimInfoNCE(nn.Module):
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         d = self.batches
         B = samples.shape[0]
-        pos = torch.einsum("bkd,bd->bk", samples, d.items.index_select(0, b.positive)).amax(1, keepdim=True)
+        # row gathers by F.embedding: the same values as ``items[idx]``, and the fastest of torch's gathers on CPU
+        pos = torch.einsum("bkd,bd->bk", samples, F.embedding(b.positive, d.items)).amax(1, keepdim=True)
         parts, masks = [pos], [torch.zeros_like(pos, dtype=torch.bool)]
         if self.n_random:
             rnd = torch.randint(0, d.n_items, (self.n_random,), generator=generator).to(d.device)
-            parts.append(torch.einsum("bkd,rd->bkr", samples, d.items.index_select(0, rnd)).amax(1))
+            parts.append(torch.einsum("bkd,rd->bkr", samples, F.embedding(rnd, d.items)).amax(1))
             masks.append(d.never_negative(b.rows, b.target_state, rnd.expand(B, -1)))
         if b.hard is not None:
-            # index_select of the flat rows: the same values as ``items[hard]``, several times faster on CPU
-            hard = d.items.index_select(0, b.hard.clamp(min=0).reshape(-1)).view(*b.hard.shape, -1)
+            hard = F.embedding(b.hard.clamp(min=0), d.items)
             parts.append(torch.einsum("bkd,bmd->bkm", samples, hard).amax(1))
             masks.append(b.hard < 0)
         logits = torch.cat(parts, 1).masked_fill(torch.cat(masks, 1), -torch.inf)

@@ -46,8 +46,9 @@ class MaskDropout(nn.Module):
 
     On CPU, torch's dropout draws its mask with ``bernoulli_``, a slow kernel that took a large share of an LFTR
     training step at the demo's sizes (`scripts/bench_lftr_step.py` measures the step with either dropout). Here
-    each call draws 16 random bits per element with ``numpy.random.Generator.bytes`` and keeps an element when they
-    fall below ``round((1 - p) * 65536)`` (the keep probability rounded to 1/65536: 0.899994 for ``p`` = 0.1). Kept
+    each call draws 16 random bits per element (``numpy.random.Generator.integers`` of dtype uint16: several times
+    faster than its ``bytes``) and keeps an element when they fall below ``round((1 - p) * 65536)`` (the keep
+    probability rounded to 1/65536: 0.899994 for ``p`` = 0.1); the mask is built in NumPy's float32. Kept
     elements are scaled by ``1 / (1 - p)``. The generator of each call is seeded from torch's global generator, so a seeded run
     draws the same masks, and so does a resumed one (its checkpoint restores torch's state). Off the CPU (where
     torch's kernel is fast), and in eval mode, it is ``F.dropout``."""
@@ -65,12 +66,46 @@ class MaskDropout(nn.Module):
         if x.device.type != "cpu":
             return F.dropout(x, self.p, True)
         seed = int(torch.randint(0, 2**62, (1,)))
-        bits = np.frombuffer(np.random.default_rng(seed).bytes(2 * x.numel()), np.uint16)
-        mask = torch.from_numpy(bits < self.threshold).view(x.shape).to(x.dtype).mul_(1.0 / (1.0 - self.p))
-        return x * mask
+        bits = np.random.default_rng(seed).integers(0, 65536, x.numel(), dtype=np.uint16)
+        mask = (bits < self.threshold).astype(np.float32)
+        mask *= np.float32(1.0 / (1.0 - self.p))
+        return x * torch.from_numpy(mask).view(x.shape).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
+
+
+class SelfAttention(nn.MultiheadAttention):
+    """``nn.MultiheadAttention`` (batch first; the same parameters, so the same checkpoints) whose training pass on
+    the CPU is written out: softmax as ``exp(s - max) / sum`` and dropout of the attention weights by `MaskDropout`.
+
+    The LFTR head attends over about a dozen tokens. For rows that short torch's CPU softmax kernel and the
+    ``bernoulli_`` mask of its attention dropout took about a tenth of a training step at the demo's sizes
+    (`scripts/bench_lftr_step.py` measures the step with either attention). The written-out pass computes the same
+    function (the dropout masks are drawn as `MaskDropout` draws them). Off the CPU, in eval mode, without dropout, or
+    with masks or attention weights asked for, it is ``nn.MultiheadAttention``."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float):
+        super().__init__(embed_dim, num_heads, dropout=dropout, batch_first=True)
+        self.weights_dropout = MaskDropout(dropout)
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True, attn_mask=None,
+                average_attn_weights=True, is_causal=False):
+        if (not self.training or self.dropout == 0.0 or query.device.type != "cpu" or need_weights
+                or key_padding_mask is not None or attn_mask is not None or is_causal
+                or not (query is key is value) or query.dim() != 3):
+            return super().forward(query, key, value, key_padding_mask=key_padding_mask, need_weights=need_weights,
+                                   attn_mask=attn_mask, average_attn_weights=average_attn_weights,
+                                   is_causal=is_causal)
+        B, T, D = query.shape
+        h = self.num_heads
+        qkv = F.linear(query, self.in_proj_weight, self.in_proj_bias).view(B, T, 3, h, D // h).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)  # (B, h, T, D/h) each; unbind, whose backward stacks (select zero-fills per part)
+        s = torch.matmul(q * (D // h) ** -0.5, k.transpose(-1, -2))
+        e = (s - s.amax(-1, keepdim=True).detach()).exp()
+        w = self.weights_dropout(e / e.sum(-1, keepdim=True))
+        o = torch.matmul(w, v).transpose(1, 2).reshape(B, T, D)
+        return F.linear(o, self.out_proj.weight, self.out_proj.bias), None
 
 
 class LFTR(nn.Module):
@@ -90,6 +125,7 @@ class LFTR(nn.Module):
         layer = nn.TransformerEncoderLayer(D, cfg.n_heads, cfg.ff_mult * D, cfg.dropout, activation="gelu",
                                            batch_first=True, norm_first=True)
         layer.dropout, layer.dropout1, layer.dropout2 = (MaskDropout(cfg.dropout) for _ in range(3))
+        layer.self_attn = SelfAttention(D, cfg.n_heads, cfg.dropout)
         self.encoder = nn.TransformerEncoder(layer, cfg.n_layers, enable_nested_tensor=False)
         self.ctx_norm = nn.LayerNorm(D)
         self.step_emb = nn.Parameter(torch.zeros(cfg.rollout_depth, D))

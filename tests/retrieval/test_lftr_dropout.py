@@ -1,4 +1,5 @@
-"""`retrieval.lftr.model.MaskDropout`: ``nn.Dropout``'s contract with a NumPy-drawn mask, seeded by torch's generator."""
+"""`retrieval.lftr.model.MaskDropout`: ``nn.Dropout``'s contract with a NumPy-drawn mask, seeded by torch's generator;
+`retrieval.lftr.model.SelfAttention`: ``nn.MultiheadAttention``'s function with that dropout on its weights."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import torch
 from torch import nn
 
 from retrieval.lftr.config import LFTRConfig
-from retrieval.lftr.model import LFTR, MaskDropout
+from retrieval.lftr.model import LFTR, MaskDropout, SelfAttention
 
 
 def test_keeps_one_minus_p_and_scales_the_kept():
@@ -46,7 +47,7 @@ def test_gradient_is_the_scaled_mask():
     assert torch.allclose(x.grad, (y.detach() != 0).float() / 0.75)
 
 
-def test_the_heads_encoder_uses_it_for_every_dropout_but_the_attentions():
+def test_the_heads_encoder_uses_it_for_every_dropout_and_its_attention_is_written_out():
     model = LFTR(LFTRConfig(d_model=32, n_heads=4, n_layers=2, dropout=0.2), d_in=8, d_out=8)
     layers = list(model.encoder.layers)
     assert len(layers) == 2
@@ -54,4 +55,48 @@ def test_the_heads_encoder_uses_it_for_every_dropout_but_the_attentions():
         for name in ("dropout", "dropout1", "dropout2"):
             m = getattr(layer, name)
             assert isinstance(m, MaskDropout) and m.p == 0.2
+        assert isinstance(layer.self_attn, SelfAttention) and layer.self_attn.weights_dropout.p == 0.2
     assert not any(type(m) is nn.Dropout for m in model.modules())
+    # no parameter or buffer of its own: checkpoints keep nn.MultiheadAttention's keys
+    assert not any("weights_dropout" in k for k in model.state_dict())
+
+
+def _attention_pair(dropout: float) -> tuple[SelfAttention, nn.MultiheadAttention]:
+    torch.manual_seed(0)
+    ours = SelfAttention(32, 4, dropout)
+    ref = nn.MultiheadAttention(32, 4, dropout=dropout, batch_first=True)
+    ref.load_state_dict(ours.state_dict())
+    return ours, ref
+
+
+def test_written_out_attention_is_torchs_function_with_its_gradients():
+    ours, ref = _attention_pair(0.3)
+    ours.train().weights_dropout = nn.Identity()  # the written-out pass, without its mask
+    ref.eval()  # torch's, without dropout
+    x = torch.randn(6, 11, 32, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    y, w = ours(x, x, x, need_weights=False)
+    y_ref, _ = ref(x2, x2, x2, need_weights=False)
+    assert w is None and torch.allclose(y, y_ref, atol=1e-6)
+    g = torch.randn_like(y)
+    y.backward(g)
+    y_ref.backward(g)
+    assert torch.allclose(x.grad, x2.grad, atol=1e-5)
+    for (name, p), p_ref in zip(ours.named_parameters(), ref.parameters(), strict=True):
+        assert torch.allclose(p.grad, p_ref.grad, atol=1e-5), name
+
+
+def test_written_out_attention_drops_weights_and_defers_to_torch_otherwise():
+    ours, ref = _attention_pair(0.5)
+    x = torch.randn(4, 9, 32)
+    ours.train()
+    torch.manual_seed(1)
+    a, b = ours(x, x, x, need_weights=False)[0], ours(x, x, x, need_weights=False)[0]
+    torch.manual_seed(1)
+    assert torch.equal(a, ours(x, x, x, need_weights=False)[0]) and not torch.equal(a, b)
+    assert not torch.allclose(a, ref.eval()(x, x, x, need_weights=False)[0], atol=1e-3)
+    # eval mode, or attention weights asked for: nn.MultiheadAttention's own pass
+    ours.eval()
+    assert torch.equal(ours(x, x, x, need_weights=False)[0], ref(x, x, x, need_weights=False)[0])
+    y, w = ours.train()(x, x, x, need_weights=True)
+    assert w is not None and w.shape == (4, 9, 9)
