@@ -63,7 +63,44 @@ def _file_stats(root: Path) -> list[list[Any]]:
     return out
 
 
-def _load_jsonl(path: Path, features: datasets.Features, cache_dir: str | None) -> datasets.Dataset:
+#: Where `Benchmark.load` notes that the files it read passed its checks (`_validated`); bump the version when a check
+#: is added or changed, so that every benchmark is checked again.
+VALIDATED_FILE, VALIDATION_VERSION = "validated.json", 1
+
+
+def _validation_key(stats: list[list[Any]]) -> str:
+    """The key of a passed validation: the checks' version, the schemas and the files' ``[name, size, mtime_ns,
+    inode]`` (any write to a file changes its mtime)."""
+    import hashlib
+    import json
+
+    schemas = [repr(f) for f in (QUERY_FEATURES, SEGMENT_FEATURES, STATE_FEATURES)]
+    return hashlib.sha256(json.dumps([VALIDATION_VERSION, schemas, stats]).encode()).hexdigest()
+
+
+def _validated(root: Path, key: str) -> bool:
+    """Whether ``<root>/.cache/validated.json`` says these very files passed the checks of `_load_jsonl`."""
+    try:
+        return read_json(root / ".cache" / VALIDATED_FILE).get("key") == key
+    except (OSError, ValueError, AttributeError, FormatError):
+        return False
+
+
+def _note_validated(root: Path, key: str) -> None:
+    """Write the note `_validated` reads (nothing where the benchmark is read-only)."""
+    from eval.atomic import write_json
+
+    try:
+        (root / ".cache").mkdir(parents=True, exist_ok=True)
+        write_json(root / ".cache" / VALIDATED_FILE, {"key": key})
+    except OSError:
+        pass
+
+
+def _load_jsonl(path: Path, features: datasets.Features, cache_dir: str | None, *,
+                check: bool = True) -> datasets.Dataset:
+    """``path`` as a memory-mapped `datasets.Dataset` (Arrow, cached under ``cache_dir``); ``check``: refuse
+    invalid UTF-8, null required fields and repeated ids (`Benchmark.load` skips them for files that passed)."""
     if path.stat().st_size == 0:
         return datasets.Dataset.from_dict({k: [] for k in features}, features=features)
     try:
@@ -78,9 +115,10 @@ def _load_jsonl(path: Path, features: datasets.Features, cache_dir: str | None) 
             raise FormatError(path, p.message, line=p.line, field=p.field, fix=fix) from None
         raise FormatError(path, f"could not be loaded as JSONL with the expected schema ({type(e).__name__}: "
                                 f"{_cause(e)})", fix=fix) from None
-    _check_arrow(path, ds)
-    _check_required(path, ds)
-    _check_unique_ids(path, ds)
+    if check:
+        _check_arrow(path, ds)
+        _check_required(path, ds)
+        _check_unique_ids(path, ds)
     return ds
 
 
@@ -244,18 +282,23 @@ class Benchmark:
         _check_links(root)
         cache = _cache_dir(root)
         stats = _file_stats(root)
+        key = _validation_key(stats)
+        check = not _validated(root, key)
         was_enabled = datasets.is_progress_bar_enabled()
         if not progress:
             datasets.disable_progress_bars()
         try:
-            q = _load_jsonl(root / "queries.jsonl", QUERY_FEATURES, cache)
-            c = _load_jsonl(root / "corpus.jsonl", SEGMENT_FEATURES, cache)
-            s = _load_jsonl(root / "states.jsonl", STATE_FEATURES, cache)
+            q = _load_jsonl(root / "queries.jsonl", QUERY_FEATURES, cache, check=check)
+            c = _load_jsonl(root / "corpus.jsonl", SEGMENT_FEATURES, cache, check=check)
+            s = _load_jsonl(root / "states.jsonl", STATE_FEATURES, cache, check=check)
         finally:
             if was_enabled:
                 datasets.enable_progress_bars()
         bench = cls(root, manifest, q, c, s)
-        bench.source_stats = stats if _file_stats(root) == stats else None  # a file changed while it was read
+        unchanged = _file_stats(root) == stats  # no file changed while it was read
+        bench.source_stats = stats if unchanged else None
+        if check and unchanged:
+            _note_validated(root, key)
         return bench
 
     # --- sizes and ids ---

@@ -91,3 +91,25 @@ def test_query_field_reads_what_the_typed_queries_hold(synth_bench):
         assert set(synth_bench.query_field("id", split)) == {q.id for q in typed}
     with pytest.raises(InputError, match="no field 'nope'"):
         synth_bench.query_field("nope")
+
+
+def test_files_that_passed_are_not_checked_again_until_one_changes(bench_copy, monkeypatch):
+    import eval.benchmark as B
+
+    calls: list[str] = []
+    real = B._check_arrow
+    monkeypatch.setattr(B, "_check_arrow", lambda path, ds: (calls.append(path.name), real(path, ds)))
+    Benchmark.load(bench_copy)
+    assert calls == ["queries.jsonl", "corpus.jsonl", "states.jsonl"]
+    assert (bench_copy / ".cache" / B.VALIDATED_FILE).exists()
+    Benchmark.load(bench_copy)  # the same files: the note stands
+    assert len(calls) == 3
+    # any write to a file (here one that keeps its size) makes every file be checked again
+    q = bench_copy / "queries.jsonl"
+    q.write_bytes(q.read_bytes())
+    Benchmark.load(bench_copy)
+    assert len(calls) == 6
+    # a note of other checks (another version) is not taken either
+    monkeypatch.setattr(B, "VALIDATION_VERSION", B.VALIDATION_VERSION + 1)
+    Benchmark.load(bench_copy)
+    assert len(calls) == 9
