@@ -536,7 +536,7 @@ def test_checkpoint_resumes_finished_blocks(tmp_path):
 
     pools = _pools(rng, nq, n)
     kw = dict(k=4, q_block=8, c_chunk=32, progress=False, no_exclude_pools=("self",), checkpoint=tmp_path / "ck",
-              fingerprint="m1")
+              fingerprint="m1", checkpoint_every_s=0)
     first = score_stream(Counted(), pools, None, **kw)
     assert sorted(p.name for p in (tmp_path / "ck").glob("block_*.npz")) == [
         "block_00000000_00000008.npz", "block_00000008_00000016.npz", "block_00000016_00000020.npz"]
@@ -551,6 +551,27 @@ def test_checkpoint_resumes_finished_blocks(tmp_path):
     np.testing.assert_array_equal(again.ranked.mask, first.ranked.mask)
     with pytest.raises(ValueError, match="fingerprint"):
         score_stream(Counted(), pools, None, **{**kw, "fingerprint": "m2"})
+
+
+def test_checkpoint_saves_start_after_the_interval_and_take_every_unsaved_block(tmp_path, monkeypatch):
+    import eval.scoring.streaming as S
+
+    rng = np.random.default_rng(11)
+    nq, n = 20, 70
+    src = DenseSource(_lattice(rng, nq, 3), _lattice(rng, n, 3))
+    pools = _pools(rng, nq, n)
+    kw = dict(k=4, q_block=8, c_chunk=32, progress=False, no_exclude_pools=("self",), fingerprint="m1")
+    # a job shorter than the interval writes its meta only
+    short = score_stream(src, pools, None, checkpoint=tmp_path / "a", **kw)
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["meta.json"]
+    # a clock that moves 10 s per block: with a 15 s interval the second block saves the first two, the third
+    # waits (it would go with the next save)
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr(S.time, "monotonic", lambda: float(next(clock)))
+    again = score_stream(src, pools, None, checkpoint=tmp_path / "b", checkpoint_every_s=15, **kw)
+    assert sorted(p.name for p in (tmp_path / "b").glob("block_*.npz")) == [
+        "block_00000000_00000008.npz", "block_00000008_00000016.npz"]
+    np.testing.assert_array_equal(again.topk_rows, short.topk_rows)
 
 
 def test_missed_queries_are_misses_whatever_the_source(synth_bench, tmp_path):
