@@ -127,8 +127,8 @@ def main() -> None:
                            "rounds_ms": [1000 * x for x in medians[n]]} for n, *_ in CONTENDERS]}
     md = markdown(res)
     print("\n" + md, end="")
-    record_from_args(a, "bench_lftr_step", title="LFTR's training step: dropout, attention and malloc", markdown=md, data=res,
-                     load=(load_before, load_now()))
+    record_from_args(a, "bench_lftr_step", title="LFTR's training step: dropout, attention and malloc", markdown=md,
+                     data=res, load=(load_before, load_now()))
 
 
 if __name__ == "__main__":
