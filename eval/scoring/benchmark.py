@@ -121,6 +121,76 @@ def benchmark_groups(bench: Any, queries: Sequence[Any] | pa.Table) -> Benchmark
     return BenchmarkGroups(pools, exclude, {"triplet_temporal": temporal, "triplet_semantic": semantic})
 
 
+#: Folder (under a benchmark's ``.cache``) of `cached_benchmark_groups`, how many files it keeps, and the version of
+#: their layout and of `benchmark_groups` (bump it when either changes, so that no older file is read).
+GROUPS_CACHE, GROUPS_CACHE_FILES, GROUPS_CACHE_VERSION = "groups", 4, 1
+
+
+def _groups_key(bench: Any, query_rows: np.ndarray) -> str:
+    """What `benchmark_groups` of ``query_rows`` depends on: the benchmark's files (size, mtime and inode, as
+    `Benchmark.load` read them), the GT mapping, the tiers, the rows, and the cache's version."""
+    h = hashlib.sha256(json.dumps([GROUPS_CACHE_VERSION, bench.source_stats, GT_DEFINITION_FIELDS,
+                                   list(BENCHMARK_TIERS), list(TRIPLET_PROBES)], sort_keys=True).encode())
+    h.update(np.ascontiguousarray(query_rows, dtype=np.int64).tobytes())
+    return h.hexdigest()[:32]
+
+
+def _groups_to_arrays(g: BenchmarkGroups) -> dict[str, np.ndarray]:
+    arrays: dict[str, np.ndarray] = {}
+    for kind, named in (("pool", g.pools), ("exclude", {"exclude": g.exclude}), ("probe", g.probes)):
+        for name, lists in named.items():
+            sizes = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
+            values = np.concatenate([np.asarray(x, np.int64) for x in lists]) if len(lists) else np.zeros(0, np.int64)
+            arrays[f"{kind}/{name}/sizes"] = sizes
+            arrays[f"{kind}/{name}/rows"] = values.astype(np.int32 if values.size and values.max() < 2**31 else
+                                                         np.int64)
+    return arrays
+
+
+def _groups_from_arrays(z: Any) -> BenchmarkGroups:
+    out: dict[str, dict[str, list[np.ndarray]]] = {"pool": {}, "exclude": {}, "probe": {}}
+    for key in z.files:
+        kind, name, part = key.split("/")
+        if part != "sizes":
+            continue
+        sizes = z[key]
+        rows = z[f"{kind}/{name}/rows"].astype(np.int64)
+        ends = np.cumsum(sizes)
+        out[kind][name] = [rows[a:b] for a, b in zip((ends - sizes).tolist(), ends.tolist(), strict=True)]
+    return BenchmarkGroups(out["pool"], out["exclude"]["exclude"], out["probe"])
+
+
+def cached_benchmark_groups(bench: Any, table: pa.Table, query_rows: np.ndarray) -> BenchmarkGroups:
+    """`benchmark_groups` of the benchmark's queries at ``query_rows`` (``table``: their rows), read from
+    ``<benchmark>/.cache/groups/`` when a command computed them for the same files, GT mapping and rows
+    (`_groups_key`); computed and written there otherwise (nothing is written for a benchmark that cannot be, or
+    whose files changed while it loaded). At PSR scale they are millions of corpus rows, a fixed cost of every
+    scoring stage (`scripts/psr_scale.py` times the stages); the folder keeps the `GROUPS_CACHE_FILES` newest."""
+    if not getattr(bench, "source_stats", None):
+        return benchmark_groups(bench, table)
+    folder = bench.root / ".cache" / GROUPS_CACHE
+    path = folder / f"{_groups_key(bench, query_rows)}.npz"
+    try:
+        with np.load(path) as z:
+            g = _groups_from_arrays(z)
+        if len(g.exclude) == len(query_rows):
+            return g
+    except (OSError, ValueError, KeyError):
+        pass
+    g = benchmark_groups(bench, table)
+    try:
+        from eval.io import atomic_path
+
+        folder.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.savez(f, **_groups_to_arrays(g))
+        for old in sorted(folder.glob("*.npz"), key=lambda p: p.stat().st_mtime, reverse=True)[GROUPS_CACHE_FILES:]:
+            old.unlink(missing_ok=True)
+    except OSError:
+        pass
+    return g
+
+
 def score_benchmark(bench: Any, source: Any, query_rows: np.ndarray | Sequence[int], *, method: str,
                     config: dict[str, Any] | None = None, k: int = 50, q_block: int = DEFAULT_Q_BLOCK,
                     c_chunk: int = DEFAULT_C_CHUNK, progress: bool = True,
@@ -142,7 +212,7 @@ def score_benchmark(bench: Any, source: Any, query_rows: np.ndarray | Sequence[i
         raise InputError(f"the source scores {source.n_items} items but the corpus has {len(bench.corpus_ds)}")
     table = bench.query_table(query_rows)
     query_ids = table.column("id").to_pylist()
-    pools, exclude, probes = benchmark_groups(bench, table)
+    pools, exclude, probes = cached_benchmark_groups(bench, table, query_rows)
     fingerprint = hashlib.sha256(json.dumps({"method": method, "config": config or {}, "benchmark": bench.name},
                                             sort_keys=True, default=str).encode()).hexdigest()[:16]
     ids = np.asarray(bench.corpus_ids, dtype=object)
