@@ -24,6 +24,7 @@ follows:
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
@@ -72,22 +73,39 @@ class Interrupted(BaseException):
 @contextlib.contextmanager
 def signals_as_exceptions() -> Iterator[None]:
     """While the block runs (in the main thread), SIGINT and SIGTERM raise `Interrupted`; once one has, both are
-    ignored until the block ends, so the cleanup the exception triggers is not itself cut short."""
+    ignored until the block ends, so the cleanup the exception triggers is not itself cut short.
+
+    A signal can land while a finalizer (``__del__``) runs, where Python prints an exception and drops it. Such an
+    `Interrupted` is not lost: the unraisable hook of the block re-arms the handler and trips the signal again, so it
+    is raised in the code the finalizer interrupted, a moment later."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous_hook = sys.unraisablehook
 
     def handler(signum, _frame):
         for s in previous:
             signal.signal(s, signal.SIG_IGN)
         raise Interrupted(signum)
 
+    def unraisable(u) -> None:
+        if isinstance(u.exc_value, Interrupted):
+            # trip the signal again from another thread a moment later, once this hook has returned
+            signal.signal(u.exc_value.signum, handler)
+            timer = threading.Timer(0.05, _thread.interrupt_main, args=(u.exc_value.signum,))
+            timer.daemon = True
+            timer.start()
+            return
+        previous_hook(u)
+
     for s in previous:
         signal.signal(s, handler)
+    sys.unraisablehook = unraisable
     try:
         yield
     finally:
+        sys.unraisablehook = previous_hook
         for s, h in previous.items():
             signal.signal(s, h)
 
