@@ -297,6 +297,11 @@ class Benchmark:
         bench = cls(root, manifest, q, c, s)
         unchanged = _file_stats(root) == stats  # no file changed while it was read
         bench.source_stats = stats if unchanged else None
+        if not check and not unchanged:  # the note was for the files as they were: check what was read
+            for name, ds in (("queries.jsonl", q), ("corpus.jsonl", c), ("states.jsonl", s)):
+                _check_arrow(root / name, ds)
+                _check_required(root / name, ds)
+                _check_unique_ids(root / name, ds)
         if check and unchanged:
             _note_validated(root, key)
         return bench

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zipfile
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -175,7 +176,7 @@ def cached_benchmark_groups(bench: Any, table: pa.Table, query_rows: np.ndarray)
             g = _groups_from_arrays(z)
         if len(g.exclude) == len(query_rows):
             return g
-    except (OSError, ValueError, KeyError):
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # none yet, or not one we can read
         pass
     g = benchmark_groups(bench, table)
     try:

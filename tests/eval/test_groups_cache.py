@@ -65,6 +65,11 @@ def test_groups_are_read_back_identical_for_the_same_files_mapping_and_rows(benc
     q.write_bytes(q.read_bytes())
     SB.cached_benchmark_groups(Benchmark.load(bench_copy), table, rows)
     assert calls == [1, 1]
+    # a file that is not a readable archive is computed again (and replaced)
+    for f in (bench_copy / ".cache" / SB.GROUPS_CACHE).glob("*.npz"):
+        f.write_bytes(b"PK\x03\x04 not a zip")
+    _equal(SB.cached_benchmark_groups(Benchmark.load(bench_copy), table, rows), want)
+    assert calls == [1, 1, 1]
     # the folder keeps the newest few files only
     assert len(list((bench_copy / ".cache" / SB.GROUPS_CACHE).glob("*.npz"))) <= SB.GROUPS_CACHE_FILES
 
