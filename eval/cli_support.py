@@ -17,7 +17,9 @@ follows:
 - anything else is a bug: the traceback is printed, then one red line, and the exit code is `EXIT_INTERNAL`;
 - SIGINT (Ctrl-C) and SIGTERM raise `Interrupted` where the command was (`signals_as_exceptions`), so every cleanup
   runs (a folder being built is removed, a lock released, a stage's child process stopped); one line says so and
-  the exit code is 128 + the signal number (130, 143). Further signals are ignored while the command unwinds.
+  the exit code is 128 + the signal number (130, 143). Further signals are ignored while the command unwinds. An
+  error that library code made of the `Interrupted` (Python's class creation wraps it in ``RuntimeError``,
+  ``datasets`` in ``DatasetGenerationError``) is reported as the interruption it is (`interruption_behind`).
 
 ``--debug`` (anywhere on the command line) or ``PSR_DEBUG=1`` prints the traceback of known errors too.
 """
@@ -70,6 +72,24 @@ class Interrupted(BaseException):
         super().__init__(signal.Signals(signum).name)
 
 
+#: The signal delivered inside the running `signals_as_exceptions` block, if one was.
+_delivered: int | None = None
+
+
+def interruption_behind(e: BaseException) -> Interrupted | None:
+    """The `Interrupted` that ``e`` stands for: one in its chain of causes, or, where a wrapper dropped the chain, the
+    signal delivered inside the running `signals_as_exceptions` block (an exception raised after a signal arrived is
+    part of the unwinding it started). None where no signal came."""
+    seen: set[int] = set()
+    x: BaseException | None = e
+    while x is not None and id(x) not in seen:
+        if isinstance(x, Interrupted):
+            return x
+        seen.add(id(x))
+        x = x.__cause__ or x.__context__
+    return Interrupted(_delivered) if _delivered is not None else None
+
+
 @contextlib.contextmanager
 def signals_as_exceptions() -> Iterator[None]:
     """While the block runs (in the main thread), SIGINT and SIGTERM raise `Interrupted`; once one has, both are
@@ -85,8 +105,10 @@ def signals_as_exceptions() -> Iterator[None]:
     previous_hook = sys.unraisablehook
 
     def handler(signum, _frame):
+        global _delivered
         for s in previous:
             signal.signal(s, signal.SIG_IGN)
+        _delivered = signum
         raise Interrupted(signum)
 
     def unraisable(u) -> None:
@@ -99,12 +121,20 @@ def signals_as_exceptions() -> Iterator[None]:
             return
         previous_hook(u)
 
+    global _delivered
+    outer, _delivered = _delivered, None
     for s in previous:
         signal.signal(s, handler)
     sys.unraisablehook = unraisable
     try:
         yield
+    except Exception as e:  # an interruption that library code wrapped in another error
+        behind = interruption_behind(e)
+        if behind is None:
+            raise
+        raise behind from e
     finally:
+        _delivered = outer
         sys.unraisablehook = previous_hook
         for s, h in previous.items():
             signal.signal(s, h)
@@ -253,6 +283,9 @@ def _group_class():
             except (Exit, Abort, TyperException, SystemExit):  # click's own: --help, usage errors, typer.Exit
                 raise
             except Exception as e:
+                behind = interruption_behind(e)
+                if behind is not None:  # a signal that library code wrapped in another error: run_typer reports it
+                    raise behind from e
                 obj = ctx.find_root().obj if isinstance(ctx.find_root().obj, dict) else {}
                 debug = bool(obj.get(DEBUG_KEY) or ctx.meta.get(DEBUG_KEY)) or debug_env()
                 ctx.exit(report_error(e, debug=debug))

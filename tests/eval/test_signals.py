@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from eval.cli_support import Interrupted, signals_as_exceptions
+from eval.cli_support import Interrupted, run_main, signals_as_exceptions
+from eval.errors import EXIT_INTERNAL
 
 
 class _SignalsInDel:
@@ -50,3 +51,62 @@ def test_other_unraisable_exceptions_reach_the_previous_hook(monkeypatch):
         b = Bad()
         del b
     assert seen == [ValueError]
+
+
+class _SignalsInSetName:
+    """A descriptor whose ``__set_name__`` sends SIGINT: Python's class creation wraps the `Interrupted` raised
+    there in ``RuntimeError`` (3.11), as importing a module with a dataclass does when Ctrl-C lands in it."""
+
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):
+            pass
+
+
+def _wrapped_interrupt(keep_chain: bool) -> None:
+    try:
+        type("Made", (), {"field": _SignalsInSetName()})
+    except Exception as e:  # as datasets does with an error in a generator
+        if keep_chain:
+            raise ValueError("An error occurred while generating the dataset") from e
+        raise ValueError("An error occurred while generating the dataset") from None
+    raise AssertionError("the signal was lost")
+
+
+@pytest.mark.parametrize("keep_chain", [True, False], ids=["chained", "chain-dropped"])
+def test_an_interrupt_wrapped_by_library_code_is_still_an_interrupt(keep_chain, capsys):
+    assert run_main(lambda _argv: _wrapped_interrupt(keep_chain), []) == 128 + signal.SIGINT
+    err = capsys.readouterr().err
+    assert "interrupted by SIGINT" in err and "internal error" not in err
+    assert signal.getsignal(signal.SIGINT) not in (signal.SIG_IGN, None)
+
+
+def test_an_error_without_a_signal_is_still_a_bug(capsys):
+    def main(_argv):
+        raise ValueError("plain")
+
+    assert run_main(main, []) == EXIT_INTERNAL
+    assert "internal error: ValueError: plain" in capsys.readouterr().err
+    # a signal delivered in an earlier block does not make a later error an interruption
+    assert run_main(lambda _argv: _wrapped_interrupt(False), []) == 128 + signal.SIGINT
+    assert run_main(main, []) == EXIT_INTERNAL
+
+
+def test_a_typer_command_whose_interrupt_was_wrapped_exits_130(capsys):
+    import typer
+
+    from eval.cli_support import install, run_typer
+
+    app = typer.Typer()
+    install(app)
+
+    @app.command()
+    def go() -> None:
+        _wrapped_interrupt(True)
+
+    @app.command()
+    def other() -> None:
+        pass
+
+    assert run_typer(app, ["go"]) == 128 + signal.SIGINT
+    assert "interrupted by SIGINT" in capsys.readouterr().err
