@@ -32,21 +32,33 @@ import time
 from pathlib import Path
 
 PY = sys.executable
+LOG = "canon_log.json"
 
 
 class Stages:
     def __init__(self, out: Path, force: bool):
         self.out, self.force, self.log = out, force, []
+        try:  # the costs of the stages an earlier call ran, kept for those this call skips
+            self.earlier = {x["cmd"]: x for x in json.loads((out / LOG).read_text())}
+        except (OSError, ValueError, TypeError, KeyError):
+            self.earlier = {}
 
-    def run(self, cmd: list[str], output: Path | None = None) -> None:
-        """Run ``cmd`` unless ``output`` exists (and --force is off)."""
-        if output is not None and output.exists() and not self.force:
+    def run(self, cmd: list[str], output: Path | None = None, force: bool | None = None) -> None:
+        """Run ``cmd`` unless ``output`` exists (and --force, or ``force``, is off)."""
+        if output is not None and output.exists() and not (self.force if force is None else force):
             print(f"\n# skip (exists: {output}): {shlex.join(cmd)}", flush=True)
+            if shlex.join(cmd) in self.earlier:
+                self.log.append(self.earlier[shlex.join(cmd)])
             return
         print(f"\n$ {shlex.join(cmd)}", flush=True)
         t0 = time.time()
         subprocess.run(cmd, check=True)
         self.log.append({"cmd": shlex.join(cmd), "seconds": round(time.time() - t0, 1)})
+
+    def write_log(self) -> float:
+        """Write OUT/canon_log.json; -> the seconds of its commands."""
+        (self.out / LOG).write_text(json.dumps(self.log, indent=2) + "\n")
+        return sum(x["seconds"] for x in self.log)
 
 
 def space_model(data: Path, space: str) -> str | None:
@@ -72,6 +84,10 @@ def main() -> None:
     ap.add_argument("--holdout", type=float, default=0.3, help="fraction of states held out of the fine-tune")
     ap.add_argument("--resamples", type=int, default=10_000)
     ap.add_argument("--force", action="store_true", help="redo stages whose outputs exist")
+    ap.add_argument("--finetune-only", action="store_true",
+                    help="run only stage 8, the fine-tune and its space, which read nothing but the benchmark "
+                         "(make demo runs it early, beside the towers' pretraining; a later full call reuses it)")
+    ap.add_argument("--keep-finetune", action="store_true", help="with --force: reuse a finished fine-tune")
     a = ap.parse_args()
     out, d = a.out, a.data
     for sub in ("runs", "phrases", "models"):
@@ -80,7 +96,20 @@ def main() -> None:
     R, F = [PY, "-m", "retrieval"], [PY, "-m", "forecasters"]
     split = ["--split", a.split]
     t = f"{a.threshold:g}"
+    robust_space, ft = f"{a.space}-robust", out / "finetune"
 
+    def finetune() -> None:  # 8: the paraphrase-robust encoder and its space
+        redo = a.force and not a.keep_finetune
+        s.run(R + ["canon", "finetune", "--data", str(d), "--base-model", a.model, "--out", str(ft), "--epochs",
+                   str(a.epochs), "--holdout", str(a.holdout)], ft / "model", force=redo)
+        if space_model(d, robust_space) != str(ft / "model") or redo:
+            s.run(R + ["encode", "--data", str(d), "--space", robust_space, "--model", str(ft / "model"),
+                       "--kind", "semantic"])
+
+    if a.finetune_only:
+        finetune()
+        print(f"\nthe fine-tune done in {s.write_log():.0f} s of commands: {ft}")
+        return
     # 1-2: sweep, apply
     s.run(R + ["canon", "sweep", "--data", str(d), "--thresholds", a.sweep, "--model", a.model,
                "--out", str(out / "sweep")], out / "sweep" / "sweep.json")
@@ -89,7 +118,6 @@ def main() -> None:
                "--out", str(canon / "bench")], canon / "bench" / "manifest.json")
     s.run([PY, "-m", "eval", "validate", str(canon / "bench")])
     # 3-6: spaces, exact-string oracle, synonym paraphrase oracle, predictors
-    robust_space = f"{a.space}-robust"
     for bench in (d, canon / "bench"):
         if space_model(bench, a.space) != a.model:
             s.run(R + ["encode", "--data", str(bench), "--space", a.space, "--model", a.model, "--kind", "semantic"])
@@ -131,12 +159,7 @@ def main() -> None:
             run = search(phrases, runs / f"{role}-model.parquet")
             (describe.append(run) if role == "describe" else others.append(f"paraphrase oracle (LLM)={run}"))
     # 8-9: robust reads
-    ft = out / "finetune"
-    s.run(R + ["canon", "finetune", "--data", str(d), "--base-model", a.model, "--out", str(ft), "--epochs",
-               str(a.epochs), "--holdout", str(a.holdout)], ft / "model")
-    if space_model(d, robust_space) != str(ft / "model") or a.force:
-        s.run(R + ["encode", "--data", str(d), "--space", robust_space, "--model", str(ft / "model"),
-                   "--kind", "semantic"])
+    finetune()
     robust = [f"snap top-3={search(ph / 'paraphrase.jsonl', runs / 'paraphrase+snap3.parquet', '--canonicalize', '3')}",
               "snap top-3, held-out phrasings out of the index=" + str(search(
                   ph / "paraphrase.jsonl", runs / "paraphrase+snap3-holdout.parquet", "--canonicalize", "3",
@@ -168,8 +191,7 @@ def main() -> None:
     s.run(R + ["canon", "report", "--data", str(canon / "bench"), "--out", str(canon / "report"),
                "--exact", str(cr / "exact.parquet"), "--paraphrase", str(cr / "paraphrase.parquet"),
                "--resamples", str(a.resamples)])
-    (out / "canon_log.json").write_text(json.dumps(s.log, indent=2) + "\n")
-    total = sum(x["seconds"] for x in s.log)
+    total = s.write_log()
     print(f"\ncanonicalization probes done in {total:.0f} s of commands: {out}/report/report.md, "
           f"{canon}/report/report.md, {out}/sweep/sweep.md")
 

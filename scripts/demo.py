@@ -24,7 +24,8 @@ Stages, each a command of a package (the demo doubles as a worked example; every
                 learned visual space vs pixels, state prototype vs independent appearance and the other fusion vs
                 the best single head on validation, plots -> OUT/report/;
   6. canon      canonicalization probes: threshold sweep, re-keying, paraphrase oracle, description probe,
-                canonicalize-then-retrieve and the paraphrase-robust encoder -> OUT/canon/;
+                canonicalize-then-retrieve and the paraphrase-robust encoder -> OUT/canon/ (the encoder's fine-tune
+                runs early, after stage 1 and beside the towers' pretraining);
   7. distill    the distillation recipe on CPU with the perception-solved student (`DISTILL_PRESET`: the simulator's
                 evidence as text, a tiny causal LM, three students x 3 seeds x 2 budgets on the closed slice of the 50
                 most frequent target states, faithfulness, the validator's catch rates) -> OUT/distill/, beside
@@ -74,6 +75,7 @@ class Demo:
         self.args, self.log = args, []
         self.lane = threading.local()  # .log: the file a side lane's commands write to (`side_by_side`)
         self.towers_ready = False
+        self.finetuned = False  # `canon_finetune` ran in this call
 
     def run(self, cmd: list[str], stage: str) -> None:
         log = getattr(self.lane, "log", None)
@@ -271,13 +273,22 @@ class Demo:
                   "--reference", self.reference(runs), *pairs, *(["--card", str(card)] if card.exists() else [])],
                  "report")
 
+    def canon_finetune(self) -> None:
+        """The canonicalization probes' fine-tune (and its space), which reads only the benchmark: `run_stages` runs
+        it after the build, beside the towers' pretraining; `canon` then reuses it."""
+        a = self.args
+        self.run([PY, "scripts/canon_probes.py", "--data", str(a.data), "--out", str(a.out / "canon"),
+                  "--finetune-only", *(["--force"] if a.force else [])], "canon")
+        self.finetuned = True
+
     def canon(self) -> None:
         a = self.args
         cmd = [PY, "scripts/canon_probes.py", "--data", str(a.data), "--out", str(a.out / "canon")]
         lftr = [p for p in sorted(self.runs.glob("lftr*.parquet"))]
         for p in lftr:
             cmd += ["--predictor", str(p)]
-        self.run(cmd + (["--force"] if a.force else []), "canon")
+        force = (["--force"] + (["--keep-finetune"] if self.finetuned else [])) if a.force else []
+        self.run(cmd + force, "canon")
 
     def distill(self) -> None:
         self.run(["bash", "scripts/distill.sh", "--cpu-demo", "--config", DISTILL_PRESET, "--out",
@@ -474,17 +485,20 @@ class Demo:
 def run_stages(demo: Demo, stages: list[str]) -> None:
     """Run ``stages`` in `STAGES` order, two lanes at once where one lane leaves a core mostly idle (each command's
     CPU seconds are in `demo_log.json`): the towers' pretraining, which reads nothing of the benchmark, beside the
-    benchmark's build (`data`); the world's predictability ceiling beside the forecaster check's runs and the report,
-    which run on about one core (the check's tiny model is fitted first, alone: its fit uses both); the distillation
-    recipe beside the canonicalization probes (a chain of short commands, each starting an interpreter, which leaves
-    part of a core idle). A side lane's output goes to OUT/logs/<lane>.log."""
+    benchmark's build (`data`) and the canonicalization probes' fine-tune, which reads only the build; the world's
+    predictability ceiling beside the forecaster check's runs and the report, which run on about one core (the
+    check's tiny model is fitted first, alone: its fit uses both); the distillation recipe beside the
+    canonicalization probes (a chain of short commands, each starting an interpreter, which leaves part of a core
+    idle). A side lane's output goes to OUT/logs/<lane>.log."""
     todo = [s for s in STAGES if s in stages]
     logs = demo.args.out / "logs"
     for stage in STAGES:
         if stage not in todo:
             continue
         if stage == "data" and "encoders" in todo and demo.learned:
-            demo.side_by_side(demo.data, demo.towers, logs / "towers.log")
+            # the build, then the canonicalization fine-tune (it reads only the build), beside the towers
+            main_lane = (demo.data, demo.canon_finetune) if "canon" in todo else (demo.data,)
+            demo.side_by_side(lambda lane=main_lane: [f() for f in lane], demo.towers, logs / "towers.log")
         elif stage == "forecaster" and "predictability" in todo:
             demo.forecaster_model()  # alone: its fit uses both cores
             main_lane = ["forecaster_runs"] + (["report"] if "report" in todo else [])

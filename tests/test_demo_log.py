@@ -121,7 +121,7 @@ def test_run_stages_pairs_the_lanes_and_keeps_every_stage_once_in_order(tmp_path
     import threading
 
     mod = _demo_module()
-    parts = ("forecaster_model", "forecaster_runs")
+    parts = ("forecaster_model", "forecaster_runs", "canon_finetune")
 
     class Recorder(mod.Demo):
         def __init__(self, args):
@@ -160,6 +160,9 @@ def test_run_stages_pairs_the_lanes_and_keeps_every_stage_once_in_order(tmp_path
         < order.index("forecaster_model") < order.index("forecaster_runs") < order.index("report") \
         < order.index("canon")
     assert order.index("report") < order.index("distill")  # beside the canonicalization probes, after the report
+    # the canonicalization fine-tune reads only the build: after it, in the main lane beside the towers
+    assert order.index("data") < order.index("canon_finetune") < order.index("encoders")
+    assert names.index("canon_finetune") < names.index("lanes", names.index("lanes") + 1)
     # the tiny model's fit (both cores) ends before the predictability lane starts
     second_lanes = [i for i, n in enumerate(names) if n == "lanes"][1]
     assert names.index("forecaster_model") < second_lanes < names.index("predictability")
@@ -169,6 +172,8 @@ def test_run_stages_pairs_the_lanes_and_keeps_every_stage_once_in_order(tmp_path
     fp = [c[0] for c in stages_run(["forecaster", "predictability"])]
     assert fp[:2] == ["forecaster_model", "lanes"] and sorted(fp[2:]) == ["forecaster_runs", "predictability"]
     assert [c[0] for c in stages_run(["data", "encoders"], visual="pixels")] == ["data", "encoders"]
+    de = [c[0] for c in stages_run(["data", "encoders"])]  # no canon stage: no early fine-tune
+    assert de[0] == "lanes" and sorted(de[1:3]) == ["data", "towers"] and "canon_finetune" not in de
     assert [c[0] for c in stages_run(["report", "predictability"])] == ["report", "predictability"]
     cd = stages_run(["canon", "distill"])
     assert cd[0][:2] == ("lanes", "distill.log") and sorted(c[0] for c in cd[1:]) == ["canon", "distill"]

@@ -1,0 +1,69 @@
+"""`scripts/canon_probes.py`: ``--finetune-only`` runs the fine-tune alone, and a later full call reuses it (and
+keeps its cost in ``canon_log.json``), as `make demo` runs them."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("canon_probes_script", ROOT / "scripts" / "canon_probes.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _calls(mod, monkeypatch, tmp_path, *flags: str) -> list[list[str]]:
+    """Run the script's main with ``flags``; every command is recorded, and one naming an output creates it."""
+    ran = []
+
+    def fake_run(cmd, check):
+        ran.append(cmd)
+        if "--out" in cmd:
+            out = Path(cmd[cmd.index("--out") + 1])
+            (out if out.suffix == "" else out.parent).mkdir(parents=True, exist_ok=True)
+            if out.suffix:
+                out.touch()
+            elif "finetune" in cmd:
+                (out / "model").mkdir(exist_ok=True)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(mod.subprocess, "run", fake_run)
+    monkeypatch.setattr(mod, "space_model", lambda data, space: None)
+    monkeypatch.setattr(sys, "argv", ["canon_probes.py", "--data", str(tmp_path / "bench"), "--out",
+                                      str(tmp_path / "canon"), "--no-models", *flags])
+    mod.main()
+    return ran
+
+
+def _commands(ran: list[list[str]]) -> list[str]:
+    return [" ".join(c[c.index("-m") + 1:c.index("-m") + 3]) if "-m" in c else c[1] for c in ran]
+
+
+def test_finetune_only_then_the_full_call_reuses_the_finetune(tmp_path, monkeypatch):
+    mod = _module()
+    early = _calls(mod, monkeypatch, tmp_path, "--finetune-only")
+    assert _commands(early) == ["retrieval canon", "retrieval encode"]
+    assert early[0][4] == "finetune" and "minilm-robust" in early[1]
+    log = json.loads((tmp_path / "canon" / "canon_log.json").read_text())
+    assert [x["cmd"].split()[3] for x in log] == ["canon", "encode"]
+
+    full = _calls(mod, monkeypatch, tmp_path)
+    assert not any(c[3:5] == ["canon", "finetune"] for c in full if "-m" in c)  # reused: it exists
+    log = json.loads((tmp_path / "canon" / "canon_log.json").read_text())
+    cmds = [x["cmd"] for x in log]
+    assert any(" canon finetune " in c for c in cmds)  # its cost kept from the early call
+    assert any(" canon sweep " in c for c in cmds) and any(" canon report " in c for c in cmds)
+
+    # --force redoes everything, the fine-tune too unless --keep-finetune
+    forced = _calls(mod, monkeypatch, tmp_path, "--force", "--keep-finetune")
+    assert not any(c[3:5] == ["canon", "finetune"] for c in forced if "-m" in c)
+    assert any(c[3:5] == ["canon", "sweep"] for c in forced if "-m" in c)
+    forced = _calls(mod, monkeypatch, tmp_path, "--force")
+    assert any(c[3:5] == ["canon", "finetune"] for c in forced if "-m" in c)
