@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -156,8 +157,10 @@ class LFTRJob:
     overrides: dict
     #: where the same worker also writes the head's validation run (read by the fusion selection), or None
     val_path: Path | None = None
-    #: a guess of the head's relative cost, for the pool's longest-first order (`run_jobs_in_pool`)
+    #: a guess of the head's relative cost, for the pool's longest-first order (`jobs_in_pool`)
     cost: float = 0.0
+    #: the pool starts the jobs of a lower group first (`jobs_in_pool`): the demo's first seed's heads, then the next
+    group: int = 0
 
     @property
     def done(self) -> bool:
@@ -187,33 +190,53 @@ def _pool_job(root: str, cfg: LFTRConfig, out: str, job: LFTRJob) -> tuple[str, 
     return f"{job.stem}/{job.split}", seconds
 
 
-def run_jobs_in_pool(bench: Benchmark, cfg: LFTRConfig, out: Path, jobs: list[LFTRJob], workers: int,
-                     log: Callable[[str], None] = print) -> dict[str, float]:
-    """Train and predict ``jobs`` in ``workers`` processes (spawned: each loads the benchmark memory-mapped and
-    trains with ``cfg.threads`` threads), heads whose runs exist skipped; -> seconds per ``stem/split``. The heads
-    start longest first (by `LFTRJob.cost`), so the last to finish is a short one and no process idles long at the
-    end. Each head is seeded by its own config, so its checkpoint and runs are those the same job writes alone,
-    whatever the order."""
-    from concurrent.futures import as_completed
+class JobsInPool:
+    """`LFTRJob` s training and predicting in worker processes (`jobs_in_pool`): `wait` for some of them while this
+    process does other work; ``timings``: seconds per ``stem/split`` of those finished."""
 
+    def __init__(self, futures: dict, log: Callable[[str], None]):
+        self.futures, self.timings, self.log = futures, {}, log
+        for f in futures.values():
+            f.add_done_callback(self._finished)
+
+    def _finished(self, f) -> None:
+        if f.cancelled() or f.exception() is not None:
+            return
+        key, seconds = f.result()
+        self.timings[key] = seconds
+        self.log(f"{key}: {seconds:.1f}s")
+
+    def wait(self, jobs: list[LFTRJob]) -> None:
+        """Block until ``jobs`` are finished (those not in the pool at once); a worker's error is raised here."""
+        for j in jobs:
+            if j.stem in self.futures:
+                self.futures[j.stem].result()
+
+
+@contextlib.contextmanager
+def jobs_in_pool(bench: Benchmark, cfg: LFTRConfig, out: Path, jobs: list[LFTRJob], workers: int,
+                 log: Callable[[str], None] = print) -> Iterator[JobsInPool]:
+    """Train and predict ``jobs`` in ``workers`` processes (spawned: each loads the benchmark memory-mapped and
+    trains with ``cfg.threads`` threads), heads whose runs exist skipped. They start by `LFTRJob.group`, then longest
+    first (by `LFTRJob.cost`), so a group finishes early (the caller `JobsInPool.wait` s for it and works on its
+    runs meanwhile) and the last to finish is a short one. Each head is seeded by its own config, so its checkpoint
+    and runs are those the same job writes alone, whatever the order. The workers are stopped when the block ends
+    on an error."""
     from eval.pools import process_pool
 
-    todo = sorted((j for j in jobs if not j.done), key=lambda j: -j.cost)
+    todo = sorted((j for j in jobs if not j.done), key=lambda j: (j.group, -j.cost))
     if not todo:
-        return {}
+        yield JobsInPool({}, log)
+        return
     if cfg.question_space and cfg.condition_question:  # every head reads them: embed once, here, into the cache
         from retrieval.lftr.data import cache_dir, question_embeddings
 
         question_embeddings(bench, cfg.question_space, cache_dir(bench, out / "cache"))
     log(f"training {len(todo)} LFTR heads in {min(workers, len(todo))} processes")
-    timings: dict[str, float] = {}
     with process_pool(min(workers, len(todo))) as pool:
-        futures = [pool.submit(_pool_job, str(bench.root), cfg, str(out), j) for j in todo]
-        for f in as_completed(futures):
-            key, seconds = f.result()
-            timings[key] = seconds
-            log(f"{key}: {seconds:.1f}s")
-    return timings
+        running = JobsInPool({j.stem: pool.submit(_pool_job, str(bench.root), cfg, str(out), j) for j in todo}, log)
+        yield running
+        running.wait(todo)
 
 
 def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPlan, configs: list[Path] | None = None,
@@ -238,8 +261,9 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
     - ``complementarity.{json,md}`` of the first seed's LFTR runs, over the main table's population (fair ``split``
       queries of Q1-Q4).
 
-    The LFTR heads train side by side in ``workers`` processes (0: `demo_workers`); each writes the files it writes
-    alone."""
+    The LFTR heads train side by side in ``workers`` processes (0: `demo_workers`), the first seed's first, while
+    this process scores the baselines and oracles and then fuses each seed's heads as soon as they are done; each
+    head writes the files it writes alone."""
     from retrieval.encode import EncodeConfig, encode_space
     from retrieval.methods import method_query_vectors
     from retrieval.spaces import Space
@@ -268,25 +292,26 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
         timings[stem] = time.time() - t0
         log(f"{stem}: {timings[stem]:.1f}s")
 
-    method_run("random", "random", None)
-    for name in ("question-only", "lookup", "transition-table", "knn-future"):
-        method_run(name, name, sem)
-    for name in ("persistence", "zero-shot"):
-        method_run(name, name, vis)
-    method_run("oracle-semantic-text", "semantic-text", sem)
-    if (bench.root / "sim" / "phrases.jsonl").exists():
-        method_run("oracle-paraphrase", "paraphrase", sem)
-    for n, sp in spaces.items():
-        if sp.kind != "visual":
-            continue
-        suffix = "" if n == plan.visual else f"-{n}"
-        for name in ("state-prototype", "independent-appearance"):
-            method_run(f"oracle-{name}{suffix}", name, sp)
-        if sp.meta.get("text_tower"):
-            method_run(f"oracle-semantic-text{suffix}", "semantic-text", sp)
-            method_run(f"question-only{suffix}", "question-only", sp)
-        if n == plan.compare and sp.has_prefixes:
-            method_run(f"persistence{suffix}", "persistence", sp)
+    def baselines_and_oracles() -> None:
+        method_run("random", "random", None)
+        for name in ("question-only", "lookup", "transition-table", "knn-future"):
+            method_run(name, name, sem)
+        for name in ("persistence", "zero-shot"):
+            method_run(name, name, vis)
+        method_run("oracle-semantic-text", "semantic-text", sem)
+        if (bench.root / "sim" / "phrases.jsonl").exists():
+            method_run("oracle-paraphrase", "paraphrase", sem)
+        for n, sp in spaces.items():
+            if sp.kind != "visual":
+                continue
+            suffix = "" if n == plan.visual else f"-{n}"
+            for name in ("state-prototype", "independent-appearance"):
+                method_run(f"oracle-{name}{suffix}", name, sp)
+            if sp.meta.get("text_tower"):
+                method_run(f"oracle-semantic-text{suffix}", "semantic-text", sp)
+                method_run(f"question-only{suffix}", "question-only", sp)
+            if n == plan.compare and sp.has_prefixes:
+                method_run(f"persistence{suffix}", "persistence", sp)
 
     cfg = load_config(configs or [SYNTH_CONFIG], prefix_space=plan.visual, question_space=plan.semantic)
 
@@ -310,48 +335,65 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
         return scale * spaces[target].n_items * spaces[target].dim
 
     heads: list[tuple[int, str, LFTRJob]] = []  # (seed, key in per_seed, job) in the order the runs are listed
-    for seed in seeds:
+    for g, seed in enumerate(seeds):
         for n in plan.targets():
             own = {"prefix_space": n} if n == plan.compare and spaces[n].has_prefixes else {}
             j = job(_run_name(f"lftr-{n}", seed, seeds), _run_name(f"lftr[{n}]", seed, seeds), seed, target_space=n,
                     **own)
             # the first seed's heads also write their validation runs, which the fusion selection reads
             val = out / "val" / f"{j.stem}.parquet" if seed == seeds[0] else None
-            heads.append((seed, n, replace(j, val_path=val, cost=cost(n))))
+            heads.append((seed, n, replace(j, val_path=val, cost=cost(n), group=g)))
         if plan.perfect and plan.perfect in bench.spaces:
             stem, name = f"lftr-sim-{plan.semantic}", f"lftr-sim[{plan.semantic}]"
             j = job(_run_name(stem, seed, seeds), _run_name(name, seed, seeds), seed, target_space=plan.semantic,
                     prefix_space=plan.perfect)
-            heads.append((seed, "perfect", replace(j, cost=cost(plan.semantic, 1.01))))  # its prefix reads more dims
+            heads.append((seed, "perfect", replace(j, cost=cost(plan.semantic, 1.01), group=g)))  # reads more dims
     last = replace(job(f"lftr-{plan.visual}-last", f"lftr[{plan.visual}] last frame only", seeds[0],
-                       target_space=plan.visual, frames="last"), cost=cost(plan.visual, 0.99))  # one prefix frame
+                       target_space=plan.visual, frames="last"), cost=cost(plan.visual, 0.99),  # one prefix frame
+                   group=len(seeds) - 1)
     n_workers = demo_workers(cfg, workers)
-    if n_workers > 1:
-        timings.update(run_jobs_in_pool(bench, cfg, out, [j for _, _, j in heads] + [last], n_workers, log))
+    singles = [n for n in plan.targets()]
     per_seed: dict[int, dict[str, Path]] = {s: {} for s in seeds}
-    for seed, key, j in heads:
-        per_seed[seed][key] = run_job(j)
+    fused: dict[tuple[str, int], Path] = {}
+    with contextlib.ExitStack() as stack:
+        # the heads train in the pool's processes while this one scores the baselines and oracles, then fuses
+        # each seed's heads as soon as they are done
+        pool = (stack.enter_context(jobs_in_pool(bench, cfg, out, [j for _, _, j in heads] + [last], n_workers, log))
+                if n_workers > 1 else None)
+        baselines_and_oracles()
+        pair = None
+        for seed in seeds:
+            mine = [(key, j) for s, key, j in heads if s == seed]
+            if pool is not None:
+                pool.wait([j for _, j in mine])
+            for key, j in mine:
+                per_seed[seed][key] = run_job(j)
+            if pair is None:
+                pair, _ = _select_fusion(bench, out, plan, singles, seeds, per_seed, lftr_run, cfg, log, progress)
+            for members in ([plan.semantic, pair], singles) if len(singles) > 2 else ([plan.semantic, pair],):
+                label = "+".join(members)
+                p = fused[label, seed] = out / f"{_run_name(f'lftr-fusion-{label}', seed, seeds)}.parquet"
+                if not p.exists():
+                    fuse_runs(bench, [per_seed[seed][m] for m in members], p,
+                              method=_run_name(f"lftr-fusion[{label}]", seed, seeds), progress=progress)
+        if pool is not None:
+            pool.wait([last])
+        last_path = run_job(last)
+    if pool is not None:
+        timings.update(pool.timings)
     for seed in seeds:
         paths += list(per_seed[seed].values())
-    paths.append(run_job(last))
-
-    singles = [n for n in plan.targets()]
-    pair, _ = _select_fusion(bench, out, plan, singles, seeds, per_seed, lftr_run, cfg, log, progress)
-    for members in ([plan.semantic, pair], singles) if len(singles) > 2 else ([plan.semantic, pair],):
-        label = "+".join(members)
-        for seed in seeds:
-            p = out / f"{_run_name(f'lftr-fusion-{label}', seed, seeds)}.parquet"
-            paths.append(p)
-            if not p.exists():
-                fuse_runs(bench, [per_seed[seed][m] for m in members], p,
-                          method=_run_name(f"lftr-fusion[{label}]", seed, seeds), progress=progress)
+    paths.append(last_path)
+    for label in dict.fromkeys(label for label, _ in fused):
+        paths += [fused[label, seed] for seed in seeds]
     if len(singles) > 1:
         from eval.evaluate import Population
         from retrieval.complementarity import complementarity, to_markdown
 
         first = per_seed[seeds[0]]
-        fused = out / f"{_run_name('lftr-fusion-' + '+'.join(singles), seeds[0], seeds)}.parquet"
-        res = complementarity(bench, {f"lftr-{n}": first[n] for n in singles}, fused=fused if fused.exists() else None,
+        stack_run = out / f"{_run_name('lftr-fusion-' + '+'.join(singles), seeds[0], seeds)}.parquet"
+        res = complementarity(bench, {f"lftr-{n}": first[n] for n in singles},
+                              fused=stack_run if stack_run.exists() else None,
                               geometry_spaces=[plan.compare] if plan.compare else [], population=Population((split,)))
         write_json(out / "complementarity.json", res)
         (out / "complementarity.md").write_text(to_markdown(res), encoding="utf-8")

@@ -216,6 +216,11 @@ def test_demo_heads_trained_side_by_side_equal_heads_trained_alone(synth_sem_dir
         run_demo(Benchmark.load(synth_sem_dir), tmp_path / f"w{w}", text_model=PACKAGED_MINILM, plan=DemoPlan(),
                  configs=[cfg], seeds=[0], log=logs[w].append, progress=False, workers=w)
     assert any("in 2 processes" in m for m in logs[2]) and not any("processes" in m for m in logs[1])
+    # the pool starts first: this process scores the baselines and oracles while the heads train
+    first = {w: [next(i for i, m in enumerate(logs[w]) if m.startswith(p)) for p in ("random: ", "lftr-")]
+             for w in (1, 2)}
+    pool_start = next(i for i, m in enumerate(logs[2]) if "in 2 processes" in m)
+    assert pool_start < first[2][0] and first[1][0] < first[1][1]
     # the first seed's validation runs (the fusion selection's input) are written by the heads' own jobs (in the
     # pool with two processes), never by a separate prediction afterwards
     for w in (1, 2):
