@@ -76,6 +76,7 @@ class Demo:
         self.lane = threading.local()  # .log: the file a side lane's commands write to (`side_by_side`)
         self.towers_ready = False
         self.finetuned = False  # `canon_finetune` ran in this call
+        self.cost: list[str] = []  # `cost_summary` of the commands, once `index` wrote it
 
     def run(self, cmd: list[str], stage: str) -> None:
         log = getattr(self.lane, "log", None)
@@ -411,6 +412,11 @@ class Demo:
                  "seconds).", "", "| stage | seconds | CPU s | command |", "|---|---:|---:|---|"]
         log = self.merged_log(out / "demo_log.json")
         lines += [f"| {x['stage']} | {x['seconds']} | {x.get('cpu_seconds', '')} | `{x['cmd']}` |" for x in log]
+        from eval.threads import affinity_cpus
+
+        cost = cost_summary(log, affinity_cpus())
+        lines += ["", "## Cost", "", *cost] if cost else []
+        self.cost = cost
         (out / "README.md").write_text("\n".join(lines) + "\n")
         (out / "demo_log.json").write_text(json.dumps(log, indent=2) + "\n")
         if self.args.results:
@@ -471,6 +477,8 @@ class Demo:
         if comp_md.exists():
             lines += ["## Complementarity of the spaces (`retrieval demo`, as `retrieval complementarity`)", "",
                       comp_md.read_text(encoding="utf-8"), ""]
+        if self.cost:
+            lines += ["## Cost of the demo (its commands, `reports/demo/demo_log.json`)", "", *self.cost, ""]
         towers = self.tower_costs()
         if towers:
             lines += ["## Encoder training cost (the towers' own records, `encoders/*/psr_tower.json`)", "", *towers, ""]
@@ -480,6 +488,25 @@ class Demo:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
         print(f"results page: {path}")
+
+
+def cost_summary(log: list[dict], cpus: int) -> list[str]:
+    """Markdown: each stage's wall and CPU seconds (the sums of its commands'), the total, and the least wall time
+    that this much CPU work takes on ``cpus`` CPUs (its bound, however the commands are scheduled)."""
+    stages: dict[str, list[float]] = {}
+    for x in log:
+        s = stages.setdefault(x["stage"], [0.0, 0.0])
+        s[0] += float(x.get("seconds") or 0.0)
+        s[1] += float(x.get("cpu_seconds") or 0.0)
+    total = sum(c for _, c in stages.values())
+    if total <= 0:
+        return []
+    lines = ["| stage | wall s (its commands) | CPU s | share of the CPU s |", "|---|---:|---:|---:|"]
+    lines += [f"| {name} | {w:,.0f} | {c:,.0f} | {100 * c / total:.0f}% |" for name, (w, c) in stages.items()]
+    lines += ["", f"{total:,.0f} CPU s in all: on {cpus} CPUs this work takes at least {total / cpus / 60:.1f} min "
+                  "of wall time however its commands are scheduled (stages in two lanes overlap, so their wall seconds "
+                  "add up to more than the demo's)."]
+    return lines
 
 
 def run_stages(demo: Demo, stages: list[str]) -> None:

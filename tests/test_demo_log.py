@@ -229,3 +229,16 @@ def test_report_tests_against_the_fusion_chosen_on_validation_and_pairs_the_othe
     sel["chosen"] = "depth"  # a record this demo did not write: no pair of that space among its fusions
     (runs / "fusion_selection.json").write_text(json.dumps(sel))
     assert demo.selection_line() is None
+
+
+def test_cost_summary_sums_each_stage_and_bounds_the_wall_by_the_cpu_work():
+    mod = _demo_module()
+    log = [{"stage": "data", "seconds": 100, "cpu_seconds": 90.0},
+           {"stage": "data", "seconds": 10, "cpu_seconds": 30.0},
+           {"stage": "retrieval", "seconds": 500, "cpu_seconds": 1080.0},
+           {"stage": "canon", "seconds": 5}]  # an older log without CPU seconds
+    lines = mod.cost_summary(log, cpus=2)
+    assert "| data | 110 | 120 | 10% |" in lines and "| retrieval | 500 | 1,080 | 90% |" in lines
+    assert "| canon | 5 | 0 | 0% |" in lines
+    assert lines[-1].startswith("1,200 CPU s in all: on 2 CPUs this work takes at least 10.0 min")
+    assert mod.cost_summary([{"stage": "data", "seconds": 3}], cpus=2) == []
