@@ -191,7 +191,7 @@ def _pool_job(root: str, cfg: LFTRConfig, out: str, job: LFTRJob) -> tuple[str, 
 
 
 class JobsInPool:
-    """`LFTRJob` s training and predicting in worker processes (`jobs_in_pool`): `wait` for some of them while this
+    """LFTR jobs (`LFTRJob`) training and predicting in worker processes (`jobs_in_pool`): `wait` for some while this
     process does other work; ``timings``: seconds per ``stem/split`` of those finished."""
 
     def __init__(self, futures: dict, log: Callable[[str], None]):
