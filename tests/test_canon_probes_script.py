@@ -3,20 +3,12 @@ keeps its cost in ``canon_log.json``), as `make demo` runs them."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("canon_probes_script", ROOT / "scripts" / "canon_probes.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from scripts_support import load_script
 
 
 def _calls(mod, monkeypatch, tmp_path, *flags: str) -> list[list[str]]:
@@ -47,7 +39,7 @@ def _commands(ran: list[list[str]]) -> list[str]:
 
 
 def test_finetune_only_then_the_full_call_reuses_the_finetune(tmp_path, monkeypatch):
-    mod = _module()
+    mod = load_script("canon_probes")
     early = _calls(mod, monkeypatch, tmp_path, "--finetune-only")
     assert _commands(early) == ["retrieval canon", "retrieval encode"]
     assert early[0][4] == "finetune" and "minilm-robust" in early[1]

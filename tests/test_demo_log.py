@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from scripts_support import load_script
 
 
 def _demo_module():
-    spec = importlib.util.spec_from_file_location("demo_script", ROOT / "scripts" / "demo.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("demo")
 
 
 def test_rerun_of_one_stage_keeps_the_other_stages_log(tmp_path):
