@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import zipfile
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -125,6 +126,7 @@ def benchmark_groups(bench: Any, queries: Sequence[Any] | pa.Table) -> Benchmark
 #: Folder (under a benchmark's ``.cache``) of `cached_benchmark_groups`, how many files it keeps, and the version of
 #: their layout and of `benchmark_groups` (bump it when either changes, so that no older file is read).
 GROUPS_CACHE, GROUPS_CACHE_FILES, GROUPS_CACHE_VERSION = "groups", 4, 1
+_GROUPS_FILE = re.compile(r"[0-9a-f]{32}\.npz")  # `_groups_key`'s names
 
 
 def _groups_key(bench: Any, query_rows: np.ndarray) -> str:
@@ -185,7 +187,8 @@ def cached_benchmark_groups(bench: Any, table: pa.Table, query_rows: np.ndarray)
         folder.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp, open(tmp, "wb") as f:
             np.savez(f, **_groups_to_arrays(g))
-        for old in sorted(folder.glob("*.npz"), key=lambda p: p.stat().st_mtime, reverse=True)[GROUPS_CACHE_FILES:]:
+        ours = [p for p in folder.glob("*.npz") if _GROUPS_FILE.fullmatch(p.name)]  # only files this cache wrote
+        for old in sorted(ours, key=lambda p: p.stat().st_mtime, reverse=True)[GROUPS_CACHE_FILES:]:
             old.unlink(missing_ok=True)
     except OSError:
         pass

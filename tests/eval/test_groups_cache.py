@@ -70,8 +70,15 @@ def test_groups_are_read_back_identical_for_the_same_files_mapping_and_rows(benc
         f.write_bytes(b"PK\x03\x04 not a zip")
     _equal(SB.cached_benchmark_groups(Benchmark.load(bench_copy), table, rows), want)
     assert calls == [1, 1, 1]
-    # the folder keeps the newest few files only
-    assert len(list((bench_copy / ".cache" / SB.GROUPS_CACHE).glob("*.npz"))) <= SB.GROUPS_CACHE_FILES
+    # the folder keeps the newest few of its own files only; a file it did not write is never removed
+    folder = bench_copy / ".cache" / SB.GROUPS_CACHE
+    mine = folder / "notes.npz"
+    mine.write_bytes(b"a user's file")
+    for n in range(1, SB.GROUPS_CACHE_FILES + 2):
+        sub = rows[::n + 1]
+        SB.cached_benchmark_groups(bench, bench.query_table(sub), sub)
+    ours = [p for p in folder.glob("*.npz") if p != mine]
+    assert len(ours) == SB.GROUPS_CACHE_FILES and mine.read_bytes() == b"a user's file"
 
 
 def test_a_benchmark_not_loaded_from_its_files_is_never_cached(bench_copy, monkeypatch):
