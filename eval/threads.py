@@ -9,10 +9,11 @@ many short regions per training step, CPU seconds per epoch tripled at a load of
 2,946 questions with MiniLM at a load of 9-11 took 37 CPU s and 125-139 s wall spinning, 18 CPU s and 66 s passive.
 ``OMP_WAIT_POLICY=PASSIVE`` makes waiting workers sleep at once. libgomp reads it once, when it is loaded (with
 torch or numba), so it must be in the environment before that: `prefer_passive_wait` sets it (unless the user chose
-a policy, or a runtime is already loaded) and says whether it is in effect; the ``retrieval`` and ``eval`` entry
-points (``__main__``, so also ``psr retrieval|eval``) and ``distill.train`` call it before anything imports torch,
-and `training_threads` calls it too (effective in a fresh process). The forecasters' entry point does not: its
-children may be vLLM servers, which manage their own OpenMP threads.
+a policy, or a runtime is already loaded) and says whether it is in effect; the ``retrieval``, ``eval`` and
+``distill`` entry points (``__main__``, so also ``psr retrieval|eval|distill``), ``forecasters tiny-model`` and the
+forecasters' ``hf`` backend call it before anything imports torch, and `training_threads` calls it too (effective
+in a fresh process); decoding, a long run of short parallel regions, is what spinning slows most beside a busy
+core. The ``vllm`` backend does not: vLLM binds and manages its own OpenMP threads.
 
 Thread count: ``os.sched_getaffinity`` (the CPUs this process may use: ``taskset``, cgroup cpusets, a batch
 scheduler's allocation), not ``os.cpu_count`` (every CPU of the machine); ``OMP_NUM_THREADS`` set by the user or a

@@ -238,6 +238,9 @@ def tiny_model(
 ) -> None:
     """Build a tiny random-weight model (a few MB, no download) for plumbing checks; optionally fit it briefly."""
     from eval.outputs import claimed_dir
+    from eval.threads import prefer_passive_wait
+
+    prefer_passive_wait()  # before torch loads (eval.threads)
     from forecasters.tiny_models import TINY_KINDS, build_tiny_model, chat_template
 
     if kind not in TINY_KINDS:

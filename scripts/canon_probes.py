@@ -33,6 +33,8 @@ from pathlib import Path
 
 PY = sys.executable
 LOG = "canon_log.json"
+#: requests per engine call for the tiny models this script builds (the hf backend's default, 8, suits real models)
+TINY_BATCH = 64
 
 
 class Stages:
@@ -142,11 +144,12 @@ def main() -> None:
     # 7: the LLM paraphrase and the VLM description through the forecasters' backends
     others, describe = [], []
     if not a.no_models:
-        models = {}
+        models, built = {}, set()
         for role, kind, given in (("paraphrase", "qwen2", a.llm), ("describe", "qwen2_vl", a.vlm)):
             if given:
                 models[role] = given
                 continue
+            built.add(role)
             path = out / "models" / f"tiny-{kind}"
             s.run(F + ["tiny-model", "--out", str(path), "--kind", kind, "--fit-data", str(d), "--fit-forecaster",
                        role, "--fit-steps", "40"], path / "config.json")
@@ -155,7 +158,9 @@ def main() -> None:
             phrases = ph / f"{role}-model.jsonl"
             s.run(F + ["run", "--data", str(d), "--forecaster", role, "--backend", a.backend, "--model", models[role],
                        "--out", str(phrases), *split, "--no-progress"] +
-                  (["--device", "cpu", "--dtype", "float32"] if a.backend == "hf" else []), phrases)
+                  (["--device", "cpu", "--dtype", "float32"] if a.backend == "hf" else []) +
+                  # a tiny model of a few MB decodes far faster in larger batches than the backend's default
+                  (["--batch-size", str(TINY_BATCH)] if role in built else []), phrases)
             run = search(phrases, runs / f"{role}-model.parquet")
             (describe.append(run) if role == "describe" else others.append(f"paraphrase oracle (LLM)={run}"))
     # 8-9: robust reads

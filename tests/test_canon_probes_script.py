@@ -11,7 +11,7 @@ from pathlib import Path
 from scripts_support import load_script
 
 
-def _calls(mod, monkeypatch, tmp_path, *flags: str) -> list[list[str]]:
+def _calls(mod, monkeypatch, tmp_path, *flags: str, models: bool = False) -> list[list[str]]:
     """Run the script's main with ``flags``; every command is recorded, and one naming an output creates it."""
     ran = []
 
@@ -29,7 +29,7 @@ def _calls(mod, monkeypatch, tmp_path, *flags: str) -> list[list[str]]:
     monkeypatch.setattr(mod.subprocess, "run", fake_run)
     monkeypatch.setattr(mod, "space_model", lambda data, space: None)
     monkeypatch.setattr(sys, "argv", ["canon_probes.py", "--data", str(tmp_path / "bench"), "--out",
-                                      str(tmp_path / "canon"), "--no-models", *flags])
+                                      str(tmp_path / "canon"), *([] if models else ["--no-models"]), *flags])
     mod.main()
     return ran
 
@@ -59,3 +59,14 @@ def test_finetune_only_then_the_full_call_reuses_the_finetune(tmp_path, monkeypa
     assert any(c[3:5] == ["canon", "sweep"] for c in forced if "-m" in c)
     forced = _calls(mod, monkeypatch, tmp_path, "--force")
     assert any(c[3:5] == ["canon", "finetune"] for c in forced if "-m" in c)
+
+
+def test_the_tiny_models_it_builds_decode_in_large_batches_and_a_given_model_at_its_default(tmp_path, monkeypatch):
+    mod = load_script("canon_probes")
+    ran = _calls(mod, monkeypatch, tmp_path, "--llm", "Qwen/Qwen3-32B", models=True)
+    runs = {c[c.index("--forecaster") + 1]: c for c in ran if c[2:4] == ["forecasters", "run"]}
+    assert set(runs) == {"paraphrase", "describe"}
+    assert "--batch-size" not in runs["paraphrase"] and "Qwen/Qwen3-32B" in runs["paraphrase"]
+    describe = runs["describe"]
+    assert describe[describe.index("--batch-size") + 1] == str(mod.TINY_BATCH)
+    assert any(c[2:4] == ["forecasters", "tiny-model"] and "qwen2_vl" in c for c in ran)

@@ -132,6 +132,11 @@ class HFBackend(Backend):
 
     def __init__(self, config: HFConfig):
         super().__init__(config)
+        from eval.threads import prefer_passive_wait
+
+        # before torch loads: OpenMP workers that wait sleep instead of spinning (eval.threads); decoding runs many
+        # short parallel regions, which spinning workers slow most on a shared CPU
+        self.passive_wait = prefer_passive_wait()
         import torch
         import transformers
         from transformers import AutoConfig

@@ -70,7 +70,7 @@ print(json.dumps({"ok": prefer_passive_wait(), "env": os.environ.get("OMP_WAIT_P
     assert late == {"ok": False, "env": None}  # too late for this process: its children are not changed either
 
 
-@pytest.mark.parametrize("package", ["retrieval", "eval"])
+@pytest.mark.parametrize("package", ["retrieval", "eval", "distill"])
 def test_the_entry_points_ask_for_passive_waiting_before_torch_loads(package):
     out = _fresh(f"""
 import json, os, runpy, sys
@@ -85,6 +85,36 @@ print(json.dumps({{"policy": os.environ.get("OMP_WAIT_POLICY"), "in_effect": pre
 """)
     assert out == {"policy": "PASSIVE", "in_effect": True, "torch": False}
 
+
+
+@pytest.mark.slow
+def test_the_hf_forecasters_ask_for_passive_waiting_before_torch_loads(tmp_path):
+    """`forecasters tiny-model` and the ``hf`` backend decode in many short OpenMP regions: beside one busy core,
+    spinning workers made a tiny model's run about 6x slower. Both set the policy before torch loads."""
+    built = _fresh(f"""
+import json, os, runpy, sys
+sys.argv = ["forecasters", "tiny-model", "--out", {str(tmp_path / "tiny")!r}, "--kind", "qwen2"]
+try:
+    runpy.run_module("forecasters", run_name="__main__", alter_sys=True)
+except SystemExit as e:
+    assert not e.code, e.code
+from eval.threads import prefer_passive_wait
+print(json.dumps({{"policy": os.environ.get("OMP_WAIT_POLICY"), "in_effect": prefer_passive_wait()}}))
+""")
+    assert built == {"policy": "PASSIVE", "in_effect": True}
+    loaded = _fresh(f"""
+import json, os
+from forecasters.backends.hf import HFBackend, HFConfig
+b = HFBackend(HFConfig(model={str(tmp_path / "tiny")!r}, device="cpu"))
+print(json.dumps({{"policy": os.environ.get("OMP_WAIT_POLICY"), "in_effect": b.passive_wait}}))
+""")
+    assert loaded == {"policy": "PASSIVE", "in_effect": True}
+    chosen = _fresh(f"""
+import json
+from forecasters.backends.hf import HFBackend, HFConfig
+print(json.dumps({{"in_effect": HFBackend(HFConfig(model={str(tmp_path / "tiny")!r}, device="cpu")).passive_wait}}))
+""", OMP_WAIT_POLICY="ACTIVE")
+    assert chosen == {"in_effect": False}  # a policy the user chose is kept
 
 IDLE_CPU = """
 import json, sys, time
