@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,19 +88,22 @@ class CachedQueryEncoder:
     built on first need."""
 
     def __init__(self, meta: dict, cache_dir: str | os.PathLike, *, device: str | None = None,
-                 query_prompt: str | None = None):
+                 query_prompt: str | None = None, build: Callable[[], Any] | None = None):
         self.meta, self.device, self.query_prompt = dict(meta), device, query_prompt
         self.path = Path(cache_dir) / f"{encoder_key(meta, query_prompt)}.npz"
         self.items_path = Path(cache_dir) / f"{encoder_key(meta, side='items')}.npz"
-        self._encoder = None
+        self._encoder, self._build = None, build  # build: makes the encoder `meta` selects (default: its own way)
         self.hits = self.misses = 0  # texts served from the store / encoded, over this object's life
 
     @property
     def encoder(self):
         if self._encoder is None:
-            from retrieval.encoders import query_text_encoder
+            if self._build is not None:
+                self._encoder = self._build()
+            else:
+                from retrieval.encoders import query_text_encoder
 
-            self._encoder = query_text_encoder(self.meta, device=self.device, query_prompt=self.query_prompt)
+                self._encoder = query_text_encoder(self.meta, device=self.device, query_prompt=self.query_prompt)
         return self._encoder
 
     def __getattr__(self, name: str) -> Any:  # dim, model, encode_items, ...: the wrapped encoder's

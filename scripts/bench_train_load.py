@@ -16,7 +16,11 @@ reads it), into a scratch folder under ``--work``:
   the median like a first epoch), logging every step, on a CoT set built once under ``--work`` from the benchmark
   (predicates, template narration, ``--distill-examples`` train examples; `prepare_distill`). Its "epoch" is an
   optimizer step: the CPU and wall seconds of each step come from the ``cpu_s`` / ``wall_s`` stamps of
-  ``train_log.json`` (`distill.checkpoints.clock_callback`).
+  ``train_log.json`` (`distill.checkpoints.clock_callback`);
+- ``forecast``: ``python -m forecasters run --backend hf --forecaster describe`` over ``--forecast-queries`` test
+  queries with a tiny random Qwen2-VL built once under ``--work`` (decoding: many short OpenMP regions). Its
+  "epoch" is the whole command, imports included: CPU seconds of the process and its threads (``wait4``), repeated
+  ``--epochs`` times, all in the median.
 
 Every job runs at load 0 (nothing of ours in the background) and at load ``--load`` (that many busy processes,
 `scripts/busy_load.py`), under each OpenMP wait policy of ``--policies``: ``passive`` (what the training commands
@@ -67,7 +71,26 @@ def command(job: str, a: argparse.Namespace, out: Path) -> tuple[list[str], Path
                  "--model_name_or_path", str(model), "--dataset_name", str(sft / "cot"), "--output_dir", str(out),
                  "--max_steps", str(a.epochs + 1), "--logging_steps", "1", "--save_steps", "100000",
                  "--eval_strategy", "no", "--seed", "0"], out / "train_log.json", "")
-    raise SystemExit(f"unknown job {job!r} (ssl, lftr, distill)")
+    if job == "forecast":
+        model = prepare_forecast(a)
+        return ([PY, "-m", "forecasters", "run", "--data", str(a.data), "--split", "test", "--forecaster", "describe",
+                 "--backend", "hf", "--model", str(model), "--device", "cpu", "--dtype", "float32", "--limit",
+                 str(a.forecast_queries), "--no-progress", "--out", str(out / "phrases.jsonl")], out, "")
+    raise SystemExit(f"unknown job {job!r} (ssl, lftr, distill, forecast)")
+
+
+def prepare_forecast(a: argparse.Namespace) -> Path:
+    """The forecast job's tiny random Qwen2-VL, built once under ``a.work``."""
+    model, done = a.work / "forecast-model", a.work / ".forecast-model.bench-train-load"
+    if done.exists():
+        return model
+    if model.exists():
+        raise SystemExit(f"{model} exists and was not written by this script; remove it or pick another --work")
+    from forecasters.tiny_models import build_tiny_model
+
+    build_tiny_model(model, "qwen2_vl", seed=0)
+    done.touch()
+    return model
 
 
 def prepare_distill(a: argparse.Namespace) -> tuple[Path, Path]:
@@ -131,20 +154,34 @@ def run_job(job: str, policy: str, load: int, a: argparse.Namespace) -> dict:
         env["OMP_WAIT_POLICY"] = POLICIES[policy]
     env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     log = a.work / f"{out.name}.log"
+    repeats = a.epochs if job == "forecast" else 1  # a forecast "epoch" is a whole command
+    cpu, sec, loads = [], [], []
     with busy(load) as pids:
         time.sleep(2.0 if load else 0.0)  # let the load settle on the cores
         load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
-        with open(log, "w", encoding="utf-8") as f:
-            rc = subprocess.call(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env)
+        for i in range(repeats):
+            if i:
+                shutil.rmtree(out)  # ours: the previous repeat's phrases
+            if job == "forecast":
+                out.mkdir(parents=True)
+            ti = time.perf_counter()
+            with open(log, "a" if i else "w", encoding="utf-8") as f:
+                proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env)
+                _, status, usage = os.wait4(proc.pid, 0)
+            rc = os.waitstatus_to_exitcode(status)
+            if rc != 0:
+                raise SystemExit(f"{' '.join(cmd)} failed (exit {rc}); its log: {log}")
+            cpu.append(usage.ru_utime + usage.ru_stime)
+            sec.append(time.perf_counter() - ti)
+            loads.append(os.getloadavg()[0])
         wall = time.perf_counter() - t0
         load_after = os.getloadavg()[0]
-    if rc != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed (exit {rc}); its log: {log}")
-    cpu, sec, loads = per_epoch(history, prefix)
-    steady = slice(1, None) if len(cpu) > 1 else slice(None)
+    if job != "forecast":
+        cpu, sec, loads = per_epoch(history, prefix)
+    steady = slice(1, None) if len(cpu) > 1 and job != "forecast" else slice(None)
     return {"job": job, "policy": policy, "load": load, "busy_pids": pids, "epochs": len(cpu),
-            "unit": "step" if job == "distill" else "epoch",
+            "unit": {"distill": "step", "forecast": "run"}.get(job, "epoch"),
             "cpu_s_per_epoch": statistics.median(cpu[steady]), "wall_s_per_epoch": statistics.median(sec[steady]),
             "cpu_s_all": cpu, "wall_s_all": sec, "load_avg_epochs": loads,
             "load_before": load_before, "load_after": load_after, "command_wall_s": wall, "command": cmd}
@@ -157,7 +194,7 @@ def markdown(rows: list[dict]) -> str:
              "CPU ratio | wall ratio |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         ratios = (f"**{r['cpu_ratio']:.2f}** | {r['wall_ratio']:.2f}" if "cpu_ratio" in r else " | ")
-        unit = " (steps)" if r.get("unit") == "step" else ""
+        unit = {"step": " (steps)", "run": " (runs)"}.get(r.get("unit"), "")
         digits = 2 if r.get("unit") == "step" else 1
         lines.append(f"| {r['job']} | {r['policy']} | {r['load']} | {r['epochs']}{unit} | "
                      f"{r['cpu_s_per_epoch']:.{digits}f} | {r['wall_s_per_epoch']:.{digits}f} | "
@@ -168,12 +205,13 @@ def markdown(rows: list[dict]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, required=True, help="a built benchmark (frames; pixels and minilm spaces)")
-    ap.add_argument("--jobs", default="ssl,lftr", help="comma-separated, of ssl, lftr, distill")
+    ap.add_argument("--jobs", default="ssl,lftr", help="comma-separated, of ssl, lftr, distill, forecast")
     ap.add_argument("--policies", default="passive,default", help=f"comma-separated, of {sorted(POLICIES)}")
     ap.add_argument("--load", type=int, default=4, help="busy processes of the loaded runs")
     ap.add_argument("--epochs", type=int, default=3, help="epochs a run (distill: optimizer steps after the first)")
     ap.add_argument("--max-frames", type=int, default=1024, help="ssl: train frames")
     ap.add_argument("--distill-examples", type=int, default=16, help="distill: train examples of the CoT set")
+    ap.add_argument("--forecast-queries", type=int, default=600, help="forecast: test queries a run")
     ap.add_argument("--work", type=Path, default=Path("/tmp/psr-bench-train-load"), help="scratch folder")
     ap.add_argument("--out", type=Path, default=None, help="JSON file of the results")
     from eval.measured import add_record_options, load_now, record_from_args
@@ -206,7 +244,8 @@ def main() -> int:
     print("\n" + md, end="")
     record_from_args(a, "bench_train_load", title="Training CPU seconds per epoch beside a background load",
                      markdown=f"{a.epochs} epoch(s) a run (distill: {a.epochs + 1} optimizer steps), the first left "
-                              f"out of the median; loaded runs beside {a.load} busy processes.\n\n" + md,
+                              f"out of the median (forecast: {a.epochs} whole runs of {a.forecast_queries} queries, "
+                              f"all in it); loaded runs beside {a.load} busy processes.\n\n" + md,
                      data={"cpus": len(os.sched_getaffinity(0)), "runs": rows}, load=(load_before, load_now()))
     return 0
 

@@ -322,10 +322,29 @@ def load_vocab(data: str | None, phrases: str | None) -> PhraseVocab:
 
 
 def embed_vocab(vocab: PhraseVocab, model: str, *, batch_size: int = 128, device: str | None = None,
-                progress: bool = True, encoder=None) -> np.ndarray:
+                progress: bool = True, encoder=None, cache_dir: str | os.PathLike | None = None) -> np.ndarray:
     """``(n, d)`` float32 L2-normalised embeddings of the vocabulary (the encoder's corpus side); ``encoder``: an
-    already loaded `retrieval.encoders.TextEncoder` of ``model``."""
+    already loaded `retrieval.encoders.TextEncoder` of ``model``.
+
+    ``cache_dir``: read and add the phrases' embeddings in the content-hash store of ``model``'s corpus side there
+    (`retrieval.textcache`), so a sweep and the canonicalization at its chosen threshold embed a vocabulary once,
+    and a call whose phrases are all stored does not load the model. Not with ``encoder`` (the store is keyed by
+    ``model``, which a given encoder need not be)."""
     from retrieval.encoders import TextEncoder
 
-    enc = encoder or TextEncoder(model, device=device, batch_size=batch_size)
-    return enc.encode_items(vocab.phrases, progress=progress)
+    if cache_dir is None or encoder is not None:
+        return (encoder or TextEncoder(model, device=device, batch_size=batch_size)).encode_items(
+            vocab.phrases, progress=progress)
+    from retrieval.textcache import CachedQueryEncoder
+
+    cached = CachedQueryEncoder({"kind": "semantic", "model": model}, cache_dir, device=device,
+                                build=lambda: TextEncoder(model, device=device, batch_size=batch_size))
+    return cached.encode_items(vocab.phrases, progress=progress)
+
+
+def vocab_cache_dir(data: str | None) -> Path:
+    """Where `embed_vocab` keeps a vocabulary's embeddings: the benchmark's own store (``data``), else the user's
+    (a phrase file's vocabulary; `retrieval.textcache.default_cache_dir`)."""
+    from retrieval.textcache import default_cache_dir
+
+    return default_cache_dir(data)

@@ -157,3 +157,43 @@ def test_missing_paths_directories_and_unknown_suffixes_are_input_errors(tmp_pat
         with pytest.raises(InputError, match="unknown suffix") as e:
             from_file(tmp_path / name)
         assert ".csv" in str(e.value)  # the fix names the formats
+
+
+def test_a_vocabulary_is_embedded_once_per_model_and_a_given_encoder_is_not_cached(tmp_path, monkeypatch):
+    """`embed_vocab` with a store: the sweep and the canonicalization at its threshold embed a vocabulary once; a
+    call whose phrases are all stored does not build the model; new phrases are the only ones encoded."""
+    import hashlib
+
+    import retrieval.encoders as encoders
+    from retrieval.canon.vocab import PhraseVocab, embed_vocab
+    from retrieval.encoders import PACKAGED_MINILM
+
+    built, encoded = [], []
+
+    def vec(t: str) -> np.ndarray:
+        v = np.frombuffer(hashlib.sha256(t.encode()).digest(), np.uint8)[:8].astype(np.float32) + 1
+        return v / np.linalg.norm(v)
+
+    class Counting:
+        def __init__(self, model, device=None, batch_size=128):
+            built.append((model, batch_size))
+
+        def encode_items(self, texts, progress=None):
+            encoded.append(list(texts))
+            return np.stack([vec(t) for t in texts])
+
+    monkeypatch.setattr(encoders, "TextEncoder", Counting)
+    store = tmp_path / "store"
+    v = PhraseVocab(["rolling left", "resting on the floor", "falling"], [3, 2, 1], None, "test")
+    first = embed_vocab(v, PACKAGED_MINILM, batch_size=7, progress=False, cache_dir=store)
+    assert built == [(PACKAGED_MINILM, 7)] and encoded == [v.phrases]
+    again = embed_vocab(v, PACKAGED_MINILM, progress=False, cache_dir=store)
+    assert len(built) == 1 and np.array_equal(first, again)  # all stored: no model
+    more = PhraseVocab(["falling", "pushed right", "rolling left"], [1, 1, 1], None, "test")
+    out = embed_vocab(more, PACKAGED_MINILM, progress=False, cache_dir=store)
+    assert encoded[-1] == ["pushed right"]
+    assert np.array_equal(out, np.stack([vec(t) for t in more.phrases]))
+    own = Counting("mine")
+    n_files = sorted(store.iterdir())
+    embed_vocab(v, "some/other-model", encoder=own, progress=False, cache_dir=store)
+    assert encoded[-1] == v.phrases and sorted(store.iterdir()) == n_files  # a given encoder: encoded, not stored
