@@ -237,7 +237,9 @@ method keeping its best; `--check-exact N` also compares it with the exact loop.
 preset's QLoRA distillation loop) as fresh processes with nothing of ours in the background and beside busy
 processes, under each OpenMP wait policy, and compares CPU seconds per epoch (distillation: per optimizer step; the
 median over those after the first): the CPU ratio says how much a background load costs the training loop beyond
-sharing the cores.""", (
+sharing the cores. Its `forecast` job does the same for decoding (a tiny Qwen2-VL through the `hf` backend, whole
+runs of `forecasters run`), which the demo's canonicalization probes and forecaster check run beside another
+lane.""", (
         Measure("bench_train_load*", "python scripts/bench_train_load.py --data data/psr-synth"),
     )),
 )
