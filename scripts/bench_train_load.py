@@ -53,8 +53,9 @@ PY = sys.executable
 POLICIES = {"passive": None, "default": "", "active": "ACTIVE"}  # None: leave unset, the command sets PASSIVE
 
 
-def command(job: str, a: argparse.Namespace, out: Path) -> tuple[list[str], Path, str]:
-    """The job's command line, its history file and the history's CPU / wall field prefix."""
+def command(job: str, a: argparse.Namespace, out: Path, repeat: int = 0) -> tuple[list[str], Path, str]:
+    """The job's command line, its history file and the history's CPU / wall field prefix (``repeat``: the forecast
+    job's run, each into its own phrase file)."""
     rb = [PY, "-m", "retrieval"]
     if job == "ssl":
         return ([*rb, "encoder", "ssl", "--data", str(a.data), "--out", str(out), "--config",
@@ -75,7 +76,7 @@ def command(job: str, a: argparse.Namespace, out: Path) -> tuple[list[str], Path
         model = prepare_forecast(a)
         return ([PY, "-m", "forecasters", "run", "--data", str(a.data), "--split", "test", "--forecaster", "describe",
                  "--backend", "hf", "--model", str(model), "--device", "cpu", "--dtype", "float32", "--limit",
-                 str(a.forecast_queries), "--no-progress", "--out", str(out / "phrases.jsonl")], out, "")
+                 str(a.forecast_queries), "--no-progress", "--out", str(out / f"phrases-{repeat}.jsonl")], out, "")
     raise SystemExit(f"unknown job {job!r} (ssl, lftr, distill, forecast)")
 
 
@@ -162,9 +163,8 @@ def run_job(job: str, policy: str, load: int, a: argparse.Namespace) -> dict:
         t0 = time.perf_counter()
         for i in range(repeats):
             if i:
-                shutil.rmtree(out)  # ours: the previous repeat's phrases
-            if job == "forecast":
-                out.mkdir(parents=True)
+                cmd = command(job, a, out, repeat=i)[0]  # a fresh phrase file: the runner resumes an existing one
+            out.mkdir(parents=True, exist_ok=True)
             ti = time.perf_counter()
             with open(log, "a" if i else "w", encoding="utf-8") as f:
                 proc = subprocess.Popen(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, env=env)

@@ -565,9 +565,6 @@ def main() -> None:
         shutil.rmtree(args.out / "runs")
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    # two lanes of commands share the CPUs: waiting OpenMP workers sleep instead of spinning (eval.threads); the
-    # toolkit's entry points ask for this themselves, and here it reaches every command (scripts, bash) as well
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     demo = Demo(args)
     t0 = time.time()
     run_stages(demo, stages)

@@ -27,7 +27,8 @@ from eval.io import FormatError, read_json, read_jsonl, write_json, write_jsonl
 from retrieval.canon._files import check_out_dir, staged_dir
 from retrieval.canon.cluster import TIES, Clustering, greedy_cluster, unit_rows, visit_order
 from retrieval.canon.metrics import vocabulary_stats
-from retrieval.canon.vocab import PhraseVocab, embed_vocab, load_vocab, vocab_cache_dir
+from retrieval.canon.vocab import PhraseVocab, embed_vocab, load_vocab
+from retrieval.textcache import default_cache_dir
 
 CLUSTERING_KIND = "cluster"
 
@@ -158,7 +159,7 @@ def run_cluster(cfg: ClusterConfig, *, progress: bool = True, log=print, encoder
     vocab = load_vocab(cfg.data, cfg.phrases)
     log(f"{len(vocab):,} unique phrases ({int(vocab.counts.sum()):,} occurrences) from {vocab.source}")
     emb = embed_vocab(vocab, cfg.model, batch_size=cfg.batch_size, device=cfg.device, progress=progress,
-                      encoder=encoder, cache_dir=vocab_cache_dir(cfg.data))
+                      encoder=encoder, cache_dir=default_cache_dir(cfg.data))
     t0 = time.perf_counter()
     cl = greedy_cluster(emb, cfg.threshold, visit_order(vocab.counts, vocab.phrases, cfg.ties), progress=progress)
     info = {"threshold": cfg.threshold, "model": cfg.model, "ties": cfg.ties, "source": vocab.source,

@@ -33,7 +33,8 @@ from retrieval.canon._files import check_out_dir, staged_dir
 from retrieval.canon.cluster import TIES, greedy_cluster, visit_order
 from retrieval.canon.metrics import MAX_MEAN_CLUSTER_SIZE, partition_scores, vocabulary_stats
 from retrieval.canon.store import clusters_rows, phrase_rows
-from retrieval.canon.vocab import PhraseVocab, embed_vocab, load_vocab, vocab_cache_dir
+from retrieval.canon.vocab import PhraseVocab, embed_vocab, load_vocab
+from retrieval.textcache import default_cache_dir
 
 DEFAULT_THRESHOLDS = (0.80, 0.85, 0.90)
 
@@ -151,7 +152,7 @@ def run_sweep(cfg: SweepConfig, *, progress: bool = True, log=print, encoder=Non
     vocab = load_vocab(cfg.data, cfg.phrases)
     log(f"{len(vocab):,} unique phrases ({int(vocab.counts.sum()):,} occurrences) from {vocab.source}")
     emb = embed_vocab(vocab, cfg.model, batch_size=cfg.batch_size, device=cfg.device, progress=progress,
-                      encoder=encoder, cache_dir=vocab_cache_dir(cfg.data))
+                      encoder=encoder, cache_dir=default_cache_dir(cfg.data))
     rows = sweep_vocab(vocab, emb, cfg.thresholds, ties=cfg.ties, progress=progress)
     ok = [r["threshold"] for r in rows if r["mean_size_ok"]]
     doc = {

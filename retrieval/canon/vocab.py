@@ -341,10 +341,3 @@ def embed_vocab(vocab: PhraseVocab, model: str, *, batch_size: int = 128, device
                                 build=lambda: TextEncoder(model, device=device, batch_size=batch_size))
     return cached.encode_items(vocab.phrases, progress=progress)
 
-
-def vocab_cache_dir(data: str | None) -> Path:
-    """Where `embed_vocab` keeps a vocabulary's embeddings: the benchmark's own store (``data``), else the user's
-    (a phrase file's vocabulary; `retrieval.textcache.default_cache_dir`)."""
-    from retrieval.textcache import default_cache_dir
-
-    return default_cache_dir(data)

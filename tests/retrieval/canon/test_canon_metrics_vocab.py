@@ -197,3 +197,22 @@ def test_a_vocabulary_is_embedded_once_per_model_and_a_given_encoder_is_not_cach
     n_files = sorted(store.iterdir())
     embed_vocab(v, "some/other-model", encoder=own, progress=False, cache_dir=store)
     assert encoded[-1] == v.phrases and sorted(store.iterdir()) == n_files  # a given encoder: encoded, not stored
+
+
+@pytest.mark.slow
+def test_the_sweeps_store_is_the_one_search_reads_for_a_space_of_the_same_model(tmp_path):
+    """With the packaged MiniLM: the vocabulary's embeddings land in the corpus-side store that a semantic space of
+    that model reads (`search --canonicalize` snaps through it), so search serves them without loading the model."""
+    from retrieval.canon.vocab import PhraseVocab, embed_vocab
+    from retrieval.encoders import PACKAGED_MINILM
+    from retrieval.textcache import CachedQueryEncoder
+
+    v = PhraseVocab(["rolling left", "resting on the floor", "falling"], [3, 2, 1], None, "test")
+    emb = embed_vocab(v, PACKAGED_MINILM, progress=False, cache_dir=tmp_path)
+    assert emb.shape == (3, 384) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-5)
+    space = {"space": "minilm", "kind": "semantic", "model": PACKAGED_MINILM, "dim": 384, "normalized": True,
+             "encoder": "sentence-transformers", "query_prompt": None}  # a built space's meta.json
+    search = CachedQueryEncoder(space, tmp_path)
+    got = search.encode_items(list(reversed(v.phrases)))
+    assert search.hits == 3 and search.misses == 0 and search._encoder is None
+    assert np.array_equal(got, emb[::-1])
