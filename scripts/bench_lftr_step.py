@@ -1,6 +1,7 @@
 """Time LFTR's real training step on a built benchmark: torch's dropout against `retrieval.lftr.model.MaskDropout`,
 torch's attention against `retrieval.lftr.model.SelfAttention`'s written-out pass, glibc's default malloc against
-`eval.threads.retain_freed_memory`.
+`eval.threads.retain_freed_memory`, every token through the context encoder's last layer against the context token
+alone (`retrieval.lftr.model._context_token_layer`: the only output the head reads).
 
 Each contender is a fresh child process (malloc's thresholds are per process and cannot be undone): it loads the
 benchmark, prepares the head as `retrieval.lftr.train.train` does (`--config`, the demo's by default, in `--space`),
@@ -29,11 +30,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a file from a checkout: find the packages
 
-#: (name, dropout, attention, retained malloc); the first is the baseline
-CONTENDERS = (("torch dropout and attention, default malloc", "torch", "torch", False),
-              ("MaskDropout, torch attention, default malloc", "mask", "torch", False),
-              ("MaskDropout, torch attention, retained memory", "mask", "torch", True),
-              ("MaskDropout, written-out attention, retained memory (the toolkit's)", "mask", "written", True))
+#: (name, dropout, attention, retained malloc, last layer); the first is the baseline
+CONTENDERS = (("torch dropout and attention, default malloc, every token", "torch", "torch", False, "every"),
+              ("MaskDropout, torch attention, default malloc, every token", "mask", "torch", False, "every"),
+              ("MaskDropout, torch attention, retained memory, every token", "mask", "torch", True, "every"),
+              ("MaskDropout, written-out attention, retained memory, every token", "mask", "written", True, "every"),
+              ("MaskDropout, written-out attention, retained memory, context token (the toolkit's)", "mask",
+               "written", True, "context"))
 
 
 def child(a: argparse.Namespace) -> None:
@@ -43,6 +46,7 @@ def child(a: argparse.Namespace) -> None:
 
     from eval.benchmark import Benchmark
     from eval.threads import retain_freed_memory
+    from retrieval.lftr import model as M
     from retrieval.lftr import train as T
     from retrieval.lftr.config import load_config
     from retrieval.lftr.model import MaskDropout, SelfAttention
@@ -52,6 +56,8 @@ def child(a: argparse.Namespace) -> None:
     torch.set_num_threads(a.threads)
     if a.attention == "torch":
         SelfAttention.forward = nn.MultiheadAttention.forward  # this child process only
+    if a.last_layer == "every":  # the whole last layer, then its context token (this child process only)
+        M._context_token_layer = lambda layer, x: layer(x)[:, :1]
     cfg = load_config([a.config], target_space=a.space, prefix_space=a.space, question_space=a.question_space or None)
     with tempfile.TemporaryDirectory() as tmp:
         job = T._start(Benchmark.load(a.data), cfg, Path(tmp), adapter_factory=None, progress=False, log=lambda m: None)
@@ -100,6 +106,7 @@ def main() -> None:
     ap.add_argument("--dropout", choices=("torch", "mask"), default="mask", help=argparse.SUPPRESS)
     ap.add_argument("--memory", choices=("default", "retained"), default="retained", help=argparse.SUPPRESS)
     ap.add_argument("--attention", choices=("torch", "written"), default="written", help=argparse.SUPPRESS)
+    ap.add_argument("--last-layer", choices=("every", "context"), default="context", help=argparse.SUPPRESS)
     from eval.measured import add_record_options, load_now, record_from_args
 
     add_record_options(ap, "bench_lftr_step")
@@ -112,11 +119,11 @@ def main() -> None:
     medians: dict[str, list[float]] = {name: [] for name, *_ in CONTENDERS}
     info: dict = {}
     for r in range(a.repeats):
-        for name, dropout, attention, retained in CONTENDERS:
+        for name, dropout, attention, retained, last_layer in CONTENDERS:
             cmd = [sys.executable, __file__, "--child", "--data", str(a.data), "--space", a.space, "--config",
                    str(a.config), "--question-space", a.question_space, "--steps", str(a.steps), "--threads",
                    str(a.threads), "--dropout", dropout, "--attention", attention,
-                   "--memory", "retained" if retained else "default"]
+                   "--memory", "retained" if retained else "default", "--last-layer", last_layer]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             info = json.loads(out.strip().splitlines()[-1])
             medians[name].append(statistics.median(info["step_s"]))
@@ -127,7 +134,7 @@ def main() -> None:
                            "rounds_ms": [1000 * x for x in medians[n]]} for n, *_ in CONTENDERS]}
     md = markdown(res)
     print("\n" + md, end="")
-    record_from_args(a, "bench_lftr_step", title="LFTR's training step: dropout, attention and malloc", markdown=md,
+    record_from_args(a, "bench_lftr_step", title="LFTR's training step: dropout, attention, malloc, last layer", markdown=md,
                      data=res, load=(load_before, load_now()))
 
 

@@ -145,8 +145,9 @@ epoch; the load average of each epoch is in its table, as the other jobs' load s
 contender in a fresh process, taking turns: torch's dropout against `MaskDropout` (the head's dropout, whose mask
 NumPy draws), torch's attention against `SelfAttention`'s written-out training pass (the head's attention: its
 softmax over a dozen tokens and the dropout of its weights), and glibc's default malloc against
-`eval.threads.retain_freed_memory` (which the LFTR jobs call); the baseline is torch's dropout and attention with the
-default malloc. `scripts/bench_lftr_val.py` times the validation R@k of the
+`eval.threads.retain_freed_memory` (which the LFTR jobs call), and every token through the context encoder's last
+layer against the context token alone (the only output the head reads; the same function); the baseline is torch's
+dropout and attention with the default malloc and every token. `scripts/bench_lftr_val.py` times the validation R@k of the
 demo's trained heads (and of the same heads untrained, as in the first epochs) with the cut, which stops scoring a
 query once `val_k` negatives certainly beat its best positive (in a semantic space: counts them from the state
 scores, and expands only the other queries to the corpus rows), against every sample of every query scored, taking

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # four fresh scoring processes, about 15 s: make test runs it, make test-fast does not
 def test_the_allocator_benchmark_runs_each_setting_and_records_the_table(synth_sem_dir, tmp_path):
     res = subprocess.run([sys.executable, "scripts/bench_allocators.py", "--data", str(synth_sem_dir), "--stages",
                           "semantic-text", "--repeats", "1", "--record-dir", str(tmp_path)],

@@ -21,9 +21,11 @@ def test_the_step_benchmark_times_every_contender(synth_sem_dir, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     rec = json.loads((tmp_path / "bench_lftr_step.json").read_text())
     rows = rec["data"]["contenders"]
-    assert [r["name"] for r in rows][0] == "torch dropout and attention, default malloc" and len(rows) == 4
+    names = [r["name"] for r in rows]
+    assert names[0] == "torch dropout and attention, default malloc, every token" and len(rows) == 5
+    assert names[-1].endswith("context token (the toolkit's)")
     assert all(r["ms"] > 0 and len(r["rounds_ms"]) == 1 for r in rows)
-    assert "| torch dropout and attention, default malloc |" in rec["markdown"] and "| 1.00 |" in rec["markdown"]
+    assert "| torch dropout and attention, default malloc, every token |" in rec["markdown"] and "| 1.00 |" in rec["markdown"]
     missing = subprocess.run([sys.executable, "scripts/bench_lftr_step.py", "--data", str(synth_sem_dir), "--space",
                               "nope", "--no-record"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert missing.returncode != 0 and "no space 'nope'" in missing.stderr

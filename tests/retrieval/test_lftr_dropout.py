@@ -100,3 +100,52 @@ def test_written_out_attention_drops_weights_and_defers_to_torch_otherwise():
     assert torch.equal(ours(x, x, x, need_weights=False)[0], ref(x, x, x, need_weights=False)[0])
     y, w = ours.train()(x, x, x, need_weights=True)
     assert w is not None and w.shape == (4, 9, 9)
+
+
+def test_attention_at_the_first_token_is_the_full_attentions_first_row_with_its_gradients():
+    ours, ref = _attention_pair(0.3)
+    ours.train().weights_dropout = nn.Identity()
+    ref.eval()
+    x = torch.randn(5, 12, 32, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    y = ours.attend_first(x)
+    y_ref = ref(x2, x2, x2, need_weights=False)[0][:, :1]
+    assert y.shape == (5, 1, 32) and torch.allclose(y, y_ref, atol=1e-6)
+    g = torch.randn_like(y)
+    y.backward(g)
+    y_ref.backward(g)
+    assert torch.allclose(x.grad, x2.grad, atol=1e-5)  # every token still gets its key / value gradient
+    for (name, p), p_ref in zip(ours.named_parameters(), ref.parameters(), strict=True):
+        assert torch.allclose(p.grad, p_ref.grad, atol=1e-5), name
+    ours.train().weights_dropout = MaskDropout(0.5)
+    torch.manual_seed(2)
+    a, b = ours.attend_first(x), ours.attend_first(x)
+    assert not torch.allclose(a, b)  # the weights are dropped out in training
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_the_context_is_the_full_encoders_output_at_the_context_token(train):
+    """`LFTR.context` computes the last layer for the context token only: the same function (and gradients) as
+    running every token through every layer and reading token 0."""
+    torch.manual_seed(0)
+    cfg = LFTRConfig(d_model=32, n_heads=4, n_layers=3, dropout=0.0 if train else 0.1)
+    model = LFTR(cfg, d_in=8, d_out=8, d_text=6).train(train)
+    prefix, qtype, horizon = torch.randn(7, 8, 8), torch.randint(0, 4, (7,)), torch.randint(1, 6, (7,))
+    question = torch.randn(7, 6)
+    full_calls = []
+    model.encoder.register_forward_hook(lambda m, args, out: full_calls.append(1))
+    c = model.context(prefix, qtype, horizon, question)
+    assert not full_calls  # the encoder module as a whole is never run
+    with torch.no_grad() if not train else torch.enable_grad():
+        tokens = [model.ctx_token.expand(7, -1, -1), model.qtype_emb(qtype)[:, None], model.text_proj(question)[:, None],
+                  model.horizon_emb(horizon)[:, None], model.in_proj(prefix) + model.frame_pos]
+        ref = model.ctx_norm(model.encoder(torch.cat(tokens, 1))[:, 0])
+    assert c.shape == (7, 32) and torch.allclose(c, ref, atol=1e-5)
+    if train:
+        g = torch.randn_like(c)
+        grads = torch.autograd.grad(c, list(model.parameters()), g, allow_unused=True)
+        grads_ref = torch.autograd.grad(ref, list(model.parameters()), g, allow_unused=True)
+        for (name, _), a, b in zip(model.named_parameters(), grads, grads_ref, strict=True):
+            assert (a is None) == (b is None), name
+            if a is not None and b is not None:
+                assert torch.allclose(a, b, atol=1e-5), name
