@@ -82,6 +82,19 @@ def child(a: argparse.Namespace) -> None:
     print(json.dumps({"step_s": times, "parameters": job.n_params, "batch": B}))
 
 
+def _pick(spec: str) -> tuple:
+    """The contenders that ``--contenders`` names (1-based), the baseline first."""
+    if not spec.strip():
+        return CONTENDERS
+    try:
+        picked = sorted({1} | {int(x) for x in spec.split(",") if x.strip()})
+    except ValueError:
+        raise SystemExit(f"--contenders: comma-separated numbers 1-{len(CONTENDERS)}, got {spec!r}") from None
+    if picked[0] < 1 or picked[-1] > len(CONTENDERS):
+        raise SystemExit(f"--contenders: numbers 1-{len(CONTENDERS)}, got {spec!r}")
+    return tuple(CONTENDERS[i - 1] for i in picked)
+
+
 def markdown(res: dict) -> str:
     lines = [f"`{res['space']}` head of {res['config']} on {res['data']} ({res['parameters']:,} parameters, batch "
              f"{res['batch']}, {res['threads']} thread(s)); median over {res['steps']} steps per round, median of "
@@ -102,6 +115,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20, help="timed steps per round")
     ap.add_argument("--repeats", type=int, default=3, help="rounds")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (the demo trains its heads on 1 each)")
+    ap.add_argument("--contenders", default="", help="comma-separated 1-based numbers of the contenders to run, in "
+                    "the table's order (default: all; the first is the baseline and always runs)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--dropout", choices=("torch", "mask"), default="mask", help=argparse.SUPPRESS)
     ap.add_argument("--memory", choices=("default", "retained"), default="retained", help=argparse.SUPPRESS)
@@ -115,11 +130,12 @@ def main() -> None:
         return child(a)
     if not (a.data / "features" / a.space).exists():
         raise SystemExit(f"{a.data} has no space {a.space!r} (features/{a.space}/): build it first (make demo)")
+    contenders = _pick(a.contenders)
     load_before = load_now()
-    medians: dict[str, list[float]] = {name: [] for name, *_ in CONTENDERS}
+    medians: dict[str, list[float]] = {name: [] for name, *_ in contenders}
     info: dict = {}
     for r in range(a.repeats):
-        for name, dropout, attention, retained, last_layer in CONTENDERS:
+        for name, dropout, attention, retained, last_layer in contenders:
             cmd = [sys.executable, __file__, "--child", "--data", str(a.data), "--space", a.space, "--config",
                    str(a.config), "--question-space", a.question_space, "--steps", str(a.steps), "--threads",
                    str(a.threads), "--dropout", dropout, "--attention", attention,
@@ -131,7 +147,7 @@ def main() -> None:
     res = {"data": str(a.data), "space": a.space, "config": a.config.name, "threads": a.threads, "steps": a.steps,
            "repeats": a.repeats, "parameters": info["parameters"], "batch": info["batch"],
            "contenders": [{"name": n, "ms": 1000 * statistics.median(medians[n]),
-                           "rounds_ms": [1000 * x for x in medians[n]]} for n, *_ in CONTENDERS]}
+                           "rounds_ms": [1000 * x for x in medians[n]]} for n, *_ in contenders]}
     md = markdown(res)
     print("\n" + md, end="")
     record_from_args(a, "bench_lftr_step", title="LFTR's training step: dropout, attention, malloc, last layer", markdown=md,
