@@ -128,9 +128,9 @@ def main() -> None:
     a = ap.parse_args()
     if a.child:
         return child(a)
+    contenders = _pick(a.contenders)
     if not (a.data / "features" / a.space).exists():
         raise SystemExit(f"{a.data} has no space {a.space!r} (features/{a.space}/): build it first (make demo)")
-    contenders = _pick(a.contenders)
     load_before = load_now()
     medians: dict[str, list[float]] = {name: [] for name, *_ in contenders}
     info: dict = {}

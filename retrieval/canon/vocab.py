@@ -340,4 +340,3 @@ def embed_vocab(vocab: PhraseVocab, model: str, *, batch_size: int = 128, device
     cached = CachedQueryEncoder({"kind": "semantic", "model": model}, cache_dir, device=device,
                                 build=lambda: TextEncoder(model, device=device, batch_size=batch_size))
     return cached.encode_items(vocab.phrases, progress=progress)
-
