@@ -211,27 +211,41 @@ def _method_command(kind: str, names: tuple[str, ...]):
         seed: Seed = 0,
         reduce: Annotated[str, typer.Option("--reduce", help="independent-appearance: first | mean future "
                                                              "frame")] = "first",
+        train_fraction: Annotated[float, typer.Option("--train-fraction", help="state-classifier: learn from this "
+                                                      "share of the training videos (nested shares)")] = 1.0,
         k: TopK = 50,
         device: Device = None,
+        method: Annotated[str, typer.Option("--method", help="method name stored in the run (default: the "
+                                                             "method and its space, e.g. knn-future[minilm])")] = "",
         allow_empty: AllowEmpty = False,
         overwrite: Overwrite = False,
     ) -> None:
         from eval.benchmark import Benchmark
-        from retrieval.method_names import run_label
+        from retrieval.method_names import ORACLE_PREFIX, run_label
         from retrieval.methods import method_query_vectors
         from retrieval.runs import score_query_vectors
-        from retrieval.spaces import Space
+        from retrieval.spaces import Space, pick_prefix_space
 
         if name not in names:
             raise typer.BadParameter(f"unknown {kind} {name!r}; choose from {names}")
+        if method and kind == "oracle" and not method.startswith(ORACLE_PREFIX):
+            raise typer.BadParameter(f"an oracle's run name starts with {ORACLE_PREFIX!r} (it reads the true future): "
+                                     f"--method {method!r}")
         _check_run_out(out, [data], overwrite)
         bench = Benchmark.load(data)
         sp = Space.load(bench, space) if space else None
         qv = method_query_vectors(bench, name, sp, bench.selection(split, allow_empty=allow_empty),
-                                  prefix_space=prefix_space, seed=seed, reduce=reduce, device=device)
-        r = score_query_vectors(bench, qv, sp, out, method=run_label(name, space or None), k=k,
+                                  prefix_space=prefix_space, seed=seed, reduce=reduce, device=device,
+                                  train_fraction=train_fraction)
+        label = method or run_label(name, space or None)
+        if name == "state-classifier" and not method:  # the prefix space it reads is part of the method
+            label = f"{name}-{pick_prefix_space(bench, prefix_space)}[{space}]"
+        r = score_query_vectors(bench, qv, sp, out, method=label, k=k,
                                 config={"kind": kind, "split": split, "prefix_space": prefix_space, "seed": seed,
-                                        "reduce": reduce}, inputs=[data], overwrite=overwrite)
+                                        "reduce": reduce,
+                                        **({"train_fraction": train_fraction} if name == "state-classifier" else {}),
+                                        **({"fit": qv.info} if qv.info else {})},
+                                inputs=[data], overwrite=overwrite)
         _done(out, r)
 
     return command
@@ -239,7 +253,8 @@ def _method_command(kind: str, names: tuple[str, ...]):
 
 app.command("baseline", help="Run a naive baseline: random, question-only, lookup, transition-table (the true "
                              "current state + a table fitted on train), knn-future (--prefix-space: the space of "
-                             "the prefix tokens), persistence, zero-shot. --space is not needed for random.")(
+                             "the prefix tokens), state-classifier (an MLP from the --prefix-space tokens to the "
+                             "future state, fitted on train, early-stopped on val), persistence, zero-shot. --space is not needed for random.")(
     _method_command("baseline", BASELINES))
 app.command("oracle", help="Run an oracle: semantic-text, paraphrase (held-out phrasing, synthetic benchmark), "
                            "state-prototype, independent-appearance. The run's method name starts with 'oracle-'.")(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-BASELINES = ("random", "question-only", "lookup", "transition-table", "knn-future", "persistence", "zero-shot")
+BASELINES = ("random", "question-only", "lookup", "transition-table", "knn-future", "state-classifier", "persistence",
+             "zero-shot")
 ORACLES = ("semantic-text", "paraphrase", "state-prototype", "independent-appearance")
 #: The space kind each method needs ("any": semantic or visual).
 NEEDS = {"random": "any", "question-only": "text", "lookup": "any", "transition-table": "any", "knn-future": "any",
+         "state-classifier": "any",
          "persistence": "visual", "zero-shot": "visual", "semantic-text": "text", "paraphrase": "text",
          "state-prototype": "any", "independent-appearance": "any"}
 #: The prefix of an oracle's run name: an oracle reads the true future, so its runs say so.

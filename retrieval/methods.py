@@ -19,10 +19,13 @@ from retrieval.textcache import cached_query_encoder
 
 def method_query_vectors(bench: Benchmark, name: str, space: Space | None, rows: np.ndarray, *,
                          prefix_space: str = "", seed: int = 0, reduce: str = "first", device: str | None = None,
-                         train_split: str = "train") -> QueryVectors:
-    """Query vectors of baseline / oracle ``name`` in ``space`` (see `retrieval.baselines`, `retrieval.oracles`)."""
+                         train_split: str = "train", train_fraction: float = 1.0) -> QueryVectors:
+    """Query vectors of baseline / oracle ``name`` in ``space`` (see `retrieval.baselines`, `retrieval.oracles`,
+    `retrieval.classifier`); ``train_fraction``: the share of the training videos ``state-classifier`` learns from."""
     if name not in BASELINES + ORACLES:
         raise InputError(f"unknown method {name!r}; baselines: {BASELINES}; oracles: {ORACLES}")
+    if train_fraction != 1.0 and name != "state-classifier":
+        raise InputError(f"--train-fraction is an option of state-classifier, not of {name}")
     if name == "random":
         return baselines.random_baseline(bench, rows, seed=seed, space=space.name if space else "")
     if space is None:
@@ -43,6 +46,12 @@ def method_query_vectors(bench: Benchmark, name: str, space: Space | None, rows:
     if name == "knn-future":
         pspace = Space.load(bench, pick_prefix_space(bench, prefix_space))
         return baselines.knn_future(bench, rows, pspace, space, train_split=train_split)
+    if name == "state-classifier":
+        from retrieval.classifier import ClassifierConfig, state_classifier
+
+        pspace = Space.load(bench, pick_prefix_space(bench, prefix_space))
+        return state_classifier(bench, rows, pspace, space, seed=seed, train_split=train_split,
+                                cfg=ClassifierConfig(train_fraction=train_fraction))
     if name == "persistence":
         return baselines.persistence(bench, rows, space)
     if name == "zero-shot":

@@ -29,7 +29,8 @@ class QueryVectors:
 
     ``vectors``: ``(n, K, d)`` float32, L2-normalised rows (zero rows for misses); ``query_ids``: the ``n`` query
     ids in scoring order; ``space``: the space name; ``kind``: ``"dense"`` or ``"random"`` (``vectors`` empty,
-    ``seed`` set); ``miss``: ``(n,)`` bool.
+    ``seed`` set); ``miss``: ``(n,)`` bool; ``info``: what a learned method records of its fitting (its run's
+    config keeps it).
     """
 
     query_ids: list[str]
@@ -38,6 +39,7 @@ class QueryVectors:
     kind: str = "dense"
     seed: int = 0
     miss: np.ndarray | None = None
+    info: dict | None = None
 
     def __post_init__(self) -> None:
         if self.kind == "dense":

@@ -14,16 +14,22 @@ the whole validation split), predicts
 the test split and scores every head and the semantic-text oracle with one `python -m eval report` (the main
 table's population: fair test queries, Q1-Q4).
 
+Beside each head, on the same share and seed (unless ``--no-classifier``): the state classifier
+(`retrieval.classifier`, ``python -m retrieval baseline state-classifier --train-fraction F``), an MLP from the same
+prefix tokens to the target's canonical state: a learner built for the task, not the paper's. Where the two curves
+agree, the ceiling is what the data teaches, not LFTR.
+
 Reported (``OUT/curve.md``, ``OUT/curve.json``; ``--doc FILE`` also writes the Markdown there): per share, the
 training videos and queries, the epochs, R@5 (mean +- std over ``--seeds``), its share of the oracle and R@5 by
-horizon; the least-squares slope of R@5 against log2(training queries) (points per doubling of the data) and, only
-as a log-linear extrapolation, the data at which that slope would reach 30% of the oracle (the issue's lower
-bound). Commands run as subprocesses (`python -m retrieval lftr train | predict`, `python -m retrieval oracle`,
-`python -m eval report`), ``--workers`` heads at a time (each head trains on the config's threads).
+horizon, and the state classifier's R@5 and share; the least-squares slope of R@5 against log2(training queries)
+(points per doubling of the data) for each learner and, only as a log-linear extrapolation, the data at which
+``lftr-sim``'s slope would reach 30% of the oracle (the issue's lower bound). Commands run as subprocesses (`python -m
+retrieval lftr train | predict`, `python -m retrieval baseline state-classifier`, `python -m retrieval oracle`,
+`python -m eval report`), ``--workers`` jobs at a time (each head trains on the config's threads).
 
 Resumable: a head resumes from its ``last.pt`` (a finished head trains nothing; a head folder of another config is
-refused by ``lftr train``), a prediction newer than its head's ``best.pt`` and the oracle run are kept (a run of
-another benchmark is refused by ``eval report``); nothing is deleted.
+refused by ``lftr train``), a prediction newer than its head's ``best.pt``, a classifier run and the oracle run are
+kept (a run of another benchmark is refused by ``eval report``); nothing is deleted.
 """
 
 from __future__ import annotations
@@ -78,6 +84,23 @@ def train_and_predict(a: argparse.Namespace, base_epochs: int, fraction: float, 
     return run_file
 
 
+def classifier_name(semantic: str, prefix: str, fraction: float, seed: int) -> str:
+    return f"state-classifier-{prefix}[{semantic}] train {fraction:g} seed {seed}"
+
+
+def classify(a: argparse.Namespace, fraction: float, seed: int) -> Path:
+    """The state classifier (`retrieval.classifier`) on ``fraction`` of the training videos, its test run (kept
+    when it exists)."""
+    run_file = a.out / "runs" / f"state-classifier-f{fraction:g}-s{seed}.parquet"
+    if not run_file.exists():
+        run([PY, "-m", "retrieval", "baseline", "state-classifier", "--data", str(a.data), "--space",
+             a.semantic_space, "--prefix-space", a.prefix_space, "--seed", str(seed), "--train-fraction",
+             str(fraction), "--split", "test", "--out", str(run_file), "--method",
+             classifier_name(a.semantic_space, a.prefix_space, fraction, seed)],
+            a.out / "logs" / f"classifier-f{fraction:g}-s{seed}.log")
+    return run_file
+
+
 def slope_per_doubling(n: list[float], r5: list[float]) -> float | None:
     """Least-squares slope of ``r5`` against log2(``n``) (None with fewer than two distinct sizes)."""
     if len(set(n)) < 2:
@@ -93,26 +116,39 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def _seed_stats(runs: dict, names: list[str]) -> tuple[list[float], float, float, dict[str, float]]:
+    """R@5 x100 of each named run, their mean and std, and the mean R@5 by horizon."""
+    vals = [100 * runs[n]["main"]["R@5"] for n in names]
+    by_h: dict[str, list[float]] = {}
+    for n in names:
+        for h, v in runs[n].get("by_horizon", {}).items():
+            if v.get("R@5") is not None:
+                by_h.setdefault(h, []).append(100 * v["R@5"])
+    std = float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
+    return vals, float(np.mean(vals)), std, {h: float(np.mean(v)) for h, v in sorted(by_h.items())}
+
+
 def table(a: argparse.Namespace, report: dict, info: dict[float, dict], base_epochs: int) -> tuple[str, dict]:
     """The Markdown page and its JSON from the report (module docstring)."""
     runs = report["runs"]
     oracle = 100 * runs[f"{ORACLE}[{a.semantic_space}]"]["main"]["R@5"]
     n_pop = report["population"].get("n") if isinstance(report.get("population"), dict) else None
-    rows, points = [], []
+    rows, points, cpoints = [], [], []
     for f in a.fractions:
-        vals = [100 * runs[head_name(a.semantic_space, f, s)]["main"]["R@5"] for s in a.seeds]
-        by_h: dict[str, list[float]] = {}
-        for s in a.seeds:
-            for h, v in runs[head_name(a.semantic_space, f, s)].get("by_horizon", {}).items():
-                if v.get("R@5") is not None:
-                    by_h.setdefault(h, []).append(100 * v["R@5"])
-        mean, std = float(np.mean(vals)), float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0
+        vals, mean, std, by_h = _seed_stats(runs, [head_name(a.semantic_space, f, s) for s in a.seeds])
         points.append((info[f]["train_queries"], mean))
-        rows.append(dict(fraction=f, train_videos=info[f]["train_videos"], train_queries=info[f]["train_queries"],
-                         epochs=max(1, round(base_epochs / f)), r5=vals, r5_mean=mean, r5_std=std,
-                         share_of_oracle=mean / oracle if oracle else None,
-                         by_horizon={h: float(np.mean(v)) for h, v in sorted(by_h.items())}))
+        row = dict(fraction=f, train_videos=info[f]["train_videos"], train_queries=info[f]["train_queries"],
+                   epochs=max(1, round(base_epochs / f)), r5=vals, r5_mean=mean, r5_std=std,
+                   share_of_oracle=mean / oracle if oracle else None, by_horizon=by_h)
+        if a.classifier:
+            cvals, cmean, cstd, _ = _seed_stats(
+                runs, [classifier_name(a.semantic_space, a.prefix_space, f, s) for s in a.seeds])
+            cpoints.append((info[f]["train_queries"], cmean))
+            row.update(classifier_train_queries=info[f].get("classifier_train_queries"), classifier_r5=cvals, classifier_r5_mean=cmean, classifier_r5_std=cstd,
+                       classifier_share_of_oracle=cmean / oracle if oracle else None)
+        rows.append(row)
     slope = slope_per_doubling([p[0] for p in points], [p[1] for p in points])
+    cslope = slope_per_doubling([p[0] for p in cpoints], [p[1] for p in cpoints]) if cpoints else None
     full = max(rows, key=lambda r: r["fraction"])
     target = 0.3 * oracle
     factor = None
@@ -120,6 +156,11 @@ def table(a: argparse.Namespace, report: dict, info: dict[float, dict], base_epo
         factor = 2 ** ((target - full["r5_mean"]) / slope)
     cmd = shlex.join(["python", "scripts/ceiling_curve.py", *sys.argv[1:]])
     seeds = ", ".join(map(str, a.seeds))
+
+    def pm(mean: float, std: float) -> str:
+        return f"{mean:.2f}" + (f" ± {std:.2f}" if len(a.seeds) > 1 else "")
+
+    hs = list(rows[0]["by_horizon"])
     lines = [
         "# The perfect-perception ceiling against the training data",
         "",
@@ -127,30 +168,46 @@ def table(a: argparse.Namespace, report: dict, info: dict[float, dict], base_epo
         f"`{a.data}`; `lftr-sim[{a.semantic_space}]` (LFTR from the `{a.prefix_space}` prefix space: the "
         "simulator's exact state at the prefix's end) trained on nested shares of the training videos, each for "
         f"the same number of optimizer steps; seeds {seeds}; config {', '.join(_shown(c) for c in a.config)}. "
-        f"R@5 x100 on the main table's population (fair test queries, Q1-Q4"
+        + (f"Beside it, on the same shares and seeds, `state-classifier-{a.prefix_space}[{a.semantic_space}]` "
+           "(`retrieval.classifier`: an MLP from the same prefix tokens and the question's type, horizon and "
+           "time to the target's canonical state, early-stopped on validation; its prediction is that state's "
+           "embedding), a learner built for the task rather than the paper's method. " if a.classifier else "")
+        + "R@5 x100 on the main table's population (fair test queries, Q1-Q4"
         + (f"; n = {n_pop:,}" if n_pop else "") + "), scored by `python -m eval report`.",
         "",
         "| share of training videos | videos | training queries | epochs | R@5 | share of the oracle | "
-        + " | ".join(f"h{h}" for h in rows[0]["by_horizon"]) + " |",
-        "|---:|---:|---:|---:|---:|---:|" + "---:|" * len(rows[0]["by_horizon"]),
+        + " | ".join(f"h{h}" for h in hs) + " |" + (" state classifier R@5 | its share of the oracle |"
+                                                     if a.classifier else ""),
+        "|---:|---:|---:|---:|---:|---:|" + "---:|" * len(hs) + ("---:|---:|" if a.classifier else ""),
     ]
     for r in rows:
-        r5 = f"{r['r5_mean']:.2f}" + (f" ± {r['r5_std']:.2f}" if len(a.seeds) > 1 else "")
-        lines.append(f"| {r['fraction']:g} | {r['train_videos']:,} | {r['train_queries']:,} | {r['epochs']} | {r5} | "
-                     f"{100 * r['share_of_oracle']:.0f}% | "
-                     + " | ".join(f"{v:.1f}" for v in r["by_horizon"].values()) + " |")
+        line = (f"| {r['fraction']:g} | {r['train_videos']:,} | {r['train_queries']:,} | {r['epochs']} | "
+                f"{pm(r['r5_mean'], r['r5_std'])} | {100 * r['share_of_oracle']:.0f}% | "
+                + " | ".join(f"{v:.1f}" for v in r["by_horizon"].values()) + " |")
+        if a.classifier:
+            line += (f" {pm(r['classifier_r5_mean'], r['classifier_r5_std'])} | "
+                     f"{100 * r['classifier_share_of_oracle']:.0f}% |")
+        lines.append(line)
     lines += ["", f"Semantic-text oracle (`{ORACLE}[{a.semantic_space}]`): R@5 {oracle:.2f}; 30% of it: "
               f"{target:.2f}."]
     if slope is not None:
         lines.append(f"Slope: R@5 {slope:+.2f} points per doubling of the training queries (least squares over "
-                     f"log2 of the training queries, seeds' means).")
+                     f"log2 of the training queries, seeds' means)"
+                     + (f"; the state classifier's {cslope:+.2f}." if cslope is not None else "."))
     if factor is not None:
         lines.append(f"Log-linear extrapolation (an assumption: the slope holds beyond the measured range): 30% of "
                      f"the oracle at about {factor:.0f}x the full training set "
                      f"({factor * full['train_queries']:,.0f} training queries).")
+    if a.classifier:
+        gap = full["classifier_r5_mean"] - full["r5_mean"]
+        nq = full.get("classifier_train_queries")
+        lines.append(f"On all the training data the state classifier scores {gap:+.2f} R@5 against `lftr-sim` "
+                     f"({full['classifier_r5_mean']:.2f} against {full['r5_mean']:.2f})"
+                     + (f"; it learns from the {nq:,} Q1-Q4 queries among the training queries (LFTR also trains "
+                        "on Q5)." if nq else "."))
     md = "\n".join(lines) + "\n"
     data = dict(command=cmd, data=str(a.data), oracle_r5=oracle, target_r5=target, slope_per_doubling=slope,
-                extrapolated_factor=factor, rows=rows)
+                classifier_slope_per_doubling=cslope, extrapolated_factor=factor, rows=rows)
     return md, data
 
 
@@ -167,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="LFTR config file(s) (default: configs/lftr/synth.yaml, the demo's)")
     p.add_argument("--workers", type=int, default=2, help="heads trained at a time")
     p.add_argument("--doc", type=Path, default=None, help="also write the Markdown page here")
+    p.add_argument("--no-classifier", dest="classifier", action="store_false",
+                   help="train only lftr-sim, not the state classifier beside it")
     a = p.parse_args(argv)
     try:
         a.fractions = sorted({float(x) for x in a.fractions.split(",") if x.strip()})
@@ -196,10 +255,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(jobs)} head(s), {a.workers} at a time; logs in {a.out / 'logs'}", flush=True)
     with ThreadPoolExecutor(max(1, a.workers)) as pool:
         run_files = list(pool.map(lambda js: train_and_predict(a, base_epochs, *js), jobs))
+        if a.classifier:
+            run_files += list(pool.map(lambda js: classify(a, *js), jobs))
     info = {}
     for f in a.fractions:
         ti = json.loads((a.out / "heads" / f"f{f:g}-s{a.seeds[0]}" / "train_info.json").read_text())
         info[f] = dict(train_queries=int(ti["train_queries"]), train_videos=int(ti["train_videos"]))
+        if a.classifier:
+            from eval.runs import read_run
+
+            fit = read_run(a.out / "runs" / f"state-classifier-f{f:g}-s{a.seeds[0]}.parquet").config.get("fit", {})
+            info[f]["classifier_train_queries"] = fit.get("train_queries")
     run([PY, "-m", "eval", "report", str(oracle), *map(str, run_files), "--data", str(a.data), "--out",
          str(a.out / "report"), "--split", "test"], a.out / "logs" / "report.log")
     report = json.loads((a.out / "report" / "report.json").read_text())

@@ -87,6 +87,11 @@ def test_the_curve_script_trains_each_share_scores_them_and_resumes(synth_dir, s
         name = f"lftr-sim[minilm] train {r['fraction']:g} seed 0"
         assert r["r5_mean"] == pytest.approx(100 * report["runs"][name]["main"]["R@5"])
         assert r["share_of_oracle"] == pytest.approx(r["r5_mean"] / got["oracle_r5"])
+        # the state classifier beside each head, on the same share
+        cname = f"state-classifier-sim[minilm] train {r['fraction']:g} seed 0"
+        assert r["classifier_r5_mean"] == pytest.approx(100 * report["runs"][cname]["main"]["R@5"])
+    assert 0 < rows[0.5]["classifier_train_queries"] < rows[1.0]["classifier_train_queries"]
+    assert "state classifier R@5" in doc.read_text()
     assert np.isfinite(got["slope_per_doubling"])
     assert doc.read_text() == (out / "curve.md").read_text() and "ceiling_curve.py" in doc.read_text()
     runs = sorted((out / "runs").glob("*.parquet"))
