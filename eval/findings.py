@@ -24,6 +24,7 @@ ROLES = {
     "independent": ("independent-appearance", "oracle-independent-appearance"),
     "semantic": ("semantic-text", "oracle-semantic-text"), "paraphrase": ("paraphrase", "oracle-paraphrase"),
     "fusion": ("lftr-fusion",), "lftr": ("lftr[",), "perfect": ("lftr-sim[",),
+    "classifier": ("state-classifier-sim[",),
 }
 SIG_LEVEL = 0.01
 #: The synthetic benchmark's targets on its card (key, label, low, high; None = unbounded).
@@ -269,8 +270,10 @@ def tie_ceiling_by_horizon(card: dict | None) -> dict[int, tuple[float, float]]:
 def ceiling(report: dict, predictability: dict | None = None, card: dict | None = None
             ) -> list[tuple[str, str, float]]:
     """The ceiling decomposition (R@5 x100, seeds' means): the semantic-text oracle (what the labels allow), the
-    perfect-perception LFTR (what forecasting allows), the transition table (the present as a label), the best LFTR
-    from frames and the fusion (perception + forecasting) -- as (stage, run, value) rows, in that order.
+    perfect-perception LFTR (what forecasting allows) and, where it ran, the state classifier from the same exact state
+    (`retrieval.classifier`: whether another learner forecasts better from it), the transition table (the present as
+    a label), the best LFTR from frames and the fusion (perception + forecasting) -- as (stage, run, value) rows, in
+    that order.
 
     ``predictability`` (the JSON of `python -m eval predictability`) adds, after the oracle, what foresight reaches:
     the future true state named by its usual label (no perturbation), then the same under each perturbation at the
@@ -282,6 +285,8 @@ def ceiling(report: dict, predictability: dict | None = None, card: dict | None 
     rows = []
     for stage, role in (("labels: semantic-text oracle", "semantic"), ("forecasting: perfect-perception LFTR",
                                                                         "perfect"),
+                        ("forecasting: a state classifier from the same exact state (not the paper's method)",
+                         "classifier"),
                         ("the present as a label: transition table", "transition"),
                         ("perception + forecasting: best LFTR from frames", "lftr"),
                         ("perception + forecasting: LFTR fusion", "fusion")):
@@ -416,7 +421,7 @@ def findings(report: dict, card: dict | None = None) -> list[str]:
         hs = _by_h(report, sem[0])
         oracles = ROLES["semantic"] + ROLES["paraphrase"] + ROLES["independent"] + ("state-prototype",
                                                                                      "oracle-state-prototype")
-        perfect = ROLES["perfect"] + ROLES["transition"]
+        perfect = ROLES["perfect"] + ROLES["classifier"] + ROLES["transition"]
         predictors = [n for n in groups(report) if not n.startswith(oracles + perfect)]
         if predictors and hs:
             best = max(predictors, key=lambda g: _r5(report, g))

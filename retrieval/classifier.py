@@ -156,10 +156,12 @@ def fit_predict_states(bench: Benchmark, rows: np.ndarray, prefix_space: Space, 
 
 
 def state_classifier(bench: Benchmark, rows: np.ndarray, prefix_space: Space, target: Space, *, seed: int = 0,
-                     cfg: ClassifierConfig | None = None, train_split: str = "train") -> QueryVectors:
+                     cfg: ClassifierConfig | None = None, train_split: str = "train",
+                     progress: bool = True) -> QueryVectors:
     """The predicted state's vector in ``target`` -> ``(n, 1, d)`` (module docstring); ``info`` holds the training
     record of `fit_predict_states`."""
-    pred, record = fit_predict_states(bench, rows, prefix_space, seed=seed, cfg=cfg, train_split=train_split)
+    pred, record = fit_predict_states(bench, rows, prefix_space, seed=seed, cfg=cfg, train_split=train_split,
+                                      progress=progress)
     vec = np.asarray(target.state_prototypes()[pred], np.float32) if len(pred) else \
         np.zeros((0, target.dim), np.float32)
     ids = bench.query_ids

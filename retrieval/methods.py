@@ -19,7 +19,8 @@ from retrieval.textcache import cached_query_encoder
 
 def method_query_vectors(bench: Benchmark, name: str, space: Space | None, rows: np.ndarray, *,
                          prefix_space: str = "", seed: int = 0, reduce: str = "first", device: str | None = None,
-                         train_split: str = "train", train_fraction: float = 1.0) -> QueryVectors:
+                         train_split: str = "train", train_fraction: float = 1.0,
+                         progress: bool = True) -> QueryVectors:
     """Query vectors of baseline / oracle ``name`` in ``space`` (see `retrieval.baselines`, `retrieval.oracles`,
     `retrieval.classifier`); ``train_fraction``: the share of the training videos ``state-classifier`` learns from."""
     if name not in BASELINES + ORACLES:
@@ -51,7 +52,7 @@ def method_query_vectors(bench: Benchmark, name: str, space: Space | None, rows:
 
         pspace = Space.load(bench, pick_prefix_space(bench, prefix_space))
         return state_classifier(bench, rows, pspace, space, seed=seed, train_split=train_split,
-                                cfg=ClassifierConfig(train_fraction=train_fraction))
+                                cfg=ClassifierConfig(train_fraction=train_fraction), progress=progress)
     if name == "persistence":
         return baselines.persistence(bench, rows, space)
     if name == "zero-shot":

@@ -248,7 +248,7 @@ class Demo:
     #: Table order: naive baselines, the forecaster plumbing check, learned methods, then the oracles (ceilings).
     ORDER = ("random", "question-only", "lookup", "persistence", "zero-shot", "knn-future", "text-only", "lftr-minilm",
              "lftr-ssl", "lftr-lit", "lftr-pixels", "lftr-ssl-last", "lftr-pixels-last", "lftr-fusion",
-             "transition-table", "lftr-sim", "oracle-independent-appearance", "oracle-state-prototype",
+             "transition-table", "lftr-sim", "state-classifier", "oracle-independent-appearance", "oracle-state-prototype",
              "oracle-paraphrase", "oracle-semantic-text")
 
     def report(self) -> None:
@@ -352,11 +352,13 @@ class Demo:
                           "predictability`: the query's true answer named by its usual label, then the answer of the "
                           "same video re-simulated with a perturbation far below a pixel just after the prefix, so "
                           "the share of the oracle that the world itself decides); what forecasting learns (LFTR "
-                          "reading the simulator's exact state at the prefix's end: perfect perception); the present "
+                          "reading the simulator's exact state at the prefix's end: perfect perception; beside it a "
+                          "state classifier, an MLP from the same exact state to the future state, which asks "
+                          "whether another learner forecasts better from it); the present "
                           "as a label (the transition table, and the current state's segments tied first: "
                           "persistence with perfect perception); and what perception plus forecasting reach from "
                           "frames. "
-                          "R@5, seeds' means. How the perfect-perception row grows with the training data: "
+                          "R@5, seeds' means. How the perfect-perception rows grow with the training data: "
                           "`docs/ceiling-curve.md` (`python scripts/ceiling_curve.py`); the predictability "
                           "measurement by question and scene family: `docs/predictability.md`, and "
                           "`predictability/predictability.md` in the demo's output folder.", "",

@@ -247,7 +247,9 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
     checkpoints live in ``out/<stem>/``).
 
     - baselines: random, question-only, lookup, the transition table (the true current state + a table fitted on
-      train), kNN-future (semantic space); persistence and zero-shot (visual space, and the compare space);
+      train), kNN-future (semantic space); with the perfect-perception space, ``state-classifier-<perfect>[<semantic>]``
+      (`retrieval.classifier`: an MLP from the same input as ``lftr-sim`` to the future state); persistence and
+      zero-shot (visual space, and the compare space);
     - oracles: semantic-text and the held-out paraphrase (semantic space); state-prototype and independent-appearance
       in every visual target space; a text -> image space's semantic-text oracle and question-only baseline;
     - LFTR per seed (``seeds``; run names end in ``-seed<S>`` when there are several, so reports show mean ± std):
@@ -280,15 +282,16 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
     paths: list[Path] = []
     timings: dict[str, float] = {}
 
-    def method_run(stem: str, name: str, space, **kw) -> None:
+    def method_run(stem: str, name: str, space, label: str = "", prefix_space: str = "", **kw) -> None:
         p = out / f"{stem}.parquet"
         paths.append(p)
         if p.exists():
             return
         t0 = time.time()
-        qv = method_query_vectors(bench, name, space, rows, prefix_space=plan.visual, seed=seeds[0], **kw)
-        score_query_vectors(bench, qv, space, p, method=run_label(name, space.name if space else None),
-                            config={"split": split}, progress=progress)
+        qv = method_query_vectors(bench, name, space, rows, prefix_space=prefix_space or plan.visual, seed=seeds[0],
+                                  progress=progress, **kw)
+        score_query_vectors(bench, qv, space, p, method=label or run_label(name, space.name if space else None),
+                            config={"split": split, **({"fit": qv.info} if qv.info else {})}, progress=progress)
         timings[stem] = time.time() - t0
         log(f"{stem}: {timings[stem]:.1f}s")
 
@@ -296,6 +299,9 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
         method_run("random", "random", None)
         for name in ("question-only", "lookup", "transition-table", "knn-future"):
             method_run(name, name, sem)
+        if plan.perfect and plan.perfect in bench.spaces:  # a second perfect-perception forecaster, not LFTR
+            method_run(f"state-classifier-{plan.perfect}", "state-classifier", sem,
+                       label=f"state-classifier-{plan.perfect}[{plan.semantic}]", prefix_space=plan.perfect)
         for name in ("persistence", "zero-shot"):
             method_run(name, name, vis)
         method_run("oracle-semantic-text", "semantic-text", sem)

@@ -91,6 +91,19 @@ def test_ceiling_checks_and_decomposition():
     assert "(70% of answers kept) | `eval predictability 0.2:0.01` | 36.00 | 60% |" in md
 
 
+def test_the_state_classifier_from_the_exact_state_follows_perfect_perception_and_is_no_predictor_from_frames():
+    rep = _report()
+    rep["runs"]["state-classifier-sim[minilm]"] = _run(0.45)  # better than every predictor from frames
+    rows = F.ceiling(rep)
+    assert [r[1] for r in rows][:3] == ["semantic-text[minilm]", "lftr-sim[minilm]", "state-classifier-sim[minilm]"]
+    assert ("| forecasting: a state classifier from the same exact state (not the paper's method) | "
+            "`state-classifier-sim[minilm]` | 45.00 | 75% |") in F.ceiling_markdown(rep)
+    best = [x for x in F.findings(rep) if "the best predictor from frames" in x]
+    assert best and "`lftr-fusion[minilm+pixels]`" in best[0] and "state-classifier" not in best[0]
+    rep["runs"]["state-classifier-ssl[minilm]"] = _run(0.05)  # one from frames is no perfect-perception row
+    assert "state-classifier-ssl[minilm]" not in [r[1] for r in F.ceiling(rep)]
+
+
 def test_card_targets_are_checked_by_name():
     card = {"values": {"label_truth": 0.95, "same_state_agreement": 0.55, "prefix_motion_share": 0.9,
                        "fair_test_queries": 2100, "chance_r5_pct": 0.2, "top_state_share": 0.02, "h1_share": 0.55,
