@@ -38,6 +38,8 @@ MAX_HORIZON = 6
 
 @dataclass(frozen=True)
 class ClassifierConfig:
+    """The classifier's recipe (module docstring); ``threads``: torch CPU threads (0: the CPUs this process may use)."""
+
     hidden: int = 512
     dropout: float = 0.3
     epochs: int = 30

@@ -44,14 +44,18 @@ def _states(bench):
     return np.array([sidx.get(s, -1) for s in bench.queries_ds["target_state_id"][:]])
 
 
+def _train_rows(bench):
+    """The training queries the classifier learns from: Q1-Q4 with a target state of the benchmark."""
+    state, qtype = _states(bench), np.asarray(bench.queries_ds["qtype"][:])
+    train = bench.query_rows("train")
+    return train[(state[train] >= 0) & (qtype[train] != "Q5")]
+
+
 def test_it_learns_its_training_queries_and_keeps_the_best_validation_epoch(bench, spaces):
     from retrieval.classifier import ClassifierConfig, fit_predict_states
 
     sim, _ = spaces
-    state = _states(bench)
-    qtype = np.asarray(bench.queries_ds["qtype"][:])
-    train = bench.query_rows("train")
-    train = train[(state[train] >= 0) & (qtype[train] != "Q5")]
+    state, train = _states(bench), _train_rows(bench)
     cfg = ClassifierConfig(epochs=25, hidden=256, dropout=0.0)
     pred, rec = fit_predict_states(bench, train, sim, seed=0, cfg=cfg, progress=False)
     majority = np.bincount(state[train]).max() / len(train)
@@ -85,10 +89,7 @@ def test_a_share_of_the_training_videos_trains_on_their_queries_only(bench, spac
     from retrieval.lftr.train import fraction_rows
 
     sim, _ = spaces
-    state = _states(bench)
-    qtype = np.asarray(bench.queries_ds["qtype"][:])
-    train = bench.query_rows("train")
-    train = train[(state[train] >= 0) & (qtype[train] != "Q5")]
+    train = _train_rows(bench)
     _, rec = fit_predict_states(bench, bench.query_rows("val"), sim, cfg=ClassifierConfig(train_fraction=0.25,
                                                                                          **QUICK), progress=False)
     assert rec["train_queries"] == len(fraction_rows(bench, train, 0.25)) < len(train)
