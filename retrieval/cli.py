@@ -215,8 +215,7 @@ def _method_command(kind: str, names: tuple[str, ...]):
                                                       "share of the training videos (nested shares)")] = 1.0,
         k: TopK = 50,
         device: Device = None,
-        method: Annotated[str, typer.Option("--method", help="method name stored in the run (default: the "
-                                                             "method and its space, e.g. knn-future[minilm])")] = "",
+        method: Method = "",
         allow_empty: AllowEmpty = False,
         overwrite: Overwrite = False,
     ) -> None:

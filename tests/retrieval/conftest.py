@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 from retrieval_tiny_bench import TINY_TOWER, build_tiny
@@ -158,8 +159,9 @@ def tiny_ssl_tower(synth_dir, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def synth_towers_dir(synth_dir, tiny_ssl_tower, tmp_path_factory):
-    """A copy of the session's synthetic benchmark with the `minilm` semantic space, an `ssl` space encoded by the
-    tiny SSL tower and a `lit` space encoded by a tiny LiT tower (initialised from it): (dir, {name: tower dir})."""
+    """A copy of the session's synthetic benchmark (its `pixels` and `sim` spaces, not its simulator records) with the
+    `minilm` semantic space, an `ssl` space encoded by the tiny SSL tower and a `lit` space encoded by a tiny LiT
+    tower (initialised from it): (dir, {name: tower dir})."""
     from eval.benchmark import Benchmark
     from retrieval.encode import EncodeConfig, encode_space
     from retrieval.encoders import PACKAGED_MINILM
@@ -167,7 +169,9 @@ def synth_towers_dir(synth_dir, tiny_ssl_tower, tmp_path_factory):
     from retrieval.towers import load_dataclass
 
     d = tmp_path_factory.mktemp("synth-towers") / "bench"
-    shutil.copytree(synth_dir, d, ignore=shutil.ignore_patterns("sim", ".cache"))
+    top = Path(synth_dir)
+    shutil.copytree(top, d, ignore=lambda at, names: [n for n in names if n == ".cache" or (n == "sim" and
+                                                                                          Path(at) == top)])
     encode_space(EncodeConfig(str(d), "minilm", PACKAGED_MINILM, kind="semantic"), progress=False)
     lit = tmp_path_factory.mktemp("towers") / "lit"
     cfg = load_dataclass(LiTConfig, [], TINY_TOWER + ["optim.epochs=2", "max_pairs=128"], init=str(tiny_ssl_tower[0]))

@@ -330,7 +330,8 @@ def test_lit_loss_masks_shared_frames_and_texts():
 @pytest.mark.slow
 def test_demo_in_the_learned_spaces_with_fusion_and_complementarity(synth_towers_dir, tmp_path):
     """`retrieval demo --visual-space ssl --extra-space lit --compare-space pixels`: baselines and LFTR in the
-    learned spaces, the LiT zero-shot oracle, the three-space fusion and the complementarity analysis."""
+    learned spaces, the LiT zero-shot oracle, the three-space fusion and the complementarity analysis; from the `sim`
+    space, both perfect-perception forecasters (`lftr-sim` and the state classifier, whose run records its fit)."""
     import yaml
 
     from eval.runs import read_run
@@ -347,7 +348,11 @@ def test_demo_in_the_learned_spaces_with_fusion_and_complementarity(synth_towers
                      log=lambda s: None, progress=False)
     names = {p.name.removesuffix(".parquet") for p in paths}
     assert {"persistence", "lftr-ssl", "lftr-lit", "lftr-pixels", "persistence-pixels", "oracle-semantic-text-lit",
-            "question-only-lit", "oracle-state-prototype-pixels", "lftr-fusion-minilm+ssl+lit+pixels"} <= names
+            "question-only-lit", "oracle-state-prototype-pixels", "lftr-fusion-minilm+ssl+lit+pixels",
+            "lftr-sim-minilm", "state-classifier-sim"} <= names
+    classifier = read_run(out / "state-classifier-sim.parquet")
+    assert classifier.method == "state-classifier-sim[minilm]" and classifier.config["fit"]["prefix_space"] == "sim"
+    assert yaml.safe_load((out / "lftr-sim-minilm" / "config.yaml").read_text())["prefix_space"] == "sim"
     sel = json.loads((out / "fusion_selection.json").read_text())
     chosen = sel["chosen"]
     assert chosen in {"ssl", "lit", "pixels"} and f"lftr-fusion-minilm+{chosen}" in names

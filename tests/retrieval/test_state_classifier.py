@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -134,25 +132,3 @@ def test_the_cli_writes_a_run_named_by_its_prefix_space(sim_sem_dir, bench, tmp_
     assert res.exit_code != 0 and "starts with 'oracle-'" in res.output
     assert not (tmp_path / "l.parquet").exists() and not (tmp_path / "o.parquet").exists()
 
-
-@pytest.mark.slow
-def test_the_demo_runs_both_perfect_perception_forecasters(sim_sem_dir, lftr_test_config, tmp_path):
-    """`retrieval demo` on a benchmark with the `sim` space: `lftr-sim` and the state classifier beside it, whose run
-    records its fitting; the findings' ceiling decomposition lists both, LFTR first."""
-    from eval import findings as F
-    from eval.cli import app as eval_app
-    from retrieval.encoders import PACKAGED_MINILM
-    from retrieval.lftr.jobs import DemoPlan, run_demo
-
-    out = tmp_path / "runs"
-    paths = run_demo(Benchmark.load(sim_sem_dir), out, text_model=PACKAGED_MINILM, plan=DemoPlan(),
-                     configs=[lftr_test_config], log=lambda s: None, progress=False)
-    run = read_run(out / "state-classifier-sim.parquet")
-    assert out / "state-classifier-sim.parquet" in paths and (out / "lftr-sim-minilm.parquet") in paths
-    assert run.method == "state-classifier-sim[minilm]" and run.config["fit"]["prefix_space"] == "sim"
-    res = CliRunner().invoke(eval_app, ["report", *map(str, paths), "--data", str(sim_sem_dir), "--out",
-                                        str(tmp_path / "report")])
-    assert res.exit_code == 0, res.output
-    report = json.loads((tmp_path / "report" / "report.json").read_text())
-    names = [r[1] for r in F.ceiling(report)]
-    assert names.index("lftr-sim[minilm]") + 1 == names.index("state-classifier-sim[minilm]")
