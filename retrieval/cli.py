@@ -253,7 +253,8 @@ def _method_command(kind: str, names: tuple[str, ...]):
 app.command("baseline", help="Run a naive baseline: random, question-only, lookup, transition-table (the true "
                              "current state + a table fitted on train), knn-future (--prefix-space: the space of "
                              "the prefix tokens), state-classifier (an MLP from the --prefix-space tokens to the "
-                             "future state, fitted on train, early-stopped on val), persistence, zero-shot. --space is not needed for random.")(
+                             "future state, fitted on train, early-stopped on val), persistence, zero-shot. "
+                             "--space is not needed for random.")(
     _method_command("baseline", BASELINES))
 app.command("oracle", help="Run an oracle: semantic-text, paraphrase (held-out phrasing, synthetic benchmark), "
                            "state-prototype, independent-appearance. The run's method name starts with 'oracle-'.")(

@@ -143,9 +143,10 @@ def table(a: argparse.Namespace, report: dict, info: dict[float, dict], base_epo
         if a.classifier:
             cvals, cmean, cstd, _ = _seed_stats(
                 runs, [classifier_name(a.semantic_space, a.prefix_space, f, s) for s in a.seeds])
-            cpoints.append((info[f]["train_queries"], cmean))
-            row.update(classifier_train_queries=info[f].get("classifier_train_queries"), classifier_r5=cvals, classifier_r5_mean=cmean, classifier_r5_std=cstd,
-                       classifier_share_of_oracle=cmean / oracle if oracle else None)
+            nq = info[f].get("classifier_train_queries")
+            cpoints.append((nq or info[f]["train_queries"], cmean))  # its own training queries (Q1-Q4)
+            row.update(classifier_train_queries=nq, classifier_r5=cvals, classifier_r5_mean=cmean,
+                       classifier_r5_std=cstd, classifier_share_of_oracle=cmean / oracle if oracle else None)
         rows.append(row)
     slope = slope_per_doubling([p[0] for p in points], [p[1] for p in points])
     cslope = slope_per_doubling([p[0] for p in cpoints], [p[1] for p in cpoints]) if cpoints else None
