@@ -55,6 +55,14 @@ class SegmentTimeline:
                            count=len(video))
 
 
+def target_states(bench) -> np.ndarray:
+    """``(n_queries,)`` state row of each query's target state (``target_state_id``; -1 when it is no state of the
+    benchmark)."""
+    sidx = bench.state_index
+    qd = bench.queries_ds
+    return np.fromiter((sidx.get(s, -1) for s in qd["target_state_id"][:]), np.int64, count=len(qd))
+
+
 def current_states(bench) -> np.ndarray:
     """``(n_queries,)`` state row of each query's current state: its transcript entry with the latest time at or
     before ``prefix_end`` (-1 when none, or when the entry's text is no state of the benchmark)."""

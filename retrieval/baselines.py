@@ -31,7 +31,7 @@ import numpy as np
 
 from eval.benchmark import Benchmark
 from eval.features import l2_normalize
-from eval.segments import current_states
+from eval.segments import current_states, target_states
 from retrieval.queries import QueryVectors
 from retrieval.spaces import Space
 
@@ -107,8 +107,7 @@ def knn_neighbours(bench: Benchmark, rows: np.ndarray, prefix_space: Space, trai
 def lookup_states(bench: Benchmark, rows: np.ndarray, train_split: str = "train") -> np.ndarray:
     """``(n,)`` state row of the lookup prior's answer for each query (see the module docstring), -1 when none."""
     qd = bench.queries_ds
-    sidx = bench.state_index
-    state = np.fromiter((sidx.get(s, -1) for s in qd["target_state_id"][:]), np.int64, count=len(qd))
+    state = target_states(bench)
     domain, qtype, horizon = (np.asarray(qd[c][:]) for c in ("domain", "qtype", "horizon"))
     train = bench.query_rows(train_split)
     train = train[state[train] >= 0]
@@ -134,8 +133,7 @@ def _most_frequent(levels, train: np.ndarray, state: np.ndarray, rows: np.ndarra
 def transition_states(bench: Benchmark, rows: np.ndarray, train_split: str = "train") -> np.ndarray:
     """``(n,)`` state row of the transition table's answer for each query (module docstring), -1 when none."""
     qd = bench.queries_ds
-    sidx = bench.state_index
-    state = np.fromiter((sidx.get(s, -1) for s in qd["target_state_id"][:]), np.int64, count=len(qd))
+    state = target_states(bench)
     current = current_states(bench)
     qtype, horizon = (np.asarray(qd[c][:]) for c in ("qtype", "horizon"))
     train = bench.query_rows(train_split)
@@ -165,9 +163,7 @@ def knn_future(bench: Benchmark, rows: np.ndarray, prefix_space: Space, target: 
                train_split: str = "train") -> QueryVectors:
     """The nearest training query's target state, as a vector of ``target`` -> ``(n, 1, d)``."""
     nb = knn_neighbours(bench, rows, prefix_space, train_split)
-    sidx = bench.state_index
-    tstate = np.fromiter((sidx.get(s, -1) for s in bench.queries_ds["target_state_id"][:]), np.int64,
-                         count=len(bench.queries_ds))
+    tstate = target_states(bench)
     protos = target.state_prototypes()
     vec = np.zeros((len(rows), target.dim), np.float32)
     ok = nb >= 0

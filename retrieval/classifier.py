@@ -28,11 +28,13 @@ import numpy as np
 
 from eval.benchmark import Benchmark
 from eval.errors import InputError
+from eval.schema import MAIN_QTYPES
+from eval.schema import QUESTION_TYPES as QTYPES
+from eval.segments import target_states
 from retrieval.queries import QueryVectors
 from retrieval.spaces import Space
 
-MAIN_QTYPES = ("Q1", "Q2", "Q3", "Q4")
-QTYPES = (*MAIN_QTYPES, "Q5")
+#: horizons from this one on (the schema allows up to 7) share one input
 MAX_HORIZON = 6
 
 
@@ -80,12 +82,6 @@ def query_features(bench: Benchmark, prefix_space: Space) -> np.ndarray:
     return np.concatenate([last, last - before, tokens.mean(1), meta], 1)
 
 
-def _target_states(bench: Benchmark) -> np.ndarray:
-    sidx = bench.state_index
-    return np.fromiter((sidx.get(s, -1) for s in bench.queries_ds["target_state_id"][:]), np.int64,
-                       count=len(bench.queries_ds))
-
-
 def _labelled(bench: Benchmark, rows: np.ndarray, state: np.ndarray) -> np.ndarray:
     qtype = np.asarray(bench.queries_ds["qtype"][:])
     return rows[(state[rows] >= 0) & np.isin(qtype[rows], MAIN_QTYPES)]
@@ -104,7 +100,7 @@ def fit_predict_states(bench: Benchmark, rows: np.ndarray, prefix_space: Space, 
     from retrieval.seeding import seed_everything
 
     cfg = cfg or ClassifierConfig()
-    state = _target_states(bench)
+    state = target_states(bench)
     train = _labelled(bench, bench.query_rows(train_split), state)
     if cfg.train_fraction < 1:
         train = fraction_rows(bench, train, cfg.train_fraction)

@@ -37,6 +37,7 @@ from eval.benchmark import Benchmark
 from eval.features import FeatureTable, l2_normalize
 from eval.io import FormatError, atomic_path
 from eval.schema import MAIN_QTYPES, QUESTION_TYPES
+from eval.segments import target_states
 from retrieval.spaces import Space, space_meta
 
 
@@ -162,8 +163,7 @@ def build_data(bench: Benchmark, target: Space, prefix_space: Space | ConcatPref
             horizon=horizon, question=None if question is None else np.asarray(question, np.float32),
             target_state=None, pos_ptr=None, pos_items=None, centroid=None, items=target.items,
             item_state=target.item_state, split=np.asarray(qd["split"][:]))
-    sidx = bench.state_index
-    target_state = np.fromiter((sidx.get(s, -1) for s in qd["target_state_id"][:]), np.int64, count=len(qd))
+    target_state = target_states(bench)
     groups = _gt_groups(bench)
     pos_ptr, pos_items = _csr([np.unique(target.corpus_rows_to_items(rows)) if rows.size else rows
                                for rows in groups["type2-all"]])

@@ -38,8 +38,9 @@ def spaces(bench):
 
 
 def _states(bench):
-    sidx = bench.state_index
-    return np.array([sidx.get(s, -1) for s in bench.queries_ds["target_state_id"][:]])
+    from eval.segments import target_states
+
+    return target_states(bench)
 
 
 def _train_rows(bench):
@@ -72,12 +73,12 @@ def test_the_test_split_targets_are_never_read(bench, spaces, monkeypatch):
     rows = bench.query_rows("test")
     cfg = C.ClassifierConfig(**QUICK)
     before, _ = C.fit_predict_states(bench, rows, sim, seed=1, cfg=cfg, progress=False)
-    true = C._target_states(bench)
+    true = C.target_states(bench)
     scrambled = true.copy()
     test = bench.query_rows("test")
     scrambled[test] = np.random.default_rng(0).permutation(len(bench.state_ids))[: len(test)] % len(bench.state_ids)
     assert (scrambled[test] != true[test]).any()
-    monkeypatch.setattr(C, "_target_states", lambda b: scrambled)
+    monkeypatch.setattr(C, "target_states", lambda b: scrambled)
     after, _ = C.fit_predict_states(bench, rows, sim, seed=1, cfg=cfg, progress=False)
     assert np.array_equal(before, after)
 
