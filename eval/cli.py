@@ -150,16 +150,21 @@ def findings(
     predictability: Path = typer.Option(None, "--predictability",
                                         help="predictability.json of `python -m eval predictability`: its ceilings "
                                              "join the ceiling decomposition"),
+    complementarity: Path = typer.Option(None, "--complementarity",
+                                         help="complementarity.json of `retrieval complementarity` (or the demo's "
+                                              "runs/): the calibration checks that each learned visual space is a "
+                                              "space (effective dimension, state-prototype oracle)"),
 ) -> None:
     """What a report's numbers say: headline comparisons, and (--calibration) the synthetic benchmark's targets."""
     from eval import findings as F
 
     rep = F.load(report / "report.json")
     card_json = F.load(card) if card is not None else None
+    geometry = _read_geometry(complementarity) if complementarity is not None else None
     if card_json is not None:
         typer.echo("## Benchmark card beside the paper\n\n" + F.card_beside_paper(card_json))
     if calibration:
-        typer.echo("## Calibration\n\n" + F.calibration_markdown(F.calibration(rep, card_json)))
+        typer.echo("## Calibration\n\n" + F.calibration_markdown(F.calibration(rep, card_json, geometry)))
         ceiling = F.ceiling_markdown(rep, F.load(predictability) if predictability is not None else None,
                                      card_json)
         if ceiling:
@@ -243,6 +248,21 @@ def _read_card(path: Path) -> dict:
         raise InputError(f"--card {path}: not a card.json (no 'values')",
                          fix="write one with `python -m eval card DATA --out DIR`")
     return card
+
+
+def _read_geometry(path: Path) -> dict:
+    """The spaces' geometry of a complementarity.json (`retrieval.complementarity`); a missing or unreadable file,
+    or one without geometry, is a one-line error."""
+    from eval.errors import InputError
+
+    fix = "write one with `python -m retrieval complementarity` (`retrieval demo` writes runs/complementarity.json)"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise InputError(f"--complementarity {path}: not a readable complementarity.json ({e})", fix=fix) from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("geometry"), dict):
+        raise InputError(f"--complementarity {path}: no 'geometry' of the spaces in it", fix=fix)
+    return doc["geometry"]
 
 
 def _print_notes(report) -> None:

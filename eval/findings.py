@@ -4,9 +4,10 @@
 quantity, target, measured, met or not; with the card, its label-truth, motion, size and shape targets too);
 `ceiling` is the ceiling decomposition (semantic oracle -> perfect-perception LFTR -> LFTR from frames); `findings`
 states the headline comparisons of a demo report (fusion against the best single space, each learned method's
-decline over horizons, the oracle ceiling). Both read only
-``report.json`` (`eval.report`) and ``card.json`` (`eval.card`); ``python -m eval findings REPORT_DIR [--card ...]``
-prints them. Runs are recognised by their names' prefixes (`ROLES`), as `retrieval demo` names them.
+decline over horizons, the oracle ceiling). They read only
+``report.json`` (`eval.report`), ``card.json`` (`eval.card`) and, for the learned visual spaces' check, the spaces'
+geometry in ``complementarity.json`` (`retrieval.complementarity`); ``python -m eval findings REPORT_DIR [--card ...]
+[--complementarity ...]`` prints them. Runs are recognised by their names' prefixes (`ROLES`), as `retrieval demo` names them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ CARD_TARGETS = (
 #: share of perfect-perception LFTR.
 PERFECT_SHARE = (0.30, 0.70)
 FRAMES_SHARE = 0.40
+#: A learned visual space must be a space: its items' effective dimension at least this share of its width, and its
+#: state-prototype oracle at least that of the fixed pixel space (`REFERENCE_SPACE`), which learns nothing.
+EFFECTIVE_SHARE = 0.25
+REFERENCE_SPACE = "pixels"
 
 
 @dataclass(frozen=True)
@@ -144,9 +149,10 @@ def card_checks(card: dict) -> list[Check]:
     return out
 
 
-def calibration(report: dict, card: dict | None = None) -> list[Check]:
+def calibration(report: dict, card: dict | None = None, geometry: dict | None = None) -> list[Check]:
     """The calibration table of the synthetic benchmark (issue targets; see the README's synthetic section):
-    the card's targets when ``card`` is given, then the report's."""
+    the card's targets when ``card`` is given, then the report's, then (with ``geometry``, the spaces' geometry of
+    `retrieval.complementarity`) whether each learned visual space is a space (`space_checks`)."""
     out = card_checks(card) if card is not None else []
     persistence = _range_check(report, "persistence", "persistence from frames R@5", 3, 15)
     present = ((card or {}).get("values") or {}).get("present_state_tie_ceiling_r5_pct")
@@ -179,6 +185,38 @@ def calibration(report: dict, card: dict | None = None) -> list[Check]:
     out += _ceiling_checks(report)
     out.append(_fusion_check(report))
     out.append(_decline_check(report))
+    return out + (space_checks(report, geometry) if geometry else [])
+
+
+def space_checks(report: dict, geometry: dict) -> list[Check]:
+    """Each learned visual space of ``geometry`` (``{space: {kind, dim, effective_dim, ...}}``, every visual space
+    but `REFERENCE_SPACE`): effective dimension >= `EFFECTIVE_SHARE` of its width, and its state-prototype oracle
+    R@5 >= the reference space's (a collapsed space fails both)."""
+    target = (f"effective dimension >= {100 * EFFECTIVE_SHARE:.0f}% of its width; state-prototype oracle >= "
+              f"`oracle-state-prototype[{REFERENCE_SPACE}]`")
+    groups_ = groups(report)
+
+    def proto(space: str) -> str | None:
+        name = f"oracle-state-prototype[{space}]"
+        return name if name in groups_ else None
+
+    ref = proto(REFERENCE_SPACE)
+    out = []
+    for space, g in geometry.items():
+        if g.get("kind") != "visual" or space == REFERENCE_SPACE:
+            continue
+        eff, dim = float(g["effective_dim"]), int(g["dim"])
+        parts, ok = [f"effective dimension {eff:.1f} of {dim} ({100 * eff / dim:.0f}%)"], eff >= EFFECTIVE_SHARE * dim
+        mine = proto(space)
+        if mine is None or ref is None:
+            parts.append("no state-prototype run" + ("" if mine else f" of {space}") + ("" if ref else
+                                                                                       f" of {REFERENCE_SPACE}"))
+            ok = False if not ok else None
+        else:
+            a, b = _r5(report, mine), _r5(report, ref)
+            parts.append(f"state-prototype R@5 {a:.2f} vs {b:.2f} ({REFERENCE_SPACE})")
+            ok = ok and a >= b
+        out.append(Check(f"learned visual space `{space}` is a space", target, "; ".join(parts), ok))
     return out
 
 

@@ -338,8 +338,11 @@ class Demo:
             lines += ["## The benchmark beside PSR (`python -m eval card`)", "", F.card_beside_paper(card_json)]
         if report.exists():
             rep = F.load(report)
-            lines += ["## Calibration of the synthetic benchmark (`python -m eval findings --calibration`)", "",
-                      F.calibration_markdown(F.calibration(rep, card_json))]
+            comp = self.runs / "complementarity.json"
+            geometry = F.load(comp).get("geometry") if comp.exists() else None
+            lines += ["## Calibration of the synthetic benchmark (`python -m eval findings --calibration "
+                      "--complementarity runs/complementarity.json`)", "",
+                      F.calibration_markdown(F.calibration(rep, card_json, geometry))]
             pred_json = self.args.out / "predictability" / "predictability.json"
             pred = F.load(pred_json) if pred_json.exists() else None
             ceiling = F.ceiling_markdown(rep, pred, card_json)

@@ -143,6 +143,48 @@ def test_findings_cli_prints_card_calibration_and_findings(tmp_path):
 
 
 
+def _geometry(**eff: tuple[float, int]) -> dict:
+    g = {"minilm": {"kind": "semantic", "items": 900, "dim": 384, "effective_dim": 20.0, "anisotropy": 0.6},
+         "pixels": {"kind": "visual", "items": 9000, "dim": 576, "effective_dim": 2.0, "anisotropy": 0.1}}
+    g.update({s: {"kind": "visual", "items": 9000, "dim": d, "effective_dim": e, "anisotropy": 0.1}
+              for s, (e, d) in eff.items()})
+    return g
+
+
+def test_each_learned_visual_space_must_be_a_space():
+    """Effective dimension >= 25% of the width and a state-prototype oracle at least the pixel space's: a collapsed
+    space misses on either, the semantic space and the pixel space itself are not judged."""
+    rep = _report()
+    rep["runs"].update({"oracle-state-prototype[pixels]": _run(0.12), "oracle-state-prototype[ssl]": _run(0.20),
+                        "oracle-state-prototype[lit]": _run(0.01)})
+    checks = {c.quantity: c for c in F.calibration(rep, geometry=_geometry(ssl=(77.1, 96), lit=(200.0, 384)))}
+    ssl, lit = checks["learned visual space `ssl` is a space"], checks["learned visual space `lit` is a space"]
+    assert ssl.met is True and "77.1 of 96 (80%)" in ssl.measured and "20.00 vs 12.00 (pixels)" in ssl.measured
+    assert lit.met is False and "1.00 vs 12.00" in lit.measured  # wide enough, but no state structure
+    assert not any("minilm" in q or "`pixels`" in q for q in checks)
+    narrow = {c.quantity: c.met for c in F.calibration(rep, geometry=_geometry(ssl=(5.5, 96)))}
+    assert narrow["learned visual space `ssl` is a space"] is False  # collapsed: 5.5 of 96
+    del rep["runs"]["oracle-state-prototype[ssl]"]
+    unmeasured = {c.quantity: c for c in F.calibration(rep, geometry=_geometry(ssl=(77.1, 96)))}
+    assert unmeasured["learned visual space `ssl` is a space"].met is None
+    assert "no state-prototype run of ssl" in unmeasured["learned visual space `ssl` is a space"].measured
+    assert not any(q.startswith("learned visual space") for q in _verdicts(rep))  # no geometry, no check
+
+
+def test_findings_cli_reads_the_geometry_and_names_a_file_without_it(tmp_path):
+    rep = _report()
+    rep["runs"].update({"oracle-state-prototype[pixels]": _run(0.12), "oracle-state-prototype[ssl]": _run(0.02)})
+    (tmp_path / "report.json").write_text(json.dumps(rep))
+    comp = tmp_path / "complementarity.json"
+    comp.write_text(json.dumps({"recall": {}, "geometry": _geometry(ssl=(70.0, 96))}))
+    r = CliRunner().invoke(app, ["findings", str(tmp_path), "--calibration", "--complementarity", str(comp)])
+    assert r.exit_code == 0, r.output
+    assert "| learned visual space `ssl` is a space |" in r.output and "2.00 vs 12.00 (pixels) | MISSED |" in r.output
+    comp.write_text(json.dumps({"recall": {}}))
+    r = CliRunner().invoke(app, ["findings", str(tmp_path), "--calibration", "--complementarity", str(comp)])
+    assert r.exit_code != 0 and "no 'geometry' of the spaces" in r.output and str(comp) in r.output
+
+
 def _pair(run: str, ref: str, delta: float, p: float) -> dict:
     return {"run": run, "reference": ref, "n": 500, "bootstrap": {"delta": delta, "p_value": p, "ci_low": delta - 0.01,
                                                                   "ci_high": delta + 0.01},
