@@ -92,14 +92,21 @@ def atomic_dir(path: str | os.PathLike, *, kind: str | None = None, tag: str = "
         if stage is not None:
             shutil.rmtree(stage, ignore_errors=True)
         raise
-    try:
-        check()
-        users = _users_files(final, stage, kind, overwrite)
-    except OutputRefused as e:
-        kept = Path(tempfile.mkdtemp(prefix=f"{final.name}.new-", dir=final.parent))
-        os.replace(stage, kept / final.name)
-        raise OutputRefused(f"{e.message}; the finished output is kept in {kept / final.name}", fix=e.fix) from None
-    _swap_in(stage, final, users)
+    # The output is complete: an interrupt now waits until it is in place (or kept aside), so none leaves the
+    # finished stage behind as a hidden folder.
+    with signals_held():
+        try:
+            check()
+            users = _users_files(final, stage, kind, overwrite)
+        except OutputRefused as e:
+            kept = Path(tempfile.mkdtemp(prefix=f"{final.name}.new-", dir=final.parent))
+            os.replace(stage, kept / final.name)
+            raise OutputRefused(f"{e.message}; the finished output is kept in {kept / final.name}",
+                                fix=e.fix) from None
+        except BaseException:
+            shutil.rmtree(stage, ignore_errors=True)
+            raise
+        _swap_in(stage, final, users)
 
 
 def _users_files(final: Path, stage: Path, kind: str | None, overwrite: bool) -> list[str]:

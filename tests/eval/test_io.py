@@ -23,6 +23,54 @@ def test_atomic_dir_replaces_on_success_and_keeps_old_on_failure(tmp_path):
     assert out.stat().st_mode & 0o044  # readable by others like any output (mkdtemp would make it private)
 
 
+@pytest.mark.parametrize("where", ["check", "swap"])
+def test_an_interrupt_once_the_output_is_complete_leaves_no_stage_behind(tmp_path, monkeypatch, where):
+    """SIGTERM landing after the job wrote everything, while the output is checked or swapped in: the output is put in
+    place first, then the interrupt is raised; no hidden staging folder remains (it did before)."""
+    import os
+    import signal
+
+    import eval.io as io
+    import eval.outputs as outputs
+    from eval.cli_support import Interrupted, signals_as_exceptions
+
+    out = tmp_path / "report"
+    with atomic_dir(out, kind="k") as stage:
+        (stage / "a.txt").write_text("first")
+    target = (outputs, "check_output_dir") if where == "check" else (io, "_swap_in")
+    real, calls = getattr(*target), []
+
+    def interrupted(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == (2 if where == "check" else 1):  # the check on entry passes; the one after the job is hit
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(*target, interrupted)
+    with pytest.raises(Interrupted), signals_as_exceptions(), atomic_dir(out, kind="k") as stage:
+        (stage / "b.txt").write_text("second")
+    assert len(calls) == 2 if where == "check" else len(calls) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # no .report.building-* left
+    assert sorted(p.name for p in out.iterdir()) == [".psr-output.json", "b.txt"]  # the finished output is in place
+
+
+def test_atomic_dir_removes_its_stage_when_the_final_check_fails(tmp_path, monkeypatch):
+    import eval.outputs as outputs
+
+    out, real, calls = tmp_path / "report", outputs.check_output_dir, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise OSError("the disk went away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(outputs, "check_output_dir", failing)
+    with pytest.raises(OSError, match="went away"), atomic_dir(out, kind="k") as stage:
+        (stage / "a.txt").write_text("x")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_iter_jsonl_names_the_bad_line_and_tolerates_a_torn_tail(tmp_path):
     p = tmp_path / "x.jsonl"
     p.write_text('{"a": 1}\n{"a": 2}\n{"a": ')
