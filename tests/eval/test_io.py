@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from eval.io import FormatError, atomic_dir, iter_jsonl
@@ -27,7 +30,6 @@ def test_atomic_dir_replaces_on_success_and_keeps_old_on_failure(tmp_path):
 def test_an_interrupt_once_the_output_is_complete_leaves_no_stage_behind(tmp_path, monkeypatch, where):
     """SIGTERM landing after the job wrote everything, while the output is checked or swapped in: the output is put in
     place first, then the interrupt is raised; no hidden staging folder remains (it did before)."""
-    import os
     import signal
 
     import eval.io as io
@@ -69,6 +71,29 @@ def test_atomic_dir_removes_its_stage_when_the_final_check_fails(tmp_path, monke
     with pytest.raises(OSError, match="went away"), atomic_dir(out, kind="k") as stage:
         (stage / "a.txt").write_text("x")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_jobs_stage_is_removed_even_when_a_late_writer_adds_a_file(tmp_path, monkeypatch):
+    """A background writer that outlives the job's exception puts a file back while the stage is removed: the
+    removal tries again, and nothing is left."""
+    import shutil
+
+    import eval.io as io
+
+    real, calls = shutil.rmtree, []
+
+    def racing(path, *args, **kwargs):
+        calls.append(path)
+        real(path, *args, **kwargs)
+        if len(calls) == 1:  # the late writer recreates its file right after the first removal
+            os.makedirs(path, exist_ok=True)
+            (Path(path) / "late.arrow").write_text("x")
+
+    monkeypatch.setattr(io.shutil, "rmtree", racing)
+    with pytest.raises(RuntimeError), atomic_dir(tmp_path / "out", kind="k") as stage:
+        (stage / "a.txt").write_text("half")
+        raise RuntimeError("job failed")
+    assert len(calls) == 2 and list(tmp_path.iterdir()) == []
 
 
 def test_iter_jsonl_names_the_bad_line_and_tolerates_a_torn_tail(tmp_path):
