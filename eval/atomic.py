@@ -17,20 +17,42 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+HELD = (signal.SIGINT, signal.SIGTERM)
+
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM for the block (delivered when it ends), so that making a temporary file or folder
-    and registering its cleanup are one step: an interrupt never finds the one without the other. A no-op outside
-    the main thread or where the platform cannot block signals."""
-    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "pthread_sigmask"):
+    """Hold SIGINT and SIGTERM for the block (delivered when it ends), so that a step and its bookkeeping are one: an
+    interrupt never finds a temporary file or folder made but its cleanup not yet registered, or a finished output
+    checked but not yet in place. A no-op outside the main thread.
+
+    The handlers are swapped for one that only notes the signal, and the first signal noted is then handed to the
+    handler that was there before (the command's `Interrupted`, Python's ``KeyboardInterrupt``, or the default
+    action). Blocking the signal with ``pthread_sigmask`` would not do: the mask is the calling thread's, and in a
+    process with other threads (torch's, a library's writer) the kernel hands the signal to one of them, whose
+    Python handler then runs in the main thread at once."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    noted: list[int] = []
+    old = {s: signal.getsignal(s) for s in HELD}
+    for s in HELD:
+        signal.signal(s, lambda signum, _frame: noted.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for s, h in old.items():
+            signal.signal(s, h if h is not None else signal.SIG_DFL)
+        if noted:
+            _deliver(noted[0], old[noted[0]])
+
+
+def _deliver(signum: int, handler) -> None:
+    """Hand ``signum`` to ``handler`` as the signal itself would have (`signals_held`)."""
+    if callable(handler):
+        handler(signum, None)
+    elif handler in (signal.SIG_DFL, None):
+        os.kill(os.getpid(), signum)
 
 
 @contextlib.contextmanager

@@ -73,6 +73,36 @@ def test_atomic_dir_removes_its_stage_when_the_final_check_fails(tmp_path, monke
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_held_signal_waits_for_the_block_even_when_another_thread_receives_it():
+    """The kernel may hand SIGTERM to any thread (torch's, a library's writer); Python then runs its handler in the
+    main thread at once. `signals_held` still defers it to the end of the block, then raises it as the command's
+    handler would."""
+    import signal
+    import threading
+    import time
+
+    from eval.atomic import signals_held
+    from eval.cli_support import Interrupted, signals_as_exceptions
+
+    before = signal.getsignal(signal.SIGTERM)
+    ready, done = threading.Event(), threading.Event()
+    other = threading.Thread(target=lambda: (ready.set(), done.wait(10)), daemon=True)
+    other.start()
+    ready.wait()
+    steps = []
+    try:
+        with pytest.raises(Interrupted), signals_as_exceptions():
+            with signals_held():
+                signal.pthread_kill(other.ident, signal.SIGTERM)
+                time.sleep(0.2)  # the main thread runs pending Python handlers meanwhile
+                steps.append("the block finished")
+            steps.append("never reached")
+    finally:
+        done.set()
+    assert steps == ["the block finished"]
+    assert signal.getsignal(signal.SIGTERM) == before  # every handler swapped in is swapped back
+
+
 def test_a_failed_jobs_stage_is_removed_even_when_a_late_writer_adds_a_file(tmp_path, monkeypatch):
     """A background writer that outlives the job's exception puts a file back while the stage is removed: the
     removal tries again, and nothing is left."""
