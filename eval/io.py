@@ -90,7 +90,7 @@ def atomic_dir(path: str | os.PathLike, *, kind: str | None = None, tag: str = "
             write_marker(stage, kind, written=written_listing(stage))
     except BaseException:
         if stage is not None:
-            _remove_stage(stage)
+            shutil.rmtree(stage, ignore_errors=True)
         raise
     # The output is complete: an interrupt now waits until it is in place (or kept aside), so none leaves the
     # finished stage behind as a hidden folder.
@@ -104,7 +104,7 @@ def atomic_dir(path: str | os.PathLike, *, kind: str | None = None, tag: str = "
             raise OutputRefused(f"{e.message}; the finished output is kept in {kept / final.name}",
                                 fix=e.fix) from None
         except BaseException:
-            _remove_stage(stage)
+            shutil.rmtree(stage, ignore_errors=True)
             raise
         _swap_in(stage, final, users)
 
@@ -124,18 +124,6 @@ def _users_files(final: Path, stage: Path, kind: str | None, overwrite: bool) ->
         raise OutputRefused(f"{final} holds {len(clash)} file(s) this command did not write that its new output "
                             f"would replace, e.g. {final / clash[0]}", fix="move them out of the folder and rerun")
     return users
-
-
-def _remove_stage(stage: Path, tries: int = 5) -> None:
-    """Remove a failed job's stage. A writer the interrupt did not stop (a library's background thread) may still add
-    a file while the tree is removed, which leaves the folder: try again a few times, a moment apart."""
-    import time
-
-    for i in range(tries):
-        shutil.rmtree(stage, ignore_errors=True)
-        if not os.path.lexists(stage):
-            return
-        time.sleep(0.05 * (i + 1))
 
 
 def _swap_in(stage: Path, final: Path, users: list[str]) -> None:
