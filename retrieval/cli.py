@@ -570,3 +570,28 @@ def complementarity(
     write_json(out / "complementarity.json", res)
     (out / "complementarity.md").write_text(to_markdown(res), encoding="utf-8")
     console.print(to_markdown(res))
+
+
+@app.command()
+def perception(
+    data: Data,
+    space: Annotated[list[str], typer.Argument(help="prefix spaces to probe (a name, or a+b for their tokens "
+                                                    "concatenated)")],
+    out: Annotated[Path, typer.Option("--out", help="folder for perception.{json,md}")],
+    fit_split: Annotated[str, typer.Option("--fit-split", help="split whose prefixes the probes fit on")] = "train",
+    split: Split = "test",
+) -> None:
+    """How much of the queried object's present state each prefix space perceives (a synthetic build's simulator
+    truth): a linear probe per attribute (motion, place, relation, other, pose) from the prefix's last token and its
+    change, fitted on --fit-split and scored on --split, beside the majority class and the object's box alone."""
+    from eval.atomic import atomic_path, write_json
+    from eval.benchmark import Benchmark
+    from retrieval.perception import perception as probe_spaces
+    from retrieval.perception import to_markdown
+
+    res = probe_spaces(Benchmark.load(data), list(space), fit_split=fit_split, split=split)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "perception.json", res)
+    with atomic_path(out / "perception.md") as tmp:
+        tmp.write_text(to_markdown(res), encoding="utf-8")
+    console.print(to_markdown(res))

@@ -398,7 +398,10 @@ class Demo:
                  *(["| `encoders/` | the SSL and LiT towers (frozen encoders of the spaces `ssl` and `lit`) |",
                     "| [runs/complementarity.md](runs/complementarity.md) | per-query wins of each space, their union, "
                     "the correlation of per-pair state similarity, each space's geometry (effective dimension, "
-                    "anisotropy) |"] if self.learned else []),
+                    "anisotropy) |",
+                    "| [runs/perception.md](runs/perception.md) | how much of the queried object's present state a "
+                    "linear probe reads from each prefix space, beside the object's box alone |"]
+                   if self.learned else []),
                  f"| `runs/` | one run file per method (the row *{PLUMBING_METHOD}* is a plumbing check of the forecaster "
                  "path with a tiny model, not a baseline) |",
                  "| [predictability/predictability.md](predictability/predictability.md) | the predictability "
@@ -483,6 +486,10 @@ class Demo:
         if comp_md.exists():
             lines += ["## Complementarity of the spaces (`retrieval demo`, as `retrieval complementarity`)", "",
                       comp_md.read_text(encoding="utf-8"), ""]
+        perception_md = self.runs / "perception.md"
+        if perception_md.exists():
+            lines += ["## Perception of the present (`retrieval demo`, as `retrieval perception`)", "",
+                      perception_md.read_text(encoding="utf-8"), ""]
         if self.cost:
             lines += ["## Cost of the demo (its commands, `reports/demo/demo_log.json`)", "", *self.cost, ""]
         towers = self.tower_costs()

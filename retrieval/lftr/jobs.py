@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from eval.atomic import atomic_path
 from eval.benchmark import Benchmark
 from eval.io import write_json
 from eval.runs import Run, read_run
@@ -261,7 +262,9 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
       two on validation is the headline, the reference of the report's tests (`_select_fusion`; first seed; written
       to ``fusion_selection.json``);
     - ``complementarity.{json,md}`` of the first seed's LFTR runs, over the main table's population (fair ``split``
-      queries of Q1-Q4).
+      queries of Q1-Q4);
+    - ``perception.{json,md}`` on a build with the simulator's truth: how much of the present state a linear probe
+      reads from each space holding prefix tokens (`retrieval.perception`).
 
     The LFTR heads train side by side in ``workers`` processes (0: `demo_workers`), the first seed's first, while
     this process scores the baselines and oracles and then fuses each seed's heads as soon as they are done; each
@@ -367,6 +370,7 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
         pool = (stack.enter_context(jobs_in_pool(bench, cfg, out, [j for _, _, j in heads] + [last], n_workers, log))
                 if n_workers > 1 else None)
         baselines_and_oracles()
+        _perception(bench, out, plan, timings, log)
         pair = None
         for seed in seeds:
             mine = [(key, j) for s, key, j in heads if s == seed]
@@ -406,6 +410,30 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
     if timings:
         write_json(out / "demo_timings.json", timings)
     return paths
+
+
+def _perception(bench: Benchmark, out: Path, plan: DemoPlan, timings: dict[str, float],
+                log: Callable[[str], None]) -> None:
+    """``out/perception.{json,md}`` (`retrieval.perception`): the present state read from each space holding prefix
+    tokens (the visual, extra and compare spaces, then the perfect-perception one), on a build with the simulator's
+    truth; skipped without it, and when ``perception.json`` exists (resumable)."""
+    from retrieval.perception import has_truth, perception, to_markdown
+    from retrieval.spaces import Space
+
+    path = out / "perception.json"
+    if path.exists() or not has_truth(bench):
+        return
+    names = [n for n in dict.fromkeys([plan.visual, *plan.extra, plan.compare, plan.perfect])
+             if n and n in bench.spaces and Space.load(bench, n).has_prefixes]
+    if not names:
+        return
+    t0 = time.time()
+    res = perception(bench, names)
+    with atomic_path(out / "perception.md") as tmp:
+        tmp.write_text(to_markdown(res), encoding="utf-8")
+    write_json(path, res)
+    timings["perception"] = time.time() - t0
+    log(f"perception: {timings['perception']:.1f}s")
 
 
 def _finished(ck: Path, cfg: LFTRConfig) -> bool:

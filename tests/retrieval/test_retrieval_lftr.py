@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -102,6 +104,14 @@ def test_demo_writes_one_run_per_method(synth_demo, synth_sem_dir):
         assert run.query_ids == test_ids
     assert synth_demo["lftr-pixels"].config["n_samples"] == 8  # K samples scored by max
     assert synth_demo["lftr-fusion-minilm+pixels"].config["spaces"] == ["minilm", "pixels"]
+
+
+@pytest.mark.slow
+def test_demo_probes_the_present_in_its_prefix_space(synth_demo_out):
+    """The benchmark has the simulator's truth but no `sim` space here: the probe reads the pixels' prefixes."""
+    probe = json.loads((synth_demo_out / "perception.json").read_text())
+    assert [r["name"] for r in probe["rows"]] == ["majority", "box", "pixels"]
+    assert "| `pixels` |" in (synth_demo_out / "perception.md").read_text()
 
 
 def _tiny_cfg(**kw):

@@ -375,3 +375,7 @@ def test_demo_in_the_learned_spaces_with_fusion_and_complementarity(synth_towers
     assert {n: c["prefix_space"] for n, c in trained.items()} == {"pixels": "pixels", "lit": "ssl", "ssl": "ssl"}
     comp = json.loads((out / "complementarity.json").read_text())
     assert set(comp["recall"]) == {"lftr-minilm", "lftr-ssl", "lftr-lit", "lftr-pixels"}
+    # the perception probe reads every space holding prefix tokens, the perfect-perception one last
+    probe = json.loads((out / "perception.json").read_text())
+    assert [r["name"] for r in probe["rows"]] == ["majority", "box", "ssl", "lit", "pixels", "sim"]
+    assert (out / "perception.md").exists()
