@@ -136,6 +136,8 @@ def perception(bench, spaces: list[str], *, fit_split: str = "train", split: str
     """The probe of each prefix space of ``spaces`` (a name, or ``a+b`` for the spaces' tokens concatenated), after
     the reference rows (module docstring); ``{"rows": [{"name", "kind", "dim", "accuracy": {attribute: share},
     "all"}...], "n_fit", "n_test", "fit_split", "split", "attributes"}``."""
+    from threadpoolctl import threadpool_limits
+
     from retrieval.lftr.data import load_prefix_space
 
     if fit_split == split:
@@ -163,12 +165,15 @@ def perception(bench, spaces: list[str], *, fit_split: str = "train", split: str
         pred = np.stack([probe(x[fit], y_fit[:, k], x[test]) for k in range(len(ATTRIBUTES))], axis=1)
         return {"name": name, "kind": kind, "dim": int(x.shape[1]), **_scores(pred, y_test)}
 
-    if present.boxes is not None:
-        rows.append(probed(BOX, "reference", box_features(present.boxes)))
-    for name in spaces:
-        space = load_prefix_space(bench, name)
-        tokens = np.asarray(space.prefixes.array, np.float32)[space.prefix_rows(present.prefix_ids)]
-        rows.append(probed(name, "space", token_features(tokens.astype(np.float64))))
+    # one BLAS thread: at these sizes (thousands of prefixes) more threads only wait; on the demo's build two took
+    # 3x the CPU seconds of one, for the same fits
+    with threadpool_limits(1):
+        if present.boxes is not None:
+            rows.append(probed(BOX, "reference", box_features(present.boxes)))
+        for name in spaces:
+            space = load_prefix_space(bench, name)
+            tokens = np.asarray(space.prefixes.array, np.float32)[space.prefix_rows(present.prefix_ids)]
+            rows.append(probed(name, "space", token_features(tokens.astype(np.float64))))
     return {"fit_split": fit_split, "split": split, "n_fit": int(fit.sum()), "n_test": int(test.sum()),
             "attributes": list(ATTRIBUTES), "C": C, "rows": rows}
 

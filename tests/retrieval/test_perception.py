@@ -110,3 +110,20 @@ def test_cli_writes_the_table_and_its_json(synth_dir, tmp_path):
     md = (tmp_path / "perception.md").read_text()
     assert "| `pixels` | 1152 |" in md and "all five" in md
     assert sorted(p.name for p in tmp_path.iterdir()) == ["perception.json", "perception.md"]
+
+
+def test_a_sim_state_of_other_parts_is_named(synth_copy):
+    from eval.segments import SegmentTimeline
+    from retrieval.perception import present_states
+
+    b = Benchmark.load(synth_copy)
+    q = b.queries_ds[0]
+    row = SegmentTimeline.of(b).active(q["video_id"], q["object_id"], q["prefix_end"])
+    path = synth_copy / "corpus.jsonl"
+    lines = path.read_text().splitlines()
+    rec = json.loads(lines[row])
+    rec["sim_state"] = "rolling|floor"
+    lines[row] = json.dumps(rec)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(InputError, match=f"corpus row {row}: sim_state 'rolling\\|floor' has 2 parts"):
+        present_states(Benchmark.load(synth_copy))
