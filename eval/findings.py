@@ -208,6 +208,7 @@ def space_checks(report: dict, geometry: dict) -> list[Check]:
             continue
         eff, dim = float(g["effective_dim"]), int(g["dim"])
         parts, ok = [f"effective dimension {eff:.1f} of {dim} ({100 * eff / dim:.0f}%)"], eff >= EFFECTIVE_SHARE * dim
+        parts += _text_tower_reach(space, g, geometry)
         mine = proto(space)
         if mine is None or ref is None:
             missing = [s for s, run in ((space, mine), (REFERENCE_SPACE, ref)) if run is None]
@@ -219,6 +220,23 @@ def space_checks(report: dict, geometry: dict) -> list[Check]:
             ok = ok and a >= b
         out.append(Check(f"learned visual space `{space}` is a space", target, "; ".join(parts), ok))
     return out
+
+
+def _text_tower_reach(space: str, g: dict, geometry: dict) -> list[str]:
+    """For a visual space aligned to a locked text model (a LiT or CLIP space, its geometry's ``text_model``), what
+    that text model itself spans: the effective dimension of a semantic space of the same model over the states. An
+    image space that matched its text tower exactly would span about as much, so a width target above it is out of
+    reach for that space whatever its training. Empty when no such semantic space was measured."""
+    model = g.get("text_model")
+    same = [(s, h) for s, h in geometry.items() if s != space and h.get("kind") == "semantic"
+            and model and h.get("text_model") == model]
+    if not same:
+        return []
+    sem, h = same[0]
+    eff, dim = float(h["effective_dim"]), int(g["dim"])
+    reach = "below" if eff < EFFECTIVE_SHARE * dim else "within"
+    return [f"its locked text tower spans {eff:.1f} over the states (`{sem}`, {100 * eff / dim:.0f}% of {dim}): "
+            f"matching it exactly keeps it {reach} the target"]
 
 
 def _ceiling_checks(report: dict) -> list[Check]:

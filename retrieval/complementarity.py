@@ -21,7 +21,9 @@ queries of Q1-Q4, so both tables count the same queries):
   ``(sum_i l_i)^2 / sum_i l_i^2`` of the eigenvalues ``l_i`` of the centred items' covariance (the participation
   ratio: ``d`` for isotropic items, 1 when they vary along one direction) and the **anisotropy**, the mean cosine of
   the items to their mean direction (0 for items spread around the origin, 1 when all point one way). A space
-  whose items span a few directions cannot separate many states, whatever reads it.
+  whose items span a few directions cannot separate many states, whatever reads it. Each space also names its
+  text model (``text_model``): a semantic space's encoder, or the locked text tower a CLIP-style image space maps
+  into (``meta.json``'s ``text_model``); absent for a visual space with no text tower.
 
 `complementarity` returns a JSON-able dict; `to_markdown` renders it (``python -m retrieval complementarity``
 writes both).
@@ -101,7 +103,11 @@ def space_geometry(bench: Benchmark, space: str, *, max_items: int = 50_000, see
     x = sp_.items
     if len(x) > max_items:
         x = x[np.sort(np.random.default_rng(seed).choice(len(x), max_items, replace=False))]
-    return {"kind": sp_.kind, **geometry(x)}
+    meta = sp_.meta
+    text_model = meta.get("text_model") if meta.get("text_tower") else None
+    if sp_.kind == "semantic":
+        text_model = meta.get("model")
+    return {"kind": sp_.kind, **geometry(x), **({"text_model": text_model} if text_model else {})}
 
 
 def complementarity(bench: Benchmark, runs: dict[str, str | Path], *, fused: str | Path | None = None, k: int = 5,

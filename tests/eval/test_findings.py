@@ -171,6 +171,27 @@ def test_each_learned_visual_space_must_be_a_space():
     assert not any(q.startswith("learned visual space") for q in _verdicts(rep))  # no geometry, no check
 
 
+def test_a_space_aligned_to_a_text_model_is_told_what_that_model_spans():
+    """A LiT space names the locked text model it maps into; when a semantic space of that model was measured, the
+    check says what the text model spans over the states, and whether matching it could meet the width target. The
+    verdict is the space's own either way."""
+    rep = _report()
+    rep["runs"].update({"oracle-state-prototype[pixels]": _run(0.12), "oracle-state-prototype[lit]": _run(0.01)})
+    geo = _geometry(lit=(3.3, 384), ssl=(77.1, 96))
+    geo["minilm"]["text_model"] = geo["lit"]["text_model"] = "packaged:all-MiniLM-L6-v2"
+    checks = {c.quantity: c for c in F.calibration(rep, geometry=geo)}
+    lit = checks["learned visual space `lit` is a space"]
+    assert lit.met is False and "its locked text tower spans 20.0 over the states (`minilm`, 5% of 384)" in lit.measured
+    assert "keeps it below the target" in lit.measured
+    assert "text tower" not in checks["learned visual space `ssl` is a space"].measured  # no text model: no reach
+    geo["minilm"]["text_model"] = "another-model"  # not the model the space maps into: nothing to say
+    assert "text tower" not in {c.quantity: c for c in F.calibration(rep, geometry=geo)}[
+        "learned visual space `lit` is a space"].measured
+    geo["minilm"].update(text_model="packaged:all-MiniLM-L6-v2", effective_dim=200.0)
+    wide = {c.quantity: c for c in F.calibration(rep, geometry=geo)}["learned visual space `lit` is a space"]
+    assert "keeps it within the target" in wide.measured and wide.met is False
+
+
 def test_findings_cli_reads_the_geometry_and_names_a_file_without_it(tmp_path):
     rep = _report()
     rep["runs"].update({"oracle-state-prototype[pixels]": _run(0.12), "oracle-state-prototype[ssl]": _run(0.02)})

@@ -309,6 +309,11 @@ def test_lit_space_plugs_into_text_to_image_search(synth_towers_dir, tmp_path):
                                    str(tmp_path / "oracle.parquet")])
     assert res.exit_code == 0, res.output
     assert read_run(tmp_path / "oracle.parquet").n == len(bench.query_rows("test"))
+    # the space's geometry names the text model it maps into, as the semantic space of that model names its own
+    from retrieval.complementarity import space_geometry
+
+    geo = {s: space_geometry(bench, s) for s in ("lit", "minilm", "ssl")}
+    assert geo["lit"]["text_model"] == geo["minilm"]["text_model"] == PACKAGED_MINILM and "text_model" not in geo["ssl"]
 
 
 def test_lit_loss_masks_shared_frames_and_texts():
