@@ -1,4 +1,8 @@
-"""A CLIP-style text -> image space, LiT-style: a locked text tower and an image tower trained to match it.
+"""A CLIP-style text -> image space: a locked text tower and an image tower trained to match it.
+
+The name follows LiT (Zhai et al., 2022, "locked-image tuning"), with the roles swapped: LiT locks a pretrained
+image tower and tunes the text tower, this locks the text tower, so that the space's text side is the semantic
+space's own encoder (phrases, questions and oracle texts embed as they do there), and trains the image tower.
 
 The text tower is the semantic space's sentence-transformers model (default the packaged all-MiniLM-L6-v2),
 **locked**: it embeds each train-split corpus segment's raw description (``raw``) once, ``t = TextEncoder.
