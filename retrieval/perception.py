@@ -52,18 +52,24 @@ class Present:
     boxes: np.ndarray | None
 
 
+def _sim_states(bench) -> list | None:
+    """The corpus's ``sim_state`` column (the simulator's state of each segment), or None when it has none."""
+    cd = bench.corpus_ds
+    sim = cd["sim_state"][:] if "sim_state" in cd.column_names else []
+    return sim if any(sim) else None
+
+
 def has_truth(bench) -> bool:
     """The corpus carries the simulator's state of its segments (``sim_state``), which the probe needs."""
-    cd = bench.corpus_ds
-    return "sim_state" in cd.column_names and any(cd["sim_state"][:])
+    return _sim_states(bench) is not None
 
 
 def present_states(bench) -> Present:
     """`Present` of every prefix of ``bench`` whose object has a segment active at the prefix's end (from the first
     query of each prefix). Raises `InputError` on a benchmark without simulator truth (no ``sim_state``)."""
-    cd, qd = bench.corpus_ds, bench.queries_ds
-    sim = cd["sim_state"][:] if "sim_state" in cd.column_names else []
-    if not any(sim):
+    qd = bench.queries_ds
+    sim = _sim_states(bench)
+    if sim is None:
         raise InputError(f"{bench.root}: the corpus has no `sim_state`; the perception probe needs the simulator's "
                          "truth of a synthetic build (`python -m retrieval synth`)")
     timeline = SegmentTimeline.of(bench)
