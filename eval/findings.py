@@ -27,6 +27,7 @@ ROLES = {
     "semantic": ("semantic-text", "oracle-semantic-text"), "paraphrase": ("paraphrase", "oracle-paraphrase"),
     "fusion": ("lftr-fusion",), "lftr": ("lftr[",), "perfect": ("lftr-sim[",),
     "classifier": ("state-classifier-sim[",),
+    "perceived": ("lftr-perceiver[",),  # LFTR from frames through a supervised perceiver (`retrieval.perceiver`)
 }
 SIG_LEVEL = 0.01
 #: The synthetic benchmark's targets on its card (key, label, low, high; None = unbounded).
@@ -240,8 +241,10 @@ def _text_tower_reach(space: str, g: dict, geometry: dict) -> list[str]:
 
 
 def _ceiling_checks(report: dict) -> list[Check]:
-    """Perfect-perception LFTR against the oracle, and the best LFTR from frames against perfect perception."""
-    sem, perfect, frames = _find(report, "semantic"), _find(report, "perfect"), _find(report, "lftr")
+    """Perfect-perception LFTR against the oracle, and the best LFTR from frames (through a learned visual space or a
+    supervised perceiver: both read only the prefix's frames) against perfect perception."""
+    sem, perfect = _find(report, "semantic"), _find(report, "perfect")
+    frames = _find(report, "lftr") + _find(report, "perceived")
     lo, hi = PERFECT_SHARE
     t1 = f"{100 * lo:.0f}%-{100 * hi:.0f}% of the semantic-text oracle"
     t2 = f">= {100 * FRAMES_SHARE:.0f}% of perfect-perception LFTR"
@@ -302,7 +305,7 @@ def _decline_check(report: dict) -> Check:
     """h1 against the h >= 3 queries as one bucket (single far horizons hold a few dozen queries each: their
     R@5 is shown, not judged)."""
     target = "decline from h1 to h3+ (h >= 3 pooled)"
-    names = _find(report, "lftr") + _find(report, "perfect") + _find(report, "fusion")
+    names = _find(report, "lftr") + _find(report, "perceived") + _find(report, "perfect") + _find(report, "fusion")
     if not names:
         return Check("learned heads over horizons", target, "no run", None)
     parts, ok = [], True
@@ -346,11 +349,13 @@ def ceiling(report: dict, predictability: dict | None = None, card: dict | None 
                          "classifier"),
                         ("the present as a label: transition table", "transition"),
                         ("perception + forecasting: best LFTR from frames", "lftr"),
+                        ("perception + forecasting: LFTR from frames through a supervised perceiver (not the paper's "
+                         "method)", "perceived"),
                         ("perception + forecasting: LFTR fusion", "fusion")):
         names = _find(report, role)
         if names:
-            best = (max(names, key=lambda g: _r5(report, g)) if role == "lftr" else headline_fusion(report)
-                    if role == "fusion" else names[0])
+            best = (max(names, key=lambda g: _r5(report, g)) if role in ("lftr", "perceived")
+                    else headline_fusion(report) if role == "fusion" else names[0])
             rows.append((stage, best, _r5(report, best)))
     if predictability and rows and rows[0][1] in _find(report, "semantic"):
         rows[1:1] = _foresight_rows(predictability)
@@ -453,7 +458,7 @@ def findings(report: dict, card: dict | None = None) -> list[str]:
             line += (f" (paired bootstrap Δ {-100 * b['delta']:+.1f} pp, 95% CI [{-100 * b['ci_high']:+.1f}, "
                      f"{-100 * b['ci_low']:+.1f}], p = {_p(b['p_value'])}; McNemar p = {_p(s['mcnemar']['p_value'])})")
         lines.append(line + ".")
-    for n in fused + _find(report, "perfect") + singles:
+    for n in fused + _find(report, "perfect") + singles + _find(report, "perceived"):
         hs = _by_h(report, n)
         if hs:
             curve = " → ".join(f"h{h} {v:.1f}" for h, v in sorted(hs.items()))

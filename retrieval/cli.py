@@ -441,16 +441,19 @@ def demo(
     perfect_space: Annotated[str, typer.Option("--perfect-space", help="prefix space of the simulator's state: LFTR "
                                                                        "from it into the semantic space is "
                                                                        "perfect-perception LFTR ('' = none)")] = "sim",
+    perceived_space: Annotated[str, typer.Option("--perceived-space", help="prefix space of a supervised perceiver "
+                                                                           "(`encoder perceiver`): LFTR from it into "
+                                                                           "the semantic space ('' = none)")] = "",
     workers: Workers = 0,
 ) -> None:
-    """Encode the semantic space, run every baseline and oracle, LFTR in every space per seed (from frames, and from
-    the simulator's state), the fusions and the complementarity analysis (resumable). --config: LFTR YAML
-    config(s) (default: configs/lftr/synth.yaml)."""
+    """Encode the semantic space, run every baseline and oracle, LFTR in every space per seed (from frames, from a
+    perceiver's space, and from the simulator's state), the fusions and the complementarity analysis (resumable).
+    --config: LFTR YAML config(s) (default: configs/lftr/synth.yaml)."""
     from eval.benchmark import Benchmark
     from retrieval.lftr.jobs import DemoPlan, run_demo
 
     plan = DemoPlan(semantic=semantic_space, visual=visual_space, extra=list(extra_space), compare=compare_space,
-                    perfect=perfect_space)
+                    perfect=perfect_space, perceived=perceived_space)
     with _claim(out, "retrieval demo", [data, *config], overwrite):
         paths = run_demo(Benchmark.load(data), out, text_model=text_model, plan=plan, configs=list(config),
                          seeds=_seed_list(seeds), split=split, log=console.print, workers=workers)
@@ -487,6 +490,21 @@ def encoder_lit(data: Data, out: TowerOut, config: Configs = (), overrides: Sets
 
     cfg = load_dataclass(LiTConfig, config, overrides, init=init or None, text_model=text_model or None)
     rec = train_lit(Benchmark.load(data), cfg, out, log=console.print, stop_after=stop_after or None)
+    _tower_done(out, rec)
+
+
+@encoder_app.command("perceiver")
+def encoder_perceiver(data: Data, out: TowerOut, config: Configs = (), overrides: Sets = (),
+                      stop_after: StopAfter = 0) -> None:
+    """Supervised perceiver: a CNN reading each object window's simulator state (motion, place, relation, other
+    object, pose), trained on a simulated world of another seed (`--data WORLD`, every video by default); then
+    `encode --model OUT` writes a prefix space of its per-frame tokens."""
+    from eval.benchmark import Benchmark
+    from retrieval.perceiver import PerceiverConfig, train_perceiver
+    from retrieval.towers import load_dataclass
+
+    rec = train_perceiver(Benchmark.load(data), load_dataclass(PerceiverConfig, config, overrides), out,
+                          log=console.print, stop_after=stop_after or None)
     _tower_done(out, rec)
 
 

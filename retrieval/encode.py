@@ -172,6 +172,10 @@ def encode_space(cfg: EncodeConfig, *, progress: bool | None = None) -> Path:
     (``cfg.shard``) only leaves its chunks in the partial folder. ``progress``: a bar per chunk of rows and one per
     batch (None: when stderr is a terminal, `retrieval.encoders.show_progress`)."""
     progress = show_progress(progress)
+    from retrieval.perceiver import is_perceiver
+
+    if is_perceiver(resolve_model(cfg.model)):  # a supervised perceiver writes a prefix space
+        return _encode_perceiver(cfg, progress)
     bench = Benchmark.load(cfg.data)
     cfg = cfg.resolved(bench)
     root = bench.root
@@ -227,3 +231,52 @@ def encode_space(cfg: EncodeConfig, *, progress: bool | None = None) -> Path:
     write_meta(root, cfg.space, kind=cfg.kind, dim=dim, model=cfg.model, **extra)
     write_marker(space_dir(root, cfg.space), OUTPUT_KIND)
     return space_dir(root, cfg.space)
+
+
+def _encode_perceiver(cfg: EncodeConfig, progress: bool) -> Path:
+    """``cfg.model`` is a supervised perceiver (`retrieval.perceiver`): the token of every prefix frame (the object
+    window where the benchmark records boxes) into the ``prefix`` space ``cfg.space`` (``normalized: false``),
+    chunk by chunk like every encode job. Refuses a perceiver that read a video of the benchmark
+    (`retrieval.towers.check_disjoint`): it learned from labels, so on its own videos it would be told the answers."""
+    from dataclasses import replace
+
+    from eval.images import has_boxes
+    from retrieval.perceiver import MODEL_TYPE, load_perceiver, tokens_of
+    from retrieval.perception import ATTRIBUTES
+    from retrieval.towers import check_disjoint, load_frames
+
+    bench = Benchmark.load(cfg.data)
+    if cfg.tables and tuple(cfg.tables) != ("prefixes",):
+        raise InputError(f"a perceiver writes a prefix space (table prefixes); cannot encode {list(cfg.tables)}")
+    crop = cfg.crop if cfg.crop != "auto" else ("object" if has_boxes(bench) else "frame")
+    if crop not in ("object", "frame"):
+        raise InputError(f"--crop must be object, frame or auto, got {crop!r}")
+    cfg = replace(cfg, kind="prefix", tables=("prefixes",), crop=crop)
+    root = bench.root
+    _check_space_target(root, cfg)
+    check_disjoint(cfg.model, bench)
+    model = load_perceiver(cfg.model)
+    size = (model.net_config.image_height, model.net_config.image_width)
+    pids, pviews = _prefix_frames(bench, crop == "object")
+    flat = [v for fr in pviews for v in fr]
+    dim = int(model.token_mean.numel())
+
+    def encode(s: int, e: int) -> np.ndarray:
+        frames = load_frames(root, flat[s * PREFIX_FRAMES:e * PREFIX_FRAMES], size, progress=False)
+        return tokens_of(model, frames).numpy().reshape(e - s, PREFIX_FRAMES, dim)
+
+    shard = parse_shard(cfg.shard) if cfg.shard is not None else None
+    step = max(1, cfg.chunk_size // PREFIX_FRAMES)
+    arr = _encode_chunked(root, cfg.space, "prefixes", pids, _fingerprint(cfg, "prefixes", pids), step, encode,
+                          progress, shard)
+    d = space_dir(root, cfg.space)
+    if shard is not None:
+        return d
+    write_table(root, cfg.space, "prefixes", pids, arr.reshape(len(pids), PREFIX_FRAMES, dim))
+    shutil.rmtree(d / ".partial", ignore_errors=True)
+    write_json(d / "encode_config.json", asdict(cfg))
+    write_meta(root, cfg.space, kind="prefix", dim=dim, model=cfg.model, normalized=False, encoder=MODEL_TYPE,
+               crop=crop, attributes=list(ATTRIBUTES), vocab=model.vocab)
+    write_marker(d, OUTPUT_KIND)
+    return d
+

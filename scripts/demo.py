@@ -54,9 +54,11 @@ ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("data", "encoders", "retrieval", "forecaster", "report", "predictability", "canon", "distill")
 SEMANTIC = "minilm"
 #: the demo's tower configs (configs/encoders/); the towers land in OUT/encoders/<space>/
-TOWER_CONFIGS = {"ssl": ROOT / "configs" / "encoders" / "ssl-demo.yaml", "lit": ROOT / "configs" / "encoders" / "lit-demo.yaml"}
+TOWER_CONFIGS = {name: ROOT / "configs" / "encoders" / f"{name}-demo.yaml" for name in ("ssl", "lit", "perceiver")}
 #: videos of the towers' pretraining world (simulated with `retrieval.towers.pretraining_world_seed` of the demo's seed)
-TOWER_WORLD_VIDEOS = 300
+TOWER_WORLD_VIDEOS = 900
+#: The supervised perceiver's directory under encoders/ and its prefix space's name (`retrieval.perceiver`).
+PERCEIVER = "perceiver"
 PLUMBING_METHOD = "text-only (tiny model, plumbing check)"
 #: the distill stage's preset (configs/distill/): the perception-solved student on CPU
 DISTILL_PRESET = "configs/distill/evidence-cpu.yaml"
@@ -146,7 +148,8 @@ class Demo:
 
     def encoders(self) -> None:
         """Simulate the towers' pretraining world (another seed), train the SSL tower and the LiT tower (started from
-        it) once on its train split, check that neither read a video of the benchmark, and encode their spaces."""
+        it) once on its train split and the supervised perceiver on all of it, check that none read a video of the
+        benchmark, and encode their spaces (the perceiver's: a prefix space)."""
         if not self.learned:
             return
         from eval.benchmark import Benchmark
@@ -156,7 +159,7 @@ class Demo:
         self.towers()
         bench = Benchmark.load(a.data)
         todo = []
-        for space in ("ssl", "lit"):
+        for space in ("ssl", "lit", PERCEIVER):
             d = check_disjoint(models / space, bench)  # raises when the tower read a video of the benchmark
             print(f"[encoders] {space}: {d['tower_videos']} pretraining videos, none of the benchmark's "
                   f"{d['benchmark_videos']}")
@@ -168,8 +171,9 @@ class Demo:
         self.run_side_by_side(todo, "encoders")  # an encode decodes frames on one core most of the time
 
     def towers(self) -> None:
-        """The towers' pretraining: their world (another simulation) and the SSL, then the LiT, tower trained on it.
-        It reads nothing of the benchmark, so `main` runs it beside the data stage."""
+        """The towers' pretraining: their world (another simulation) and the SSL tower, the LiT tower and the
+        supervised perceiver trained on it. It reads nothing of the benchmark, so `main` runs it beside the data
+        stage."""
         from retrieval.towers import pretraining_world_seed
 
         if self.towers_ready:
@@ -183,6 +187,8 @@ class Demo:
                   "--config", str(TOWER_CONFIGS["ssl"])], "encoders")
         self.run([PY, "-m", "retrieval", "encoder", "lit", "--data", str(world), "--out", str(models / "lit"),
                   "--config", str(TOWER_CONFIGS["lit"]), "--init", str(models / "ssl")], "encoders")
+        self.run([PY, "-m", "retrieval", "encoder", "perceiver", "--data", str(world), "--out",
+                  str(models / PERCEIVER), "--config", str(TOWER_CONFIGS["perceiver"])], "encoders")
         self.towers_ready = True
 
     @staticmethod
@@ -207,8 +213,8 @@ class Demo:
                 and done.stat().st_mtime > record.stat().st_mtime)
 
     def retrieval(self) -> None:
-        spaces = (["--visual-space", "ssl", "--extra-space", "lit", "--compare-space", "pixels"] if self.learned
-                  else ["--visual-space", "pixels"])
+        spaces = (["--visual-space", "ssl", "--extra-space", "lit", "--compare-space", "pixels",
+                   "--perceived-space", PERCEIVER] if self.learned else ["--visual-space", "pixels"])
         seeds = [x for s in range(self.args.seeds) for x in ("--seeds", str(s))]
         self.run([PY, "-m", "retrieval", "demo", "--data", str(self.args.data), "--out", str(self.runs),
                   "--semantic-space", SEMANTIC, *spaces, *seeds], "retrieval")
@@ -247,7 +253,8 @@ class Demo:
 
     #: Table order: naive baselines, the forecaster plumbing check, learned methods, then the oracles (ceilings).
     ORDER = ("random", "question-only", "lookup", "persistence", "zero-shot", "knn-future", "text-only", "lftr-minilm",
-             "lftr-ssl", "lftr-lit", "lftr-pixels", "lftr-ssl-last", "lftr-pixels-last", "lftr-fusion",
+             "lftr-ssl", "lftr-lit", "lftr-pixels", "lftr-ssl-last", "lftr-pixels-last", "lftr-perceiver",
+             "lftr-fusion",
              "transition-table", "lftr-sim", "state-classifier", "oracle-independent-appearance", "oracle-state-prototype",
              "oracle-paraphrase", "oracle-semantic-text")
 
@@ -262,6 +269,8 @@ class Demo:
             s = "-seed0" if self.args.seeds > 1 else ""  # with several seeds, the pair test reads the first seed's runs
             pairs = ["--pair", f"lftr[ssl]{s}:lftr[pixels]{s}", "--pair",
                      "oracle-state-prototype[ssl]:oracle-independent-appearance[ssl]"]
+            # LFTR from frames through the supervised perceiver against LFTR from the SSL tower, into the same space
+            pairs += ["--pair", f"lftr-{PERCEIVER}[{SEMANTIC}]{s}:lftr[{SEMANTIC}]{s}"]
             # the fusion that is not the headline against the single head best on validation (the headline meets
             # every single head as the tests' reference)
             sel = self.fusion_selection()
@@ -360,7 +369,8 @@ class Demo:
                           "whether another learner forecasts better from it); the present "
                           "as a label (the transition table, and the current state's segments tied first: "
                           "persistence with perfect perception); and what perception plus forecasting reach from "
-                          "frames. "
+                          "frames: through the paper's learned visual spaces, and through a perceiver supervised on "
+                          "the simulator's labels of another world (`retrieval.perceiver`, not the paper's method). "
                           "R@5, seeds' means. How the perfect-perception rows grow with the training data: "
                           "`docs/ceiling-curve.md` (`python scripts/ceiling_curve.py`); the predictability "
                           "measurement by question and scene family: `docs/predictability.md`, and "

@@ -115,13 +115,16 @@ class DemoPlan:
     reads (and a target space); ``extra``: more target spaces read from the visual space's prefixes (e.g. a LiT
     space); ``compare``: a second visual space run as its own pipeline (its prefixes -> its corpus: learned against
     raw); ``perfect``: a prefix space of the simulator's state (``sim``): LFTR reading it into the semantic space is
-    the forecaster with perfect perception ("" or a missing space: none)."""
+    the forecaster with perfect perception ("" or a missing space: none); ``perceived``: a prefix space of a supervised
+    perceiver's tokens (`retrieval.perceiver`): LFTR reading it into the semantic space is LFTR from frames through
+    that perceiver ("" or a missing space: none)."""
 
     semantic: str = "minilm"
     visual: str = "pixels"
     extra: list[str] = field(default_factory=list)
     compare: str = ""
     perfect: str = "sim"
+    perceived: str = ""
 
     def targets(self) -> list[str]:
         """The target spaces of LFTR from frames, semantic first."""
@@ -255,8 +258,9 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
       in every visual target space; a text -> image space's semantic-text oracle and question-only baseline;
     - LFTR per seed (``seeds``; run names end in ``-seed<S>`` when there are several, so reports show mean ± std):
       ``lftr[<space>]`` for every target space of `DemoPlan.targets` (prefix: the visual space; the compare space
-      reads its own prefixes), ``lftr-sim[<semantic>]`` (prefix: the perfect-perception space), and, for the first
-      seed, ``lftr[<visual>] last frame only`` (GenState-AI's 8-vs-1-frame ablation);
+      reads its own prefixes), ``lftr-sim[<semantic>]`` (prefix: the perfect-perception space),
+      ``lftr-<perceived>[<semantic>]`` (prefix: the perceiver's space), and, for the first seed,
+      ``lftr[<visual>] last frame only`` (GenState-AI's 8-vs-1-frame ablation);
     - fusion: the pair (semantic + one visual target space) with the best validation R@5 and the fusion of every
       target space, per seed (the paper reports both: its two-space fusion and the stack of App. I); the better of the
       two on validation is the headline, the reference of the report's tests (`_select_fusion`; first seed; written
@@ -357,6 +361,11 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
             j = job(_run_name(stem, seed, seeds), _run_name(name, seed, seeds), seed, target_space=plan.semantic,
                     prefix_space=plan.perfect)
             heads.append((seed, "perfect", replace(j, cost=cost(plan.semantic, 1.01), group=g)))  # reads more dims
+        if plan.perceived and plan.perceived in bench.spaces:
+            stem, name = f"lftr-{plan.perceived}-{plan.semantic}", f"lftr-{plan.perceived}[{plan.semantic}]"
+            j = job(_run_name(stem, seed, seeds), _run_name(name, seed, seeds), seed, target_space=plan.semantic,
+                    prefix_space=plan.perceived)
+            heads.append((seed, "perceived", replace(j, cost=cost(plan.semantic), group=g)))
     last = replace(job(f"lftr-{plan.visual}-last", f"lftr[{plan.visual}] last frame only", seeds[0],
                        target_space=plan.visual, frames="last"), cost=cost(plan.visual, 0.99),  # one prefix frame
                    group=len(seeds) - 1)
@@ -415,15 +424,15 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
 def _perception(bench: Benchmark, out: Path, plan: DemoPlan, timings: dict[str, float],
                 log: Callable[[str], None]) -> None:
     """``out/perception.{json,md}`` (`retrieval.perception`): the present state read from each space holding prefix
-    tokens (the visual, extra and compare spaces, then the perfect-perception one), on a build with the simulator's
-    truth; skipped without it, and when ``perception.json`` exists (resumable)."""
+    tokens (the visual, extra and compare spaces, the perceiver's, then the perfect-perception one), on a build with
+    the simulator's truth; skipped without it, and when ``perception.json`` exists (resumable)."""
     from retrieval.perception import has_truth, perception, to_markdown
     from retrieval.spaces import Space
 
     path = out / "perception.json"
     if path.exists() or not has_truth(bench):
         return
-    names = [n for n in dict.fromkeys([plan.visual, *plan.extra, plan.compare, plan.perfect])
+    names = [n for n in dict.fromkeys([plan.visual, *plan.extra, plan.compare, plan.perceived, plan.perfect])
              if n and n in bench.spaces and Space.load(bench, n).has_prefixes]
     if not names:
         return

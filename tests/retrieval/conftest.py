@@ -6,7 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from retrieval_tiny_bench import TINY_TOWER, build_tiny
+from retrieval_tiny_bench import TINY_PERCEIVER, TINY_TOWER, build_tiny
 
 
 @pytest.fixture(scope="session")
@@ -158,10 +158,33 @@ def tiny_ssl_tower(synth_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def synth_towers_dir(synth_dir, tiny_ssl_tower, tmp_path_factory):
+def perceiver_world(tmp_path_factory):
+    """A pretraining world for the perceiver: a 6-video simulator-truth build (step 1 only) of the seed the demo's
+    towers use beside a seed-0 benchmark (`retrieval.towers.pretraining_world_seed`; none of the benchmark's videos)."""
+    from eval.benchmark import Benchmark
+    from eval.synth import build_benchmark
+    from retrieval.towers import pretraining_world_seed
+
+    out = tmp_path_factory.mktemp("perceiver-world") / "world"
+    return Benchmark.load(build_benchmark(out, videos=6, seed=pretraining_world_seed(0), progress=False))
+
+
+@pytest.fixture(scope="session")
+def tiny_perceiver(perceiver_world, tmp_path_factory):
+    """A tiny perceiver trained for 3 epochs on every window of `perceiver_world`: (dir, its record)."""
+    from retrieval.perceiver import PerceiverConfig, train_perceiver
+    from retrieval.towers import load_dataclass
+
+    out = tmp_path_factory.mktemp("towers") / "perceiver"
+    cfg = load_dataclass(PerceiverConfig, [], TINY_PERCEIVER + ["optim.epochs=3"])
+    return out, train_perceiver(perceiver_world, cfg, out, log=lambda s: None, progress=False)
+
+
+@pytest.fixture(scope="session")
+def synth_towers_dir(synth_dir, tiny_ssl_tower, tiny_perceiver, tmp_path_factory):
     """A copy of the session's synthetic benchmark (its `pixels` and `sim` spaces, not its simulator records) with the
-    `minilm` semantic space, an `ssl` space encoded by the tiny SSL tower and a `lit` space encoded by a tiny LiT
-    tower (initialised from it): (dir, {name: tower dir})."""
+    `minilm` semantic space, an `ssl` space encoded by the tiny SSL tower, a `lit` space encoded by a tiny LiT
+    tower (initialised from it) and the `perceiver` prefix space of the tiny perceiver: (dir, {name: tower dir})."""
     from eval.benchmark import Benchmark
     from retrieval.encode import EncodeConfig, encode_space
     from retrieval.encoders import PACKAGED_MINILM
@@ -176,6 +199,7 @@ def synth_towers_dir(synth_dir, tiny_ssl_tower, tmp_path_factory):
     lit = tmp_path_factory.mktemp("towers") / "lit"
     cfg = load_dataclass(LiTConfig, [], TINY_TOWER + ["optim.epochs=2", "max_pairs=128"], init=str(tiny_ssl_tower[0]))
     train_lit(Benchmark.load(d), cfg, lit, log=lambda s: None, progress=False)
-    for name, tower in (("ssl", tiny_ssl_tower[0]), ("lit", lit)):
+    towers = {"ssl": tiny_ssl_tower[0], "lit": lit, "perceiver": tiny_perceiver[0]}
+    for name, tower in towers.items():
         encode_space(EncodeConfig(str(d), name, str(tower), batch_size=128), progress=False)
-    return d, {"ssl": tiny_ssl_tower[0], "lit": lit}
+    return d, towers

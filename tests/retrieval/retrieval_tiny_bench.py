@@ -21,6 +21,9 @@ STATES = ["resting on the ramp", "rolling down the ramp", "falling", "bouncing",
 #: A tiny image tower for tests (seconds on CPU): 24x32 frames, 12 patches of 8x8, one attention block.
 TINY_TOWER = ["tower.image_height=24", "tower.image_width=32", "tower.hidden_size=32", "tower.layers=1",
               "tower.heads=2", "tower.out_dim=32", "optim.batch_size=32", "optim.threads=1"]
+#: A perceiver small enough for a test (`retrieval.perceiver`).
+TINY_PERCEIVER = ["net.channels=[8,16]", "net.image_height=24", "net.image_width=32", "optim.batch_size=32",
+                  "optim.threads=1"]
 ROUTES = {"ramp": [[0, 1, 2, 3, 4], [0, 1, 4, 4, 4]], "table": [[5, 6, 7, 2, 4], [5, 2, 3, 4, 4]]}
 
 

@@ -336,7 +336,8 @@ def test_lit_loss_masks_shared_frames_and_texts():
 def test_demo_in_the_learned_spaces_with_fusion_and_complementarity(synth_towers_dir, tmp_path):
     """`retrieval demo --visual-space ssl --extra-space lit --compare-space pixels`: baselines and LFTR in the
     learned spaces, the LiT zero-shot oracle, the three-space fusion and the complementarity analysis; from the `sim`
-    space, both perfect-perception forecasters (`lftr-sim` and the state classifier, whose run records its fit)."""
+    space, both perfect-perception forecasters (`lftr-sim` and the state classifier, whose run records its fit); from
+    the perceiver's prefix space (`--perceived-space`), LFTR into the semantic space, outside the fusions."""
     import yaml
 
     from eval.runs import read_run
@@ -348,13 +349,17 @@ def test_demo_in_the_learned_spaces_with_fusion_and_complementarity(synth_towers
     cfg.write_text(yaml.safe_dump({"d_model": 32, "n_layers": 1, "n_heads": 2, "n_samples": 4, "epochs": 1,
                                    "batch_size": 64, "n_random_negatives": 64, "n_hard_negatives": 16, "threads": 1}))
     out = tmp_path / "runs"
-    plan = DemoPlan(visual="ssl", extra=["lit"], compare="pixels")
+    plan = DemoPlan(visual="ssl", extra=["lit"], compare="pixels", perceived="perceiver")
     paths = run_demo(Benchmark.load(d), out, text_model=PACKAGED_MINILM, plan=plan, configs=[cfg],
                      log=lambda s: None, progress=False)
     names = {p.name.removesuffix(".parquet") for p in paths}
     assert {"persistence", "lftr-ssl", "lftr-lit", "lftr-pixels", "persistence-pixels", "oracle-semantic-text-lit",
             "question-only-lit", "oracle-state-prototype-pixels", "lftr-fusion-minilm+ssl+lit+pixels",
-            "lftr-sim-minilm", "state-classifier-sim"} <= names
+            "lftr-sim-minilm", "state-classifier-sim", "lftr-perceiver-minilm"} <= names
+    perceived = yaml.safe_load((out / "lftr-perceiver-minilm" / "config.yaml").read_text())
+    assert (perceived["prefix_space"], perceived["target_space"]) == ("perceiver", "minilm")
+    assert read_run(out / "lftr-perceiver-minilm.parquet").method == "lftr-perceiver[minilm]"
+    assert not any("perceiver" in n for n in names if n.startswith("lftr-fusion"))
     classifier = read_run(out / "state-classifier-sim.parquet")
     assert classifier.method == "state-classifier-sim[minilm]" and classifier.config["fit"]["prefix_space"] == "sim"
     assert yaml.safe_load((out / "lftr-sim-minilm" / "config.yaml").read_text())["prefix_space"] == "sim"
@@ -382,5 +387,5 @@ def test_demo_in_the_learned_spaces_with_fusion_and_complementarity(synth_towers
     assert set(comp["recall"]) == {"lftr-minilm", "lftr-ssl", "lftr-lit", "lftr-pixels"}
     # the perception probe reads every space holding prefix tokens, the perfect-perception one last
     probe = json.loads((out / "perception.json").read_text())
-    assert [r["name"] for r in probe["rows"]] == ["majority", "box", "ssl", "lit", "pixels", "sim"]
+    assert [r["name"] for r in probe["rows"]] == ["majority", "box", "ssl", "lit", "pixels", "perceiver", "sim"]
     assert (out / "perception.md").exists()
