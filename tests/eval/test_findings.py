@@ -104,6 +104,30 @@ def test_the_state_classifier_from_the_exact_state_follows_perfect_perception_an
     assert "state-classifier-ssl[minilm]" not in [r[1] for r in F.ceiling(rep)]
 
 
+def test_lftr_through_the_perceiver_is_lftr_from_frames_beside_the_papers_heads():
+    """`lftr-perceiver[...]` reads only frames (through a perceiver trained on another world): the frames check takes
+    the better of it and the paper's heads and names which; the decomposition gives it its own row after the best
+    paper head; it is judged over horizons and is no fusion input."""
+    rep = _report()
+    decl = {1: (0.30, 600), 3: (0.05, 80)}
+    rep["runs"]["lftr-perceiver[minilm]"] = _run(0.14, decl)  # below lftr[pixels] 0.15: the paper's head is the best
+    check = next(c for c in F.calibration(rep) if c.quantity == "best single LFTR from frames R@5")
+    assert "`lftr[pixels]`" in check.measured and check.met is True
+    rep["runs"]["lftr-perceiver[minilm]"] = _run(0.25, decl)  # 83% of perfect perception's 0.30
+    check = next(c for c in F.calibration(rep) if c.quantity == "best single LFTR from frames R@5")
+    assert "`lftr-perceiver[minilm]`" in check.measured and "83% of 30.0" in check.measured and check.met is True
+    rows = F.ceiling(rep)
+    assert [r[1] for r in rows] == ["semantic-text[minilm]", "lftr-sim[minilm]", "transition-table[minilm]",
+                                    "lftr[pixels]", "lftr-perceiver[minilm]", "lftr-fusion[minilm+pixels]"]
+    assert "supervised perceiver (not the paper's method)" in rows[4][0]
+    decline = next(c for c in F.calibration(rep) if c.quantity == "learned heads over horizons")
+    assert "`lftr-perceiver[minilm]` h1 30.0" in decline.measured
+    rep["runs"]["lftr-perceiver[minilm]"] = _run(0.25, {1: (0.05, 600), 3: (0.30, 80)})  # rising: the check fails
+    assert _verdicts(rep)["learned heads over horizons"] is False
+    assert any("`lftr-perceiver[minilm]` R@5 by horizon" in x for x in F.findings(rep))
+    assert "lftr-perceiver" not in F.headline_fusion(rep)
+
+
 def test_card_targets_are_checked_by_name():
     card = {"values": {"label_truth": 0.95, "same_state_agreement": 0.55, "prefix_motion_share": 0.9,
                        "fair_test_queries": 2100, "chance_r5_pct": 0.2, "top_state_share": 0.02, "h1_share": 0.55,
