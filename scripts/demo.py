@@ -450,16 +450,17 @@ class Demo:
         return sorted(log, key=lambda x: STAGES.index(x["stage"]) if x.get("stage") in STAGES else len(STAGES))
 
     def tower_costs(self) -> list[str]:
-        """The learned encoders' training cost from their records: epochs, items, parameters, s/epoch (wall and CPU),
-        peak RSS and the load average the epochs ran under (the machine is shared; CPU seconds are less inflated)."""
+        """The learned encoders' (and the perceiver's) training cost from their records: epochs, items (frames, pairs,
+        labelled windows), parameters, s/epoch (wall and CPU), peak RSS and the load average the epochs ran under (the
+        machine is shared; CPU seconds are less inflated)."""
         rows = []
-        for space in ("ssl", "lit"):
+        for space in ("ssl", "lit", PERCEIVER):
             p = self.args.out / "encoders" / space / "psr_tower.json"
             if not p.exists():
                 continue
             rec = json.loads(p.read_text())
             h = rec["history"]
-            n = rec.get("frames") or rec.get("pairs") or 0
+            n = rec.get("frames") or rec.get("pairs") or rec.get("windows") or 0  # ssl, lit, perceiver
             wall, cpu = (sum(e[k] for e in h) / len(h) for k in ("seconds", "cpu_seconds"))
             loads = [e.get("load_avg", float("nan")) for e in h]
             rows.append(f"| {space} ({rec['trainer']}) | {len(h)} | {n:,} | {rec['parameters']:,} | {wall:.1f} | "
@@ -504,7 +505,8 @@ class Demo:
             lines += ["## Cost of the demo (its commands, `reports/demo/demo_log.json`)", "", *self.cost, ""]
         towers = self.tower_costs()
         if towers:
-            lines += ["## Encoder training cost (the towers' own records, `encoders/*/psr_tower.json`)", "", *towers, ""]
+            lines += ["## Encoder training cost (the towers' and the perceiver's own records, "
+                      "`encoders/*/psr_tower.json`)", "", *towers, ""]
         from distill.results import section as distill_section
 
         lines += distill_section(self.args.out / "distill")

@@ -277,6 +277,13 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
     from retrieval.methods import method_query_vectors
     from retrieval.spaces import Space
 
+    if plan.perceived and plan.perceived not in bench.spaces:
+        from eval.errors import MissingInput
+
+        raise MissingInput(f"{bench.root}: no space {plan.perceived!r} for --perceived-space (spaces: "
+                           f"{sorted(bench.spaces)})", fix="train a perceiver on another world and encode it: "
+                           "`python -m retrieval encoder perceiver --data WORLD --out DIR`, then `python -m retrieval "
+                           f"encode --data {bench.root} --space {plan.perceived} --model DIR`")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     seeds = list(seeds or [0])

@@ -176,3 +176,16 @@ def test_the_command_line_trains_it(perceiver_world, tmp_path):
                                    *[x for o in TINY_PERCEIVER + ["optim.epochs=1"] for x in ("--set", o)]])
     assert res.exit_code == 0, res.output
     assert json.loads((out / "psr_tower.json").read_text())["trainer"] == "perceiver"
+
+
+def test_the_demo_names_a_missing_perceived_space_before_any_work(synth_copy, tmp_path):
+    from eval.errors import MissingInput
+    from retrieval.encoders import PACKAGED_MINILM
+    from retrieval.lftr.jobs import DemoPlan, run_demo
+
+    out = tmp_path / "runs"
+    with pytest.raises(MissingInput, match="no space 'perceived' for --perceived-space") as e:
+        run_demo(Benchmark.load(synth_copy), out, text_model=PACKAGED_MINILM, plan=DemoPlan(perceived="perceived"),
+                 log=lambda s: None, progress=False)
+    assert "encoder perceiver" in str(e.value) and not out.exists()
+    assert "minilm" not in Benchmark.load(synth_copy).spaces  # nothing encoded either
