@@ -45,13 +45,12 @@ from retrieval.lftr.train import torch_threads
 from retrieval.ssl import AugmentConfig, augmenter
 from retrieval.towers import (
     TEXT_TOWER_FILE,
-    TRAIN_RECORD,
     OptimConfig,
     TowerConfig,
     build_vit,
-    check_output_dir,
     config_hash,
     data_record,
+    finished_or_prepare,
     fit,
     frames_fingerprint,
     load_frames,
@@ -177,13 +176,9 @@ def train_lit(bench: Benchmark, cfg: LiTConfig, out: str | Path, *, log=print, p
                                 "`python -m retrieval encoder ssl`)")
     fp = frames_fingerprint(pairs.frames, bench.root)
     thash = config_hash(cfg, fp, "\n".join(pairs.texts), (init_rec or {}).get("training_hash", ""), "lit")
-    rec = read_record(out)
-    if rec is not None and rec.get("training_hash") == thash:
-        log(f"reusing the LiT tower in {out} (same config, frames and descriptions)")
+    rec = finished_or_prepare(out, thash, "the LiT tower (same config, frames and descriptions)", log)
+    if rec is not None:
         return rec
-    check_output_dir(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / TRAIN_RECORD).unlink(missing_ok=True)
     with torch_threads(cfg.optim.threads):
         t0 = time.time()
         text = torch.from_numpy(enc.encode_queries(pairs.texts, progress=progress))  # locked: computed once

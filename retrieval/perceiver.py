@@ -50,9 +50,9 @@ from retrieval.towers import (
     ALL,
     TRAIN_RECORD,
     OptimConfig,
-    check_output_dir,
     config_hash,
     data_record,
+    finished_or_prepare,
     fit,
     frames_fingerprint,
     load_frames,
@@ -174,13 +174,9 @@ def train_perceiver(bench: Benchmark, cfg: PerceiverConfig, out: str | Path, *, 
     vocab = [sorted(set(win.labels[:, a].tolist())) for a in range(len(ATTRIBUTES))]
     fp = frames_fingerprint(win.views, bench.root)
     thash = config_hash(cfg, fp, json.dumps(win.labels.tolist()), "perceiver")
-    rec = read_record(out)
-    if rec is not None and rec.get("training_hash") == thash:
-        log(f"reusing the perceiver in {out} (same config, windows and labels)")
+    rec = finished_or_prepare(out, thash, "the perceiver (same config, windows and labels)", log)
+    if rec is not None:
         return rec
-    check_output_dir(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / TRAIN_RECORD).unlink(missing_ok=True)
     with torch_threads(cfg.optim.threads):
         t0 = time.time()
         size = (cfg.net.image_height, cfg.net.image_width)

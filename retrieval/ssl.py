@@ -66,19 +66,17 @@ from eval.benchmark import Benchmark
 from eval.errors import InputError
 from retrieval.lftr.train import torch_threads
 from retrieval.towers import (
-    TRAIN_RECORD,
     OptimConfig,
     TowerConfig,
     build_vit,
-    check_output_dir,
     config_hash,
     data_record,
+    finished_or_prepare,
     fit,
     frames_fingerprint,
     load_frames,
     normalize_pixels,
     peak_rss_mb,
-    read_record,
     save_tower,
     train_frames,
 )
@@ -390,13 +388,9 @@ def train_ssl(bench: Benchmark, cfg: SSLConfig, out: str | Path, *, log=print, p
         raise InputError(f"{bench.root}: no {cfg.split!r} frames to train on")
     fp = frames_fingerprint(paths, bench.root)
     thash = config_hash(cfg, fp, "ssl")
-    rec = read_record(out)
-    if rec is not None and rec.get("training_hash") == thash:
-        log(f"reusing the SSL tower in {out} (same config and frames)")
+    rec = finished_or_prepare(out, thash, "the SSL tower (same config and frames)", log)
+    if rec is not None:
         return rec
-    check_output_dir(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / TRAIN_RECORD).unlink(missing_ok=True)  # a tower of another config is being replaced
     with torch_threads(cfg.optim.threads):
         t0 = time.time()
         tc = cfg.tower

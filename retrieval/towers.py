@@ -314,6 +314,20 @@ def check_output_dir(out: Path) -> None:
                             fix="give an empty or new --out")
 
 
+def finished_or_prepare(out: Path, training_hash: str, what: str, log=print) -> dict | None:
+    """The record of a finished training of ``training_hash`` in ``out`` (logged: reusing ``what``), or None once
+    ``out`` is ready for a new one: a foreign non-empty folder is refused (`check_output_dir`), the folder is created
+    and the record of a training of another config is removed (the tower in it is being replaced)."""
+    rec = read_record(out)
+    if rec is not None and rec.get("training_hash") == training_hash:
+        log(f"reusing {what} in {out}")
+        return rec
+    check_output_dir(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / TRAIN_RECORD).unlink(missing_ok=True)
+    return None
+
+
 def _lr_lambda(total: int, warmup: int):
     import math
 
