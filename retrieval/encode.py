@@ -248,14 +248,18 @@ def _encode_perceiver(cfg: EncodeConfig, progress: bool) -> Path:
     bench = Benchmark.load(cfg.data)
     if cfg.tables and tuple(cfg.tables) != ("prefixes",):
         raise InputError(f"a perceiver writes a prefix space (table prefixes); cannot encode {list(cfg.tables)}")
-    crop = cfg.crop if cfg.crop != "auto" else ("object" if has_boxes(bench) else "frame")
-    if crop not in ("object", "frame"):
-        raise InputError(f"--crop must be object, frame or auto, got {crop!r}")
-    cfg = replace(cfg, kind="prefix", tables=("prefixes",), crop=crop)
     root = bench.root
-    _check_space_target(root, cfg)
+    _check_space_target(root, replace(cfg, kind="prefix"))
     check_disjoint(cfg.model, bench)
     model = load_perceiver(cfg.model)
+    crop = model.crop if cfg.crop == "auto" else cfg.crop  # the windows it was trained on
+    if crop != model.crop:
+        raise InputError(f"{cfg.model}: the perceiver was trained on {model.crop} windows; --crop {crop} would show it "
+                         "other images", fix="leave --crop at auto")
+    if crop == "object" and not has_boxes(bench):
+        raise InputError(f"{root}: the corpus records no object box for some segments, and the perceiver reads object "
+                         "windows", fix="encode a build with boxes (`python -m retrieval synth` records them)")
+    cfg = replace(cfg, kind="prefix", tables=("prefixes",), crop=crop)
     size = (model.net_config.image_height, model.net_config.image_width)
     pids, pviews = _prefix_frames(bench, crop == "object")
     flat = [v for fr in pviews for v in fr]

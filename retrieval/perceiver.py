@@ -44,7 +44,7 @@ from torch import nn
 
 from eval.benchmark import Benchmark
 from eval.errors import InputError
-from eval.images import prefix_views, segment_views
+from eval.images import has_boxes, prefix_views, segment_views
 from retrieval.perception import ATTRIBUTES, present_states
 from retrieval.towers import (
     ALL,
@@ -207,7 +207,9 @@ def train_perceiver(bench: Benchmark, cfg: PerceiverConfig, out: str | Path, *, 
         with torch.no_grad():
             pred = torch.cat([torch.stack([o.argmax(-1) for o in model(x)], 1) for x in _batches(frames)])
         train_acc = {a: float((pred[:, i] == y[:, i]).float().mean()) for i, a in enumerate(ATTRIBUTES)}
+        crop = "object" if has_boxes(bench) else "frame"  # what its windows were (`eval.images.segment_views`)
         rec = {"trainer": "perceiver", "config": asdict(cfg), "training_hash": thash, "windows": len(frames),
+               "crop": crop,
                "frames_fingerprint": fp, "split": cfg.split, "benchmark": str(bench.root.resolve()),
                "data": data_record(bench, cfg.split), "init_data": [], "attributes": list(ATTRIBUTES),
                "vocab": vocab, "train_accuracy": train_acc,
@@ -216,7 +218,7 @@ def train_perceiver(bench: Benchmark, cfg: PerceiverConfig, out: str | Path, *, 
                "peak_rss_mb": peak_rss_mb(), "finished": True}
         with atomic_path(out / PERCEIVER_FILE) as tmp:
             torch.save({"state_dict": model.state_dict(), "net": asdict(cfg.net), "vocab": vocab,
-                        "attributes": list(ATTRIBUTES)}, tmp)
+                        "attributes": list(ATTRIBUTES), "crop": crop}, tmp)
         write_json(out / "config.json", {"model_type": MODEL_TYPE, "net": asdict(cfg.net),
                                          "token_dim": sum(len(v) for v in vocab)})
         write_json(out / TRAIN_RECORD, rec)  # last: its presence marks a finished perceiver
@@ -240,7 +242,7 @@ def load_perceiver(model_dir: str | Path) -> PerceiverNet:
     net = NetConfig(**{**st["net"], "channels": tuple(st["net"]["channels"])})
     model = PerceiverNet(net, [len(v) for v in st["vocab"]])
     model.load_state_dict(st["state_dict"])
-    model.net_config, model.vocab = net, st["vocab"]
+    model.net_config, model.vocab, model.crop = net, st["vocab"], st.get("crop", "object")
     return model.eval()
 
 

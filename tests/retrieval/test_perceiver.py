@@ -145,9 +145,10 @@ def test_the_space_is_the_perceivers_token_of_every_prefix_frame(synth_copy, tin
     assert [r["name"] for r in res["rows"]][-1] == "perceiver"
 
 
-def test_encode_refuses_a_perceiver_that_saw_the_benchmark(synth_copy, tmp_path):
+def test_encode_refuses_a_perceiver_that_saw_the_benchmark(synth_copy, tiny_copy, tiny_perceiver, tmp_path):
     """The perceiver is trained on labels: one trained on the benchmark's own videos would be told the answers of
-    the queries it encodes. `encode` refuses it and writes nothing; a folder without a finished perceiver is
+    the queries it encodes. `encode` refuses it and writes nothing; it refuses to show a perceiver other windows
+    than it was trained on (whole frames, or a build without boxes); a folder without a finished perceiver is
     refused by name."""
     from eval.errors import InputError
     from retrieval.encode import EncodeConfig, encode_space
@@ -158,6 +159,13 @@ def test_encode_refuses_a_perceiver_that_saw_the_benchmark(synth_copy, tmp_path)
     with pytest.raises(InputError, match="trained on .* videos of the benchmark"):
         encode_space(EncodeConfig(str(synth_copy), "leaky", str(tmp_path / "leaky")), progress=False)
     assert not (synth_copy / "features" / "leaky" / "prefixes.npy").exists()
+    model_dir, rec = tiny_perceiver
+    assert rec["crop"] == "object"
+    with pytest.raises(InputError, match="trained on object windows"):
+        encode_space(EncodeConfig(str(synth_copy), "whole", str(model_dir), crop="frame"), progress=False)
+    with pytest.raises(InputError, match="records no object box"):
+        encode_space(EncodeConfig(str(tiny_copy), "perceiver", str(model_dir)), progress=False)
+    assert not (tiny_copy / "features" / "perceiver").exists()
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / PERCEIVER_FILE).write_bytes(b"")
     with pytest.raises(InputError, match="no finished perceiver"):
