@@ -405,7 +405,8 @@ class Demo:
                  "| output | what |", "|---|---|",
                  "| [report/main.md](report/main.md) | baselines, oracles, LFTR (semantic, visual, their fusion) and the "
                  "forecaster plumbing check, scored by one evaluator; more tables and plots in `report/` |",
-                 *(["| `encoders/` | the SSL and LiT towers (frozen encoders of the spaces `ssl` and `lit`) |",
+                 *(["| `encoders/` | the SSL and LiT towers and the supervised perceiver (frozen encoders of the spaces "
+                    "`ssl`, `lit` and `perceiver`), trained on the towers' own world |",
                     "| [runs/complementarity.md](runs/complementarity.md) | per-query wins of each space, their union, "
                     "the correlation of per-pair state similarity, each space's geometry (effective dimension, "
                     "anisotropy) |",
