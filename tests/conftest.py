@@ -74,12 +74,9 @@ def pytest_collection_modifyitems(session, config, items):
     """Under xdist (``make test``), the order in which the workers take the tests: the architecture job's tests
     first (its job is the longest: one worker waits for it while the other runs slow tests), then the slow tests
     (the other background jobs' tests among them), then the quick ones, so the two workers end together instead of
-    one finishing a long test alone. Under ``make test-fast`` (``--dist worksteal``): `_synth_tests_in_the_middle`.
-    In one process the order stays as collected (with the architecture tests last, `tests/forecasters/conftest.py`)."""
+    one finishing a long test alone. In one process the order stays as collected (with the architecture tests last,
+    `tests/forecasters/conftest.py`)."""
     if not XDIST_WORKER:
-        return
-    if config.getoption("dist", None) == "worksteal":  # `make test-fast`
-        _synth_tests_in_the_middle(items)
         return
     first = next(iter(BACKGROUND_JOBS))
 
@@ -89,15 +86,6 @@ def pytest_collection_modifyitems(session, config, items):
         return 1 if any(it.get_closest_marker(m) is not None for m in LONG_MARKS) else 2
 
     items.sort(key=rank)  # stable
-
-
-def _synth_tests_in_the_middle(items) -> None:
-    """``--dist worksteal`` (`make test-fast`) hands each worker one half of the list first: with the tests that read
-    the session's synthetic benchmark in the middle, the second worker starts on them and builds the benchmark while
-    the first runs the tests that need no build, instead of waiting for the build lock (stable otherwise)."""
-    synth = [it for it in items if "synth_truth_dir" in getattr(it, "fixturenames", ())]
-    rest = [it for it in items if "synth_truth_dir" not in getattr(it, "fixturenames", ())]
-    items[:] = rest[:len(rest) // 2] + synth + rest[len(rest) // 2:]
 
 
 @pytest.fixture(autouse=True, scope="module")

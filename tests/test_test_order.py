@@ -94,16 +94,3 @@ def test_the_scheduler_makes_one_scope_per_job_and_one_per_other_test():
             return "worksteal" if name == "dist" else None
 
     assert conf.pytest_xdist_make_scheduler(Config, None) is None
-
-
-def test_under_worksteal_the_tests_that_read_the_synthetic_build_sit_in_the_middle():
-    """``make test-fast`` (``--dist worksteal``) hands each worker half of the list first: the second half starts
-    with the synthetic benchmark's tests, so one worker builds it while the other runs the tests that need no build;
-    each group keeps its collected order."""
-    from types import SimpleNamespace
-
-    conf = _conftest()
-    items = [SimpleNamespace(name=f"t{i}", fixturenames=("synth_truth_dir", "synth_dir") if i % 3 == 0 else
-                             ("tmp_path",)) for i in range(10)]
-    conf._synth_tests_in_the_middle(items)
-    assert [it.name for it in items] == ["t1", "t2", "t4", "t0", "t3", "t6", "t9", "t5", "t7", "t8"]
