@@ -210,14 +210,8 @@ def encode_space(cfg: EncodeConfig, *, progress: bool | None = None) -> Path:
                                   shard)
             write("corpus", ids, arr, (len(ids), dim))
         if "prefixes" in cfg.tables:
-            pids, pviews = _prefix_frames(bench, crop)
-            flat = [v for fr in pviews for v in fr]
-            step = max(1, cfg.chunk_size // PREFIX_FRAMES)
-            arr = _encode_chunked(root, cfg.space, "prefixes", pids, _fingerprint(cfg, "prefixes", pids), step,
-                                  lambda s, e: enc.encode_images(images(flat[s * PREFIX_FRAMES:e * PREFIX_FRAMES]),
-                                                                  progress=progress)
-                                  .reshape(e - s, PREFIX_FRAMES, dim), progress, shard)
-            write("prefixes", pids, arr, (len(pids), PREFIX_FRAMES, dim))
+            _prefix_table(bench, cfg, crop, lambda views: enc.encode_images(images(views), progress=progress), dim,
+                          progress, shard)
         has_text = enc.model_type in TEXT_TOWER_MODEL_TYPES
         extra = {"encoder": enc.model_type, "text_tower": has_text, "crop": cfg.crop}
         lit = Path(resolve_model(cfg.model)) / TEXT_TOWER_FILE
@@ -226,11 +220,34 @@ def encode_space(cfg: EncodeConfig, *, progress: bool | None = None) -> Path:
             extra.update(text_tower=True, text_model=t["text_model"], text_encoder=t["text_encoder"])
     if shard is not None:
         return space_dir(root, cfg.space)  # the plain run after all shards assembles
-    shutil.rmtree(space_dir(root, cfg.space) / ".partial", ignore_errors=True)
-    write_json(space_dir(root, cfg.space) / "encode_config.json", asdict(cfg))
-    write_meta(root, cfg.space, kind=cfg.kind, dim=dim, model=cfg.model, **extra)
-    write_marker(space_dir(root, cfg.space), OUTPUT_KIND)
-    return space_dir(root, cfg.space)
+    return _finish(root, cfg, dim, **extra)
+
+
+def _prefix_table(bench: Benchmark, cfg: EncodeConfig, crop: bool, embed: Callable[[list], np.ndarray], dim: int,
+                  progress: bool, shard: tuple[int, int] | None) -> None:
+    """The ``prefixes`` table: ``embed(views) -> (n, dim)`` over the 8 frames of each prefix, chunk by chunk
+    (`_encode_chunked`); assembled unless ``shard``."""
+    pids, pviews = _prefix_frames(bench, crop)
+    flat = [v for fr in pviews for v in fr]
+    step = max(1, cfg.chunk_size // PREFIX_FRAMES)
+
+    def chunk(s: int, e: int) -> np.ndarray:
+        return embed(flat[s * PREFIX_FRAMES:e * PREFIX_FRAMES]).reshape(e - s, PREFIX_FRAMES, dim)
+
+    arr = _encode_chunked(bench.root, cfg.space, "prefixes", pids, _fingerprint(cfg, "prefixes", pids), step, chunk,
+                          progress, shard)
+    if arr is not None:
+        write_table(bench.root, cfg.space, "prefixes", pids, arr.reshape(len(pids), PREFIX_FRAMES, dim))
+
+
+def _finish(root: Path, cfg: EncodeConfig, dim: int, **meta) -> Path:
+    """Drop the job's finished chunks, then write its config, ``meta.json`` and the output marker (last)."""
+    d = space_dir(root, cfg.space)
+    shutil.rmtree(d / ".partial", ignore_errors=True)  # encode's own chunks (`_encode_chunked`)
+    write_json(d / "encode_config.json", asdict(cfg))
+    write_meta(root, cfg.space, kind=cfg.kind, dim=dim, model=cfg.model, **meta)
+    write_marker(d, OUTPUT_KIND)
+    return d
 
 
 def _encode_perceiver(cfg: EncodeConfig, progress: bool) -> Path:
@@ -261,26 +278,13 @@ def _encode_perceiver(cfg: EncodeConfig, progress: bool) -> Path:
                          "windows", fix="encode a build with boxes (`python -m retrieval synth` records them)")
     cfg = replace(cfg, kind="prefix", tables=("prefixes",), crop=crop)
     size = (model.net_config.image_height, model.net_config.image_width)
-    pids, pviews = _prefix_frames(bench, crop == "object")
-    flat = [v for fr in pviews for v in fr]
     dim = int(model.token_mean.numel())
-
-    def encode(s: int, e: int) -> np.ndarray:
-        frames = load_frames(root, flat[s * PREFIX_FRAMES:e * PREFIX_FRAMES], size, progress=False)
-        return tokens_of(model, frames).numpy().reshape(e - s, PREFIX_FRAMES, dim)
-
     shard = parse_shard(cfg.shard) if cfg.shard is not None else None
-    step = max(1, cfg.chunk_size // PREFIX_FRAMES)
-    arr = _encode_chunked(root, cfg.space, "prefixes", pids, _fingerprint(cfg, "prefixes", pids), step, encode,
-                          progress, shard)
-    d = space_dir(root, cfg.space)
+    _prefix_table(bench, cfg, crop == "object",
+                  lambda views: tokens_of(model, load_frames(root, views, size, progress=False)).numpy(), dim,
+                  progress, shard)
     if shard is not None:
-        return d
-    write_table(root, cfg.space, "prefixes", pids, arr.reshape(len(pids), PREFIX_FRAMES, dim))
-    shutil.rmtree(d / ".partial", ignore_errors=True)
-    write_json(d / "encode_config.json", asdict(cfg))
-    write_meta(root, cfg.space, kind="prefix", dim=dim, model=cfg.model, normalized=False, encoder=MODEL_TYPE,
-               crop=crop, attributes=list(ATTRIBUTES), vocab=model.vocab)
-    write_marker(d, OUTPUT_KIND)
-    return d
+        return space_dir(root, cfg.space)
+    return _finish(root, cfg, dim, normalized=False, encoder=MODEL_TYPE, crop=crop, attributes=list(ATTRIBUTES),
+                   vocab=model.vocab)
 
