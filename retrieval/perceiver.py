@@ -155,11 +155,15 @@ def _batches(frames: torch.Tensor, batch: int = 512):
 
 
 @torch.no_grad()
-def _token_stats(model: PerceiverNet, frames: torch.Tensor) -> None:
+def _fit_token_stats(model: PerceiverNet, frames: torch.Tensor) -> torch.Tensor:
+    """Set the token's standardisation from the training windows' distributions (one pass in eval mode); returns
+    each window's predicted class per attribute, ``(n, len(ATTRIBUTES))``."""
     model.eval()
-    p = torch.cat([model.distributions(x) for x in _batches(frames)])
+    logits = [model(x) for x in _batches(frames)]
+    p = torch.cat([torch.cat([F.softmax(o, -1) for o in outs], -1) for outs in logits])
     model.token_mean.copy_(p.mean(0))
     model.token_std.copy_(p.std(0) + 1e-3)
+    return torch.cat([torch.stack([o.argmax(-1) for o in outs], 1) for outs in logits])
 
 
 def train_perceiver(bench: Benchmark, cfg: PerceiverConfig, out: str | Path, *, log=print, progress: bool = True,
@@ -181,7 +185,8 @@ def train_perceiver(bench: Benchmark, cfg: PerceiverConfig, out: str | Path, *, 
         t0 = time.time()
         size = (cfg.net.image_height, cfg.net.image_width)
         frames = load_frames(bench.root, win.views, size, progress=progress)
-        y = torch.tensor([[vocab[a].index(v) for a, v in enumerate(lab)] for lab in win.labels])
+        index = [{v: i for i, v in enumerate(values)} for values in vocab]
+        y = torch.tensor([[index[a][v] for a, v in enumerate(lab)] for lab in win.labels])
         log(f"perceiver: {len(frames):,} windows in {time.time() - t0:.1f}s; classes per attribute "
             + ", ".join(f"{a} {len(v)}" for a, v in zip(ATTRIBUTES, vocab, strict=True)))
         torch.manual_seed(cfg.optim.seed)
@@ -202,15 +207,11 @@ def train_perceiver(bench: Benchmark, cfg: PerceiverConfig, out: str | Path, *, 
                       stop_after=stop_after, drop_last=True)  # batch norm: no batch of one
         if len(history) < cfg.optim.epochs:
             return {"finished": False, "epochs_done": len(history), "history": history}
-        _token_stats(model, frames)
-        model.eval()
-        with torch.no_grad():
-            pred = torch.cat([torch.stack([o.argmax(-1) for o in model(x)], 1) for x in _batches(frames)])
+        pred = _fit_token_stats(model, frames)
         train_acc = {a: float((pred[:, i] == y[:, i]).float().mean()) for i, a in enumerate(ATTRIBUTES)}
         crop = "object" if has_boxes(bench) else "frame"  # what its windows were (`eval.images.segment_views`)
         rec = {"trainer": "perceiver", "config": asdict(cfg), "training_hash": thash, "windows": len(frames),
-               "crop": crop,
-               "frames_fingerprint": fp, "split": cfg.split, "benchmark": str(bench.root.resolve()),
+               "crop": crop, "frames_fingerprint": fp, "split": cfg.split, "benchmark": str(bench.root.resolve()),
                "data": data_record(bench, cfg.split), "init_data": [], "attributes": list(ATTRIBUTES),
                "vocab": vocab, "train_accuracy": train_acc,
                "parameters": sum(p.numel() for p in model.parameters()), "history": history,
