@@ -58,6 +58,39 @@ def pick_device(device: str | None = None) -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+#: Training precisions: ``fp32``; ``bf16`` (autocast: matrix products in bfloat16, weights, optimizer and losses in
+#: float32); ``auto``: bf16 where the device computes it natively (a CUDA GPU with bf16, a CPU with AVX-512 BF16 or
+#: AMX), else fp32.
+PRECISIONS = ("fp32", "bf16", "auto")
+
+
+def native_bf16(device: str) -> bool:
+    """Whether ``device`` computes bfloat16 matrix products natively (on a CPU without it they are emulated, slower
+    than float32)."""
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu's; absent in older torch: fp32
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
+def resolve_precision(precision: str, device: str) -> str:
+    """``fp32`` or ``bf16``: what a training job with ``precision`` (`PRECISIONS`) runs at on ``device``."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "auto":
+        return "bf16" if native_bf16(device) else "fp32"
+    return precision
+
+
+def autocast(precision: str, device: str):
+    """The autocast context of a training step at the resolved ``precision`` (``fp32``: a no-op context)."""
+    import torch
+
+    return torch.autocast(device.split(":")[0], dtype=torch.bfloat16, enabled=precision == "bf16")
+
+
 def model_type(model: str) -> str | None:
     """The transformers ``model_type`` of a model id or path (None when it has no transformers config)."""
     from transformers import AutoConfig

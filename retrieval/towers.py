@@ -40,6 +40,7 @@ from eval.benchmark import Benchmark
 from eval.errors import InputError
 from eval.images import View, load_view, prefix_views, segment_views
 from eval.io import read_yaml
+from retrieval.encoders import PRECISIONS, autocast, resolve_precision
 from retrieval.seeding import seed_everything
 
 #: File in a tower directory that records what trained it (trainer, config, data fingerprint, train info).
@@ -303,6 +304,13 @@ class OptimConfig:
     grad_clip: float = 1.0
     seed: int = 0
     threads: int = 0  # torch CPU threads during the job (0 = the CPUs this process may use, eval.threads)
+    #: fp32 | bf16 | auto: the training step's precision (`retrieval.encoders.PRECISIONS`; bf16 is autocast, the
+    #: weights stay float32); encoding always runs in float32
+    precision: str = "fp32"
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise InputError(f"optim.precision must be one of {PRECISIONS}, got {self.precision!r}")
 
 
 def check_output_dir(out: Path) -> None:
@@ -362,6 +370,8 @@ def fit(out: Path, module: torch.nn.Module, step_loss, n_items: int, opt_cfg: Op
     tdir.mkdir(parents=True, exist_ok=True)
     last = tdir / "last.pt"
     params = [p for p in module.parameters() if p.requires_grad]
+    device = params[0].device.type if params else "cpu"
+    precision = resolve_precision(opt_cfg.precision, device)
     opt = torch.optim.AdamW(params, lr=opt_cfg.lr, weight_decay=opt_cfg.weight_decay)
     steps = n_items // opt_cfg.batch_size if drop_last and n_items >= opt_cfg.batch_size else \
         -(-n_items // opt_cfg.batch_size)
@@ -389,7 +399,8 @@ def fit(out: Path, module: torch.nn.Module, step_loss, n_items: int, opt_cfg: Op
         bar = tqdm(range(0, steps * opt_cfg.batch_size, opt_cfg.batch_size), desc=f"epoch {epoch + 1}/{opt_cfg.epochs}",
                    unit="batch", disable=not progress, leave=False)
         for s in bar:
-            loss, parts = step_loss(perm[s:s + opt_cfg.batch_size])
+            with autocast(precision, device):
+                loss, parts = step_loss(perm[s:s + opt_cfg.batch_size])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if opt_cfg.grad_clip:
@@ -401,10 +412,10 @@ def fit(out: Path, module: torch.nn.Module, step_loss, n_items: int, opt_cfg: Op
             bar.set_postfix(loss=f"{float(loss.detach()):.3f}")
         rec = {"epoch": epoch + 1, **{k: v / steps for k, v in sums.items()}, "lr": sched.get_last_lr()[0],
                "seconds": time.time() - t0, "cpu_seconds": time.process_time() - c0, "peak_rss_mb": peak_rss_mb(),
-               "load_avg": os.getloadavg()[0]}
+               "load_avg": os.getloadavg()[0], "precision": precision}
         history.append(rec)
         log(f"epoch {epoch + 1}/{opt_cfg.epochs}: " + ", ".join(f"{k} {v:.4f}" for k, v in rec.items()
-                                                               if k not in ("epoch", "lr")))
+                                                               if k not in ("epoch", "lr", "precision")))
         with atomic_path(last) as tmp:
             torch.save({"module": module.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
                         "rng": torch.get_rng_state(), "history": history, "epoch": epoch,

@@ -1,7 +1,8 @@
 """Time LFTR's real training step on a built benchmark: torch's dropout against `retrieval.lftr.model.MaskDropout`,
 torch's attention against `retrieval.lftr.model.SelfAttention`'s written-out pass, glibc's default malloc against
 `eval.threads.retain_freed_memory`, every token through the context encoder's last layer against the context token
-alone (`retrieval.lftr.model._context_token_layer`: the only output the head reads).
+alone (`retrieval.lftr.model._context_token_layer`: the only output the head reads), and float32 against bfloat16
+autocast (config key ``precision``; ``auto``, the demo's, takes bf16 where the CPU computes it natively).
 
 Each contender is a fresh child process (malloc's thresholds are per process and cannot be undone): it loads the
 benchmark, prepares the head as `retrieval.lftr.train.train` does (`--config`, the demo's by default, in `--space`),
@@ -30,13 +31,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a file from a checkout: find the packages
 
-#: (name, dropout, attention, retained malloc, last layer); the first is the baseline
-CONTENDERS = (("torch dropout and attention, default malloc, every token", "torch", "torch", False, "every"),
-              ("MaskDropout, torch attention, default malloc, every token", "mask", "torch", False, "every"),
-              ("MaskDropout, torch attention, retained memory, every token", "mask", "torch", True, "every"),
-              ("MaskDropout, written-out attention, retained memory, every token", "mask", "written", True, "every"),
-              ("MaskDropout, written-out attention, retained memory, context token (the toolkit's)", "mask",
-               "written", True, "context"))
+#: (name, dropout, attention, retained malloc, last layer, precision); the first is the baseline
+CONTENDERS = (("torch dropout and attention, default malloc, every token", "torch", "torch", False, "every", "fp32"),
+              ("MaskDropout, torch attention, default malloc, every token", "mask", "torch", False, "every", "fp32"),
+              ("MaskDropout, torch attention, retained memory, every token", "mask", "torch", True, "every", "fp32"),
+              ("MaskDropout, written-out attention, retained memory, every token", "mask", "written", True, "every",
+               "fp32"),
+              ("MaskDropout, written-out attention, retained memory, context token, float32", "mask", "written", True,
+               "context", "fp32"),
+              ("the same in bfloat16 autocast (the toolkit's where the CPU has native bf16)", "mask", "written", True,
+               "context", "bf16"))
 
 
 def child(a: argparse.Namespace) -> None:
@@ -46,6 +50,7 @@ def child(a: argparse.Namespace) -> None:
 
     from eval.benchmark import Benchmark
     from eval.threads import retain_freed_memory
+    from retrieval.encoders import autocast
     from retrieval.lftr import model as M
     from retrieval.lftr import train as T
     from retrieval.lftr.config import load_config
@@ -59,6 +64,7 @@ def child(a: argparse.Namespace) -> None:
     if a.last_layer == "every":  # the whole last layer, then its context token (this child process only)
         M._context_token_layer = lambda layer, x: layer(x)[:, :1]
     cfg = load_config([a.config], target_space=a.space, prefix_space=a.space, question_space=a.question_space or None)
+    cfg.precision = a.precision
     with tempfile.TemporaryDirectory() as tmp:
         job = T._start(Benchmark.load(a.data), cfg, Path(tmp), adapter_factory=None, progress=False, log=lambda m: None)
         if a.dropout == "torch":
@@ -70,7 +76,8 @@ def child(a: argparse.Namespace) -> None:
         for i in range(a.steps + 2):
             s = (i * B) % max(1, len(rows) - B)
             t0 = time.perf_counter()
-            loss, _ = job.loss(job.batches.batch(rows[s:s + B], job.gen), job.gen)
+            with autocast(a.precision, "cpu"):
+                loss, _ = job.loss(job.batches.batch(rows[s:s + B], job.gen), job.gen)
             job.opt.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.grad_clip:
@@ -122,6 +129,7 @@ def main() -> None:
     ap.add_argument("--memory", choices=("default", "retained"), default="retained", help=argparse.SUPPRESS)
     ap.add_argument("--attention", choices=("torch", "written"), default="written", help=argparse.SUPPRESS)
     ap.add_argument("--last-layer", choices=("every", "context"), default="context", help=argparse.SUPPRESS)
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help=argparse.SUPPRESS)
     from eval.measured import add_record_options, load_now, record_from_args
 
     add_record_options(ap, "bench_lftr_step")
@@ -135,11 +143,12 @@ def main() -> None:
     medians: dict[str, list[float]] = {name: [] for name, *_ in contenders}
     info: dict = {}
     for r in range(a.repeats):
-        for name, dropout, attention, retained, last_layer in contenders:
+        for name, dropout, attention, retained, last_layer, precision in contenders:
             cmd = [sys.executable, __file__, "--child", "--data", str(a.data), "--space", a.space, "--config",
                    str(a.config), "--question-space", a.question_space, "--steps", str(a.steps), "--threads",
                    str(a.threads), "--dropout", dropout, "--attention", attention,
-                   "--memory", "retained" if retained else "default", "--last-layer", last_layer]
+                   "--memory", "retained" if retained else "default", "--last-layer", last_layer,
+                   "--precision", precision]
             out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
             info = json.loads(out.strip().splitlines()[-1])
             medians[name].append(statistics.median(info["step_s"]))
@@ -150,8 +159,8 @@ def main() -> None:
                            "rounds_ms": [1000 * x for x in medians[n]]} for n, *_ in contenders]}
     md = markdown(res)
     print("\n" + md, end="")
-    record_from_args(a, "bench_lftr_step", title="LFTR's training step: dropout, attention, malloc, last layer", markdown=md,
-                     data=res, load=(load_before, load_now()))
+    record_from_args(a, "bench_lftr_step", title="LFTR's training step: dropout, attention, malloc, last layer, precision",
+                     markdown=md, data=res, load=(load_before, load_now()))
 
 
 if __name__ == "__main__":

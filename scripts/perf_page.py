@@ -146,8 +146,9 @@ contender in a fresh process, taking turns: torch's dropout against `MaskDropout
 NumPy draws), torch's attention against `SelfAttention`'s written-out training pass (the head's attention: its
 softmax over a dozen tokens and the dropout of its weights), and glibc's default malloc against
 `eval.threads.retain_freed_memory` (which the LFTR jobs call), and every token through the context encoder's last
-layer against the context token alone (the only output the head reads; the same function); the baseline is torch's
-dropout and attention with the default malloc and every token. `scripts/bench_lftr_val.py` times the validation R@k of the
+layer against the context token alone (the only output the head reads; the same function), and the step in float32
+against bfloat16 autocast (`precision: auto` of the demo's config takes bf16 where the CPU computes it natively); the
+baseline is torch's dropout and attention with the default malloc and every token, in float32. `scripts/bench_lftr_val.py` times the validation R@k of the
 demo's trained heads (and of the same heads untrained, as in the first epochs) with the cut, which stops scoring a
 query once `val_k` negatives certainly beat its best positive (in a semantic space: counts them from the state
 scores, and expands only the other queries to the corpus rows), against every sample of every query scored, taking

@@ -32,6 +32,7 @@ from eval.io import FormatError, atomic_path
 from eval.io import read_yaml as _read_yaml_file
 from eval.schema import PREFIX_FRAMES
 from eval.tracking import parse_report_to
+from retrieval.encoders import PRECISIONS
 
 _TYPES = {"int": int, "float": (int, float), "str": str, "bool": bool}
 
@@ -86,6 +87,9 @@ class LFTRConfig:
     seed: int = 0
     device: str = ""  # "" = cuda when available, else cpu
     threads: int = 0  # CPU threads of torch during the job (0 = the CPUs this process may use, eval.threads)
+    #: fp32 | bf16 (autocast of the training step: matrix products in bfloat16) | auto (bf16 where the device
+    #: computes it natively, `retrieval.encoders.native_bf16`); validation and prediction always run in float32
+    precision: str = "fp32"
     # --- evaluation ---
     read_rule: str = "matched"
     val_every: int = 1
@@ -114,6 +118,8 @@ class LFTRConfig:
             raise InputError(f"read_rule must be one of {READ_RULES}, got {self.read_rule!r}")
         if self.grounding_target not in GROUNDING_TARGETS:
             raise InputError(f"grounding_target must be one of {GROUNDING_TARGETS}, got {self.grounding_target!r}")
+        if self.precision not in PRECISIONS:
+            raise InputError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if self.val_scorer not in VAL_SCORERS:
             raise InputError(f"val_scorer must be one of {VAL_SCORERS}, got {self.val_scorer!r}")
         if self.intermediate_weight < 0 or self.grounding_weight < 0:
@@ -187,6 +193,8 @@ class LFTRConfig:
             del d["frames"]
         if d["train_fraction"] == 1:  # likewise: every training video
             del d["train_fraction"]
+        if d["precision"] == "fp32":  # likewise: float32 training
+            del d["precision"]
         return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
 

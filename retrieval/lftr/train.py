@@ -38,7 +38,7 @@ from eval.io import FormatError, atomic_path, write_json
 from eval.threads import retain_freed_memory
 from eval.threads import training_threads as torch_threads  # noqa: F401  (threads + wait policy; re-exported)
 from eval.tracking import EpochReporter, parse_report_to
-from retrieval.encoders import pick_device
+from retrieval.encoders import autocast, pick_device, resolve_precision
 from retrieval.lftr.batches import TrainBatches
 from retrieval.lftr.config import LFTRConfig
 from retrieval.lftr.data import (
@@ -159,6 +159,7 @@ class _Job:
     opt: torch.optim.Optimizer
     sched: torch.optim.lr_scheduler.LambdaLR
     gen: torch.Generator
+    precision: str = "fp32"  # the training step's, resolved (`retrieval.encoders.resolve_precision`)
     history: list[dict] = field(default_factory=list)
     best: float = -1.0
     start_epoch: int = 0
@@ -208,7 +209,7 @@ def _start(bench: Benchmark, cfg: LFTRConfig, out: Path, *, adapter_factory, pro
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _cosine(cfg.epochs * math.ceil(len(train_rows) / cfg.batch_size)))
     job = _Job(cfg, out, prep, adapter, thash, batches, model, LFTRLoss(model, batches, cfg), params, opt, sched,
-               torch.Generator().manual_seed(cfg.seed))
+               torch.Generator().manual_seed(cfg.seed), resolve_precision(cfg.precision, device))
     _write_train_info(job, device, log)
     if state is not None:
         _resume(job, state)
@@ -240,13 +241,13 @@ def _write_train_info(job: _Job, device: str, log) -> None:
     cfg, prep, n_params, n_train = job.cfg, job.prep, job.n_params, len(job.train_rows)
     log(f"LFTR: {n_params:,} trainable parameters ({n_params / 1e6:.2f}M); prefix {prep.prefix_space.name} "
         f"d_in={prep.dims[0]}, target {cfg.target_space} d_out={prep.dims[1]}, question d={prep.dims[2]}; "
-        f"{n_train:,} training queries; device {device}")
+        f"{n_train:,} training queries; device {device}, {job.precision}")
     write_json(job.out / "train_info.json", {
         "parameters": n_params, "d_in": prep.dims[0], "d_out": prep.dims[1], "d_text": prep.dims[2],
         "prefix_space": prep.prefix_space.name, "target_space": cfg.target_space, "n_items": int(prep.data.items.shape[0]),
         "train_queries": int(n_train), "train_videos": len(set(_videos(job.prep.bench, job.train_rows))),
         "val_queries": int(len(prep.data.rows(cfg.val_split, main_only=True))),
-        "device": device, "full_softmax": job.batches.full_softmax, "torch": torch.__version__,
+        "device": device, "precision": job.precision, "full_softmax": job.batches.full_softmax, "torch": torch.__version__,
         "adapter_parameters": count_parameters(job.adapter.module) if job.adapter is not None else 0})
 
 
@@ -272,8 +273,10 @@ def _train_epoch(job: _Job, epoch: int, progress: bool) -> dict:
     sums = {"loss": 0.0, "nce": 0.0, "ground": 0.0} | ({"inter": 0.0} if cfg.intermediate_weight else {})
     bar = tqdm(range(0, len(perm), cfg.batch_size), desc=f"epoch {epoch + 1}/{cfg.epochs}", unit="batch",
                disable=not progress, leave=False)
+    device = pick_device(cfg.device or None)
     for s in bar:
-        loss, terms = job.loss(job.batches.batch(perm[s:s + cfg.batch_size], job.gen), job.gen)
+        with autocast(job.precision, device):
+            loss, terms = job.loss(job.batches.batch(perm[s:s + cfg.batch_size], job.gen), job.gen)
         job.opt.zero_grad(set_to_none=True)
         loss.backward()
         if cfg.grad_clip:
