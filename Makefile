@@ -62,7 +62,7 @@ test: setup vllm-venv
 	PSR_REQUIRE_VLLM=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q $(XDIST_ALL) --durations=30 tests
 
 # The inner loop: no vLLM venv, slow / vllm / gpu tests deselected, two workers of one torch thread each, as in
-# `make test` (two threads per worker oversubscribe two cores: 5 s slower of 2 min, measured) (docs/install.md).
+# `make test` (two threads per worker would oversubscribe the two cores) (docs/install.md).
 test-fast: setup
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q $(XDIST) -m "$(FAST_MARKS)" tests
 
