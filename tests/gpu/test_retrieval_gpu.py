@@ -32,6 +32,31 @@ def test_lftr_trains_on_cuda_and_matches_cpu_inference(synth_bench, tmp_path):
     assert np.allclose(a, b, atol=1e-3)
 
 
+def test_lftr_trains_on_cuda_in_auto_precision(synth_bench, tmp_path):
+    """`precision: auto` on a GPU with bf16 trains under bfloat16 autocast (recorded) and saves float32 weights; its
+    first-epoch loss is the float32 run's to within bf16's rounding."""
+    import json
+
+    from retrieval.encoders import resolve_precision
+    from retrieval.lftr.config import LFTRConfig
+    from retrieval.lftr.predict import validation_recall
+    from retrieval.lftr.train import load_checkpoint, train
+
+    loss = {}
+    for p in ("fp32", "auto"):
+        cfg = LFTRConfig(target_space="pixels", prefix_space="pixels", d_model=64, n_layers=2, n_heads=4,
+                         n_samples=4, epochs=1, batch_size=64, lr=1e-3, n_random_negatives=64, n_hard_negatives=16,
+                         device="cuda", precision=p)
+        train(synth_bench, cfg, tmp_path / p, validate=validation_recall, progress=False, log=lambda s: None)
+        info = json.loads((tmp_path / p / "train_info.json").read_text())
+        assert info["precision"] == resolve_precision(p, "cuda")
+        loss[p] = json.loads((tmp_path / p / "history.jsonl").read_text().splitlines()[0])["loss"]
+        model, _, _ = load_checkpoint(tmp_path / p, "cuda")
+        assert all(t.dtype == torch.float32 for t in model.state_dict().values() if t.is_floating_point())
+    assert resolve_precision("auto", "cuda") == ("bf16" if torch.cuda.is_bf16_supported() else "fp32")
+    assert np.isfinite(loss["auto"]) and abs(loss["auto"] - loss["fp32"]) < 0.05 * abs(loss["fp32"])
+
+
 def test_validation_cut_on_cuda_agrees_with_every_sample_on_cpu(synth_bench, tmp_path):
     """The validation cut on the GPU drops only queries that miss the top k in the CPU's full counts too, and gives
     the same per-query R@k elsewhere (but for float near-ties between the two devices' products)."""
