@@ -237,3 +237,14 @@ def test_cost_summary_sums_each_stage_and_bounds_the_wall_by_the_cpu_work():
     assert "| canon | 5 | 0 | 0% |" in lines
     assert lines[-1].startswith("1,200 CPU s in all: on 2 CPUs this work takes at least 10.0 min")
     assert mod.cost_summary([{"stage": "data", "seconds": 3}], cpus=2) == []
+
+
+def test_the_results_page_names_the_precision_each_lftr_head_trained_in(tmp_path):
+    mod = _demo_module()
+    assert mod.lftr_precisions(tmp_path) == ""
+    for name, info in (("lftr-minilm-seed0", {"precision": "bf16"}), ("lftr-pixels-seed0", {"precision": "bf16"}),
+                       ("lftr-ssl-seed0", {})):  # a head trained before the key: float32
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "train_info.json").write_text(json.dumps(info))
+    said = mod.lftr_precisions(tmp_path)
+    assert said.endswith(": 2 in bf16; 1 in fp32.") and "configs/lftr/synth.yaml" in said
