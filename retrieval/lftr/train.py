@@ -159,6 +159,7 @@ class _Job:
     opt: torch.optim.Optimizer
     sched: torch.optim.lr_scheduler.LambdaLR
     gen: torch.Generator
+    device: str = "cpu"
     precision: str = "fp32"  # the training step's, resolved (`retrieval.encoders.resolve_precision`)
     history: list[dict] = field(default_factory=list)
     best: float = -1.0
@@ -209,7 +210,7 @@ def _start(bench: Benchmark, cfg: LFTRConfig, out: Path, *, adapter_factory, pro
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, _cosine(cfg.epochs * math.ceil(len(train_rows) / cfg.batch_size)))
     job = _Job(cfg, out, prep, adapter, thash, batches, model, LFTRLoss(model, batches, cfg), params, opt, sched,
-               torch.Generator().manual_seed(cfg.seed), resolve_precision(cfg.precision, device))
+               torch.Generator().manual_seed(cfg.seed), device, resolve_precision(cfg.precision, device))
     _write_train_info(job, device, log)
     if state is not None:
         _resume(job, state)
@@ -273,9 +274,8 @@ def _train_epoch(job: _Job, epoch: int, progress: bool) -> dict:
     sums = {"loss": 0.0, "nce": 0.0, "ground": 0.0} | ({"inter": 0.0} if cfg.intermediate_weight else {})
     bar = tqdm(range(0, len(perm), cfg.batch_size), desc=f"epoch {epoch + 1}/{cfg.epochs}", unit="batch",
                disable=not progress, leave=False)
-    device = pick_device(cfg.device or None)
     for s in bar:
-        with autocast(job.precision, device):
+        with autocast(job.precision, job.device):
             loss, terms = job.loss(job.batches.batch(perm[s:s + cfg.batch_size], job.gen), job.gen)
         job.opt.zero_grad(set_to_none=True)
         loss.backward()
