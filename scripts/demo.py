@@ -75,6 +75,7 @@ def wait_cpu(proc: subprocess.Popen) -> tuple[int, float]:
 class Demo:
     def __init__(self, args: argparse.Namespace):
         self.args, self.log = args, []
+        self.t_start = time.time()  # each logged command's start is an offset from here (the demo's timeline)
         self.lane = threading.local()  # .log: the file a side lane's commands write to (`side_by_side`)
         self.towers_ready = False
         self.finetuned = False  # `canon_finetune` ran in this call
@@ -116,8 +117,8 @@ class Demo:
             raise other.exception()
 
     def logged(self, stage: str, cmd: list[str], t0: float, cpu: float) -> None:
-        self.log.append({"stage": stage, "cmd": shlex.join(cmd), "seconds": round(time.time() - t0, 1),
-                         "cpu_seconds": round(cpu, 1)})
+        self.log.append({"stage": stage, "cmd": shlex.join(cmd), "started_s": round(t0 - self.t_start, 1),
+                         "seconds": round(time.time() - t0, 1), "cpu_seconds": round(cpu, 1)})
 
     def run_side_by_side(self, cmds: list[list[str]], stage: str) -> None:
         """Run ``cmds`` at once (mostly single-threaded commands: they share the CPUs); each is logged with its own
@@ -429,9 +430,11 @@ class Demo:
                  *self.findings(), "## Commands", "",
                  "Wall seconds, and CPU seconds (user + system time of the command and of the processes it waited "
                  "for, every thread counted; on two cores a command that keeps both busy has twice its wall "
-                 "seconds).", "", "| stage | seconds | CPU s | command |", "|---|---:|---:|---|"]
+                 "seconds; started: seconds from the start of the demo call that ran it).", "",
+                 "| stage | started | seconds | CPU s | command |", "|---|---:|---:|---:|---|"]
         log = self.merged_log(out / "demo_log.json")
-        lines += [f"| {x['stage']} | {x['seconds']} | {x.get('cpu_seconds', '')} | `{x['cmd']}` |" for x in log]
+        lines += [f"| {x['stage']} | {x.get('started_s', '')} | {x['seconds']} | {x.get('cpu_seconds', '')} "
+                  f"| `{x['cmd']}` |" for x in log]
         from eval.threads import affinity_cpus
 
         cost = cost_summary(log, affinity_cpus())

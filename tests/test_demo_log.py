@@ -43,6 +43,8 @@ def test_side_by_side_commands_run_at_once_and_a_failure_raises_after_all_finish
     demo.run_side_by_side([[sys.executable, "-c", meet, str(a), str(b)],
                            [sys.executable, "-c", meet, str(b), str(a)]], "encoders")
     assert [x["stage"] for x in demo.log] == ["encoders", "encoders"]
+    first, second = (x["started_s"] for x in demo.log)  # the demo's timeline: both started at once
+    assert 0 <= first <= second < first + 1.0
     late = tmp_path / "late"
     slow = "import sys, time, pathlib; time.sleep(1.0); pathlib.Path(sys.argv[1]).touch()"
     with pytest.raises(subprocess.CalledProcessError):
