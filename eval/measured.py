@@ -116,15 +116,27 @@ def git_commit(root: Path = REPO_ROOT) -> str | None:
     return sha + ("+dirty" if status else "")
 
 
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what `platform` says."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+def cpu_model(cpuinfo: str | None = None) -> str:
+    """The CPU's model name and its widest vector instructions (``/proc/cpuinfo``, or the text ``cpuinfo``), e.g.
+    ``AMD EPYC (AVX2)`` or ``AMD EPYC (AVX-512, BF16)``: one model name covers CPUs that run the same matmuls at very
+    different speeds. Without ``/proc/cpuinfo``: what `platform` says."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return platform.processor() or platform.machine()
+    name, flags = "", set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and not name:
+            name = value.strip()
+        elif key.strip() == "flags" and not flags:
+            flags = set(value.split())
+    if not name:
+        return platform.processor() or platform.machine()
+    isa = ("AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "AVX" if "avx" in flags else "")
+    extras = [x for flag, x in (("avx512_bf16", "BF16"), ("amx_tile", "AMX")) if flag in flags]
+    return f"{name} ({', '.join([isa, *extras])})" if isa else name
 
 
 def torch_version() -> str | None:

@@ -179,3 +179,16 @@ def test_bench_train_load_reads_per_epoch_and_per_step_costs(tmp_path):
                                {"loss": 1.7, "step": 4, "cpu_s": 4.25, "wall_s": 3.25}]))
     cpu, wall, loads = btl.per_epoch(log, "")
     assert cpu == [3.0, 0.5, 0.25] and wall == [2.0, 0.5, 0.25] and loads == [None] * 3
+
+
+def test_cpu_model_names_the_widest_vector_instructions():
+    def info(name: str, flags: str) -> str:
+        core = f"processor\t: {{}}\nmodel name\t: {name}\nflags\t\t: fpu sse2 {flags}\n\n"
+        return core.format(0) + core.format(1)
+
+    assert measured.cpu_model(info("AMD EPYC", "avx avx2 fma")) == "AMD EPYC (AVX2)"
+    assert measured.cpu_model(info("AMD EPYC", "avx avx2 avx512f avx512_bf16")) == "AMD EPYC (AVX-512, BF16)"
+    xeon = info("Intel(R) Xeon(R) Processor", "avx avx2 avx512f avx512_bf16 amx_tile")
+    assert measured.cpu_model(xeon) == "Intel(R) Xeon(R) Processor (AVX-512, BF16, AMX)"
+    assert measured.cpu_model(info("Old", "sse4_2")) == "Old"  # nothing to add
+    assert measured.cpu_model()  # this machine's
