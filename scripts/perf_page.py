@@ -65,8 +65,10 @@ load and request times are in [the forecasters reference](forecasters-reference.
 `--help` of an entry point is the fixed cost of every command it starts: the packages import their heavy
 dependencies (torch, transformers, datasets, `importlib.metadata`) only inside the commands that use them.
 `make test`, `make test-fast` and `make demo` have a record per kind of machine they were timed on (`make-test.MACHINE`: another
-kind than the first record's); each record names its CPU: an AVX2-only CPU runs the matmuls and the LFTR
-heads much slower than an AVX-512 one.""", (
+kind than the first record's); each record names its CPU and its widest vector instructions (`eval.measured.cpu_model`).
+Machines of one model name differ: the AVX2-only EPYC is slower than the AVX-512 BF16 one on every stage of the
+demo, the pure-Python build included, not only in the matmuls (the demo's Cost section, `reports/demo/README.md`, gives
+each stage's CPU seconds on the machine that ran it).""", (
         Measure("make-test", f"{TIME} make-test -- make test"),
         Measure("make-test.*", f"{TIME} make-test.MACHINE -- make test"),
         Measure("retrieval-help", f"{TIME} retrieval-help -- python -m retrieval --help"),
