@@ -148,4 +148,8 @@ def test_the_context_is_the_full_encoders_output_at_the_context_token(train):
         for (name, _), a, b in zip(model.named_parameters(), grads, grads_ref, strict=True):
             assert (a is None) == (b is None), name
             if a is not None and b is not None:
-                assert torch.allclose(a, b, atol=1e-5), name
+                # float32 sums in another order: the error grows with the gradient's scale (ctx_token's entries reach
+                # about 50, summed over the batch, and differ by 1e-4 with AVX2 kernels); a wrong function differs
+                # by the gradient's own size
+                scale = max(1.0, float(b.abs().max()))
+                assert float((a - b).abs().max()) <= 1e-5 * scale, name
