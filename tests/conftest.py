@@ -74,8 +74,8 @@ def pytest_collection_modifyitems(session, config, items):
     """Under xdist (``make test``), the order in which the workers take the tests: the architecture job's tests
     first (its job is the longest: one worker waits for it while the other runs slow tests), then the slow tests
     (the other background jobs' tests among them), then the quick ones, so the two workers end together instead of
-    one finishing a long test alone. In one process the order stays as collected (with the architecture tests last,
-    `tests/forecasters/conftest.py`)."""
+    one finishing a long test alone; the quick ones in `_builder_first`'s order. In one process the order stays as
+    collected (with the architecture tests last, `tests/forecasters/conftest.py`)."""
     if not XDIST_WORKER:
         return
     first = next(iter(BACKGROUND_JOBS))
@@ -86,6 +86,30 @@ def pytest_collection_modifyitems(session, config, items):
         return 1 if any(it.get_closest_marker(m) is not None for m in LONG_MARKS) else 2
 
     items.sort(key=rank)  # stable
+    quick = next((i for i, it in enumerate(items) if rank(it) == 2), len(items))
+    items[quick:] = _builder_first(items[quick:], len(items) // 2 - quick)
+
+
+#: The session fixtures that one worker builds while the other waits for it (`_building`).
+SHARED_BUILDS = ("synth_truth_dir", "synth_dir")
+
+
+def _builder_first(items: list, half: int) -> list:
+    """The quick tests reordered so that each worker starts with work while the shared benchmark is being built:
+    xdist hands each worker one contiguous half of the order (``--dist worksteal``, `make test-fast`), so the first
+    ``half`` items (at most) are modules that need no `SHARED_BUILDS` fixture, and the modules that need one come right after
+    them, at the head of the other worker's half; the other modules follow. A module moves whole, its tests in their
+    order, so its module-scoped fixtures are set up once."""
+    modules: dict[str, list] = {}
+    for it in items:
+        modules.setdefault(it.nodeid.split("::", 1)[0], []).append(it)
+    needs = [m for m in modules.values() if any(set(SHARED_BUILDS) & set(it.fixturenames) for it in m)]
+    free = [m for m in modules.values() if not any(set(SHARED_BUILDS) & set(it.fixturenames) for it in m)]
+    head, n = [], 0
+    while free and n + len(free[0]) <= half:
+        head.append(free.pop(0))
+        n += len(head[-1])
+    return [it for m in head + needs + free for it in m]
 
 
 @pytest.fixture(autouse=True, scope="module")

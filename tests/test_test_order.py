@@ -94,3 +94,25 @@ def test_the_scheduler_makes_one_scope_per_job_and_one_per_other_test():
             return "worksteal" if name == "dist" else None
 
     assert conf.pytest_xdist_make_scheduler(Config, None) is None
+
+
+def test_each_worker_half_starts_with_work_while_the_shared_benchmark_is_built():
+    """``make test-fast`` (worksteal) hands each worker one half of the order: the first half holds only modules
+    that need no shared build, the modules that need one open the second half, and a module moves whole."""
+    from types import SimpleNamespace as Item
+
+    conf = _conftest()
+    items = ([Item(nodeid=f"tests/a.py::t{i}", fixturenames=["synth_dir"]) for i in range(2)]
+             + [Item(nodeid=f"tests/b.py::t{i}", fixturenames=[]) for i in range(3)]
+             + [Item(nodeid="tests/c.py::t0", fixturenames=[]),
+                Item(nodeid="tests/c.py::t1", fixturenames=["synth_truth_dir"])]
+             + [Item(nodeid=f"tests/d.py::t{i}", fixturenames=["tmp_path"]) for i in range(2)]
+             + [Item(nodeid="tests/e.py::t0", fixturenames=[])])
+    order = [it.nodeid for it in conf._builder_first(items, len(items) // 2)]
+    assert sorted(order) == sorted(it.nodeid for it in items)
+    modules = [i.split("::")[0].split("/")[-1] for i in order]
+    assert modules == ["b.py"] * 3 + ["d.py"] * 2 + ["a.py"] * 2 + ["c.py"] * 2 + ["e.py"]
+    assert order[5:9] == ["tests/a.py::t0", "tests/a.py::t1", "tests/c.py::t0", "tests/c.py::t1"]
+    # a half too small for any free module: the modules that build come first
+    assert [i.split("::")[0] for i in (it.nodeid for it in conf._builder_first(items, 0))][:4] == \
+        ["tests/a.py"] * 2 + ["tests/c.py"] * 2
