@@ -60,7 +60,7 @@ from eval.schema import GT_TIERS
 from eval.segments import SegmentTimeline
 from retrieval.canon._files import check_out_dir, staged_dir
 from retrieval.canon.cluster import Clustering, assign, greedy_cluster, similar_pairs, unit_rows, visit_order
-from retrieval.canon.grid import GRID_BITS, grid_embeddings
+from retrieval.canon.grid import CACHE_NAME, GRID_BITS, cached_grid_embeddings, grid_embeddings, store_grid_embeddings
 from retrieval.canon.metrics import partition_scores, vocabulary_stats
 from retrieval.canon.mining import Judge, Verifier, canonicalization_errors, mine_verified, sim_exact_pools
 from retrieval.canon.vocab import PhraseVocab, from_benchmark, segment_phrases
@@ -365,6 +365,15 @@ def _link_or_copy(src: Path, dst: Path, copy: bool) -> None:
         os.symlink(src.resolve(), dst, target_is_directory=src.is_dir())
 
 
+def _grid_cache(src: Path) -> Path:
+    """Where the grid embeddings of ``src``'s phrases are kept (`retrieval.canon.grid.cached_grid_embeddings`):
+    ``src/.cache/canon-grid``, else (a read-only benchmark) the user cache."""
+    from eval.io import writable_dir
+
+    user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "psr" / CACHE_NAME
+    return writable_dir(src / ".cache" / CACHE_NAME, user)
+
+
 def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print, encoder=None) -> Path:
     """Run the job of the module docstring; returns the output directory. ``encoder``: an already loaded text
     encoder of ``cfg.model`` (else it is loaded)."""
@@ -376,7 +385,9 @@ def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print
     vocab = from_benchmark(bench)
     encoder = encoder or TextEncoder(cfg.model, device=cfg.device, batch_size=cfg.batch_size)
     log(f"{len(vocab):,} raw phrases ({int(vocab.counts.sum()):,} segments); embedding with {cfg.model}")
-    emb = grid_embeddings(encoder, vocab.phrases, progress=progress)  # machine-independent decisions
+    # machine-independent decisions; kept in the source's cache and the output's, so that canonicalizing either
+    # again with the same model (at any threshold) does not embed its phrases again
+    emb, grid_key = cached_grid_embeddings(encoder, vocab.phrases, cfg.model, _grid_cache(src), progress=progress)
     cl = greedy_cluster(emb, cfg.threshold, visit_order(vocab.counts, vocab.phrases, cfg.ties), progress=progress)
     canon = canonical_states(vocab, emb, cl)
     log(f"threshold {cfg.threshold:g}: {cl.n_clusters:,} canonical states (source benchmark: {len(bench.state_ids):,})")
@@ -412,6 +423,7 @@ def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print
             (d / "features").mkdir(exist_ok=True)
             _link_or_copy(src / "features" / s, d / "features" / s, cfg.copy)
         write_json(d / "canon_config.json", asdict(cfg))
+        store_grid_embeddings(emb, d / ".cache" / CACHE_NAME, grid_key)
         manifest["dependencies"] = link_dependencies(d)  # where the links land: loaders check it is unchanged
         write_json(d / "manifest.json", manifest)
     for dep in manifest["dependencies"]:  # so that a command about to replace the source knows what it would break

@@ -25,7 +25,9 @@ broken by the documented rules (the earliest seed; the lower corpus row). The ro
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -68,3 +70,56 @@ def grid_embeddings(encoder, texts: Sequence[str], *, progress: bool = False) ->
     finally:
         model.to(dtype)
     return snap(out)
+
+
+#: Folder of `cached_grid_embeddings`'s files under a benchmark's ``.cache``.
+CACHE_NAME = "canon-grid"
+
+
+def grid_cache_key(texts: Sequence[str], model: str, batch_size: int) -> str:
+    """What `grid_embeddings` of ``texts`` depends on, hashed: the texts in order, ``model``'s weights
+    (`retrieval.textcache.model_fingerprint`), the batch size, the grid and torch's version."""
+    import hashlib
+    import json
+
+    import torch
+
+    from retrieval.textcache import model_fingerprint, text_keys
+
+    h = hashlib.sha256(json.dumps([GRID_BITS, model, model_fingerprint(model), batch_size, torch.__version__])
+                       .encode())
+    for k in text_keys(texts):
+        h.update(k)
+    return h.hexdigest()[:32]
+
+
+def cached_grid_embeddings(encoder, texts: Sequence[str], model: str, cache: str | os.PathLike | None, *,
+                           progress: bool = False) -> tuple[np.ndarray, str]:
+    """`grid_embeddings` of ``texts`` by ``encoder`` (of ``model``), read from ``cache/<key>.npy`` when an earlier
+    call stored the same list there (`grid_cache_key`), else computed and stored; returns ``(embeddings, key)``.
+    The whole list is one entry, so a hit returns exactly what the same call computes. ``cache=None``: computed."""
+    key = grid_cache_key(texts, model, getattr(encoder, "batch_size", 0))
+    path = None if cache is None else Path(cache) / f"{key}.npy"
+    if path is not None and path.is_file():
+        try:
+            emb = np.load(path, allow_pickle=False)
+            if emb.shape[0] == len(texts):
+                return emb, key
+        except (OSError, ValueError):
+            pass  # a damaged entry is computed again and replaced
+    emb = grid_embeddings(encoder, texts, progress=progress)
+    if path is not None:
+        store_grid_embeddings(emb, path.parent, key)
+    return emb, key
+
+
+def store_grid_embeddings(emb: np.ndarray, cache: str | os.PathLike, key: str) -> None:
+    """Write ``emb`` as ``cache/<key>.npy`` (atomically; a cache that cannot be written is skipped)."""
+    from eval.io import atomic_path
+
+    try:
+        Path(cache).mkdir(parents=True, exist_ok=True)
+        with atomic_path(Path(cache) / f"{key}.npy") as tmp, open(tmp, "wb") as fh:
+            np.save(fh, emb)
+    except OSError:
+        pass

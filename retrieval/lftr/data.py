@@ -164,12 +164,12 @@ def build_data(bench: Benchmark, target: Space, prefix_space: Space | ConcatPref
             target_state=None, pos_ptr=None, pos_items=None, centroid=None, items=target.items,
             item_state=target.item_state, split=np.asarray(qd["split"][:]))
     target_state = target_states(bench)
-    groups = _gt_groups(bench)
+    groups, intermediate = _per_query(bench)
     pos_ptr, pos_items = _csr([np.unique(target.corpus_rows_to_items(rows)) if rows.size else rows
                                for rows in groups["type2-all"]])
     excl_ptr, excl_items = _csr([np.unique(target.corpus_rows_to_items(rows)) if rows.size else rows
                                  for rows in _excluded_rows(groups, len(qd))])
-    inter_ptr, inter_state = _csr(_intermediate_states(bench))
+    inter_ptr, inter_state = _csr(intermediate)
     items = np.array(target.items, np.float32)  # a writable copy (the table may be memory-mapped read-only)
     # centroid of each query's positives: segment-sum via np.add.reduceat on the CSR layout
     counts = np.diff(pos_ptr)
@@ -197,6 +197,25 @@ def _csr(lists: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 #: GT pools whose items are never negatives of their query (`eval.schema` tiers), plus the type1 GT and the exact
 #: simulator-truth GT (``gt_sim_exact``) where the benchmark has it.
 EXCLUDED_POOLS = ("in_video", "in_dataset", "cross_dataset", "bge_similar", "consensus")
+
+
+#: The last `_per_query` result of this process, under its key: a pool worker trains several heads on one benchmark.
+_LAST_PER_QUERY: dict = {}
+
+
+def _per_query(bench: Benchmark) -> tuple[dict[str, list[np.ndarray]], list[np.ndarray]]:
+    """`_gt_groups` and `_intermediate_states` of ``bench``, kept for the next call on the same files (keyed by its
+    folder and the size, mtime and inode of the files it was loaded from, `Benchmark.source_stats`; not kept when
+    those changed while it loaded). Callers copy what they take from them."""
+    stats = bench.source_stats
+    key = None if stats is None else (str(Path(bench.root).resolve()), repr(stats))
+    if key is not None and _LAST_PER_QUERY.get("key") == key:
+        return _LAST_PER_QUERY["value"]
+    value = (_gt_groups(bench), _intermediate_states(bench))
+    _LAST_PER_QUERY.clear()
+    if key is not None:
+        _LAST_PER_QUERY.update(key=key, value=value)
+    return value
 
 
 def _gt_groups(bench: Benchmark) -> dict[str, list[np.ndarray]]:

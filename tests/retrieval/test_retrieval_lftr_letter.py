@@ -91,6 +91,39 @@ def test_exclusion_mask_matches_the_records(pixels_prep):
     assert torch.equal(got, want) and want.any() and (~want).any()
 
 
+def test_a_second_head_on_the_same_benchmark_reuses_its_gt_pools_and_a_changed_benchmark_does_not(
+        pixels_prep, synth_sem_dir, tmp_path, monkeypatch):
+    """A pool worker trains several heads of one benchmark: the per-query GT pools and intermediate states are read
+    once per process (keyed by the benchmark's files), and each head's arrays are those read afresh."""
+    import shutil
+
+    from retrieval.lftr import data as D
+    from retrieval.spaces import Space
+
+    _, prep = pixels_prep
+    bench = Benchmark.load(synth_sem_dir)
+    target, prefix = Space.load(bench, "minilm"), Space.load(bench, "pixels")
+    calls = []
+    real = D._gt_groups
+    monkeypatch.setattr(D, "_LAST_PER_QUERY", {})
+    monkeypatch.setattr(D, "_gt_groups", lambda b: calls.append(b.root) or real(b))
+    first = D.build_data(bench, target, prefix)
+    again = D.build_data(Benchmark.load(synth_sem_dir), target, prefix)
+    assert len(calls) == 1
+    D._LAST_PER_QUERY.clear()
+    fresh = D.build_data(bench, target, prefix)
+    for f in ("pos_ptr", "pos_items", "excl_ptr", "excl_items", "inter_ptr", "inter_state", "centroid"):
+        np.testing.assert_array_equal(getattr(again, f), getattr(fresh, f))
+        np.testing.assert_array_equal(getattr(first, f), getattr(fresh, f))
+    # the pixels head of the same benchmark read the same pools
+    np.testing.assert_array_equal(prep.data.inter_state, fresh.inter_state)
+    # another benchmark's files (here a copy, whose records have other inodes) are read again
+    other = shutil.copytree(synth_sem_dir, tmp_path / "copy", symlinks=True, ignore=shutil.ignore_patterns(".cache"))
+    ob = Benchmark.load(other)
+    D.build_data(ob, Space.load(ob, "minilm"), Space.load(ob, "pixels"))
+    assert len(calls) == 3
+
+
 def test_n_hard_negatives_zero_on_a_space_where_they_are_used(pixels_prep):
     from retrieval.lftr.batches import TrainBatches
     from retrieval.lftr.data import mine_hard_negatives

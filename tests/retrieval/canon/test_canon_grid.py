@@ -103,3 +103,36 @@ def test_a_build_under_other_threads_and_kernels_has_the_same_fingerprint(tmp_pa
     for f in ("states.jsonl", "corpus.jsonl", "queries.jsonl", "phrase_map.jsonl"):
         assert (a / f).read_bytes() == (b / f).read_bytes(), f
     assert fa and fa == fb
+
+
+class _Counting:
+    """An encoder without a sentence-transformers model (`grid_embeddings` snaps its output): counts its calls."""
+
+    batch_size = 4
+
+    def __init__(self):
+        self.calls = 0
+
+    def encode_items(self, texts, progress=False):
+        self.calls += 1
+        return np.array([[len(t), t.count("o") + 1.0, 1.0] for t in texts], np.float64)
+
+
+def test_a_list_embedded_once_is_read_back_exactly_and_a_damaged_entry_is_computed_again(tmp_path):
+    from retrieval.canon.grid import cached_grid_embeddings, grid_embeddings
+
+    enc, cache = _Counting(), tmp_path / "cache"
+    first, key = cached_grid_embeddings(enc, PHRASES, "some-model", cache)
+    again, key2 = cached_grid_embeddings(enc, PHRASES, "some-model", cache)
+    assert enc.calls == 1 and key2 == key and (cache / f"{key}.npy").is_file()
+    np.testing.assert_array_equal(again, first)
+    np.testing.assert_array_equal(first, grid_embeddings(_Counting(), PHRASES))
+    # another list, order or model is another entry
+    for texts, model in ((PHRASES[:-1], "some-model"), (PHRASES[::-1], "some-model"), (PHRASES, "other-model")):
+        assert cached_grid_embeddings(enc, texts, model, cache)[1] != key
+    assert enc.calls == 4
+    (cache / f"{key}.npy").write_bytes(b"not an array")
+    np.testing.assert_array_equal(cached_grid_embeddings(enc, PHRASES, "some-model", cache)[0], first)
+    assert enc.calls == 5
+    np.testing.assert_array_equal(np.load(cache / f"{key}.npy"), first)  # replaced by the computed entry
+    assert cached_grid_embeddings(enc, PHRASES, "some-model", None)[0].shape == first.shape and enc.calls == 6

@@ -200,3 +200,29 @@ def test_apply_writes_a_valid_rekeyed_benchmark(synth_dir, text_encoder, tmp_pat
 
     r = run_cli("retrieval", "canon", "apply", "--data", synth_dir, "--out", synth_dir, "--overwrite")
     assert r.code == 2 and "is an input of this job" in r.err
+
+
+@pytest.mark.slow
+def test_canonicalizing_a_canonicalized_benchmark_again_reads_its_phrases_embeddings(synth_copy, text_encoder,
+                                                                                     tmp_path, monkeypatch):
+    """`canon apply` keeps the grid embeddings of its vocabulary in its source's cache and its output's, as
+    `make demo`'s probes canonicalize the benchmark the build canonicalized: the same phrases are embedded once."""
+    import retrieval.canon.grid as grid
+
+    calls = []
+    real = grid.grid_embeddings
+    monkeypatch.setattr(grid, "grid_embeddings", lambda enc, texts, **kw: calls.append(len(texts)) or
+                        real(enc, texts, **kw))
+
+    def apply(src, name):
+        cfg = ApplyConfig(data=str(src), out=str(tmp_path / name), threshold=0.85, model=PACKAGED_MINILM)
+        apply_canonicalization(cfg, progress=False, log=_quiet, encoder=text_encoder)
+        return read_jsonl(tmp_path / name / "states.jsonl"), read_jsonl(tmp_path / name / "phrase_map.jsonl")
+
+    first = apply(synth_copy, "once")
+    assert calls == [len(first[1])]
+    stored = sorted((tmp_path / "once" / ".cache" / "canon-grid").glob("*.npy"))
+    assert len(stored) == 1 and (synth_copy / ".cache" / "canon-grid" / stored[0].name).is_file()
+    assert apply(tmp_path / "once", "twice") == first and calls == [len(first[1])]  # read, not embedded
+    (synth_copy / ".cache" / "canon-grid" / stored[0].name).write_bytes(b"damaged")
+    assert apply(synth_copy, "again") == first and len(calls) == 2  # embedded again, the same states
