@@ -71,12 +71,12 @@ def encoder_key(meta: dict, query_prompt: str | None = None, *, side: str = "que
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def default_cache_dir(bench_root: str | os.PathLike | None) -> Path:
-    """``<benchmark>/.cache/text-embeddings`` when it can be written, else the user cache."""
+def default_cache_dir(bench_root: str | os.PathLike | None, name: str = "text-embeddings") -> Path:
+    """``<benchmark>/.cache/<name>`` when it can be written, else the user cache's ``psr/<name>``."""
     from eval.io import writable_dir
 
-    user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "psr" / "text-embeddings"
-    return writable_dir(Path(bench_root) / ".cache" / "text-embeddings" if bench_root is not None else user, user)
+    user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "psr" / name
+    return writable_dir(Path(bench_root) / ".cache" / name if bench_root is not None else user, user)
 
 
 def text_keys(texts: Sequence[str]) -> list[bytes]:

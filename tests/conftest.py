@@ -97,14 +97,15 @@ SHARED_BUILDS = ("synth_truth_dir", "synth_dir")
 def _builder_first(items: list, half: int) -> list:
     """The quick tests reordered so that each worker starts with work while the shared benchmark is being built:
     xdist hands each worker one contiguous half of the order (``--dist worksteal``, `make test-fast`), so the first
-    ``half`` items (at most) are modules that need no `SHARED_BUILDS` fixture, and the modules that need one come right after
-    them, at the head of the other worker's half; the other modules follow. A module moves whole, its tests in their
-    order, so its module-scoped fixtures are set up once."""
+    ``half`` items (at most) are modules that need no `SHARED_BUILDS` fixture, and the modules that need one come
+    right after them, at the head of the other worker's half; the other modules follow. A module moves whole, its
+    tests in their order, so its module-scoped fixtures are set up once."""
     modules: dict[str, list] = {}
     for it in items:
         modules.setdefault(it.nodeid.split("::", 1)[0], []).append(it)
-    needs = [m for m in modules.values() if any(set(SHARED_BUILDS) & set(it.fixturenames) for it in m)]
-    free = [m for m in modules.values() if not any(set(SHARED_BUILDS) & set(it.fixturenames) for it in m)]
+    builds = [any(set(SHARED_BUILDS) & set(it.fixturenames) for it in m) for m in modules.values()]
+    needs = [m for m, b in zip(modules.values(), builds, strict=True) if b]
+    free = [m for m, b in zip(modules.values(), builds, strict=True) if not b]
     head, n = [], 0
     while free and n + len(free[0]) <= half:
         head.append(free.pop(0))

@@ -64,6 +64,7 @@ from retrieval.canon.grid import CACHE_NAME, GRID_BITS, cached_grid_embeddings, 
 from retrieval.canon.metrics import partition_scores, vocabulary_stats
 from retrieval.canon.mining import Judge, Verifier, canonicalization_errors, mine_verified, sim_exact_pools
 from retrieval.canon.vocab import PhraseVocab, from_benchmark, segment_phrases
+from retrieval.textcache import default_cache_dir
 
 
 @dataclass
@@ -365,15 +366,6 @@ def _link_or_copy(src: Path, dst: Path, copy: bool) -> None:
         os.symlink(src.resolve(), dst, target_is_directory=src.is_dir())
 
 
-def _grid_cache(src: Path) -> Path:
-    """Where the grid embeddings of ``src``'s phrases are kept (`retrieval.canon.grid.cached_grid_embeddings`):
-    ``src/.cache/canon-grid``, else (a read-only benchmark) the user cache."""
-    from eval.io import writable_dir
-
-    user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "psr" / CACHE_NAME
-    return writable_dir(src / ".cache" / CACHE_NAME, user)
-
-
 def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print, encoder=None) -> Path:
     """Run the job of the module docstring; returns the output directory. ``encoder``: an already loaded text
     encoder of ``cfg.model`` (else it is loaded)."""
@@ -387,7 +379,8 @@ def apply_canonicalization(cfg: ApplyConfig, *, progress: bool = True, log=print
     log(f"{len(vocab):,} raw phrases ({int(vocab.counts.sum()):,} segments); embedding with {cfg.model}")
     # machine-independent decisions; kept in the source's cache and the output's, so that canonicalizing either
     # again with the same model (at any threshold) does not embed its phrases again
-    emb, grid_key = cached_grid_embeddings(encoder, vocab.phrases, cfg.model, _grid_cache(src), progress=progress)
+    emb, grid_key = cached_grid_embeddings(encoder, vocab.phrases, cfg.model,
+                                            default_cache_dir(src, CACHE_NAME), progress=progress)
     cl = greedy_cluster(emb, cfg.threshold, visit_order(vocab.counts, vocab.phrases, cfg.ties), progress=progress)
     canon = canonical_states(vocab, emb, cl)
     log(f"threshold {cfg.threshold:g}: {cl.n_clusters:,} canonical states (source benchmark: {len(bench.state_ids):,})")
