@@ -309,7 +309,9 @@ def report(
     overwrite: bool = overwrite_option(),
     reference: str = typer.Option(None, "--reference", help="run (or seed group) name to test every run against"),
     pair: list[str] = typer.Option([], "--pair", help="RUN:AGAINST -- also test run RUN against run AGAINST "
-                                                      "(paired bootstrap + McNemar, pairs.md; repeatable)"),
+                                                      "(paired bootstrap + McNemar, pairs.md; repeatable); two seed "
+                                                      "groups' labels: each query's hit averaged over their common "
+                                                      "seeds"),
     tie: str = typer.Option("expected", "--tie", help=_TIE_HELP),
     ndcg_k: int = typer.Option(10, "--ndcg-k", help="cut-off of the tier-weighted nDCG"),
     gains: str = typer.Option(None, "--gains", help=_GAINS_HELP),

@@ -36,7 +36,9 @@ of the hit@5 under the report's tie rule (10^4 resamples, seeded; delta = run - 
 below `eval.stats.MIN_BOOTSTRAP_N` queries, printed "n too small"), McNemar's test on the same hits
 (`eval.stats.mcnemar`: exact binomial on 0/1 hits, a sign-flip randomization test on expected hits; never the
 corpus row order), and the bootstrap per horizon. When the reference is a multi-seed group, per-query tests use
-its lowest-seed run; a paired t-test across common seeds compares two groups.
+its lowest-seed run; a paired t-test across common seeds compares two groups. ``--pair GROUP:GROUP``
+between two seed groups (their labels) runs the per-query tests on each query's hit averaged over the
+groups' common seeds: the seed means the main table shows.
 """
 
 from __future__ import annotations
@@ -301,16 +303,25 @@ def _paired_test(name: str, run, ref_name: str, ref, labels: Mapping[str, QueryL
                  cfg: ReportConfig) -> PairedTest | None:
     """Paired bootstrap, McNemar and per-horizon bootstrap of ``run`` against ``ref`` on the queries both hold
     (None when they share none); delta = run - reference."""
-    held = set(ref.query_ids)
-    common = [q for q in run.query_ids if q in held]
+    return _paired_mean_test(name, [run], ref_name, [ref], labels[name], cfg)
+
+
+def _paired_mean_test(name: str, runs: list, ref_name: str, refs: list, labels: QueryLabels, cfg: ReportConfig,
+                      seeds: tuple = ()) -> PairedTest | None:
+    """`_paired_test` of the mean hit of ``runs`` against the mean hit of ``refs`` (one run each, or the runs of two
+    seed groups at the same ``seeds``), on the queries every run holds; ``labels``: those of ``runs[0]``."""
+    held = set.intersection(*(set(r.query_ids) for r in [*runs[1:], *refs]))
+    common = [q for q in runs[0].query_ids if q in held]
     if not common:
         return None
-    ea, eb = _per_query_r5(run.select(common), cfg.tie), _per_query_r5(ref.select(common), cfg.tie)
-    horizons = labels[name].horizon[[run.query_ids.index(q) for q in common]]
+    ea = np.mean([_per_query_r5(r.select(common), cfg.tie) for r in runs], 0)
+    eb = np.mean([_per_query_r5(r.select(common), cfg.tie) for r in refs], 0)
+    horizons = labels.horizon[[runs[0].query_ids.index(q) for q in common]]
     boot = paired_bootstrap(ea, eb, n_resamples=cfg.n_resamples, seed=cfg.seed)
     mc = mcnemar(ea, eb, n_resamples=cfg.n_resamples, seed=cfg.seed)
     by_h = paired_bootstrap_by(ea, eb, horizons, n_resamples=cfg.n_resamples, seed=cfg.seed)
-    return PairedTest(name, ref_name, "R@5", cfg.tie, boot.n, boot, mc, {int(h): r for h, r in by_h.items()})
+    return PairedTest(name, ref_name, "R@5", cfg.tie, boot.n, boot, mc, {int(h): r for h, r in by_h.items()},
+                      seeds)
 
 
 def _resolve_name(runs: Mapping[str, Any], entries: list[Entry], name: str, what: str) -> str:
@@ -325,15 +336,42 @@ def _resolve_name(runs: Mapping[str, Any], entries: list[Entry], name: str, what
 
 def _pair_tests(runs: Mapping[str, Any], labels: Mapping[str, QueryLabels], entries: list[Entry],
                 cfg: ReportConfig) -> list[PairedTest]:
-    """The ``--pair A:B`` tests (each run A against run B)."""
+    """The ``--pair A:B`` tests: run A against run B; where A and B name two seed groups (their labels, not a run of
+    them), each query's hit is its mean over the seeds both groups hold (`_seed_groups_pair`)."""
     out = []
     for a, b in cfg.pairs:
-        na, nb = _resolve_name(runs, entries, a, "--pair run"), _resolve_name(runs, entries, b, "--pair run")
-        test = _paired_test(na, runs[na], nb, runs[nb], labels, cfg)
+        ga, gb = _group_entry(runs, entries, a), _group_entry(runs, entries, b)
+        if ga is not None and gb is not None:
+            test = _seed_groups_pair(runs, labels, ga, gb, cfg)
+        else:
+            na, nb = _resolve_name(runs, entries, a, "--pair run"), _resolve_name(runs, entries, b, "--pair run")
+            test = _paired_test(na, runs[na], nb, runs[nb], labels, cfg)
         if test is None:
             raise InputError(f"--pair {a}:{b}: the two runs share no query of the population")
         out.append(test)
     return out
+
+
+def _group_entry(runs: Mapping[str, Any], entries: list[Entry], name: str) -> Entry | None:
+    """The multi-seed entry named ``name``, by its label or its runs' name without the seed (None for a run's own
+    name or anything else)."""
+    if name in runs:
+        return None
+    return next((e for e in entries if e.is_group and name in (e.label, seed_group(e.names[0])[0])), None)
+
+
+def _seed_groups_pair(runs: Mapping[str, Any], labels: Mapping[str, QueryLabels], a: Entry, b: Entry,
+                      cfg: ReportConfig) -> PairedTest | None:
+    """Group ``a`` against group ``b`` at their common seeds: each query's hit is its mean over those seeds' runs, so
+    the test compares the seed means the main table reports (the per-query tests of a single run condition on one
+    seed). `InputError` when the groups share no seed."""
+    seeds = sorted(set(a.seeds) & set(b.seeds))
+    if not seeds:
+        raise InputError(f"--pair {a.label}:{b.label}: the seed groups share no seed ({a.seeds} vs {b.seeds})")
+    ra = [runs[n] for n, s in zip(a.names, a.seeds, strict=True) if s in seeds]
+    rb = [runs[n] for n, s in zip(b.names, b.seeds, strict=True) if s in seeds]
+    return _paired_mean_test(seed_group(a.names[0])[0], ra, seed_group(b.names[0])[0], rb, labels[a.names[0]],
+                             cfg, tuple(seeds))
 
 
 def _pairs_table(pairs: list[PairedTest], cfg: ReportConfig) -> Table | None:
@@ -341,8 +379,10 @@ def _pairs_table(pairs: list[PairedTest], cfg: ReportConfig) -> Table | None:
     if not pairs:
         return None
     cols = ["run", "against", *_SIG_COLS[1:], *[f"Δh{h}" for h in range(1, REPORT_MAX_HORIZON + 1)]]
-    rows = [[t.run, t.reference, *_sig_row(t)[1:]] for t in pairs]
-    cap = (f"Paired tests between two runs (`--pair RUN:AGAINST`), on the queries both hold: {_test_caption(cfg)}")
+    rows = [[t.run + (f" (mean of seeds {', '.join(map(str, t.seeds))})" if t.seeds else ""), t.reference,
+             *_sig_row(t)[1:]] for t in pairs]
+    cap = ("Paired tests between two runs (`--pair RUN:AGAINST`), on the queries both hold; between two seed groups "
+           "(`--pair GROUP:GROUP`), of each query's hit averaged over their common seeds: " + _test_caption(cfg))
     return Table("pairs", "Paired tests between runs", cols, rows, cap)
 
 

@@ -162,11 +162,14 @@ class PairedTest:
     bootstrap: BootstrapResult
     mcnemar: McNemarResult
     by_horizon: dict[int, BootstrapResult]
+    #: the seeds whose runs' hits were averaged per query (two seed groups, `eval.report`'s ``--pair GROUP:GROUP``);
+    #: empty: one run against one run
+    seeds: tuple = ()
 
     def to_dict(self) -> dict:
         return {"run": self.run, "reference": self.reference, "metric": self.metric, "tie": self.tie, "n": self.n,
                 "bootstrap": self.bootstrap.to_dict(), "mcnemar": self.mcnemar.to_dict(),
-                "by_horizon": {str(h): r.to_dict() for h, r in self.by_horizon.items()}}
+                "by_horizon": {str(h): r.to_dict() for h, r in self.by_horizon.items()}, "seeds": list(self.seeds)}
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,44 @@ def test_report_pair_tests_equal_the_reference_tests(synth_dir, synth_runs, tmp_
     assert res.code == 2 and "RUN:AGAINST" in res.err
 
 
+@pytest.mark.slow
+def test_report_pairs_two_seed_groups_by_their_seed_means(synth_dir, synth_runs, tmp_path):
+    """`--pair A:B` between two seed groups tests each query's hit averaged over their common seeds: its delta is the
+    difference of the groups' mean R@5 over those seeds, the seeds are recorded, and groups sharing no seed are an
+    error."""
+    runs, paths = synth_runs
+    d = tmp_path / "runs"
+    d.mkdir()
+    mixed = []
+    for s, r in enumerate([runs[0], runs[1], runs[4]]):  # oracle, persistence, random-seed2 as a group "mix"
+        r2 = r.select(r.query_ids)
+        r2.name = f"mix-seed{s}"
+        mixed.append(write_run(d / f"{r2.name}.parquet", r2))
+    for s, r in ((7, runs[2]), (8, runs[3])):  # a group of seeds the others lack
+        r2 = r.select(r.query_ids)
+        r2.name = f"far-seed{s}"
+        mixed.append(write_run(d / f"{r2.name}.parquet", r2))
+    args = [*map(str, [*paths[2:], *mixed]), "--data", str(synth_dir), "--resamples", "500"]
+    runner = CliRunner()
+    res = runner.invoke(app, ["report", *args, "--out", str(tmp_path / "a"), "--pair", "mix:random",
+                              "--pair", "mix-seed1:random-seed1"])
+    assert res.exit_code == 0, res.output
+    rep = json.loads((tmp_path / "a" / "report.json").read_text())
+    group, single = rep["pairs"]
+    r5 = {n: v["main"]["R@5"] for n, v in rep["runs"].items()}
+    want = np.mean([r5[f"mix-seed{s}"] for s in range(3)]) - np.mean([r5[f"random-seed{s}"] for s in range(3)])
+    assert (group["run"], group["reference"], group["seeds"]) == ("mix", "random", [0, 1, 2])
+    assert group["bootstrap"]["delta"] == pytest.approx(want, abs=1e-9)
+    assert single["seeds"] == [] and single["bootstrap"]["delta"] == pytest.approx(
+        r5["mix-seed1"] - r5["random-seed1"], abs=1e-9)
+    assert group["bootstrap"]["p_value"] != single["bootstrap"]["p_value"]
+    assert "mean of seeds 0, 1, 2" in (tmp_path / "a" / "pairs.md").read_text()
+    from cli_run import run_cli
+
+    res = run_cli("eval", "report", *args, "--out", tmp_path / "b", "--pair", "far:random")
+    assert res.code == 2 and "share no seed" in res.err and "Traceback" not in res.err
+
+
 def test_score_command_and_clear_errors(synth_dir, synth_runs, tmp_path):
     _, paths = synth_runs
     runner = CliRunner()
