@@ -280,6 +280,7 @@ class Demo:
             if others and singles:
                 best = max(singles, key=singles.get)
                 pairs += ["--pair", f"lftr-fusion[{others[0]}]{s}:lftr[{best}]{s}"]
+            pairs += self.seed_mean_pairs(sel, singles)
         card = self.args.out / "card" / "card.json"  # the horizon-shares plot shows the card's shares beside the runs'
         self.run([PY, "-m", "eval", "report", *runs, "--data", str(self.args.data), "--out", str(self.args.out / "report"),
                   "--reference", self.reference(runs), *pairs, *(["--card", str(card)] if card.exists() else [])],
@@ -371,16 +372,51 @@ class Demo:
                           "as a label (the transition table, and the current state's segments tied first: "
                           "persistence with perfect perception); and what perception plus forecasting reach from "
                           "frames: through the paper's learned visual spaces, and through a perceiver supervised on "
-                          "the simulator's labels of another world (`retrieval.perceiver`, not the paper's method). "
-                          "R@5, seeds' means. How the perfect-perception rows grow with the training data: "
-                          "`docs/ceiling-curve.md` (`python scripts/ceiling_curve.py`); the predictability "
+                          "the simulator's labels of another world (`retrieval.perceiver`, not the paper's method), "
+                          "alone and z-score fused with a visual target space chosen on validation as the paper "
+                          "fuses its heads. R@5, seeds' means. How the perfect-perception rows grow with the training "
+                          "data: `docs/ceiling-curve.md` (`python scripts/ceiling_curve.py`); the predictability "
                           "measurement by question and scene family: `docs/predictability.md`, and "
                           "`predictability/predictability.md` in the demo's output folder.", "",
                           ceiling]
-            sel = self.selection_line()
-            lines += ["## Findings (computed from `report/report.json`)", "", *([sel] if sel else []),
-                      *F.findings(rep, card_json), ""]
+            sel = [x for x in (self.selection_line(), self.perceiver_selection_line()) if x]
+            lines += ["## Findings (computed from `report/report.json`)", "", *sel, *F.findings(rep, card_json), ""]
         return lines
+
+    def seed_mean_pairs(self, sel: dict, singles: dict) -> list[str]:
+        """``--pair`` arguments for the fusions' calibration check (`eval.findings`): the fusion through the perceiver
+        against the perceiver's semantic head (their first seed's runs), and, with several seeds, each fusion (the
+        headline and the perceiver's) against the single heads it must beat, on the seed means (`eval.report`'s
+        ``--pair GROUP:GROUP``)."""
+        chosen = self.perceiver_selection().get("chosen")
+        own = f"lftr-{PERCEIVER}[{SEMANTIC}]"
+        fusions = ([f"lftr-fusion[{'+'.join(sel['headline'])}]"] if sel.get("headline") else []) + (
+            [f"lftr-{PERCEIVER}-fusion[{SEMANTIC}+{chosen}]"] if chosen else [])
+        against = list(dict.fromkeys([own, *([f"lftr[{max(singles, key=singles.get)}]"] if singles else [])]))
+        s = "-seed0" if self.args.seeds > 1 else ""  # with several seeds, a run test reads the first seed's runs
+        out = ["--pair", f"{fusions[-1]}{s}:{own}{s}"] if chosen else []
+        if self.args.seeds > 1:
+            out += [x for f in fusions for a in against for x in ("--pair", f"{f}:{a}")]
+        return out
+
+    def perceiver_selection(self) -> dict:
+        """The retrieval stage's choice of the perceiver fusion's visual space (`runs/fusion_selection_perceiver.json`;
+        {} where there is none)."""
+        f = self.runs / f"fusion_selection_{PERCEIVER}.json"
+        return json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+
+    def perceiver_selection_line(self) -> str | None:
+        """How the retrieval stage chose the visual space of the fusion through the perceiver on validation
+        (`runs/fusion_selection_perceiver.json`), as a finding."""
+        sel = self.perceiver_selection()
+        scores, singles = sel.get("val_R@5"), sel.get("singles_val_R@5") or {}
+        if not scores or sel.get("chosen") not in scores:
+            return None
+        return (f"- The fusion through the perceiver was chosen on the validation split (`runs/fusion_selection_"
+                f"{PERCEIVER}.json`, the first seed's heads `lftr-{PERCEIVER}[...]`): `{SEMANTIC}+{sel['chosen']}` "
+                "(validation R@5 of each visual space's pair: " + ", ".join(f"{n} {100 * v:.2f}"
+                                                                          for n, v in scores.items())
+                + "; of the single heads: " + ", ".join(f"{n} {100 * v:.2f}" for n, v in singles.items()) + ").")
 
     def selection_line(self) -> str | None:
         """How the retrieval stage chose its fusions on validation (`runs/fusion_selection.json`), as a finding."""

@@ -226,6 +226,24 @@ def test_report_tests_against_the_fusion_chosen_on_validation_and_pairs_the_othe
     sel["chosen"] = "depth"  # a record this demo did not write: no pair of that space among its fusions
     (runs / "fusion_selection.json").write_text(json.dumps(sel))
     assert demo.selection_line() is None
+    # the fusion through the perceiver: tested against the perceiver's semantic head on its first seed and, like the
+    # headline, against the single heads on the seed means
+    assert demo.perceiver_selection_line() is None
+    (runs / "fusion_selection_perceiver.json").write_text(json.dumps(
+        {"chosen": "pixels", "val_R@5": {"ssl": 0.0358, "pixels": 0.0508}, "singles_val_R@5": {"minilm": 0.0328}}))
+    seen.clear()
+    demo.report()
+    pairs = [seen[0][i + 1] for i, x in enumerate(seen[0]) if x == "--pair"]
+    assert {"lftr-perceiver-fusion[minilm+pixels]-seed0:lftr-perceiver[minilm]-seed0",
+            "lftr-perceiver-fusion[minilm+pixels]:lftr-perceiver[minilm]",
+            "lftr-perceiver-fusion[minilm+pixels]:lftr[minilm]",
+            "lftr-fusion[minilm+ssl+lit+pixels]:lftr-perceiver[minilm]",
+            "lftr-fusion[minilm+ssl+lit+pixels]:lftr[minilm]"} <= set(pairs)
+    line = demo.perceiver_selection_line()
+    assert "`minilm+pixels` (validation R@5 of each visual space's pair: ssl 3.58, pixels 5.08" in line
+    demo.args.seeds = 1  # one seed: no seed means, and the runs carry no seed suffix
+    assert demo.seed_mean_pairs(sel, sel["singles_val_R@5"]) == [
+        "--pair", "lftr-perceiver-fusion[minilm+pixels]:lftr-perceiver[minilm]"]
 
 
 def test_cost_summary_sums_each_stage_and_bounds_the_wall_by_the_cpu_work():

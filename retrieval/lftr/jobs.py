@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -198,10 +199,21 @@ class JobsInPool:
     """LFTR jobs (`LFTRJob`) training and predicting in worker processes (`jobs_in_pool`): `wait` for some while this
     process does other work; ``timings``: seconds per ``stem/split`` of those finished."""
 
-    def __init__(self, futures: dict, log: Callable[[str], None]):
-        self.futures, self.timings, self.log = futures, {}, log
+    def __init__(self, futures: dict, log: Callable[[str], None], submit: Callable[[LFTRJob], Any] | None = None):
+        self.futures, self.timings, self.log, self._submit = futures, {}, log, submit
         for f in futures.values():
             f.add_done_callback(self._finished)
+
+    def submit(self, jobs: list[LFTRJob]) -> list[LFTRJob]:
+        """Queue more ``jobs`` behind those already queued (heads whose runs exist skipped); returns those this pool
+        will not run (all of them when its workers are gone: the caller runs them itself)."""
+        if self._submit is None:
+            return [j for j in jobs if not j.done]
+        for j in jobs:
+            if not j.done and j.stem not in self.futures:
+                self.futures[j.stem] = f = self._submit(j)
+                f.add_done_callback(self._finished)
+        return []
 
     def _finished(self, f) -> None:
         if f.cancelled() or f.exception() is not None:
@@ -230,7 +242,7 @@ def jobs_in_pool(bench: Benchmark, cfg: LFTRConfig, out: Path, jobs: list[LFTRJo
 
     todo = sorted((j for j in jobs if not j.done), key=lambda j: (j.group, -j.cost))
     if not todo:
-        yield JobsInPool({}, log)
+        yield JobsInPool({}, log)  # nothing to train: jobs submitted later run in the caller's process
         return
     if cfg.question_space and cfg.condition_question:  # every head reads them: embed once, here, into the cache
         from retrieval.lftr.data import cache_dir, question_embeddings
@@ -238,9 +250,13 @@ def jobs_in_pool(bench: Benchmark, cfg: LFTRConfig, out: Path, jobs: list[LFTRJo
         question_embeddings(bench, cfg.question_space, cache_dir(bench, out / "cache"))
     log(f"training {len(todo)} LFTR heads in {min(workers, len(todo))} processes")
     with process_pool(min(workers, len(todo))) as pool:
-        running = JobsInPool({j.stem: pool.submit(_pool_job, str(bench.root), cfg, str(out), j) for j in todo}, log)
+        def submit(j: LFTRJob):
+            return pool.submit(_pool_job, str(bench.root), cfg, str(out), j)
+
+        running = JobsInPool({j.stem: submit(j) for j in todo}, log, submit)
         yield running
-        running.wait(todo)
+        for f in list(running.futures.values()):
+            f.result()
 
 
 def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPlan, configs: list[Path] | None = None,
@@ -265,6 +281,11 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
       target space, per seed (the paper reports both: its two-space fusion and the stack of App. I); the better of the
       two on validation is the headline, the reference of the report's tests (`_select_fusion`; first seed; written
       to ``fusion_selection.json``);
+    - through the perceiver, as the paper fuses the heads of its strongest prefix encoder: the first seed's LFTR from
+      the perceiver's space into every visual target space (with validation runs); the one whose fusion with
+      ``lftr-<perceived>[<semantic>]`` is best on validation (`_select_perceived_fusion`,
+      ``fusion_selection_<perceived>.json``) is trained for the later seeds too, queued in the running pool, and each
+      seed's pair is fused into ``lftr-<perceived>-fusion[<semantic>+<space>]``;
     - ``complementarity.{json,md}`` of the first seed's LFTR runs, over the main table's population (fair ``split``
       queries of Q1-Q4);
     - ``perception.{json,md}`` on a build with the simulator's truth: how much of the present state a linear probe
@@ -354,6 +375,13 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
         against the target space's items, so heads into the larger spaces take longest."""
         return scale * spaces[target].n_items * spaces[target].dim
 
+    def perceived_job(target: str, seed: int) -> LFTRJob:
+        """LFTR from the perceiver's prefix tokens into ``target``."""
+        stem, name = f"lftr-{plan.perceived}-{target}", f"lftr-{plan.perceived}[{target}]"
+        return job(_run_name(stem, seed, seeds), _run_name(name, seed, seeds), seed, target_space=target,
+                   prefix_space=plan.perceived)
+
+    perceived_visual = [n for n in plan.targets() if n != plan.semantic] if plan.perceived else []
     heads: list[tuple[int, str, LFTRJob]] = []  # (seed, key in per_seed, job) in the order the runs are listed
     for g, seed in enumerate(seeds):
         for n in plan.targets():
@@ -369,10 +397,14 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
                     prefix_space=plan.perfect)
             heads.append((seed, "perfect", replace(j, cost=cost(plan.semantic, 1.01), group=g)))  # reads more dims
         if plan.perceived:  # present: checked above
-            stem, name = f"lftr-{plan.perceived}-{plan.semantic}", f"lftr-{plan.perceived}[{plan.semantic}]"
-            j = job(_run_name(stem, seed, seeds), _run_name(name, seed, seeds), seed, target_space=plan.semantic,
-                    prefix_space=plan.perceived)
-            heads.append((seed, "perceived", replace(j, cost=cost(plan.semantic), group=g)))
+            j = perceived_job(plan.semantic, seed)
+            val = out / "val" / f"{j.stem}.parquet" if seed == seeds[0] else None
+            heads.append((seed, "perceived", replace(j, val_path=val, cost=cost(plan.semantic), group=g)))
+            if seed == seeds[0]:  # its fusion's visual target is chosen on these heads' validation runs
+                for n in perceived_visual:
+                    j = perceived_job(n, seed)
+                    heads.append((seed, f"perceived:{n}", replace(j, val_path=out / "val" / f"{j.stem}.parquet",
+                                                                  cost=cost(n), group=g)))
     last = replace(job(f"lftr-{plan.visual}-last", f"lftr[{plan.visual}] last frame only", seeds[0],
                        target_space=plan.visual, frames="last"), cost=cost(plan.visual, 0.99),  # one prefix frame
                    group=len(seeds) - 1)
@@ -387,8 +419,8 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
                 if n_workers > 1 else None)
         baselines_and_oracles()
         _perception(bench, out, plan, timings, log)
-        pair = None
-        for seed in seeds:
+        pair = perceived_pair = None
+        for g, seed in enumerate(seeds):
             mine = [(key, j) for s, key, j in heads if s == seed]
             if pool is not None:
                 pool.wait([j for _, j in mine])
@@ -396,6 +428,23 @@ def run_demo(bench: Benchmark, out: str | Path, *, text_model: str, plan: DemoPl
                 per_seed[seed][key] = run_job(j)
             if pair is None:
                 pair, _ = _select_fusion(bench, out, plan, singles, seeds, per_seed, lftr_run, cfg, log, progress)
+            if perceived_visual and perceived_pair is None:
+                perceived_pair = _select_perceived_fusion(bench, out, plan, perceived_visual, per_seed[seed], heads,
+                                                          log, progress)
+                later = [(s, f"perceived:{perceived_pair}", replace(perceived_job(perceived_pair, s),
+                                                                     cost=cost(perceived_pair), group=g + 1 + i))
+                         for i, s in enumerate(seeds[1:])]
+                heads += later
+                if pool is not None:
+                    pool.submit([j for _, _, j in later])
+            if perceived_pair is not None:
+                members = f"{plan.semantic}+{perceived_pair}"
+                name = f"lftr-{plan.perceived}-fusion"
+                p = out / f"{_run_name(f'{name}-{members}', seed, seeds)}.parquet"
+                fused[f"{plan.perceived}:{members}", seed] = p
+                if not p.exists():
+                    fuse_runs(bench, [per_seed[seed]["perceived"], per_seed[seed][f"perceived:{perceived_pair}"]], p,
+                              method=_run_name(f"{name}[{members}]", seed, seeds), progress=progress)
             for members in ([plan.semantic, pair], singles) if len(singles) > 2 else ([plan.semantic, pair],):
                 label = "+".join(members)
                 p = fused[label, seed] = out / f"{_run_name(f'lftr-fusion-{label}', seed, seeds)}.parquet"
@@ -459,6 +508,43 @@ def _finished(ck: Path, cfg: LFTRConfig) -> bool:
         return False
     lines = [ln for ln in hist.read_text(encoding="utf-8").splitlines() if ln.strip()]
     return len(lines) >= cfg.epochs
+
+
+def _select_perceived_fusion(bench: Benchmark, out: Path, plan: DemoPlan, candidates: list[str], first: dict,
+                             heads: list, log: Callable[[str], None], progress: bool) -> str:
+    """The visual target space of LFTR through the perceiver (``lftr-<perceived>[...]``) whose fusion with its
+    semantic head has the best validation R@5 (Q1-Q4 queries with GT; the first seed's heads; the lower index on a
+    tie), never chosen on test; recorded in ``out/fusion_selection_<perceived>.json``. ``first``: the first seed's
+    test runs by head key; ``heads``: the demo's ``(seed, key, job)`` list, whose first-seed jobs name the validation
+    runs."""
+    import json
+
+    f = out / f"fusion_selection_{plan.perceived}.json"
+    if f.exists():
+        chosen = json.loads(f.read_text(encoding="utf-8")).get("chosen")
+        if chosen in candidates:
+            return chosen
+    val = {key: j.val_path for _, key, j in heads if j.val_path is not None and key.startswith("perceived")}
+    missing = [k for k in ["perceived", *(f"perceived:{n}" for n in candidates)] if k not in val or k not in first]
+    if missing:
+        raise RuntimeError(f"the perceiver's fusion selection lacks the first seed's heads {missing}")
+    runs = {k: read_run(v) for k, v in val.items()}
+    scores = {}
+    for n in candidates:
+        members = f"{plan.semantic}+{n}"
+        p = out / "val" / f"lftr-{plan.perceived}-fusion-{members}.parquet"
+        run = read_run(p) if p.exists() else fuse_runs(bench, [val["perceived"], val[f"perceived:{n}"]], p,
+                                                         method=f"lftr-{plan.perceived}-fusion[{members}]",
+                                                         progress=progress)
+        scores[n] = main_recall(bench, run)
+    chosen = max(candidates, key=lambda n: (scores[n], -candidates.index(n)))
+    singles = {k.split(":")[-1] if ":" in k else plan.semantic: main_recall(bench, r) for k, r in runs.items()}
+    write_json(f, {"chosen": chosen, "val_R@5": scores, "singles_val_R@5": singles, "prefix_space": plan.perceived,
+                   "rule": f"the visual target space whose fusion with lftr-{plan.perceived}[{plan.semantic}] has the "
+                           "best validation R@5 (first seed; the earlier space on a tie)"})
+    log(f"perceiver fusion chosen on validation: {plan.semantic}+{chosen} (" + ", ".join(
+        f"{n} {100 * v:.2f}" for n, v in scores.items()) + ")")
+    return chosen
 
 
 def _select_fusion(bench: Benchmark, out: Path, plan: DemoPlan, singles: list[str], seeds: list[int],

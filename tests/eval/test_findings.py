@@ -286,3 +286,38 @@ def test_the_state_tie_ceiling_joins_the_oracle_check_the_decomposition_and_the_
                         "→ h3 6%.")
     assert [x.split("`")[1] for x in lines] == ["lftr-sim[minilm]", "lftr[pixels]", "lftr-fusion[minilm+pixels]"]
     assert not [x for x in F.findings(rep) if "state-tie" in x] and F.ceiling(rep) == F.ceiling(rep, None, {})
+
+
+def test_the_fusion_through_the_perceiver_is_judged_on_the_seed_means():
+    """The fusion through the perceiver is checked against the best single LFTR from frames of either route; the test
+    of the seed means (`--pair GROUP:GROUP`) decides where the report holds it, and every test found is shown."""
+    rep = _report(fusion=0.12, pixels=0.10)  # the headline fusion is below the perceiver's single head
+    for s, (single, fused) in enumerate(((0.14, 0.16), (0.15, 0.18), (0.16, 0.20))):
+        rep["runs"][f"lftr-perceiver[minilm]-seed{s}"] = _run(single)
+        rep["runs"][f"lftr-perceiver-fusion[minilm+pixels]-seed{s}"] = _run(fused)
+    rep["entries"] = [{"names": [n]} for n in rep["runs"] if "seed" not in n] + [
+        {"names": [f"{g}-seed{s}" for s in range(3)]}
+        for g in ("lftr-perceiver[minilm]", "lftr-perceiver-fusion[minilm+pixels]")]
+
+    def test(run, ref, p, seeds=()):
+        return {"run": run, "reference": ref, "n": 900, "seeds": list(seeds), "bootstrap": {
+            "delta": 0.03, "p_value": p, "ci_low": 0.01, "ci_high": 0.05}, "mcnemar": {"p_value": p}}
+
+    rep["pairs"] = [test("lftr-perceiver-fusion[minilm+pixels]-seed0", "lftr-perceiver[minilm]-seed0", 0.08),
+                    test("lftr-perceiver-fusion[minilm+pixels]", "lftr-perceiver[minilm]", 0.001, (0, 1, 2))]
+    check = next(c for c in F.calibration(rep) if c.quantity == "LFTR fusion R@5")
+    assert check.met is True
+    assert "vs best single `lftr-perceiver[minilm]` +3.00 pp" in check.measured
+    assert "seed mean (seeds 0, 1, 2): bootstrap p 0.001" in check.measured and "p 0.08" in check.measured
+    assert check.measured.index("seed mean") < check.measured.index("p 0.08")
+    rep["pairs"][1] = test("lftr-perceiver-fusion[minilm+pixels]", "lftr-perceiver[minilm]", 0.02, (0, 1, 2))
+    assert next(c for c in F.calibration(rep) if c.quantity == "LFTR fusion R@5").met is False
+    rep["pairs"] = rep["pairs"][:1]  # only the seed-0 test: it decides
+    assert next(c for c in F.calibration(rep) if c.quantity == "LFTR fusion R@5").met is False
+    rows = F.ceiling(rep)
+    assert rows[-1][1] == "lftr-perceiver-fusion[minilm+pixels]" and rows[-1][2] == 18.0
+    lines = F.findings(rep)
+    assert any(line.startswith("- `lftr-perceiver-fusion[minilm+pixels]-seed0` does not beat") for line in lines)
+    rep["pairs"].append(test("lftr-perceiver-fusion[minilm+pixels]", "lftr-perceiver[minilm]", 0.001, (0, 1, 2)))
+    group_line = next(x for x in F.findings(rep) if x.startswith("- `lftr-perceiver-fusion[minilm+pixels]` beats"))
+    assert "R@5 18.0 vs 15.0" in group_line and "averaged over seeds 0, 1, 2" in group_line

@@ -389,3 +389,51 @@ def test_demo_in_the_learned_spaces_with_fusion_and_complementarity(synth_towers
     probe = json.loads((out / "perception.json").read_text())
     assert [r["name"] for r in probe["rows"]] == ["majority", "box", "ssl", "lit", "pixels", "perceiver", "sim"]
     assert (out / "perception.md").exists()
+
+
+@pytest.mark.slow
+def test_demo_fuses_lftr_through_the_perceiver_on_a_target_chosen_on_validation(synth_towers_dir, tmp_path):
+    """With a perceiver's prefix space the demo also trains LFTR from it into every visual target space (first seed,
+    with validation runs), chooses the one whose fusion with its semantic head is best on validation, trains that one
+    for the later seeds (queued in the running pool) and fuses each seed's pair; a second call redoes nothing."""
+    import yaml
+
+    from eval.runs import read_run
+    from retrieval.encoders import PACKAGED_MINILM
+    from retrieval.lftr.jobs import DemoPlan, main_recall, run_demo
+    from retrieval.runs import fuse_runs
+
+    d, _ = synth_towers_dir
+    bench = Benchmark.load(d)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump({"d_model": 32, "n_layers": 1, "n_heads": 2, "n_samples": 4, "epochs": 1,
+                                   "batch_size": 64, "n_random_negatives": 64, "n_hard_negatives": 16, "threads": 1}))
+    out = tmp_path / "runs"
+    plan = DemoPlan(visual="ssl", compare="pixels", perceived="perceiver", perfect="")
+    logs: list[str] = []
+    paths = run_demo(bench, out, text_model=PACKAGED_MINILM, plan=plan, configs=[cfg], seeds=[0, 1],
+                     log=logs.append, progress=False, workers=2)
+    sel = json.loads((out / "fusion_selection_perceiver.json").read_text())
+    chosen = sel["chosen"]
+    other = ({"ssl", "pixels"} - {chosen}).pop()
+    assert set(sel["val_R@5"]) == {"ssl", "pixels"} and chosen == max(sel["val_R@5"], key=sel["val_R@5"].get)
+    for n, v in sel["val_R@5"].items():  # fused from the validation runs, which the test split never enters
+        assert main_recall(bench, read_run(out / "val" / f"lftr-perceiver-fusion-minilm+{n}.parquet")) == \
+            pytest.approx(v)
+    names = {p.name.removesuffix(".parquet") for p in paths}
+    assert {f"lftr-perceiver-{chosen}-seed0", f"lftr-perceiver-{chosen}-seed1", f"lftr-perceiver-{other}-seed0",
+            f"lftr-perceiver-fusion-minilm+{chosen}-seed0", f"lftr-perceiver-fusion-minilm+{chosen}-seed1"} <= names
+    assert f"lftr-perceiver-{other}-seed1" not in names and not (out / f"lftr-perceiver-{other}-seed1").exists()
+    late = yaml.safe_load((out / f"lftr-perceiver-{chosen}-seed1" / "config.yaml").read_text())
+    assert (late["prefix_space"], late["target_space"], late["seed"]) == ("perceiver", chosen, 1)
+    fused = read_run(out / f"lftr-perceiver-fusion-minilm+{chosen}-seed1.parquet")
+    assert fused.method == f"lftr-perceiver-fusion[minilm+{chosen}]-seed1"
+    pair = [out / "lftr-perceiver-minilm-seed1.parquet", out / f"lftr-perceiver-{chosen}-seed1.parquet"]
+    again = fuse_runs(bench, pair, tmp_path / "again.parquet", method="again")
+    assert again.topk_ids == fused.topk_ids
+    np.testing.assert_array_equal(again.topk_scores, fused.topk_scores)
+    assert any(m.startswith(f"lftr-perceiver-{chosen}-seed1/test: ") for m in logs)  # the pool ran it
+    logs.clear()
+    assert run_demo(bench, out, text_model=PACKAGED_MINILM, plan=plan, configs=[cfg], seeds=[0, 1], log=logs.append,
+                    progress=False, workers=2) == paths
+    assert not any("processes" in m or "chosen on validation" in m for m in logs)
