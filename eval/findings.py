@@ -292,12 +292,16 @@ def _fusion_check(report: dict) -> Check:
 def _tests(report: dict, fusion: str, single: str) -> list[tuple[str, float | None, float | None]]:
     """The report's per-query tests between ``fusion`` and ``single`` (either way round, by group or by run):
     ``(label, bootstrap p, McNemar p)``, the test of the seed means first."""
+    from eval.runs import seed_group
+
     gf, gs = set(groups(report).get(fusion, [fusion])), set(groups(report).get(single, [single]))
     found = []
     for t in [*report.get("pairs", []), *report.get("significance", [])]:
         ends = {t.get("run"), t.get("reference")}
         if "bootstrap" not in t or not (ends & (gf | {fusion}) and ends & (gs | {single})):
             continue
+        if seed_group(str(t.get("run")))[1] != seed_group(str(t.get("reference")))[1]:
+            continue  # one seed's head against another seed's fusion: no comparison the table makes
         seeds = t.get("seeds") or []
         label = ("seed mean (seeds " + ", ".join(map(str, seeds)) + ")") if seeds else \
             f"`{t['run']}` vs `{t['reference']}`"

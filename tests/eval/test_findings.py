@@ -304,15 +304,17 @@ def test_the_fusion_through_the_perceiver_is_judged_on_the_seed_means():
             "delta": 0.03, "p_value": p, "ci_low": 0.01, "ci_high": 0.05}, "mcnemar": {"p_value": p}}
 
     rep["pairs"] = [test("lftr-perceiver-fusion[minilm+pixels]-seed0", "lftr-perceiver[minilm]-seed0", 0.08),
-                    test("lftr-perceiver-fusion[minilm+pixels]", "lftr-perceiver[minilm]", 0.001, (0, 1, 2))]
+                    test("lftr-perceiver-fusion[minilm+pixels]", "lftr-perceiver[minilm]", 0.001, (0, 1, 2)),
+                    test("lftr-perceiver-fusion[minilm+pixels]-seed0", "lftr-perceiver[minilm]-seed1", 0.5)]
     check = next(c for c in F.calibration(rep) if c.quantity == "LFTR fusion R@5")
     assert check.met is True
     assert "vs best single `lftr-perceiver[minilm]` +3.00 pp" in check.measured
     assert "seed mean (seeds 0, 1, 2): bootstrap p 0.001" in check.measured and "p 0.08" in check.measured
     assert check.measured.index("seed mean") < check.measured.index("p 0.08")
+    assert "p 0.5" not in check.measured  # one seed's head against another seed's fusion is no comparison
     rep["pairs"][1] = test("lftr-perceiver-fusion[minilm+pixels]", "lftr-perceiver[minilm]", 0.02, (0, 1, 2))
     assert next(c for c in F.calibration(rep) if c.quantity == "LFTR fusion R@5").met is False
-    rep["pairs"] = rep["pairs"][:1]  # only the seed-0 test: it decides
+    rep["pairs"] = [rep["pairs"][0], rep["pairs"][2]]  # only the seed-0 test: it decides
     assert next(c for c in F.calibration(rep) if c.quantity == "LFTR fusion R@5").met is False
     rows = F.ceiling(rep)
     assert rows[-1][1] == "lftr-perceiver-fusion[minilm+pixels]" and rows[-1][2] == 18.0
