@@ -456,8 +456,8 @@ def _pair_r5(report: dict, t: dict, name: str) -> float:
         return 100 * report["runs"][name]["main"]["R@5"]
     from eval.runs import seed_group
 
-    vals = [v["main"]["R@5"] for n, v in report["runs"].items() if seed_group(n) == (name, seed_group(n)[1])
-            and seed_group(n)[1] in t.get("seeds", [])]
+    vals = [v["main"]["R@5"] for n, v in report["runs"].items()
+            if seed_group(n)[0] == name and seed_group(n)[1] in t.get("seeds", [])]
     return 100 * sum(vals) / len(vals)
 
 
