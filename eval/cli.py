@@ -311,7 +311,7 @@ def report(
     pair: list[str] = typer.Option([], "--pair", help="RUN:AGAINST -- also test run RUN against run AGAINST "
                                                       "(paired bootstrap + McNemar, pairs.md; repeatable); two seed "
                                                       "groups' labels: each query's hit averaged over their common "
-                                                      "seeds"),
+                                                      "seeds, and a paired t-test over those seeds"),
     tie: str = typer.Option("expected", "--tie", help=_TIE_HELP),
     ndcg_k: int = typer.Option(10, "--ndcg-k", help="cut-off of the tier-weighted nDCG"),
     gains: str = typer.Option(None, "--gains", help=_GAINS_HELP),

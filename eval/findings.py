@@ -280,18 +280,19 @@ def _fusion_check(report: dict) -> Check:
     for f in fusions:
         d = _r5(report, f) - _r5(report, best)
         parts, tests = [f"{_fmt_r5(report, f)} (`{f}`); vs best single `{best}` {d:+.2f} pp"], _tests(report, f, best)
-        parts += [f"{label}: bootstrap p {_p(pb)}, McNemar p {_p(pm)}" for label, pb, pm in tests] or \
-            ["no test against the fusion"]
+        parts += [f"{label}: bootstrap p {_p(pb)}, McNemar p {_p(pm)}" + (f", paired t over seeds p {_p(pt)}"
+                                                                           if pt is not None else "")
+                  for label, pb, pm, pt in tests] or ["no test against the fusion"]
         if tests:
-            pb, pm = tests[0][1:]
+            pb, pm = tests[0][1:3]
             met |= d > 0 and pb is not None and pm is not None and pb < SIG_LEVEL and pm < SIG_LEVEL
         texts.append("; ".join(parts))
     return Check("LFTR fusion R@5", target, " | ".join(texts), met)
 
 
-def _tests(report: dict, fusion: str, single: str) -> list[tuple[str, float | None, float | None]]:
+def _tests(report: dict, fusion: str, single: str) -> list[tuple[str, float | None, float | None, float | None]]:
     """The report's per-query tests between ``fusion`` and ``single`` (either way round, by group or by run):
-    ``(label, bootstrap p, McNemar p)``, the test of the seed means first."""
+    ``(label, bootstrap p, McNemar p, paired t over seeds p or None)``, the test of the seed means first."""
     from eval.runs import seed_group
 
     gf, gs = set(groups(report).get(fusion, [fusion])), set(groups(report).get(single, [single]))
@@ -305,8 +306,9 @@ def _tests(report: dict, fusion: str, single: str) -> list[tuple[str, float | No
         seeds = t.get("seeds") or []
         label = ("seed mean (seeds " + ", ".join(map(str, seeds)) + ")") if seeds else \
             f"`{t['run']}` vs `{t['reference']}`"
-        found.append((not seeds, label, t["bootstrap"].get("p_value"), t["mcnemar"].get("p_value")))
-    return [(label, pb, pm) for _, label, pb, pm in sorted(found, key=lambda x: x[0])]
+        found.append((not seeds, label, t["bootstrap"].get("p_value"), t["mcnemar"].get("p_value"),
+                      (t.get("ttest") or {}).get("p_value")))
+    return [tuple(rest) for _, *rest in sorted(found, key=lambda x: x[0])]
 
 
 def _p(p) -> str:
@@ -470,6 +472,8 @@ def _pair_line(report: dict, t: dict) -> str:
     verdict = f"beats `{b}` significantly" if sig else f"does not beat `{b}` significantly"
     seeds = t.get("seeds") or []
     on = f"; each query's hit averaged over seeds {', '.join(map(str, seeds))}" if seeds else ""
+    if t.get("ttest"):
+        on += f"; paired t over those seeds p = {_p(t['ttest']['p_value'])}"
     return (f"- `{a}` {verdict} (p < {SIG_LEVEL:g}): R@5 {_pair_r5(report, t, a):.1f} vs {_pair_r5(report, t, b):.1f} "
             f"(paired bootstrap Δ {100 * boot['delta']:+.1f} pp, 95% CI [{100 * boot['ci_low']:+.1f}, "
             f"{100 * boot['ci_high']:+.1f}], p = {_p(pb)}; McNemar p = {_p(pm)}; n = {t['n']}{on}).")

@@ -38,7 +38,8 @@ below `eval.stats.MIN_BOOTSTRAP_N` queries, printed "n too small"), McNemar's te
 corpus row order), and the bootstrap per horizon. When the reference is a multi-seed group, per-query tests use
 its lowest-seed run; a paired t-test across common seeds compares two groups. ``--pair GROUP:GROUP``
 between two seed groups (their labels) runs the per-query tests on each query's hit averaged over the
-groups' common seeds: the seed means the main table shows.
+groups' common seeds: the seed means the main table shows, and a paired t-test over those seeds of each seed's
+R@5 on the same queries (the seed variance that per-query tests leave out; the paper's per-seed paired test).
 """
 
 from __future__ import annotations
@@ -314,14 +315,19 @@ def _paired_mean_test(name: str, runs: list, ref_name: str, refs: list, labels: 
     common = [q for q in runs[0].query_ids if q in held]
     if not common:
         return None
-    ea = np.mean([_per_query_r5(r.select(common), cfg.tie) for r in runs], 0)
-    eb = np.mean([_per_query_r5(r.select(common), cfg.tie) for r in refs], 0)
+    ha = [_per_query_r5(r.select(common), cfg.tie) for r in runs]
+    hb = [_per_query_r5(r.select(common), cfg.tie) for r in refs]
+    ea, eb = np.mean(ha, 0), np.mean(hb, 0)
     horizons = labels.horizon[[runs[0].query_ids.index(q) for q in common]]
     boot = paired_bootstrap(ea, eb, n_resamples=cfg.n_resamples, seed=cfg.seed)
     mc = mcnemar(ea, eb, n_resamples=cfg.n_resamples, seed=cfg.seed)
     by_h = paired_bootstrap_by(ea, eb, horizons, n_resamples=cfg.n_resamples, seed=cfg.seed)
+    ttest = None
+    if len(seeds) >= 2:  # each seed's R@5 on these queries, paired by seed
+        ttest = paired_ttest({s: float(np.nanmean(h)) for s, h in zip(seeds, ha, strict=True)},
+                             {s: float(np.nanmean(h)) for s, h in zip(seeds, hb, strict=True)})
     return PairedTest(name, ref_name, "R@5", cfg.tie, boot.n, boot, mc, {int(h): r for h, r in by_h.items()},
-                      seeds)
+                      seeds, ttest)
 
 
 def _resolve_name(runs: Mapping[str, Any], entries: list[Entry], name: str, what: str) -> str:
@@ -378,11 +384,17 @@ def _pairs_table(pairs: list[PairedTest], cfg: ReportConfig) -> Table | None:
     """The ``--pair`` tests in the significance table's format."""
     if not pairs:
         return None
-    cols = ["run", "against", *_SIG_COLS[1:], *[f"Δh{h}" for h in range(1, REPORT_MAX_HORIZON + 1)]]
-    rows = [[t.run + (f" (mean of seeds {', '.join(map(str, t.seeds))})" if t.seeds else ""), t.reference,
-             *_sig_row(t)[1:]] for t in pairs]
+    cols = ["run", "against", *_SIG_COLS[1:], "p (paired t over seeds)",
+            *[f"Δh{h}" for h in range(1, REPORT_MAX_HORIZON + 1)]]
+    k, rows = len(_SIG_COLS), []
+    for t in pairs:
+        row = _sig_row(t)
+        rows.append([t.run + (f" (mean of seeds {', '.join(map(str, t.seeds))})" if t.seeds else ""), t.reference,
+                     *row[1:k], f"{t.ttest.p_value:.2g}" if t.ttest else "—", *row[k:]])
     cap = ("Paired tests between two runs (`--pair RUN:AGAINST`), on the queries both hold; between two seed groups "
-           "(`--pair GROUP:GROUP`), of each query's hit averaged over their common seeds: " + _test_caption(cfg))
+           "(`--pair GROUP:GROUP`), of each query's hit averaged over their common seeds, and a paired t-test over "
+           "those seeds of each seed's R@5 on the same queries (the seed variance the per-query tests leave out): "
+           + _test_caption(cfg))
     return Table("pairs", "Paired tests between runs", cols, rows, cap)
 
 

@@ -165,11 +165,17 @@ class PairedTest:
     #: the seeds whose runs' hits were averaged per query (two seed groups, `eval.report`'s ``--pair GROUP:GROUP``);
     #: empty: one run against one run
     seeds: tuple = ()
+    #: with two or more ``seeds``: the paired t-test over them of each seed's R@5 on the same queries (the seed
+    #: variance that the per-query tests of the seed means leave out)
+    ttest: TTestResult | None = None
 
     def to_dict(self) -> dict:
-        return {"run": self.run, "reference": self.reference, "metric": self.metric, "tie": self.tie, "n": self.n,
-                "bootstrap": self.bootstrap.to_dict(), "mcnemar": self.mcnemar.to_dict(),
-                "by_horizon": {str(h): r.to_dict() for h, r in self.by_horizon.items()}, "seeds": list(self.seeds)}
+        out = {"run": self.run, "reference": self.reference, "metric": self.metric, "tie": self.tie, "n": self.n,
+               "bootstrap": self.bootstrap.to_dict(), "mcnemar": self.mcnemar.to_dict(),
+               "by_horizon": {str(h): r.to_dict() for h, r in self.by_horizon.items()}, "seeds": list(self.seeds)}
+        if self.ttest is not None:
+            out["ttest"] = self.ttest.to_dict()
+        return out
 
 
 @dataclass(frozen=True)

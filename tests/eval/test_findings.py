@@ -300,16 +300,21 @@ def test_the_fusion_through_the_perceiver_is_judged_on_the_seed_means():
         for g in ("lftr-perceiver[minilm]", "lftr-perceiver-fusion[minilm+pixels]")]
 
     def test(run, ref, p, seeds=()):
-        return {"run": run, "reference": ref, "n": 900, "seeds": list(seeds), "bootstrap": {
+        t = {"run": run, "reference": ref, "n": 900, "seeds": list(seeds), "bootstrap": {
             "delta": 0.03, "p_value": p, "ci_low": 0.01, "ci_high": 0.05}, "mcnemar": {"p_value": p}}
+        if seeds:
+            t["ttest"] = {"delta": 0.03, "t": 3.1, "df": len(seeds) - 1, "p_value": 0.09, "seeds": list(seeds)}
+        return t
 
     rep["pairs"] = [test("lftr-perceiver-fusion[minilm+pixels]-seed0", "lftr-perceiver[minilm]-seed0", 0.08),
                     test("lftr-perceiver-fusion[minilm+pixels]", "lftr-perceiver[minilm]", 0.001, (0, 1, 2)),
                     test("lftr-perceiver-fusion[minilm+pixels]-seed0", "lftr-perceiver[minilm]-seed1", 0.5)]
     check = next(c for c in F.calibration(rep) if c.quantity == "LFTR fusion R@5")
-    assert check.met is True
+    assert check.met is True  # the target names the per-query tests; the t-test over seeds is shown beside them
     assert "vs best single `lftr-perceiver[minilm]` +3.00 pp" in check.measured
-    assert "seed mean (seeds 0, 1, 2): bootstrap p 0.001" in check.measured and "p 0.08" in check.measured
+    assert ("seed mean (seeds 0, 1, 2): bootstrap p 0.001, McNemar p 0.001, paired t over seeds p 0.09"
+            in check.measured and "p 0.08" in check.measured)
+    assert check.measured.count("paired t") == 1  # a test of single runs has no seeds to test over
     assert check.measured.index("seed mean") < check.measured.index("p 0.08")
     assert "p 0.5" not in check.measured  # one seed's head against another seed's fusion is no comparison
     rep["pairs"][1] = test("lftr-perceiver-fusion[minilm+pixels]", "lftr-perceiver[minilm]", 0.02, (0, 1, 2))
@@ -323,3 +328,4 @@ def test_the_fusion_through_the_perceiver_is_judged_on_the_seed_means():
     rep["pairs"].append(test("lftr-perceiver-fusion[minilm+pixels]", "lftr-perceiver[minilm]", 0.001, (0, 1, 2)))
     group_line = next(x for x in F.findings(rep) if x.startswith("- `lftr-perceiver-fusion[minilm+pixels]` beats"))
     assert "R@5 18.0 vs 15.0" in group_line and "averaged over seeds 0, 1, 2" in group_line
+    assert "paired t over those seeds p = 0.09" in group_line

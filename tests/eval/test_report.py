@@ -204,8 +204,8 @@ def test_report_pair_tests_equal_the_reference_tests(synth_dir, synth_runs, tmp_
 @pytest.mark.slow
 def test_report_pairs_two_seed_groups_by_their_seed_means(synth_dir, synth_runs, tmp_path):
     """`--pair A:B` between two seed groups tests each query's hit averaged over their common seeds: its delta is the
-    difference of the groups' mean R@5 over those seeds, the seeds are recorded, and groups sharing no seed are an
-    error."""
+    difference of the groups' mean R@5 over those seeds, the seeds are recorded, a paired t-test over the seeds'
+    R@5 comes with it, and groups sharing no seed are an error."""
     runs, paths = synth_runs
     d = tmp_path / "runs"
     d.mkdir()
@@ -232,7 +232,16 @@ def test_report_pairs_two_seed_groups_by_their_seed_means(synth_dir, synth_runs,
     assert single["seeds"] == [] and single["bootstrap"]["delta"] == pytest.approx(
         r5["mix-seed1"] - r5["random-seed1"], abs=1e-9)
     assert group["bootstrap"]["p_value"] != single["bootstrap"]["p_value"]
-    assert "mean of seeds 0, 1, 2" in (tmp_path / "a" / "pairs.md").read_text()
+    from eval.stats import paired_ttest
+
+    want_t = paired_ttest({s: r5[f"mix-seed{s}"] for s in range(3)}, {s: r5[f"random-seed{s}"] for s in range(3)})
+    assert group["ttest"]["seeds"] == [0, 1, 2] and group["ttest"]["df"] == 2
+    assert group["ttest"]["delta"] == pytest.approx(want, abs=1e-9)
+    assert group["ttest"]["p_value"] == pytest.approx(want_t.p_value, rel=1e-9)
+    assert "ttest" not in single  # one run against one run: no seeds to test over
+    pairs_md = (tmp_path / "a" / "pairs.md").read_text()
+    assert "mean of seeds 0, 1, 2" in pairs_md and "paired t over seeds" in pairs_md
+    assert f"{want_t.p_value:.2g}" in pairs_md
     from cli_run import run_cli
 
     res = run_cli("eval", "report", *args, "--out", tmp_path / "b", "--pair", "far:random")
