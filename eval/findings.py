@@ -333,7 +333,8 @@ def _decline_check(report: dict) -> Check:
     """h1 against the h >= 3 queries as one bucket (single far horizons hold a few dozen queries each: their
     R@5 is shown, not judged)."""
     target = "decline from h1 to h3+ (h >= 3 pooled)"
-    names = _find(report, "lftr") + _find(report, "perceived") + _find(report, "perfect") + _find(report, "fusion")
+    names = (_find(report, "lftr") + _find(report, "perceived") + _find(report, "perfect") + _find(report, "fusion")
+             + _find(report, "perceived-fusion"))
     if not names:
         return Check("learned heads over horizons", target, "no run", None)
     parts, ok = [], True

@@ -149,6 +149,15 @@ def test_decline_pools_the_far_horizons():
     assert _verdicts(_report(far=(0.35, 0.40)))["learned heads over horizons"] is False
 
 
+def test_the_fusion_through_the_perceiver_is_judged_over_horizons():
+    rep = _report()
+    rep["runs"]["lftr-perceiver-fusion[minilm+pixels]"] = _run(0.22, {1: (0.30, 600), 3: (0.05, 80)})
+    c = {c.quantity: c for c in F.calibration(rep)}["learned heads over horizons"]
+    assert c.met is True and "`lftr-perceiver-fusion[minilm+pixels]` h1 30.0 -> h3+ 5.0" in c.measured
+    rep["runs"]["lftr-perceiver-fusion[minilm+pixels]"] = _run(0.22, {1: (0.05, 600), 3: (0.30, 80)})
+    assert _verdicts(rep)["learned heads over horizons"] is False
+
+
 def test_missing_runs_are_not_measured_rather_than_met():
     rep = _report()
     del rep["runs"]["persistence[pixels]"], rep["runs"]["paraphrase[minilm]"]
