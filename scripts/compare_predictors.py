@@ -9,9 +9,14 @@ Every option is the command's: ``python -m eval compare --help``.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from eval.cli import app
-from eval.cli_support import run_typer
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a file: this checkout's packages, not another checkout's editable install
+    sys.path.insert(0, str(ROOT))
+
+from eval.cli import app  # noqa: E402
+from eval.cli_support import run_typer  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(run_typer(app, ["compare", *sys.argv[1:]], prog_name="python -m eval"))

@@ -51,6 +51,8 @@ from pathlib import Path
 
 PY = sys.executable
 ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a file: the page's findings come from this checkout's packages, not from
+    sys.path.insert(0, str(ROOT))  # whatever checkout the environment's editable install points at
 STAGES = ("data", "encoders", "retrieval", "forecaster", "report", "predictability", "canon", "distill")
 SEMANTIC = "minilm"
 #: the demo's tower configs (configs/encoders/); the towers land in OUT/encoders/<space>/
