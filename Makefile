@@ -62,8 +62,12 @@ test: setup vllm-venv
 	PSR_REQUIRE_VLLM=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q $(XDIST_ALL) --durations=30 tests
 
 # The inner loop: no vLLM venv, slow / vllm / gpu tests deselected, two workers of one torch thread each, as in
-# `make test` (two threads per worker would oversubscribe the two cores) (docs/install.md).
+# `make test` (two threads per worker would oversubscribe the two cores) (docs/install.md). The session's synthetic
+# benchmarks are kept in .pytest_cache/psr-synth/ between runs, one build per version of the code that builds them
+# (PSR_TEST_SYNTH_CACHE, tests/conftest.py): a rerun that changed no code of eval/ or retrieval/ and no installed
+# package reuses the last build.
 test-fast: setup
+	PSR_TEST_SYNTH_CACHE=$${PSR_TEST_SYNTH_CACHE:-$(CURDIR)/.pytest_cache/psr-synth} \
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -q $(XDIST) -m "$(FAST_MARKS)" tests
 
 lint: setup

@@ -20,6 +20,12 @@ SYNTH_VIDEOS = int(os.environ.get("PSR_TEST_SYNTH_VIDEOS", "80"))
 #: session). For a machine that cannot build them: a GPU node without the packaged MiniLM gets a folder built here
 #: (scripts/gpu_tests.sh). A build of another size or seed there is refused, never replaced.
 SYNTH_HOME = os.environ.get("PSR_TEST_SYNTH_DIR")
+#: The inner loop's cache of those builds (`make test-fast` sets it): one folder per `build_key` below it, so a
+#: rerun with the same builder code, packages and size reuses the last build and a change to any of them builds
+#: anew; the cache keeps the `KEPT_KEYS` most recently used builds and removes older ones it wrote.
+SYNTH_CACHE = os.environ.get("PSR_TEST_SYNTH_CACHE")
+KEPT_KEYS = 2
+REPO = Path(__file__).resolve().parents[1]
 
 
 #: Test folders whose tiny models run fastest on one torch thread: on 2 busy cores two threads contend
@@ -126,12 +132,49 @@ def _one_torch_thread(request):
     torch.set_num_threads(before)
 
 
+def build_key(cache: Path, repo: Path = REPO) -> str:
+    """What the session's builds in ``cache`` are made of: the source of the packages that build them (every ``.py``
+    file of ``eval/`` and ``retrieval/``), the installed distributions' versions, the Python version, the size, and
+    where the cache is (a build links to itself by absolute paths)."""
+    import hashlib
+    import sys
+    from importlib import metadata
+
+    h = hashlib.sha256(f"{SYNTH_VIDEOS} 0 {sys.version} {cache.resolve()}".encode())
+    for d in sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions()}):
+        h.update(d.encode())
+    for pkg in ("eval", "retrieval"):
+        for f in sorted((repo / pkg).rglob("*.py")):
+            h.update(str(f.relative_to(repo)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def _cached_home(cache: Path, key: str) -> Path:
+    """``cache / key``, marked as used now; the cache's other builds beyond the `KEPT_KEYS` most recently used are
+    removed (only folders named as keys are: the cache's own)."""
+    import re
+    import shutil
+
+    home = cache / key
+    home.mkdir(parents=True, exist_ok=True)
+    home.touch()
+    with _building(cache):
+        others = [d for d in cache.iterdir() if d.is_dir() and d != home and re.fullmatch(r"[0-9a-f]{16}", d.name)]
+        others.sort(key=lambda d: d.stat().st_mtime, reverse=True)
+        for d in others[KEPT_KEYS - 1:]:
+            shutil.rmtree(d, ignore_errors=True)
+    return home
+
+
 def _build_home(tmp_path_factory) -> Path:
-    """Where this session builds its synthetic benchmarks: `PSR_TEST_SYNTH_DIR`; else, under pytest-xdist, one
-    folder that this run's workers share (their base temps have a common parent), so the build happens once; else a
-    fresh temp folder."""
+    """Where this session builds its synthetic benchmarks: `PSR_TEST_SYNTH_DIR`; else below `PSR_TEST_SYNTH_CACHE`,
+    the folder of this session's `build_key`; else, under pytest-xdist, one folder that this run's workers share
+    (their base temps have a common parent), so the build happens once; else a fresh temp folder."""
     if SYNTH_HOME:
         return Path(SYNTH_HOME)
+    if SYNTH_CACHE:
+        return _cached_home(Path(SYNTH_CACHE), build_key(Path(SYNTH_CACHE)))
     if XDIST_WORKER:
         home = tmp_path_factory.getbasetemp().parent / "psr-synth-shared"
         home.mkdir(exist_ok=True)

@@ -1,5 +1,6 @@
 """`PSR_TEST_SYNTH_DIR`: the session's benchmarks are built into a folder once and reused; a folder holding a build of
-another size is refused, never replaced (`tests/conftest.py`)."""
+another size is refused, never replaced. `PSR_TEST_SYNTH_CACHE` (`make test-fast`): one build per version of the code
+and packages that make it, reused by later runs (`tests/conftest.py`)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,42 @@ def test_a_kept_build_is_reused_only_when_it_is_this_sessions_size(tmp_path):
     with pytest.raises(pytest.UsageError, match="another folder"):
         mod._kept_build(truth, truth)
     assert (truth / "manifest.json").exists()  # refused, not replaced
+
+
+def test_the_cache_key_follows_the_builder_code_and_the_cache_folder(tmp_path):
+    mod = _conftest()
+    repo = tmp_path / "repo"
+    for f in ("eval/synth/a.py", "retrieval/b.py", "distill/c.py"):
+        (repo / f).parent.mkdir(parents=True, exist_ok=True)
+        (repo / f).write_text("x = 1\n")
+    cache = tmp_path / "cache"
+    key = mod.build_key(cache, repo)
+    assert len(key) == 16 and key == mod.build_key(cache, repo)
+    (repo / "distill" / "c.py").write_text("x = 2\n")  # not builder code
+    assert mod.build_key(cache, repo) == key
+    (repo / "eval" / "synth" / "a.py").write_text("x = 2\n")
+    changed = mod.build_key(cache, repo)
+    assert changed != key
+    (repo / "eval" / "synth" / "a.py").write_text("x = 1\n")
+    assert mod.build_key(cache, repo) == key and mod.build_key(tmp_path / "moved", repo) != key
+
+
+def test_the_cache_keeps_its_recent_builds_and_nothing_else_is_removed(tmp_path):
+    import os
+
+    mod = _conftest()
+    cache = tmp_path / "cache"
+    (cache / "notes").mkdir(parents=True)  # not a build of the cache's: never removed
+    old = []
+    for i in range(3):
+        d = cache / f"{i:016x}"
+        d.mkdir()
+        os.utime(d, (1000 + i, 1000 + i))
+        old.append(d)
+    home = mod._cached_home(cache, "f" * 16)
+    assert home == cache / ("f" * 16) and home.is_dir()
+    kept = sorted(d.name for d in cache.iterdir() if d.is_dir())
+    assert kept == sorted(["notes", "f" * 16, *[d.name for d in old[-(mod.KEPT_KEYS - 1):]]])
 
 
 _SHARE_TEST = '''
@@ -76,6 +113,40 @@ def _counted_build(*args, **kwargs):
 
 _synth.build_benchmark = _counted_build
 '''
+
+
+def _run_suite(tmp_path, env):
+    import subprocess
+    import sys
+
+    suite = tmp_path / "suite"
+    if not suite.exists():
+        suite.mkdir()
+        (suite / "conftest.py").write_text(Path(__file__).with_name("conftest.py").read_text() + _COUNT_BUILDS)
+        (suite / "test_share.py").write_text(_SHARE_TEST)
+    for f in tmp_path.glob("arrived-*"):
+        f.unlink()
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "load", "-p", "no:cacheprovider",
+                          "--basetemp", str(tmp_path / "base"), str(suite)],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_cached_build_is_reused_by_the_next_run(tmp_path):
+    """Two runs one after the other with `PSR_TEST_SYNTH_CACHE`: the first builds, the second reads that build."""
+    import os
+
+    seen, builds = tmp_path / "seen.jsonl", tmp_path / "builds.txt"
+    env = {**os.environ, "SEEN": str(seen), "BUILDS": str(builds), "PSR_TEST_SYNTH_VIDEOS": "4",
+           "PSR_TEST_SYNTH_CACHE": str(tmp_path / "cache")}
+    env.pop("PSR_TEST_SYNTH_DIR", None)
+    _run_suite(tmp_path, env)
+    _run_suite(tmp_path, env)
+    assert builds.read_text().splitlines() == ["build"]  # built once over both runs
+    rows = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert len(rows) == 12 and len({(r[1], r[2]) for r in rows}) == 1
+    assert Path(rows[0][1]).parent.parent == tmp_path / "cache"
 
 
 @pytest.mark.slow
