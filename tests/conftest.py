@@ -150,18 +150,21 @@ def build_key(cache: Path, repo: Path = REPO) -> str:
     return h.hexdigest()[:16]
 
 
+#: The file that marks a folder of `PSR_TEST_SYNTH_CACHE` as one of its builds: only such folders are ever removed.
+CACHE_MARKER = ".psr-test-synth-build"
+
+
 def _cached_home(cache: Path, key: str) -> Path:
-    """``cache / key``, marked as used now; the cache's other builds beyond the `KEPT_KEYS` most recently used are
-    removed (only folders named as keys are: the cache's own)."""
-    import re
+    """``cache / key``, marked as this cache's and as used now; the cache's other builds beyond the `KEPT_KEYS` most
+    recently used are removed (only folders holding `CACHE_MARKER`, which `_cached_home` wrote)."""
     import shutil
 
     home = cache / key
     home.mkdir(parents=True, exist_ok=True)
-    home.touch()
+    (home / CACHE_MARKER).touch()
     with _building(cache):
-        others = [d for d in cache.iterdir() if d.is_dir() and d != home and re.fullmatch(r"[0-9a-f]{16}", d.name)]
-        others.sort(key=lambda d: d.stat().st_mtime, reverse=True)
+        others = [d for d in cache.iterdir() if d != home and (d / CACHE_MARKER).is_file()]
+        others.sort(key=lambda d: (d / CACHE_MARKER).stat().st_mtime, reverse=True)
         for d in others[KEPT_KEYS - 1:]:
             shutil.rmtree(d, ignore_errors=True)
     return home

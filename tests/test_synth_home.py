@@ -56,16 +56,18 @@ def test_the_cache_keeps_its_recent_builds_and_nothing_else_is_removed(tmp_path)
     mod = _conftest()
     cache = tmp_path / "cache"
     (cache / "notes").mkdir(parents=True)  # not a build of the cache's: never removed
+    (cache / ("e" * 16)).mkdir()  # named like a key but without the cache's marker: never removed
     old = []
     for i in range(3):
         d = cache / f"{i:016x}"
         d.mkdir()
-        os.utime(d, (1000 + i, 1000 + i))
+        (d / mod.CACHE_MARKER).touch()
+        os.utime(d / mod.CACHE_MARKER, (1000 + i, 1000 + i))
         old.append(d)
     home = mod._cached_home(cache, "f" * 16)
-    assert home == cache / ("f" * 16) and home.is_dir()
+    assert home == cache / ("f" * 16) and (home / mod.CACHE_MARKER).is_file()
     kept = sorted(d.name for d in cache.iterdir() if d.is_dir())
-    assert kept == sorted(["notes", "f" * 16, *[d.name for d in old[-(mod.KEPT_KEYS - 1):]]])
+    assert kept == sorted(["notes", "e" * 16, "f" * 16, *[d.name for d in old[-(mod.KEPT_KEYS - 1):]]])
 
 
 _SHARE_TEST = '''
